@@ -1,0 +1,107 @@
+"""Target rows: the target law after the path to each tree node.
+
+Verifiers and the exit analysis read the target through one small interface, so the same code
+serves a dense ``(n+1, V)`` array (tests, real models) and a lazy oracle that computes rows only
+where a verifier looks (large-vocabulary synthetic worlds, where ``(n+1) x V`` floats would be
+most of the cost of a round).
+
+A *target oracle* is any object with
+
+``shape``
+    ``(n+1, V)``.
+``row(v) -> ndarray float64 (V,)``
+    the target's next-token law after the path to node ``v`` (a distribution).
+``edge_probs(tree) -> ndarray float64 (n+1,)``
+    entry ``v >= 1`` is ``row(parent[v])[token[v]]``; entry 0 is 1.
+
+Dense arrays are wrapped by :func:`as_oracle`, which validates them once (vectorised).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .tree import DraftTree
+
+__all__ = ["ROW_SUM_TOL", "ArrayOracle", "TargetOracle", "as_oracle", "check_distribution_rows"]
+
+#: Tolerance on |sum(row) - 1| for rows handed to the simulator (float64 inputs).
+ROW_SUM_TOL = 1e-9
+
+
+@runtime_checkable
+class TargetOracle(Protocol):
+    """Protocol for lazily evaluated target rows (see module docstring)."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    def row(self, v: int) -> np.ndarray: ...
+
+    def edge_probs(self, tree: DraftTree) -> np.ndarray: ...
+
+
+def check_distribution_rows(rows: np.ndarray, name: str, *, tol: float = ROW_SUM_TOL,
+                            ) -> np.ndarray:
+    """Validate a 2-D array whose rows are probability vectors; return it as float64.
+
+    Raises ``ValueError`` naming ``name`` and the first offending row (and column) for NaN or
+    infinite entries, negative entries, or rows that do not sum to 1 within ``tol``.
+    """
+    arr = np.asarray(rows, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be two-dimensional (rows x vocabulary); got shape "
+                         f"{arr.shape}")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        raise ValueError(f"{name}[{r}, {c}] = {arr[r, c]} is not finite")
+    neg = arr < 0
+    if neg.any():
+        r, c = np.argwhere(neg)[0]
+        raise ValueError(f"{name}[{r}, {c}] = {arr[r, c]} is negative")
+    sums = arr.sum(axis=1)
+    off = np.abs(sums - 1.0) > tol
+    if off.any():
+        r = int(np.flatnonzero(off)[0])
+        raise ValueError(f"{name}[{r}] sums to {sums[r]!r}, not 1 (tolerance {tol:g})")
+    return arr
+
+
+class ArrayOracle:
+    """A dense, validated ``(n+1, V)`` array of target rows."""
+
+    def __init__(self, rows: np.ndarray, tree: DraftTree, *, name: str = "target_rows"):
+        arr = check_distribution_rows(rows, name)
+        if arr.shape[0] != tree.n_nodes:
+            raise ValueError(f"{name} has {arr.shape[0]} rows but the tree has {tree.n_nodes} "
+                             f"nodes (root included)")
+        if tree.size and int(tree.token[1:].max()) >= arr.shape[1]:
+            v = int(np.argmax(tree.token[1:] >= arr.shape[1])) + 1
+            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the vocabulary of "
+                             f"{name} (V = {arr.shape[1]})")
+        self.rows = arr
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows.shape  # type: ignore[return-value]
+
+    def row(self, v: int) -> np.ndarray:
+        return self.rows[v]
+
+    def edge_probs(self, tree: DraftTree) -> np.ndarray:
+        out = np.ones(tree.n_nodes, dtype=np.float64)
+        out[1:] = self.rows[tree.parent[1:], tree.token[1:]]
+        return out
+
+
+def as_oracle(target_rows, tree: DraftTree) -> TargetOracle:
+    """Wrap ``target_rows`` (array or oracle) for ``tree``; validate shapes."""
+    if isinstance(target_rows, TargetOracle) and not isinstance(target_rows, np.ndarray):
+        if target_rows.shape[0] != tree.n_nodes:
+            raise ValueError(f"target_rows has {target_rows.shape[0]} rows but the tree has "
+                             f"{tree.n_nodes} nodes (root included)")
+        return target_rows
+    return ArrayOracle(target_rows, tree)

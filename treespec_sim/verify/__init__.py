@@ -1,0 +1,102 @@
+r"""Verifiers: sample an outcome, or compute the exact expected round length.
+
+``verify(tree, target_rows, *, rule, rng, proposal=None) -> Outcome`` and
+``expected_length(tree, target_rows, *, rule, proposal=None) -> float``.
+
+Rules for deterministic trees (tokens fixed by the policy; no proposal):
+
+``"follow"``
+    predraw-and-follow (DDTree), :mod:`.follow`;
+``"tev"``
+    exit-law sampling (TEV), :mod:`.tev`.
+
+``expected_length`` is exact over the verifier's own randomness with the tree fixed: for both
+rules the round ends at node ``v`` with probability :math:`w(v)` (the exit law) and commits
+``depth(v) + 1`` tokens, so :math:`E[\tau] = \sum_v w(v)\,(1 + \mathrm{depth}(v))`. That this
+equals :math:`1 + C_p(T)` (the coverage bound is saturated) is a theorem the tests check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exits import exit_law
+from ..rows import TargetOracle, as_oracle
+from ..tree import DraftTree
+from .follow import follow_sample
+from .outcome import Outcome
+from .tev import tev_sample
+
+__all__ = ["RULES", "Outcome", "VerifierRule", "expected_length", "verify"]
+
+
+@dataclass(frozen=True)
+class VerifierRule:
+    """A verification rule: how to sample one round and how to compute its exact E[tau]."""
+
+    name: str
+    sample: Callable[[DraftTree, TargetOracle, np.random.Generator], Outcome]
+    expected_length: Callable[[DraftTree, TargetOracle], float]
+    needs_proposal: bool
+    description: str
+
+
+def _exit_law_length(tree: DraftTree, oracle: TargetOracle) -> float:
+    w = exit_law(tree, oracle)
+    return float(np.dot(w, 1.0 + tree.depth))
+
+
+#: Known rules by name.
+RULES: dict[str, VerifierRule] = {
+    "follow": VerifierRule("follow", follow_sample, _exit_law_length, False,
+                           "predraw-and-follow (DDTree); deterministic trees"),
+    "tev": VerifierRule("tev", tev_sample, _exit_law_length, False,
+                        "exit-law sampling + residual bonus (TEV); deterministic trees"),
+}
+
+
+def _rule(rule: str, proposal) -> VerifierRule:
+    if not isinstance(rule, str) or rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; known rules: {', '.join(sorted(RULES))}")
+    spec = RULES[rule]
+    if spec.needs_proposal and proposal is None:
+        raise ValueError(f"rule {rule!r} needs a proposal: the (n+1, V) laws the children of "
+                         f"each node were drawn from")
+    if not spec.needs_proposal and proposal is not None:
+        raise ValueError(f"rule {rule!r} verifies deterministic trees and takes no proposal; "
+                         f"pass proposal=None")
+    return spec
+
+
+def verify(tree: DraftTree, target_rows, *, rule: str, rng: np.random.Generator,
+           proposal=None) -> Outcome:
+    """Verify ``tree`` against the target once.
+
+    Parameters
+    ----------
+    tree : DraftTree
+    target_rows : ndarray float64 (n+1, V) or target oracle
+        Row ``v`` = target's next-token law after the path to node ``v``.
+    rule : str
+        One of :data:`RULES`.
+    rng : numpy.random.Generator
+    proposal : ndarray float64 (n+1, V), optional
+        For sampled trees: row ``v`` = the law ``v``'s children were drawn from.
+
+    Returns
+    -------
+    Outcome
+    """
+    spec = _rule(rule, proposal)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    return spec.sample(tree, as_oracle(target_rows, tree), rng)
+
+
+def expected_length(tree: DraftTree, target_rows, *, rule: str, proposal=None) -> float:
+    """Exact expected tokens per round, :math:`E[\\tau]` (bonus included), for fixed tokens."""
+    spec = _rule(rule, proposal)
+    return spec.expected_length(tree, as_oracle(target_rows, tree))
