@@ -57,16 +57,16 @@ def check_distribution_rows(rows: np.ndarray, name: str, *, tol: float = ROW_SUM
     finite = np.isfinite(arr)
     if not finite.all():
         r, c = np.argwhere(~finite)[0]
-        raise ValueError(f"{name}[{r}, {c}] = {arr[r, c]} is not finite")
+        raise ValueError(f"{name}[{r}, {c}] = {float(arr[r, c])} is not finite")
     neg = arr < 0
     if neg.any():
         r, c = np.argwhere(neg)[0]
-        raise ValueError(f"{name}[{r}, {c}] = {arr[r, c]} is negative")
+        raise ValueError(f"{name}[{r}, {c}] = {float(arr[r, c])} is negative")
     sums = arr.sum(axis=1)
     off = np.abs(sums - 1.0) > tol
     if off.any():
         r = int(np.flatnonzero(off)[0])
-        raise ValueError(f"{name}[{r}] sums to {sums[r]!r}, not 1 (tolerance {tol:g})")
+        raise ValueError(f"{name}[{r}] sums to {float(sums[r])!r}, not 1 (tolerance {tol:g})")
     return arr
 
 

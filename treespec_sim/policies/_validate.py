@@ -50,7 +50,7 @@ def check_log_q(log_q, name: str = "log_q") -> tuple[np.ndarray, np.ndarray]:
             t = int(np.flatnonzero(np.isnan(row))[0])
             raise ValueError(f"{name}[{d}, {t}] is NaN")
         t = int(np.argmax(row))
-        raise ValueError(f"{name}[{d}, {t}] = {row[t]!r} is a positive log-probability")
+        raise ValueError(f"{name}[{d}, {t}] = {float(row[t])!r} is a positive log-probability")
     dead = np.flatnonzero(np.isneginf(row_max))
     if dead.size:
         raise ValueError(f"{name}[{int(dead[0])}] has no finite entry (zero total probability)")

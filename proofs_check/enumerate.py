@@ -1,0 +1,127 @@
+"""Exact laws by enumeration: of one verification round, and of whole decoded sequences.
+
+Everything here is computed analytically (branch probabilities, no sampling), for tiny
+vocabularies. The follow verifier's law is enumerated over *all* joint target pre-draws, which
+shares no formula with the exit law it is supposed to realise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+
+import numpy as np
+
+from treespec_sim import DraftTree
+from treespec_sim.exits import exit_law
+from treespec_sim.policies import get_policy
+
+__all__ = [
+    "ROUND_LAWS",
+    "RoundLaw",
+    "decode_law",
+    "exit_round_law",
+    "follow_round_law_bruteforce",
+    "max_law_gap",
+    "target_law",
+]
+
+#: A round law maps (tree, target rows) to {emitted token tuple: probability}.
+RoundLaw = Callable[[DraftTree, np.ndarray], dict[tuple[int, ...], float]]
+
+
+def follow_round_law_bruteforce(tree: DraftTree, rows: np.ndarray
+                                ) -> dict[tuple[int, ...], float]:
+    """Law of the tokens predraw-and-follow emits, over all ``V^(n+1)`` joint pre-draws."""
+    rows = np.asarray(rows, dtype=np.float64)
+    n1, V = rows.shape
+    if V ** n1 > 2_000_000:
+        raise ValueError(f"too many joint draws to enumerate: V^(n+1) = {V}^{n1}")
+    child = {(int(tree.parent[v]), int(tree.token[v])): v for v in range(n1 - 1, 0, -1)}
+    law: dict[tuple[int, ...], float] = defaultdict(float)
+    for draws in itertools.product(range(V), repeat=n1):
+        prob = 1.0
+        for v, y in enumerate(draws):
+            prob *= rows[v, y]
+            if prob == 0.0:
+                break
+        if prob == 0.0:
+            continue
+        v, emitted = 0, []
+        while (v, draws[v]) in child:
+            emitted.append(draws[v])
+            v = child[(v, draws[v])]
+        emitted.append(draws[v])
+        law[tuple(emitted)] += prob
+    return dict(law)
+
+
+def exit_round_law(tree: DraftTree, rows: np.ndarray, *, residual: bool = True
+                   ) -> dict[tuple[int, ...], float]:
+    """Law of TEV's emitted tokens: exit node ``v ~ w``, bonus from ``v``'s residual.
+
+    ``residual=False`` is a known-buggy variant (bonus drawn from the full row, so a token
+    the tree covers can be emitted as a bonus): the losslessness checks must reject it.
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    w = exit_law(tree, rows)
+    paths = [()] + tree.paths()
+    law: dict[tuple[int, ...], float] = defaultdict(float)
+    for v in range(tree.n_nodes):
+        if w[v] <= 0:
+            continue
+        r = rows[v].copy()
+        if residual:
+            r[tree.token[tree.children(v)]] = 0.0
+        r = r / r.sum()
+        for y in np.flatnonzero(r > 0):
+            law[(*paths[v], int(y))] += w[v] * r[y]
+    return dict(law)
+
+
+ROUND_LAWS: dict[str, RoundLaw] = {
+    "follow": follow_round_law_bruteforce,
+    "tev": exit_round_law,
+}
+
+
+def decode_law(world, ctx, *, policy: str, budget: int, round_law: RoundLaw,
+               temperature: float, n_tokens: int) -> dict[tuple[int, ...], float]:
+    """Exact law of the first ``n_tokens`` tokens of speculative decoding from ``ctx``.
+
+    Branches over every round outcome (each round: draft, build the tree, target rows, the
+    round's emission law), committing the emitted tokens and continuing until ``n_tokens``.
+    """
+    build = get_policy(policy)
+    law: dict[tuple[int, ...], float] = defaultdict(float)
+
+    def recurse(c, prefix: tuple[int, ...], prob: float) -> None:
+        if len(prefix) >= n_tokens:
+            law[prefix[:n_tokens]] += prob
+            return
+        tree = build(world.draft(c), budget, root_token=int(c.last_token))
+        rows = world.target_rows(c, tree, temperature)
+        for emitted, p in round_law(tree, rows).items():
+            if p > 0:
+                recurse(world.advance(c, emitted), prefix + emitted, prob * p)
+
+    recurse(ctx, (), 1.0)
+    return dict(law)
+
+
+def target_law(world, ctx, *, temperature: float, n_tokens: int
+               ) -> dict[tuple[int, ...], float]:
+    """The target's own law of the next ``n_tokens`` tokens (all ``V^n`` strings)."""
+    law = {}
+    for seq in itertools.product(range(world.vocab_size), repeat=n_tokens):
+        p = world.sequence_prob(ctx, seq, temperature)
+        if p > 0:
+            law[seq] = p
+    return law
+
+
+def max_law_gap(a: dict, b: dict) -> float:
+    """Largest absolute difference between two laws over the union of their supports."""
+    keys = set(a) | set(b)
+    return max((abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys), default=0.0)

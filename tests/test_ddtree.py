@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proofs_check.reference import brute_force_top_prefixes, ddtree_heap_reference
+from proofs_check.strategies import log_q_arrays
+from treespec_sim import DraftTree
+from treespec_sim.policies import chain, ddtree, ddtree_with_mask
+from treespec_sim.surrogate import path_log_scores, surrogate_length
+
+
+def _log_softmax(x):
+    return x - np.logaddexp.reduce(x, axis=1, keepdims=True)
+
+
+def _n_prefixes(L, V):
+    return sum(V ** d for d in range(1, L + 1))
+
+
+@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(0, 40))
+def test_equals_brute_force(lp, budget):
+    tree = ddtree(lp, budget)
+    expected = brute_force_top_prefixes(lp, budget)
+    assert tree.paths() == expected  # same nodes, same (heap pop) order
+    assert tree.size == min(budget, _n_prefixes(*lp.shape))
+
+
+@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(0, 40))
+def test_prefix_closed_and_best_first(lp, budget):
+    tree = ddtree(lp, budget)
+    paths = set(tree.paths())
+    for p in paths:
+        assert len(p) == 1 or p[:-1] in paths
+    scores = path_log_scores(tree, lp)[1:]
+    assert np.all(scores[1:] <= scores[:-1])  # pop scores never increase
+
+
+@given(log_q_arrays(max_depth=3, max_vocab=4, ties=False), st.integers(1, 20), st.data())
+def test_surrogate_optimal(lp, budget, data):
+    """DDTree Prop. 2: no prefix-closed tree of the same size has a larger surrogate."""
+    best = ddtree(lp, budget)
+    # a random prefix-closed tree of the same size: grow from random frontier nodes
+    L, V = lp.shape
+    parent, token, depth, kids = [-1], [-1], [0], {0: set()}
+    while len(parent) - 1 < best.size:
+        options = [v for v in range(len(parent)) if depth[v] < L and len(kids[v]) < V]
+        v = data.draw(st.sampled_from(options))
+        tok = data.draw(st.sampled_from(sorted(set(range(V)) - kids[v])))
+        kids[v].add(tok)
+        kids[len(parent)] = set()
+        parent.append(v)
+        token.append(tok)
+        depth.append(depth[v] + 1)
+    other = DraftTree.from_parents(parent, token)
+    assert surrogate_length(best, lp) >= surrogate_length(other, lp) - 1e-12
+
+
+@pytest.mark.parametrize("budget", [1, 15, 64, 256, 1024])
+@pytest.mark.parametrize("kind", ["sharp", "flat", "mixed", "ties", "zeros"])
+def test_equals_heap_reference_at_scale(budget, kind):
+    rng = np.random.default_rng(budget)
+    L, V = 15, 4096
+    if kind == "sharp":
+        lp = _log_softmax(rng.normal(size=(L, V)) * 5)
+    elif kind == "flat":
+        lp = _log_softmax(rng.normal(size=(L, V)) * 0.3)
+    elif kind == "mixed":  # sharp at shallow depths, flat deep (DFlash-like)
+        lp = _log_softmax(rng.normal(size=(L, V)) * np.linspace(8, 0.5, L)[:, None])
+    elif kind == "ties":
+        lp = _log_softmax(rng.integers(0, 3, size=(L, V)).astype(float) * 3)
+    else:
+        lp = _log_softmax(rng.normal(size=(L, V)) * 3)
+        lp[rng.random(size=(L, V)) < 0.5] = -np.inf
+    tree, mask = ddtree_with_mask(lp, budget, root_token=7)
+    parent, token, depth, ref_mask = ddtree_heap_reference(lp, budget)
+    assert tree.parent.tolist() == parent
+    assert tree.token[1:].tolist() == token[1:] and tree.token[0] == 7
+    assert tree.depth.tolist() == depth
+    assert np.array_equal(mask, ref_mask)
+
+
+def test_budget_zero_and_tiny_space():
+    lp = np.log(np.full((2, 2), 0.5))
+    assert ddtree(lp, 0, root_token=3) == DraftTree.root_only(3)
+    assert ddtree(lp, 100).size == 6  # all prefixes: 2 + 4
+
+
+def test_k_truncation_irrelevant_for_top_b():
+    # one depth, V > B: the tree is the top-B tokens in rank order, ties to smaller ids
+    lp = np.log(np.array([[0.1, 0.3, 0.3, 0.2, 0.1]]))
+    assert [p[0] for p in ddtree(lp, 3).paths()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([[0.0, np.nan]]), r"log_q\[0, 1\] is NaN"),
+    (np.array([[-1.0, -2.0], [0.5, -1.0]]), r"log_q\[1, 0\] = 0.5 is a positive"),
+    (np.array([[-np.inf, -np.inf]]), r"log_q\[0\] has no finite entry"),
+    (np.array([-1.0, -2.0]), r"shape \(L, V\)"),
+    (np.array([[-1.0, np.inf]]), r"log_q\[0, 1\] = inf"),
+])
+def test_bad_log_q(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ddtree(bad, 4)
+    with pytest.raises(ValueError, match=match):
+        chain(bad)
+
+
+@pytest.mark.parametrize("budget", [-1, 2.5, "3", True])
+def test_bad_budget(budget):
+    with pytest.raises(ValueError, match="budget"):
+        ddtree(np.log(np.full((2, 2), 0.5)), budget)
+
+
+def test_bad_root_token():
+    with pytest.raises(ValueError, match="root_token"):
+        ddtree(np.log(np.full((2, 2), 0.5)), 2, root_token=-2)
+
+
+def test_chain():
+    lp = np.log(np.array([[0.2, 0.4, 0.4], [0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]))
+    t = chain(lp, root_token=9)
+    assert t.paths() == [(1,), (1, 0), (1, 0, 2)] and t.root_token == 9
+    assert chain(lp, 2).size == 2 and chain(lp, 99).size == 3
