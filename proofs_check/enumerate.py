@@ -66,7 +66,7 @@ def exit_round_law(tree: DraftTree, rows: np.ndarray, *, residual: bool = True
     """
     rows = np.asarray(rows, dtype=np.float64)
     w = exit_law(tree, rows)
-    paths = [()] + tree.paths()
+    paths = [(), *tree.paths()]
     law: dict[tuple[int, ...], float] = defaultdict(float)
     for v in range(tree.n_nodes):
         if w[v] <= 0:

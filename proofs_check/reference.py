@@ -61,7 +61,7 @@ def ddtree_heap_reference(log_q: np.ndarray, budget: int
         depth.append(d)
         if r + 1 < k:
             s_sib = par_score + top_lp[d - 1][r + 1]
-            heapq.heappush(heap, (-s_sib, ranks[:-1] + (r + 1,), par, d, r + 1, par_score))
+            heapq.heappush(heap, (-s_sib, (*ranks[:-1], r + 1), par, d, r + 1, par_score))
         if d < L:
             s_child = s + top_lp[d][0]
             heapq.heappush(heap, (-s_child, (*ranks, 0), node, d + 1, 0, s))

@@ -108,7 +108,8 @@ class DraftTree:
         bad = np.flatnonzero(token_arr[1:] < 0)
         if bad.size:
             v = int(bad[0]) + 1
-            raise ValueError(f"token[{v}] = {token_arr[v]} is negative; drafted tokens must be >= 0")
+            raise ValueError(
+                f"token[{v}] = {token_arr[v]} is negative; drafted tokens must be >= 0")
         if not allow_duplicate_siblings and _has_duplicate_siblings(parent_arr, token_arr):
             pairs = parent_arr[1:] * (int(token_arr.max()) + 1) + token_arr[1:]
             _, first, counts = np.unique(pairs, return_index=True, return_counts=True)

@@ -34,5 +34,5 @@ class Outcome:
 
     @classmethod
     def from_path(cls, tree: DraftTree, path: tuple[int, ...], bonus: int) -> Outcome:
-        tokens = tuple(int(tree.token[v]) for v in path) + (int(bonus),)
+        tokens = (*tuple(int(tree.token[v]) for v in path), int(bonus))
         return cls(tuple(int(v) for v in path), int(bonus), tokens)

@@ -1,0 +1,40 @@
+# Set-up and the two commands of the README. Everything installs into .venv (created here).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+ARGS    ?=
+# The CPU build of torch that lies on these machines' disk; the `models` extra itself is
+# unpinned so GPU users get their CUDA build.
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: sweep test install install-test lint bench proofs clean
+
+$(VENV)/.stamp-core: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-core
+	$(BIN)/pip install --quiet "$(TORCH_CPU)"
+	$(BIN)/pip install --quiet -e ".[dev,models,dist]"
+	touch $@
+
+install: $(VENV)/.stamp-core
+install-test: $(VENV)/.stamp-test
+
+## The main job: the default sweep (extra options via ARGS="--preset quick ...").
+sweep: $(VENV)/.stamp-core
+	$(BIN)/python -m treespec_sim.sweep $(ARGS)
+
+## Install what the tests need and run the whole suite.
+test: $(VENV)/.stamp-test
+	$(BIN)/python -m pytest -n 2 -q $(ARGS)
+
+lint: $(VENV)/.stamp-test
+	$(BIN)/ruff check .
+
+bench: $(VENV)/.stamp-core
+	$(BIN)/python benchmarks/bench_ddtree.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,447 @@
+"""Sparse-boost Markov kernels: exact next-token laws at large vocabularies without a V x V matrix.
+
+A :class:`SparseBoostKernel` is the transition matrix ``Q`` (shape ``(V, V)``) of a first-order
+Markov chain whose logits are a shared *base* vector plus a few non-negative *boosts*:
+
+.. math::
+
+    \\ell(b \\mid a) = \\mathrm{base}[b] + \\sum_{j<s} \\mathrm{boost}[a, j]\\,
+        [\\, b = \\mathrm{succ}[a, j] \\,],
+    \\qquad
+    Q_T[a, b] = \\frac{\\exp(\\ell(b \\mid a) / T)}{Z_a},
+    \\qquad
+    Z_a = \\sum_b \\exp(\\ell(b \\mid a) / T),
+
+with ``succ`` an ``(V, s)`` table of distinct successor tokens per row. ``T = 0`` is the argmax
+(greedy) kernel: ``Q_0[a] = e_{argmax_b l(b|a)}`` with ties broken to the smallest token index.
+
+Because each row differs from the shared base row in only ``s`` entries, every row is a
+two-component mixture
+
+.. math::
+
+    Q_T[a] = \\pi_a \\, w + \\sum_j c_{aj} \\, e_{\\mathrm{succ}[a, j]},
+    \\qquad w = \\mathrm{softmax}(\\mathrm{base} / T),
+
+so all normalisers cost ``O(V + V s)`` together, a single entry costs ``O(s)``, a row costs
+``O(V)``, and ``mu @ Q`` costs ``O(V s)`` (dense rank-one part plus a CSR correction).
+Everything is computed with per-row shifts, so large ``boost / T`` never overflows.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["SparseBoostKernel", "check_temperature"]
+
+
+def check_temperature(temperature: object, name: str = "temperature") -> float:
+    """Validate a sampling temperature and return it as a Python float.
+
+    Parameters
+    ----------
+    temperature : real number
+        ``T >= 0`` and finite; ``T == 0`` means greedy (argmax) decoding.
+    name : str
+        Argument name used in the error message.
+
+    Raises
+    ------
+    ValueError
+        If ``temperature`` is not a real number, is NaN, infinite, or negative.
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, Real | np.floating
+                                                       | np.integer):
+        raise ValueError(f"{name} must be a real number >= 0; got {temperature!r}")
+    t = float(temperature)
+    if math.isnan(t) or math.isinf(t) or t < 0:
+        raise ValueError(f"{name} must be finite and >= 0 (0 = greedy); got {temperature!r}")
+    return t
+
+
+def _as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
+    """Integer token ids as an int64 array (any shape), range-checked against ``vocab_size``."""
+    arr = np.asarray(a)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must contain integer token ids; got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        bad = arr.ravel()[np.flatnonzero((arr.ravel() < 0) | (arr.ravel() >= vocab_size))[0]]
+        raise ValueError(f"{name} contains token {bad}, outside the vocabulary [0, {vocab_size})")
+    return arr
+
+
+class SparseBoostKernel:
+    """Transition kernel ``Q_T`` of a sparse-boost Markov chain (see module docstring).
+
+    Parameters
+    ----------
+    base : ndarray of float64, shape (V,)
+        Shared logits of every row (finite).
+    succ : ndarray of int64, shape (V, s)
+        ``succ[a, j]`` is the ``j``-th boosted successor of token ``a``; entries of a row are
+        distinct tokens in ``[0, V)``. ``s`` may be 0.
+    boost : ndarray of float64, shape (V, s)
+        Non-negative, finite boosts added to the logit of ``succ[a, j]`` in row ``a``.
+    temperature : float, default 1.0
+        ``T >= 0``; logits are divided by ``T`` (``p_T ∝ p^(1/T)``); ``T == 0`` is argmax.
+    validate : bool, default True
+        Check the arrays (``O(V s log s)``); internal callers that built valid arrays may skip.
+
+    Notes
+    -----
+    Instances are immutable by convention: the arrays are made read-only and all derived
+    quantities (normalisers, the CSR correction, the base CDF) are computed lazily once.
+    """
+
+    def __init__(self, base: np.ndarray, succ: np.ndarray, boost: np.ndarray,
+                 temperature: float = 1.0, *, validate: bool = True) -> None:
+        t = check_temperature(temperature)
+        base = np.asarray(base, dtype=np.float64)
+        succ = np.asarray(succ)
+        boost = np.asarray(boost, dtype=np.float64)
+        if validate:
+            _validate_arrays(base, succ, boost)
+        # Read-only views: the caller's arrays keep their flags, the kernel's cannot be mutated.
+        self.base = _readonly_view(base)
+        self.succ = _readonly_view(succ.astype(np.int64, copy=False))
+        self.boost = _readonly_view(boost)
+        self.temperature = t
+        self._argmax: np.ndarray | None = None
+        self._corr_matrix: sp.csr_matrix | None = None
+        self._corr_matrix_t: sp.csc_matrix | None = None
+        self._base_cdf: np.ndarray | None = None
+        if t > 0:
+            self._prepare(t)
+
+    # ------------------------------------------------------------------ construction helpers
+    def _prepare(self, t: float) -> None:
+        """Normalisers and the mixture decomposition in ``O(V + V s)``."""
+        with np.errstate(over="ignore"):
+            ib = self.base / t
+            sb = (self.base[self.succ] + self.boost) / t           # boosted logits, (V, s)
+            rel = self.boost / t
+        if not (np.all(np.isfinite(ib)) and np.all(np.isfinite(sb))):
+            raise ValueError(f"temperature = {t!r} is too small: logits / temperature overflow "
+                             f"float64; use temperature = 0 for greedy decoding")
+        big_m = float(ib.max())
+        w_unnorm = np.exp(ib - big_m)                              # <= 1, max entry 1
+        s_base = float(w_unnorm.sum())                             # >= 1
+        # Per-row shift m_a = max logit of row a, so every exponent below is <= 0.
+        m = np.maximum(big_m, sb.max(axis=1)) if sb.shape[1] else np.full(ib.shape, big_m)
+        # exp(sb) - exp(ib[succ]) written as exp(sb) * (1 - exp(-boost/T)): a difference of two
+        # positives that never cancels catastrophically and never overflows.
+        frac = -np.expm1(-rel)                                     # in [0, 1)
+        corr_shifted = np.exp(sb - m[:, None]) * frac
+        log_z = m + np.log(np.exp(big_m - m) * s_base + corr_shifted.sum(axis=1))
+        self._log_z = log_z
+        self._base_law = w_unnorm / s_base                         # softmax(base / T), (V,)
+        self._base_mass = np.exp(big_m + math.log(s_base) - log_z)  # pi_a, (V,)
+        self._corr = np.exp(sb - log_z[:, None]) * frac            # c_aj, (V, s)
+        for arr in (self._log_z, self._base_law, self._base_mass, self._corr):
+            arr.flags.writeable = False
+
+    def with_temperature(self, temperature: float) -> SparseBoostKernel:
+        """The same chain at another temperature (arrays shared, normalisers recomputed)."""
+        out = SparseBoostKernel(self.base, self.succ, self.boost, temperature, validate=False)
+        out._argmax = self._argmax          # argmax does not depend on T
+        return out
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def vocab_size(self) -> int:
+        """``V``."""
+        return int(self.base.shape[0])
+
+    @property
+    def n_successors(self) -> int:
+        """``s``, the number of boosted successors per row."""
+        return int(self.succ.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(V, V)``, the shape of ``Q``."""
+        return (self.vocab_size, self.vocab_size)
+
+    @property
+    def greedy(self) -> bool:
+        """True for the ``T == 0`` (argmax) kernel."""
+        return self.temperature == 0.0
+
+    @property
+    def logZ(self) -> np.ndarray:
+        """Log-normalisers ``log Z_a`` of the tempered logits, float64 (V,).
+
+        For ``T == 0`` the kernel is one-hot and this is all zeros (``log 1``).
+        """
+        if self.greedy:
+            return np.zeros(self.vocab_size)
+        return self._log_z
+
+    @property
+    def base_law(self) -> np.ndarray:
+        """The shared component ``w = softmax(base / T)``, float64 (V,) (one-hot at T = 0)."""
+        if self.greedy:
+            out = np.zeros(self.vocab_size)
+            out[_first_argmax(self.base)] = 1.0
+            return out
+        return self._base_law
+
+    @property
+    def base_mass(self) -> np.ndarray:
+        """``pi_a = exp(logsumexp(base/T) - log Z_a)``, the weight of ``w`` in row ``a`` (V,)."""
+        if self.greedy:
+            raise ValueError("temperature = 0 kernels have no mixture decomposition")
+        return self._base_mass
+
+    @property
+    def correction(self) -> np.ndarray:
+        """``c_aj = Q[a, succ[a, j]] - pi_a w[succ[a, j]] >= 0``, float64 (V, s)."""
+        if self.greedy:
+            raise ValueError("temperature = 0 kernels have no mixture decomposition")
+        return self._corr
+
+    # ------------------------------------------------------------------ rows and entries
+    def argmax(self, a: int | np.ndarray) -> int | np.ndarray:
+        """Most likely next token after ``a`` (ties to the smallest index); any temperature.
+
+        Parameters
+        ----------
+        a : int or int array
+            Current token(s).
+
+        Returns
+        -------
+        int or ndarray of int64 with the shape of ``a``.
+        """
+        if self._argmax is None:
+            self._argmax = _row_argmax(self.base, self.succ, self.boost)
+            self._argmax.flags.writeable = False
+        idx = _as_token_array(a, self.vocab_size, "a")
+        out = self._argmax[idx]
+        return int(out) if out.ndim == 0 else out
+
+    def row(self, a: int) -> np.ndarray:
+        """``Q[a]``, the next-token law after token ``a``: float64 (V,), sums to 1. ``O(V)``."""
+        idx = _as_token_array(a, self.vocab_size, "a")
+        if idx.ndim != 0:
+            raise ValueError(f"a must be a single token id; got shape {idx.shape}")
+        return self.rows(idx[None])[0]
+
+    def rows(self, a: np.ndarray) -> np.ndarray:
+        """``Q[a_i]`` for each token in ``a``: float64 (k, V). ``O(k V)``."""
+        idx = _as_token_array(a, self.vocab_size, "a")
+        if idx.ndim != 1:
+            raise ValueError(f"a must be one-dimensional; got shape {idx.shape}")
+        k = idx.shape[0]
+        if self.greedy:
+            out = np.zeros((k, self.vocab_size))
+            out[np.arange(k), self.argmax(idx)] = 1.0
+            return out
+        out = self._base_mass[idx][:, None] * self._base_law[None, :]
+        if self.n_successors:
+            # Successors of one row are distinct, so a plain fancy-indexed add is exact.
+            out[np.arange(k)[:, None], self.succ[idx]] += self._corr[idx]
+        return out
+
+    def edge_prob(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
+        """``Q[a, b]`` elementwise for broadcastable token arrays. ``O(s)`` per entry.
+
+        Returns
+        -------
+        float or ndarray of float64 with the broadcast shape of ``a`` and ``b``.
+        """
+        ai = _as_token_array(a, self.vocab_size, "a")
+        bi = _as_token_array(b, self.vocab_size, "b")
+        ai, bi = np.broadcast_arrays(ai, bi)
+        if self.greedy:
+            out = (self.argmax(ai) == bi).astype(np.float64) if ai.size else np.zeros(ai.shape)
+        else:
+            out = self._base_mass[ai] * self._base_law[bi]
+            if self.n_successors:
+                hit = self.succ[ai] == bi[..., None]                     # (..., s)
+                out = out + np.where(hit, self._corr[ai], 0.0).sum(axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def dense(self) -> np.ndarray:
+        """The full matrix ``Q``, float64 (V, V); for tests and small vocabularies only."""
+        if self.vocab_size > 8192:
+            raise ValueError(f"dense() refuses V = {self.vocab_size} > 8192 (V x V floats)")
+        return self.rows(np.arange(self.vocab_size))
+
+    # ------------------------------------------------------------------ propagation
+    def push(self, mu: np.ndarray) -> np.ndarray:
+        """``mu @ Q`` for a row vector (V,) or a stack of row vectors (k, V). ``O(k V s)``.
+
+        ``mu @ Q = (mu . pi) w + mu @ C`` with ``C[a, succ[a, j]] = c_aj`` stored in CSR.
+        """
+        mu = np.asarray(mu, dtype=np.float64)
+        if mu.shape[-1] != self.vocab_size or mu.ndim not in (1, 2):
+            raise ValueError(f"mu must have shape (V,) or (k, V) with V = {self.vocab_size}; "
+                             f"got {mu.shape}")
+        if self.greedy:
+            tgt = self.argmax(np.arange(self.vocab_size))
+            if mu.ndim == 1:
+                return np.bincount(tgt, weights=mu, minlength=self.vocab_size)
+            out = np.zeros_like(mu)
+            np.add.at(out.T, tgt, mu.T)
+            return out
+        # C^T @ mu runs scipy's CSC mat-vec over C's CSR arrays: mu is read sequentially and
+        # the s writes per source row scatter; measured faster than a destination-row CSR.
+        self.correction_matrix()
+        ct = self._corr_matrix_t
+        if mu.ndim == 1:
+            return (mu @ self._base_mass) * self._base_law + ct @ mu
+        return np.outer(mu @ self._base_mass, self._base_law) + (ct @ mu.T).T
+
+    def correction_matrix(self) -> sp.csr_matrix:
+        """``C`` with ``C[a, succ[a, j]] = c_aj`` as a CSR (V, V) matrix, built once, ``O(V s)``.
+
+        ``Q = pi w^T + C`` (``T > 0``). Every row has exactly ``s`` stored entries, so the CSR
+        arrays are ``succ`` and ``c`` themselves (no sorting or conversion).
+        """
+        if self.greedy:
+            raise ValueError("temperature = 0 kernels have no mixture decomposition")
+        if self._corr_matrix is None:
+            v, s = self.vocab_size, self.n_successors
+            # Fresh, writable int32 arrays: scipy otherwise re-validates/converts read-only or
+            # int64 inputs on every product (measured 20x slower).
+            idx_t = np.int32 if v * s < 2**31 else np.int64
+            indptr = np.arange(v + 1, dtype=idx_t) * s
+            self._corr_matrix = sp.csr_matrix(
+                (self._corr.ravel().copy(), self.succ.ravel().astype(idx_t), indptr),
+                shape=(v, v))
+            self._corr_matrix.has_sorted_indices = False
+            self._corr_matrix_t = self._corr_matrix.T
+        return self._corr_matrix
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, a: int | np.ndarray, rng: np.random.Generator) -> int | np.ndarray:
+        """Draw ``b ~ Q[a]`` exactly, for one token or an array of tokens. ``O(s + log V)`` each.
+
+        The row is sampled as its mixture: with probability ``pi_a`` from ``w`` (inverse CDF,
+        binary search), otherwise successor ``j`` with probability ``c_aj / (1 - pi_a)``. Each
+        draw consumes two uniforms (``rng.random``). ``T == 0`` returns the argmax and consumes
+        no randomness.
+        """
+        if isinstance(a, int | np.integer) and not isinstance(a, bool) and not self.greedy:
+            # Scalar fast path (autoregressive loops): same draws as the vectorised path.
+            a = int(a)
+            if not 0 <= a < self.vocab_size:
+                raise ValueError(f"a contains token {a}, outside the vocabulary "
+                                 f"[0, {self.vocab_size})")
+            u_comp, u_in = rng.random(), rng.random()
+            if u_comp >= self._base_mass[a] and self.n_successors:
+                c = np.cumsum(self._corr[a])
+                if c[-1] > 0:
+                    j = int(np.searchsorted(c, u_in * c[-1], side="right"))
+                    return int(self.succ[a, min(j, self._last_positive(a))])
+            cdf = self._cdf()
+            return int(min(np.searchsorted(cdf, u_in * cdf[-1], side="right"),
+                           self.vocab_size - 1))
+        idx = _as_token_array(a, self.vocab_size, "a")
+        if self.greedy:
+            return self.argmax(idx)
+        flat = idx.ravel()
+        n = flat.shape[0]
+        u_comp = rng.random(n)
+        u_in = rng.random(n)
+        out = np.empty(n, dtype=np.int64)
+        rest = u_comp >= self._base_mass[flat]
+        if self.n_successors and rest.any():
+            c = np.cumsum(self._corr[flat[rest]], axis=1)              # (r, s)
+            ok = c[:, -1] > 0          # a row with no successor mass always samples from w
+            rest[np.flatnonzero(rest)[~ok]] = False
+            c = c[ok]
+            r_idx = flat[rest]
+            j = (c <= (u_in[rest] * c[:, -1])[:, None]).sum(axis=1)
+            j = np.minimum(j, self._last_positive(r_idx))
+            out[rest] = self.succ[r_idx, j]
+        else:
+            rest[:] = False
+        from_base = ~rest
+        if from_base.any():
+            cdf = self._cdf()
+            pos = np.searchsorted(cdf, u_in[from_base] * cdf[-1], side="right")
+            out[from_base] = np.minimum(pos, self.vocab_size - 1)
+        out = out.reshape(idx.shape)
+        return int(out) if out.ndim == 0 else out
+
+    def _last_positive(self, a: int | np.ndarray) -> int | np.ndarray:
+        """Index of the last successor slot with ``c_aj > 0`` (rounding guard for sampling)."""
+        pos = self._corr[a] > 0
+        return self.n_successors - 1 - np.argmax(pos[..., ::-1], axis=-1)
+
+    def _cdf(self) -> np.ndarray:
+        if self._base_cdf is None:
+            self._base_cdf = np.cumsum(self._base_law)
+        return self._base_cdf
+
+    def __repr__(self) -> str:
+        return (f"SparseBoostKernel(V={self.vocab_size}, s={self.n_successors}, "
+                f"temperature={self.temperature:g})")
+
+
+# ---------------------------------------------------------------------- helpers
+def _validate_arrays(base: np.ndarray, succ: np.ndarray, boost: np.ndarray) -> None:
+    if base.ndim != 1 or base.shape[0] < 1:
+        raise ValueError(f"base must be a non-empty vector; got shape {base.shape}")
+    if not np.all(np.isfinite(base)):
+        raise ValueError("base must be finite")
+    v = base.shape[0]
+    if succ.ndim != 2 or succ.shape[0] != v:
+        raise ValueError(f"succ must have shape (V, s) = ({v}, s); got {succ.shape}")
+    if succ.size and (succ.dtype == bool or not np.issubdtype(succ.dtype, np.integer)):
+        raise ValueError(f"succ must contain integer token ids; got dtype {succ.dtype}")
+    if succ.shape[1] > v:
+        raise ValueError(f"succ has {succ.shape[1]} columns but only V = {v} tokens exist")
+    if succ.size and (succ.min() < 0 or succ.max() >= v):
+        raise ValueError(f"succ entries must lie in [0, {v})")
+    if succ.shape[1] > 1:
+        srt = np.sort(succ, axis=1)
+        dup = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+        if dup.size:
+            raise ValueError(f"succ[{dup[0]}] repeats a token; successors of a row must be "
+                             f"distinct")
+    if boost.shape != succ.shape:
+        raise ValueError(f"boost must have the shape of succ {succ.shape}; got {boost.shape}")
+    if not np.all(np.isfinite(boost)) or (boost.size and boost.min() < 0):
+        raise ValueError("boost must be finite and >= 0")
+
+
+def _readonly_view(a: np.ndarray) -> np.ndarray:
+    out = a.view()
+    out.flags.writeable = False
+    return out
+
+
+def _first_argmax(x: np.ndarray) -> int:
+    """``np.argmax`` already returns the first (smallest-index) maximiser."""
+    return int(np.argmax(x))
+
+
+def _row_argmax(base: np.ndarray, succ: np.ndarray, boost: np.ndarray) -> np.ndarray:
+    """Argmax of every row's logits (ties to the smallest index) in ``O(V s^2)``, vectorised.
+
+    The best *non-successor* of row ``a`` is the first token, in the order (base descending,
+    index ascending), that is not in ``succ[a]``; it is among the first ``s + 1`` tokens of that
+    order. The row maximum is then the best of ``s + 1`` candidates.
+    """
+    v, s = succ.shape
+    if s == 0:
+        return np.full(v, _first_argmax(base), dtype=np.int64)
+    order = np.lexsort((np.arange(v), -base))[: min(s + 1, v)]            # (s+1,) or (v,)
+    in_row = (order[None, :, None] == succ[:, None, :]).any(axis=2)        # (V, s+1)
+    has_free = ~in_row.all(axis=1)
+    first_free = np.argmax(~in_row, axis=1)
+    free_tok = order[first_free]
+    free_val = np.where(has_free, base[free_tok], -np.inf)
+    cand_tok = np.concatenate([succ, free_tok[:, None]], axis=1)           # (V, s+1)
+    cand_val = np.concatenate([base[succ] + boost, free_val[:, None]], axis=1)
+    best = cand_val.max(axis=1, keepdims=True)
+    tok = np.where(cand_val == best, cand_tok, np.iinfo(np.int64).max)
+    return tok.min(axis=1).astype(np.int64)

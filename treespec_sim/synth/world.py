@@ -1,0 +1,446 @@
+"""Synthetic worlds: a topic-conditioned sparse-boost Markov target plus a block-diffusion drafter.
+
+The target language model
+-------------------------
+A first-order Markov chain over ``V`` tokens, conditioned on a per-sequence topic ``z``:
+
+.. math::
+
+    \\ell(b \\mid a, z) &= \\mathrm{base}_z[b] + \\mathrm{boost}[a, j]
+        \\ \\text{if } b = \\mathrm{succ}[a, j], \\text{ else } \\mathrm{base}_z[b], \\\\
+    \\mathrm{base}_z &= \\mathrm{bg} + \\mathrm{topic\\_strength} \\cdot \\mathrm{topic}[z], \\\\
+    p_T(b \\mid a, z) &= \\mathrm{softmax}_b\\big(\\ell(b \\mid a, z) / T\\big),
+        \\qquad p_0 = e_{\\arg\\max_b \\ell(b \\mid a, z)} \\ (\\text{ties: smallest index}).
+
+* ``bg[perm[r]] = -zipf_exponent * log(r + 1)``: Zipf log-weights over a random permutation.
+* ``topic[z]``: standard Gaussian entries on a random support of density ``topic_density``.
+* ``succ[a]``: ``s`` distinct uniformly random tokens. Boosts are set through *target log-odds*
+  against the whole background mass, ``g_a0 = sharpness + sharpness_spread * N(0, 1)``,
+  ``g_a,j+1 = g_aj - Exp(successor_decay)``:
+  ``boost[a, j] = max(0, g_aj + logsumexp(bg) - bg[succ[a, j]])``, so that (without topic, at
+  ``T = 1``) ``p(succ[a, j] | a) / p(background) ≈ exp(g_aj)`` independently of ``V`` and of the
+  successor's Zipf rank. Each row's slots are then sorted by boost, decreasing in ``j``.
+
+All rows are exact and cheap at ``V = 32768``: see :class:`~treespec_sim.synth.kernel.
+SparseBoostKernel`. Target kernels are cached per ``(topic, temperature)``.
+
+The drafter
+-----------
+See :mod:`treespec_sim.synth.drafter`. Its kernel is a mismatched copy of the target's: each
+successor slot is, with probability ``mismatch``, renamed to a random token outside the target's
+row (keeping the slot's *effective* logit ``bg + boost``), every boost gets ``N(0,
+boost_noise^2)`` noise (clipped at 0), it knows ``topic_awareness`` of the topic term, and its
+logits are divided by ``calibration``.
+
+Randomness
+----------
+``make_world(spec, seed)`` draws every array from independent child streams of
+``numpy.random.SeedSequence(seed)`` (background, topics, successors, boosts, drafter), so the
+same seed gives the same world, and changing only drafter knobs leaves the target unchanged
+(the drafter's random draws are also made regardless of ``mismatch`` -- common random numbers
+across knob sweeps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from numbers import Integral
+
+import numpy as np
+
+from ..rows import TargetOracle
+from ..tree import DraftTree
+from .drafter import BlockDiffusionDrafter
+from .kernel import SparseBoostKernel, _as_token_array, check_temperature
+from .oracle import MarkovTargetOracle
+from .regimes import RegimeSpec, get_regime
+
+__all__ = ["Context", "World", "make_world"]
+
+_TARGET_KERNEL_CACHE = 64       # (topic, temperature) kernels, O(V s) floats each
+
+
+@dataclass(frozen=True)
+class Context:
+    """A decoding context of a synthetic world (immutable).
+
+    Attributes
+    ----------
+    topic : int
+        The per-sequence topic ``z``.
+    last_token : int
+        The last committed token ``x_0`` (the root of the next draft tree).
+    position : int
+        Number of tokens committed so far (sampled contexts start at ``context_burn_in + 1``).
+    """
+
+    topic: int
+    last_token: int
+    position: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("topic", "last_token", "position"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
+                raise ValueError(f"{name} must be a non-negative integer; got {v!r}")
+            object.__setattr__(self, name, int(v))
+
+
+class World:
+    """A concrete synthetic world: target chain, drafter and their caches.
+
+    Build with :func:`make_world`. Every method is deterministic given its arguments except
+    those that take ``rng`` (a ``numpy.random.Generator``); nothing touches global seeds.
+
+    Attributes
+    ----------
+    spec : RegimeSpec
+    seed : int
+    background : ndarray of float64, shape (V,)
+        ``bg``, the background logits.
+    topic_vectors : ndarray of float64, shape (n_topics, V)
+        ``topic[z]`` (unscaled).
+    succ, boost : ndarray, shape (V, s)
+        The target's successor table and boosts.
+    drafter : BlockDiffusionDrafter
+    """
+
+    def __init__(self, spec: RegimeSpec, seed: int, *, background: np.ndarray,
+                 topic_vectors: np.ndarray, succ: np.ndarray, boost: np.ndarray,
+                 drafter: BlockDiffusionDrafter) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.background = background
+        self.topic_vectors = topic_vectors
+        self.succ = succ
+        self.boost = boost
+        self.drafter = drafter
+        self._kernels: OrderedDict[tuple[int, float], SparseBoostKernel] = OrderedDict()
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def vocab_size(self) -> int:
+        """``V``."""
+        return self.spec.vocab_size
+
+    @property
+    def depth(self) -> int:
+        """``L``, the number of draft positions."""
+        return self.spec.depth
+
+    @property
+    def n_topics(self) -> int:
+        return self.spec.n_topics
+
+    def __repr__(self) -> str:
+        return (f"World(regime={self.spec.name!r}, seed={self.seed}, V={self.vocab_size}, "
+                f"L={self.depth})")
+
+    # ------------------------------------------------------------------ kernels
+    def target_kernel(self, topic: int, temperature: float = 1.0) -> SparseBoostKernel:
+        """The target's transition kernel for ``topic`` at ``temperature`` (cached, LRU)."""
+        t = check_temperature(temperature)
+        topic = self._check_topic(topic)
+        key = (topic, t)
+        k = self._kernels.get(key)
+        if k is not None:
+            self._kernels.move_to_end(key)
+            return k
+        # Reuse the T = 1 kernel's arrays (and its argmax) when it is already cached.
+        other = next((kk for (z, _), kk in self._kernels.items() if z == topic), None)
+        if other is not None:
+            k = other.with_temperature(t)
+        else:
+            base = self.background + self.spec.topic_strength * self.topic_vectors[topic]
+            k = SparseBoostKernel(base, self.succ, self.boost, t, validate=False)
+        self._kernels[key] = k
+        if len(self._kernels) > _TARGET_KERNEL_CACHE:
+            self._kernels.popitem(last=False)
+        return k
+
+    def draft_kernel(self, topic: int) -> SparseBoostKernel:
+        """``Q_draft`` for ``topic`` (the drafter's kernel at temperature ``calibration``)."""
+        return self.drafter.kernel(self._check_topic(topic))
+
+    # ------------------------------------------------------------------ contexts
+    def sample_context(self, rng: np.random.Generator) -> Context:
+        """Draw a context: topic uniform; last token from the ``T = 1`` target chain.
+
+        The last token is a draw from the topic's background law ``softmax(base_z)`` followed by
+        ``spec.context_burn_in`` steps of the ``T = 1`` target chain (approximately its
+        stationary law; the background jump in every row makes the chain mix quickly).
+        """
+        _check_rng(rng)
+        topic = int(rng.integers(self.n_topics))
+        k = self.target_kernel(topic, 1.0)
+        cdf = k._cdf()
+        x = int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"),
+                    self.vocab_size - 1))
+        for _ in range(self.spec.context_burn_in):
+            x = k.sample(x, rng)
+        return Context(topic=topic, last_token=x, position=self.spec.context_burn_in + 1)
+
+    def advance(self, ctx: Context, tokens: Sequence[int] | np.ndarray) -> Context:
+        """Commit ``tokens`` after ``ctx``: ``last_token = tokens[-1]``, ``position += len``."""
+        self._check_ctx(ctx)
+        toks = self._tokens(tokens, "tokens")
+        if toks.shape[0] == 0:
+            return ctx
+        return Context(topic=ctx.topic, last_token=int(toks[-1]),
+                       position=ctx.position + int(toks.shape[0]))
+
+    # ------------------------------------------------------------------ target
+    def target_row(self, ctx: Context, path: Sequence[int] | np.ndarray = (),
+                   temperature: float = 1.0) -> np.ndarray:
+        """Law of the next token after ``ctx + path``: float64 (V,). ``O(V)``."""
+        self._check_ctx(ctx)
+        toks = self._tokens(path, "path")
+        k = self.target_kernel(ctx.topic, temperature)
+        return k.row(int(toks[-1]) if toks.shape[0] else ctx.last_token)
+
+    def target_rows(self, ctx: Context, tree: DraftTree, temperature: float = 1.0
+                    ) -> np.ndarray:
+        """Row ``v`` = law after ``ctx`` + the path to node ``v``: float64 (n+1, V). ``O(n V)``."""
+        node_tokens = self._node_tokens(ctx, tree)
+        return self.target_kernel(ctx.topic, temperature).rows(node_tokens)
+
+    def target_oracle(self, ctx: Context, tree: DraftTree, temperature: float = 1.0
+                      ) -> TargetOracle:
+        """Lazy :class:`~treespec_sim.rows.TargetOracle` for ``tree`` (rows on demand)."""
+        node_tokens = self._node_tokens(ctx, tree)
+        return MarkovTargetOracle(self.target_kernel(ctx.topic, temperature), node_tokens)
+
+    def target_sample(self, ctx: Context, n_tokens: int, rng: np.random.Generator,
+                      temperature: float = 1.0) -> np.ndarray:
+        """Plain autoregressive sampling of ``n_tokens`` tokens: int64 (n_tokens,).
+
+        ``O(n_tokens (s + log V))``; ``temperature == 0`` is greedy and consumes no randomness.
+        """
+        self._check_ctx(ctx)
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, Integral) or n_tokens < 0:
+            raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
+        _check_rng(rng)
+        k = self.target_kernel(ctx.topic, temperature)
+        out = np.empty(int(n_tokens), dtype=np.int64)
+        x = ctx.last_token
+        for i in range(int(n_tokens)):
+            x = k.sample(x, rng)
+            out[i] = x
+        return out
+
+    def sequence_logprob(self, ctx: Context, tokens: Sequence[int] | np.ndarray,
+                         temperature: float = 1.0) -> float:
+        """``log P(tokens | ctx)`` under the target at ``temperature`` (``-inf`` if impossible)."""
+        self._check_ctx(ctx)
+        toks = self._tokens(tokens, "tokens")
+        if toks.shape[0] == 0:
+            return 0.0
+        prev = np.concatenate([[ctx.last_token], toks[:-1]])
+        p = self.target_kernel(ctx.topic, temperature).edge_prob(prev, toks)
+        with np.errstate(divide="ignore"):
+            return float(np.log(p).sum())
+
+    def sequence_prob(self, ctx: Context, tokens: Sequence[int] | np.ndarray,
+                      temperature: float = 1.0) -> float:
+        """Exact probability of the continuation ``tokens`` after ``ctx``. ``O(n s)``."""
+        return float(np.exp(self.sequence_logprob(ctx, tokens, temperature)))
+
+    # ------------------------------------------------------------------ drafter
+    def draft(self, ctx: Context) -> np.ndarray:
+        """``log q_d`` for ``d = 1..L``: float64 (L, V), each row a normalised log-law.
+
+        Exact log-marginals of the drafter's belief process (module :mod:`.drafter`); depends
+        on ``ctx.topic`` and ``ctx.last_token`` only, never on the target temperature.
+        """
+        self._check_ctx(ctx)
+        return self.drafter.log_marginals(ctx.topic, ctx.last_token)
+
+    def draft_conditional(self, ctx: Context, depth: int, parent_token: int) -> np.ndarray:
+        """Correction proposal ``q̂_depth(. | parent_token)``: float64 (V,) probabilities.
+
+        ``depth`` is in ``1..L``; at depth 1 ``parent_token`` must be ``ctx.last_token`` and the
+        result equals ``exp(draft(ctx)[0])``.
+        """
+        self._check_ctx(ctx)
+        if isinstance(depth, bool) or not isinstance(depth, Integral) or not (
+                1 <= depth <= self.depth):
+            raise ValueError(f"depth must be an integer in [1, {self.depth}]; got {depth!r}")
+        if isinstance(parent_token, bool) or not isinstance(parent_token, Integral):
+            raise ValueError(f"parent_token must be an integer token id; got {parent_token!r}")
+        parent = int(self._tokens([parent_token], "parent_token")[0])
+        if depth == 1 and parent != ctx.last_token:
+            raise ValueError(f"parent_token at depth 1 must be ctx.last_token = "
+                             f"{ctx.last_token}; got {parent_token}")
+        return self.drafter.conditional(ctx.topic, ctx.last_token, int(depth), parent)
+
+    # ------------------------------------------------------------------ validation helpers
+    def _check_topic(self, topic: int) -> int:
+        if isinstance(topic, bool) or not isinstance(topic, Integral) or not (
+                0 <= topic < self.n_topics):
+            raise ValueError(f"topic must be an integer in [0, {self.n_topics}); got {topic!r}")
+        return int(topic)
+
+    def _check_ctx(self, ctx: Context) -> None:
+        if not isinstance(ctx, Context):
+            raise ValueError(f"ctx must be a Context; got {type(ctx).__name__}")
+        if ctx.topic >= self.n_topics:
+            raise ValueError(f"ctx.topic = {ctx.topic} is not a topic of this world "
+                             f"(n_topics = {self.n_topics})")
+        if ctx.last_token >= self.vocab_size:
+            raise ValueError(f"ctx.last_token = {ctx.last_token} is outside the vocabulary "
+                             f"(V = {self.vocab_size})")
+
+    def _tokens(self, tokens: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
+        arr = np.asarray(tokens)
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional; got shape {arr.shape}")
+        return _as_token_array(arr, self.vocab_size, name)
+
+    def _node_tokens(self, ctx: Context, tree: DraftTree) -> np.ndarray:
+        self._check_ctx(ctx)
+        if not isinstance(tree, DraftTree):
+            raise ValueError(f"tree must be a DraftTree; got {type(tree).__name__}")
+        root = int(tree.token[0])
+        if root >= 0 and root != ctx.last_token:
+            raise ValueError(f"tree.token[0] = {root} (root) differs from ctx.last_token = "
+                             f"{ctx.last_token}")
+        if tree.size and int(tree.token[1:].max()) >= self.vocab_size:
+            v = int(np.argmax(tree.token[1:] >= self.vocab_size)) + 1
+            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the vocabulary "
+                             f"(V = {self.vocab_size})")
+        node_tokens = tree.token.copy()
+        node_tokens[0] = ctx.last_token
+        return node_tokens
+
+
+# ---------------------------------------------------------------------- construction
+def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = None,
+               depth: int | None = None) -> World:
+    """Build a world from a regime (name or :class:`RegimeSpec`) and a seed.
+
+    Parameters
+    ----------
+    spec : RegimeSpec or str
+        The regime; names are looked up with :func:`get_regime`.
+    seed : int
+        Non-negative; the same ``(spec, seed)`` gives an identical world.
+    vocab_size, depth : int, optional
+        Override ``V`` and ``L``. When ``vocab_size`` is overridden, ``successors`` is clipped
+        to ``vocab_size - 1`` so that every named regime can be shrunk.
+
+    Returns
+    -------
+    World
+
+    Notes
+    -----
+    Cost ``O(n_topics V + V s)``; about 0.1 s at ``V = 32768``.
+    """
+    if isinstance(spec, str):
+        spec = get_regime(spec)
+    elif not isinstance(spec, RegimeSpec):
+        raise ValueError(f"spec must be a RegimeSpec or a regime name; got {spec!r}")
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    changes: dict[str, object] = {}
+    if vocab_size is not None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral):
+            raise ValueError(f"vocab_size must be an integer; got {vocab_size!r}")
+        changes["vocab_size"] = int(vocab_size)
+        if vocab_size >= 2:
+            changes["successors"] = min(spec.successors, int(vocab_size) - 1)
+    if depth is not None:
+        changes["depth"] = depth
+    if changes:
+        spec = dataclasses.replace(spec, **changes)
+
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(5)]
+    rng_bg, rng_topic, rng_succ, rng_boost, rng_draft = streams
+    v, s = spec.vocab_size, spec.successors
+
+    background = np.empty(v)
+    background[rng_bg.permutation(v)] = -spec.zipf_exponent * np.log(np.arange(1, v + 1))
+
+    topic_vectors = rng_topic.standard_normal((spec.n_topics, v))
+    if spec.topic_density < 1.0:
+        topic_vectors *= rng_topic.random((spec.n_topics, v)) < spec.topic_density
+
+    succ = _distinct_rows(rng_succ, v, s)
+    g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(v)
+    gaps = rng_boost.exponential(1.0, (v, s - 1)) * spec.successor_decay
+    g = g[:, None] - np.concatenate([np.zeros((v, 1)), np.cumsum(gaps, axis=1)], axis=1)
+    log_s_bg = _logsumexp(background)
+    boost = np.maximum(0.0, g + log_s_bg - background[succ])
+    order = np.argsort(-boost, axis=1, kind="stable")
+    succ = np.take_along_axis(succ, order, axis=1)
+    boost = np.take_along_axis(boost, order, axis=1)
+
+    d_succ, d_boost = _mismatched_copy(rng_draft, background, succ, boost, spec)
+    drafter = BlockDiffusionDrafter(
+        background, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ, d_boost,
+        calibration=spec.calibration, depth=spec.depth, degradation=spec.degradation,
+        junk=spec.junk, correction_quality=spec.correction_quality)
+    for arr in (background, topic_vectors, succ, boost, d_succ, d_boost):
+        arr.flags.writeable = False
+    return World(spec, int(seed), background=background, topic_vectors=topic_vectors, succ=succ,
+                 boost=boost, drafter=drafter)
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = float(x.max())
+    return m + float(np.log(np.exp(x - m).sum()))
+
+
+def _distinct_rows(rng: np.random.Generator, v: int, s: int) -> np.ndarray:
+    """``(v, s)`` uniformly random tokens, distinct within each row.
+
+    Draw with replacement (cheap, vectorised) and redraw the rare rows with a repeat without
+    replacement; the result is uniform over ordered distinct ``s``-tuples either way.
+    """
+    out = rng.integers(0, v, (v, s))
+    if s > 1:
+        srt = np.sort(out, axis=1)
+        for a in np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1)):
+            out[a] = rng.choice(v, s, replace=False)
+    return out.astype(np.int64)
+
+
+def _mismatched_copy(rng: np.random.Generator, background: np.ndarray, succ: np.ndarray,
+                     boost: np.ndarray, spec: RegimeSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The drafter's successor table and boosts (see module docstring).
+
+    A renamed slot gets a token outside the target's row, distinct within the drafter's row,
+    and the boost that keeps its effective logit ``bg + boost`` (clipped at 0). All random draws
+    are made whatever ``mismatch`` is, so knob sweeps share their random numbers.
+    """
+    v, s = succ.shape
+    flags = rng.random((v, s)) < spec.mismatch
+    cand = rng.integers(0, v, (v, s))
+    noise = rng.standard_normal((v, s))
+    fix_rng = np.random.default_rng(rng.integers(2**63))
+    new = np.where(flags, cand, succ)
+    # A candidate is invalid if it names one of the target's successors of the row (that is a
+    # reorder, not a mismatch) or repeats another slot of the new row.
+    bad_rows = (flags & (cand[:, :, None] == succ[:, None, :]).any(axis=2)).any(axis=1)
+    if s > 1:
+        srt = np.sort(new, axis=1)
+        bad_rows |= (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+    for a in np.flatnonzero(bad_rows):
+        slots = np.flatnonzero(flags[a])
+        allowed = np.setdiff1d(np.arange(v), succ[a], assume_unique=True)
+        take = min(slots.shape[0], allowed.shape[0])
+        new[a] = succ[a]
+        new[a, slots[:take]] = fix_rng.choice(allowed, take, replace=False)
+    d_boost = np.maximum(0.0, boost + background[succ] - background[new])
+    d_boost = np.maximum(0.0, d_boost + spec.boost_noise * noise)
+    return new.astype(np.int64), d_boost
+
+
+def _check_rng(rng: object) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
