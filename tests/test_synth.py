@@ -583,3 +583,56 @@ def test_large_draft_is_normalised_and_flattens_with_depth(low):
     mean_mass = np.mean(mass, axis=0)
     assert np.all(np.diff(mean_mass[:10]) < 0)          # sharp early, flatter deep
     assert mean_mass[0] > 0.5 > 0.1 > mean_mass[-1]
+
+
+# ---------------------------------------------------------------------- variant worlds
+def _variant_world(seed=0):
+    spec = dataclasses.replace(get_regime("small"), name="variants", vocab_size=24,
+                               successors=2, variants=3, variant_spread=1.5,
+                               variant_noise=0.7, mismatch=0.3)
+    return make_world(spec, seed=seed)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_variant_world_next_token_depends_on_class_only(temperature):
+    w = _variant_world()
+    m = w.spec.variants
+    # rows are equal exactly for tokens in the same class; there are V / m distinct rows
+    rows = np.stack([w.target_row(Context(0, x), (), temperature) for x in range(w.vocab_size)])
+    distinct = np.unique(np.round(rows, 12), axis=0)
+    assert distinct.shape[0] == w.vocab_size // m
+    # within a successor class, relative weights follow the token backgrounds (equal boosts)
+    for x in range(w.vocab_size):
+        succ = w.succ[x].reshape(-1, m)  # one class per row of m variants
+        for cls in succ:
+            r = rows[x, cls]
+            base = (w.background + w.spec.topic_strength * w.topic_vectors[0])[cls]
+            np.testing.assert_allclose(r / r.sum(), np.exp(base / temperature)
+                                       / np.exp(base / temperature).sum(), rtol=1e-9)
+
+
+def test_variant_world_draft_equals_dense_marginals():
+    w = _variant_world(seed=3)
+    spec = w.spec
+    for z, x0 in itertools.product(range(w.n_topics), range(0, w.vocab_size, 5)):
+        k = w.draft_kernel(z)
+        v = w.vocab_size
+        q = dense_law(dense_logits(k.base, k.succ, k.boost), spec.calibration)
+        u = dense_law(k.base[None], spec.calibration)[0]
+        mu = np.eye(v)[x0]
+        lq = w.draft(Context(z, x0))
+        for d in range(1, spec.depth + 1):
+            eta = spec.degradation * (d - 1) / max(spec.depth - 1, 1)
+            junk = spec.junk * d / spec.depth
+            mu = mu @ ((1 - eta) * q + eta * np.outer(np.ones(v), u))
+            np.testing.assert_allclose(np.exp(lq[d - 1]), (1 - junk) * mu + junk / v,
+                                       atol=1e-13)
+
+
+def test_variant_spec_validation():
+    with pytest.raises(ValueError, match="variants must divide"):
+        dataclasses.replace(get_regime("small"), variants=3)
+    with pytest.raises(ValueError, match="successors \\* variants"):
+        dataclasses.replace(get_regime("small"), variants=4, successors=2)
+    # shrinking a variant regime to a V that cannot hold its variants falls back to m = 1
+    assert make_world("low-entropy", seed=0, vocab_size=50).spec.variants == 1

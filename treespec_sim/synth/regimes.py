@@ -75,6 +75,17 @@ class RegimeSpec:
         Junk mass ``j_d = junk * d / L`` mixed in as uniform noise, in ``[0, 1]``.
     correction_quality : float
         ``kappa`` of the conditional-correction proposal, in ``[0, 1]``.
+    variants : int
+        ``m``, surface variants per word class (``>= 1``; ``vocab_size`` must be a multiple).
+        With ``m > 1`` the chain runs over ``V / m`` classes and emits one of a class's ``m``
+        tokens: the next token depends on the *class* of the last one, not on which variant
+        was chosen, so a tree that branches on variants keeps useful continuations (as real
+        text does: a draft that picks a near-synonym can still match what follows).
+    variant_spread : float
+        Std of the target's log-weights of the variants within a class (``>= 0``).
+    variant_noise : float
+        Std of the drafter's error on those log-weights (``>= 0``): near-miss drafts whose
+        right token is a sibling.
     """
 
     name: str
@@ -97,6 +108,9 @@ class RegimeSpec:
     degradation: float = 0.5
     junk: float = 0.02
     correction_quality: float = 0.5
+    variants: int = 1
+    variant_spread: float = 1.0
+    variant_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -111,9 +125,16 @@ class RegimeSpec:
             raise ValueError(f"successors must be <= vocab_size - 1 = {self.vocab_size - 1}; "
                              f"got {self.successors}")
         _int(self, "context_burn_in", lo=0)
+        _int(self, "variants", lo=1)
+        if self.vocab_size % self.variants:
+            raise ValueError(f"variants must divide vocab_size = {self.vocab_size}; got "
+                             f"{self.variants}")
+        if self.variants > 1 and self.successors * self.variants > self.vocab_size - 1:
+            raise ValueError(f"successors * variants must be <= vocab_size - 1; got "
+                             f"{self.successors} * {self.variants}")
         _real(self, "sharpness")
         for name in ("sharpness_spread", "successor_decay", "zipf_exponent", "topic_strength",
-                     "boost_noise"):
+                     "boost_noise", "variant_spread", "variant_noise"):
             _real(self, name, lo=0.0)
         _real(self, "topic_density", lo=0.0, hi=1.0, lo_open=True)
         for name in ("mismatch", "topic_awareness", "degradation", "junk",
@@ -174,27 +195,27 @@ REGIMES: dict[str, RegimeSpec] = {
         RegimeSpec(
             name="low-entropy",
             description="math/code-like: near-deterministic continuations, long accepted chains",
-            vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness=6.0,
-            sharpness_spread=1.0, successor_decay=3.0, zipf_exponent=0.9, topic_strength=1.0,
-            topic_density=0.05, context_burn_in=64, mismatch=0.05, boost_noise=0.2,
-            topic_awareness=0.9, calibration=1.0, degradation=0.3, junk=0.02,
-            correction_quality=0.5),
+            vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness=9.0,
+            sharpness_spread=1.0, successor_decay=4.0, zipf_exponent=0.9, topic_strength=1.0,
+            topic_density=0.05, context_burn_in=64, mismatch=0.01, boost_noise=0.3,
+            topic_awareness=0.9, calibration=0.6, degradation=0.1, junk=0.02,
+            correction_quality=0.5, variants=4, variant_spread=2.0, variant_noise=0.5),
         RegimeSpec(
             name="mid-entropy",
             description="mixed prose/structured text: a few plausible continuations per step",
             vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness=3.5,
             sharpness_spread=1.0, successor_decay=2.0, zipf_exponent=0.9, topic_strength=1.5,
-            topic_density=0.05, context_burn_in=64, mismatch=0.07, boost_noise=0.3,
-            topic_awareness=0.7, calibration=1.0, degradation=0.2, junk=0.03,
-            correction_quality=0.5),
+            topic_density=0.05, context_burn_in=64, mismatch=0.03, boost_noise=0.3,
+            topic_awareness=0.7, calibration=0.6, degradation=0.2, junk=0.03,
+            correction_quality=0.5, variants=4, variant_spread=1.5, variant_noise=0.6),
         RegimeSpec(
             name="high-entropy",
             description="open-ended chat: many near-equal continuations, short accepted chains",
             vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness=2.0,
             sharpness_spread=1.0, successor_decay=1.0, zipf_exponent=0.9, topic_strength=2.0,
-            topic_density=0.05, context_burn_in=64, mismatch=0.10, boost_noise=0.3,
-            topic_awareness=0.5, calibration=1.0, degradation=0.2, junk=0.05,
-            correction_quality=0.5),
+            topic_density=0.05, context_burn_in=64, mismatch=0.05, boost_noise=0.3,
+            topic_awareness=0.5, calibration=0.7, degradation=0.2, junk=0.05,
+            correction_quality=0.5, variants=4, variant_spread=1.0, variant_noise=0.8),
     )
 }
 

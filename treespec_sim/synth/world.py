@@ -21,6 +21,12 @@ A first-order Markov chain over ``V`` tokens, conditioned on a per-sequence topi
   ``T = 1``) ``p(succ[a, j] | a) / p(background) ≈ exp(g_aj)`` independently of ``V`` and of the
   successor's Zipf rank. Each row's slots are then sorted by boost, decreasing in ``j``.
 
+Word classes with surface variants (``variants = m > 1``): the chain above runs over ``V / m``
+classes, and a token's logit is its class's logit plus a within-class variant log-weight, so the
+next token depends on the last token's *class* only (:func:`_make_variant_world`). A draft that
+picks the wrong variant can then still match what follows -- the structure that lets real draft
+trees profit from siblings. The three large named regimes use ``m = 4``.
+
 All rows are exact and cheap at ``V = 32768``: see :class:`~treespec_sim.synth.kernel.
 SparseBoostKernel`. Target kernels are cached per ``(topic, temperature)``.
 
@@ -331,7 +337,8 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
         Non-negative; the same ``(spec, seed)`` gives an identical world.
     vocab_size, depth : int, optional
         Override ``V`` and ``L``. When ``vocab_size`` is overridden, ``successors`` is clipped
-        to ``vocab_size - 1`` so that every named regime can be shrunk.
+        to ``vocab_size - 1`` (and ``variants`` set to 1 where the new ``V`` cannot hold them)
+        so that every named regime can be shrunk.
 
     Returns
     -------
@@ -354,6 +361,10 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
         changes["vocab_size"] = int(vocab_size)
         if vocab_size >= 2:
             changes["successors"] = min(spec.successors, int(vocab_size) - 1)
+            # Keep the variant structure only where the new V still admits it.
+            if (vocab_size % spec.variants
+                    or changes["successors"] * spec.variants > vocab_size - 1):
+                changes["variants"] = 1
     if depth is not None:
         changes["depth"] = depth
     if changes:
@@ -369,6 +380,10 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
     topic_vectors = rng_topic.standard_normal((spec.n_topics, v))
     if spec.topic_density < 1.0:
         topic_vectors *= rng_topic.random((spec.n_topics, v)) < spec.topic_density
+
+    if spec.variants > 1:
+        return _make_variant_world(spec, int(seed), background, topic_vectors, rng_succ,
+                                   rng_boost, rng_draft)
 
     succ = _distinct_rows(rng_succ, v, s)
     g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(v)
@@ -388,6 +403,73 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
     for arr in (background, topic_vectors, succ, boost, d_succ, d_boost):
         arr.flags.writeable = False
     return World(spec, int(seed), background=background, topic_vectors=topic_vectors, succ=succ,
+                 boost=boost, drafter=drafter)
+
+
+def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
+                        topic_vectors: np.ndarray, rng_succ: np.random.Generator,
+                        rng_boost: np.random.Generator, rng_draft: np.random.Generator) -> World:
+    """A world whose chain runs over word classes of ``m = spec.variants`` surface tokens.
+
+    Token ``b`` belongs to class ``c(b)``; its logit after ``a`` is
+    ``bg[b] + B[c(a), j]`` if ``c(b)`` is the ``j``-th successor class of ``c(a)``, else
+    ``bg[b]``, with ``bg[b] = class_bg[c(b)] + w[b]`` (``w``: variant log-weights). So the
+    within-class proportions are ``softmax(w)`` and the next token's law depends on ``a`` only
+    through ``c(a)``. This is still a sparse-boost kernel (``s * m`` boosted tokens per row).
+    The drafter gets mismatched successor *classes*, boost noise, and variant weights
+    ``w + variant_noise * N(0, 1)``.
+    """
+    v, s, m = spec.vocab_size, spec.successors, spec.variants
+    n_cls = v // m
+    members = rng_succ.permutation(v).reshape(n_cls, m)         # class -> its m tokens
+    cls_of = np.empty(v, dtype=np.int64)
+    cls_of[members] = np.arange(n_cls)[:, None]
+    # Class backgrounds: the Zipf weights already drawn, pooled per class (keeps the unigram
+    # shape); variants add their own log-weights.
+    class_bg = np.logaddexp.reduce(background[members], axis=1)
+    w = spec.variant_spread * rng_boost.standard_normal(v)
+    w -= np.logaddexp.reduce(w[members], axis=1)[cls_of]         # log-softmax within class
+    bg_tok = class_bg[cls_of] + w
+
+    succ_cls = _distinct_rows(rng_succ, n_cls, s)
+    g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(n_cls)
+    gaps = rng_boost.exponential(1.0, (n_cls, s - 1)) * spec.successor_decay
+    g = g[:, None] - np.concatenate([np.zeros((n_cls, 1)), np.cumsum(gaps, axis=1)], axis=1)
+    log_s_bg = _logsumexp(bg_tok)
+    boost_cls = np.maximum(0.0, g + log_s_bg - class_bg[succ_cls])
+    order = np.argsort(-boost_cls, axis=1, kind="stable")
+    succ_cls = np.take_along_axis(succ_cls, order, axis=1)
+    boost_cls = np.take_along_axis(boost_cls, order, axis=1)
+
+    # Drafter: its own class table (renamed slots keep their effective logit), noisy boosts,
+    # noisy variant weights.
+    flags = rng_draft.random((n_cls, s)) < spec.mismatch
+    d_succ_cls = succ_cls.copy()
+    for c in np.flatnonzero(flags.any(axis=1)):
+        allowed = np.setdiff1d(np.arange(n_cls), succ_cls[c], assume_unique=True)
+        slots = np.flatnonzero(flags[c])
+        d_succ_cls[c, slots] = rng_draft.choice(allowed, slots.size, replace=False)
+    d_boost_cls = np.maximum(
+        0.0, boost_cls + class_bg[succ_cls] - class_bg[d_succ_cls]
+        + spec.boost_noise * rng_draft.standard_normal((n_cls, s)))
+    d_w = w + spec.variant_noise * rng_draft.standard_normal(v)
+    d_w -= np.logaddexp.reduce(d_w[members], axis=1)[cls_of]
+    d_bg_tok = class_bg[cls_of] + d_w
+
+    def token_tables(sc: np.ndarray, bc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        succ_tok = members[sc[cls_of]].reshape(v, s * m)        # all variants of each class
+        boost_tok = np.repeat(bc[cls_of], m, axis=1)
+        return succ_tok.astype(np.int64), boost_tok
+
+    succ, boost = token_tables(succ_cls, boost_cls)
+    d_succ, d_boost = token_tables(d_succ_cls, d_boost_cls)
+    drafter = BlockDiffusionDrafter(
+        d_bg_tok, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ, d_boost,
+        calibration=spec.calibration, depth=spec.depth, degradation=spec.degradation,
+        junk=spec.junk, correction_quality=spec.correction_quality)
+    for arr in (bg_tok, topic_vectors, succ, boost, d_succ, d_boost):
+        arr.flags.writeable = False
+    return World(spec, seed, background=bg_tok, topic_vectors=topic_vectors, succ=succ,
                  boost=boost, drafter=drafter)
 
 
