@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from ..tree import DraftTree, ancestor_mask
+from ..tree import DraftTree
 from ._validate import check_budget, check_log_q, check_root_token
 
 __all__ = ["ddtree", "ddtree_with_mask", "ranked_candidates"]
@@ -93,7 +93,7 @@ def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
                      ) -> tuple[DraftTree, np.ndarray]:
     """:func:`ddtree` plus the tree's ancestor-only attention mask, bool ``(n+1, n+1)``."""
     tree = ddtree(log_q, budget, root_token=root_token)
-    return tree, ancestor_mask(tree.parent, tree.levels)
+    return tree, tree.attention_mask()
 
 
 def ranked_candidates(row: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -372,7 +372,7 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
 
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(5)]
     rng_bg, rng_topic, rng_succ, rng_boost, rng_draft = streams
-    v, s = spec.vocab_size, spec.successors
+    v = spec.vocab_size
 
     background = np.empty(v)
     background[rng_bg.permutation(v)] = -spec.zipf_exponent * np.log(np.arange(1, v + 1))
@@ -385,15 +385,7 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
         return _make_variant_world(spec, int(seed), background, topic_vectors, rng_succ,
                                    rng_boost, rng_draft)
 
-    succ = _distinct_rows(rng_succ, v, s)
-    g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(v)
-    gaps = rng_boost.exponential(1.0, (v, s - 1)) * spec.successor_decay
-    g = g[:, None] - np.concatenate([np.zeros((v, 1)), np.cumsum(gaps, axis=1)], axis=1)
-    log_s_bg = _logsumexp(background)
-    boost = np.maximum(0.0, g + log_s_bg - background[succ])
-    order = np.argsort(-boost, axis=1, kind="stable")
-    succ = np.take_along_axis(succ, order, axis=1)
-    boost = np.take_along_axis(boost, order, axis=1)
+    succ, boost = _successor_table(rng_succ, rng_boost, spec, background, background)
 
     d_succ, d_boost = _mismatched_copy(rng_draft, background, succ, boost, spec)
     drafter = BlockDiffusionDrafter(
@@ -431,15 +423,7 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
     w -= np.logaddexp.reduce(w[members], axis=1)[cls_of]         # log-softmax within class
     bg_tok = class_bg[cls_of] + w
 
-    succ_cls = _distinct_rows(rng_succ, n_cls, s)
-    g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(n_cls)
-    gaps = rng_boost.exponential(1.0, (n_cls, s - 1)) * spec.successor_decay
-    g = g[:, None] - np.concatenate([np.zeros((n_cls, 1)), np.cumsum(gaps, axis=1)], axis=1)
-    log_s_bg = _logsumexp(bg_tok)
-    boost_cls = np.maximum(0.0, g + log_s_bg - class_bg[succ_cls])
-    order = np.argsort(-boost_cls, axis=1, kind="stable")
-    succ_cls = np.take_along_axis(succ_cls, order, axis=1)
-    boost_cls = np.take_along_axis(boost_cls, order, axis=1)
+    succ_cls, boost_cls = _successor_table(rng_succ, rng_boost, spec, class_bg, bg_tok)
 
     # Drafter: its own class table (renamed slots keep their effective logit), noisy boosts,
     # noisy variant weights.
@@ -471,6 +455,25 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
         arr.flags.writeable = False
     return World(spec, seed, background=bg_tok, topic_vectors=topic_vectors, succ=succ,
                  boost=boost, drafter=drafter)
+
+
+def _successor_table(rng_succ: np.random.Generator, rng_boost: np.random.Generator,
+                     spec: RegimeSpec, unit_bg: np.ndarray, token_bg: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Successor table and boosts over ``len(unit_bg)`` units (tokens, or word classes).
+
+    Unit ``j``-th successor log-odds against the whole token background mass:
+    ``g_a0 = sharpness + sharpness_spread N(0,1)``, ``g_a,j+1 = g_aj - Exp(successor_decay)``;
+    ``boost = max(0, g + logsumexp(token_bg) - unit_bg[succ])``; slots sorted by boost.
+    """
+    n, s = unit_bg.shape[0], spec.successors
+    succ = _distinct_rows(rng_succ, n, s)
+    g = spec.sharpness + spec.sharpness_spread * rng_boost.standard_normal(n)
+    gaps = rng_boost.exponential(1.0, (n, s - 1)) * spec.successor_decay
+    g = g[:, None] - np.concatenate([np.zeros((n, 1)), np.cumsum(gaps, axis=1)], axis=1)
+    boost = np.maximum(0.0, g + _logsumexp(token_bg) - unit_bg[succ])
+    order = np.argsort(-boost, axis=1, kind="stable")
+    return np.take_along_axis(succ, order, axis=1), np.take_along_axis(boost, order, axis=1)
 
 
 def _logsumexp(x: np.ndarray) -> float:
