@@ -125,3 +125,79 @@ def max_law_gap(a: dict, b: dict) -> float:
     """Largest absolute difference between two laws over the union of their supports."""
     keys = set(a) | set(b)
     return max((abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys), default=0.0)
+
+
+# ---------------------------------------------------------------------- sampled trees
+def draw_tuples(q: np.ndarray, k: int, *, replacement: bool):
+    """Every ordered k-tuple of draws from ``q`` with its probability.
+
+    ``replacement=True``: i.i.d. draws; ``False``: sequential draws without replacement
+    (draw ``i`` from ``q`` renormalised over the tokens not yet drawn).
+    """
+    support = [int(x) for x in np.flatnonzero(q > 0)]
+    if replacement:
+        for tup in itertools.product(support, repeat=k):
+            yield tup, float(np.prod([q[x] for x in tup]))
+        return
+    for tup in itertools.permutations(support, k):
+        prob, left = 1.0, 1.0
+        for x in tup:
+            prob *= q[x] / left
+            left -= q[x]
+        yield tup, prob
+
+
+def sampled_round_law(shape: DraftTree, row_fn, proposal_fn, *, replacement: bool,
+                      verify_without_replacement: bool) -> dict[tuple[int, ...], float]:
+    """Law of the tokens emitted by one round on a *sampled* tree, enumerated exactly.
+
+    ``shape`` fixes how many children each node gets (its tokens are ignored); node tokens are
+    drawn from ``proposal_fn(path)`` (i.i.d. or without replacement, per ``replacement``), and
+    the tree is verified with the package's RRS step rule (``verify_without_replacement``
+    selects RRSw). ``row_fn(path)`` is the target's next-token law after ``path``. Mismatched
+    settings (e.g. i.i.d. draws verified as without replacement) are known-buggy variants.
+    """
+    from treespec_sim.verify.rrs import _run_node, _steps
+
+    def node_law(path: tuple[int, ...], node: int) -> dict[tuple[int, ...], float]:
+        kids = shape.children(node)
+        p = np.asarray(row_fn(path), dtype=np.float64)
+        law: dict[tuple[int, ...], float] = defaultdict(float)
+        if kids.size == 0:
+            for y in np.flatnonzero(p > 0):
+                law[(int(y),)] += float(p[y])
+            return law
+        q = np.asarray(proposal_fn(path), dtype=np.float64)
+        for tokens, prob in draw_tuples(q, kids.size, replacement=replacement):
+            accepts, residual = _run_node(_steps(p, q, np.array(tokens),
+                                                 verify_without_replacement))
+            reach = 1.0
+            for i, a in enumerate(accepts):
+                if a > 0:
+                    for s, ps in node_law((*path, tokens[i]), int(kids[i])).items():
+                        law[(tokens[i], *s)] += prob * reach * a * ps
+                reach *= 1.0 - a
+            if reach > 0:
+                for y in np.flatnonzero(residual > 0):
+                    law[(int(y),)] += prob * reach * float(residual[y])
+        return law
+
+    return dict(node_law((), 0))
+
+
+def extend_law(law: dict[tuple[int, ...], float], row_fn, n_tokens: int
+               ) -> dict[tuple[int, ...], float]:
+    """Continue every emitted string with target draws up to ``n_tokens`` (or truncate)."""
+    out: dict[tuple[int, ...], float] = defaultdict(float)
+
+    def grow(s: tuple[int, ...], prob: float) -> None:
+        if len(s) >= n_tokens:
+            out[s[:n_tokens]] += prob
+            return
+        p = np.asarray(row_fn(s), dtype=np.float64)
+        for y in np.flatnonzero(p > 0):
+            grow((*s, int(y)), prob * float(p[y]))
+
+    for s, prob in law.items():
+        grow(s, prob)
+    return dict(out)

@@ -10,6 +10,13 @@ Rules for deterministic trees (tokens fixed by the policy; no proposal):
 ``"tev"``
     exit-law sampling (TEV), :mod:`.tev`.
 
+Rules for sampled trees (``proposal[v]`` = the law ``v``'s children were drawn from):
+
+``"rrs"``
+    recursive rejection sampling, i.i.d. siblings (SpecInfer), :mod:`.rrs`;
+``"rrsw"``
+    the same without replacement (RSD / Sequoia), :mod:`.rrs`.
+
 ``expected_length`` is exact over the verifier's own randomness with the tree fixed: for both
 rules the round ends at node ``v`` with probability :math:`w(v)` (the exit law) and commits
 ``depth(v) + 1`` tokens, so :math:`E[\tau] = \sum_v w(v)\,(1 + \mathrm{depth}(v))`. That this
@@ -28,6 +35,7 @@ from ..rows import TargetOracle, as_oracle
 from ..tree import DraftTree
 from .follow import follow_sample
 from .outcome import Outcome
+from .rrs import check_proposal, rrs_expected_length, rrs_sample
 from .tev import tev_sample
 
 __all__ = ["RULES", "Outcome", "VerifierRule", "expected_length", "verify"]
@@ -38,23 +46,41 @@ class VerifierRule:
     """A verification rule: how to sample one round and how to compute its exact E[tau]."""
 
     name: str
-    sample: Callable[[DraftTree, TargetOracle, np.random.Generator], Outcome]
-    expected_length: Callable[[DraftTree, TargetOracle], float]
+    #: ``sample(tree, oracle, rng, proposal) -> Outcome`` (proposal None for deterministic)
+    sample: Callable[..., Outcome]
+    #: ``expected_length(tree, oracle, proposal) -> float``
+    expected_length: Callable[..., float]
     needs_proposal: bool
     description: str
+    without_replacement: bool = False
 
 
-def _exit_law_length(tree: DraftTree, oracle: TargetOracle) -> float:
+def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> float:
     w = exit_law(tree, oracle)
     return float(np.dot(w, 1.0 + tree.depth))
 
 
+def _rrs_rule(name: str, without_replacement: bool, description: str) -> VerifierRule:
+    def sample(tree, oracle, rng, proposal):
+        return rrs_sample(tree, oracle, rng, proposal, without_replacement=without_replacement)
+
+    def length(tree, oracle, proposal):
+        return rrs_expected_length(tree, oracle, proposal,
+                                   without_replacement=without_replacement)
+
+    return VerifierRule(name, sample, length, True, description, without_replacement)
+
+
 #: Known rules by name.
 RULES: dict[str, VerifierRule] = {
-    "follow": VerifierRule("follow", follow_sample, _exit_law_length, False,
+    "follow": VerifierRule("follow", lambda t, o, rng, _p: follow_sample(t, o, rng),
+                           _exit_law_length, False,
                            "predraw-and-follow (DDTree); deterministic trees"),
-    "tev": VerifierRule("tev", tev_sample, _exit_law_length, False,
+    "tev": VerifierRule("tev", lambda t, o, rng, _p: tev_sample(t, o, rng),
+                        _exit_law_length, False,
                         "exit-law sampling + residual bonus (TEV); deterministic trees"),
+    "rrs": _rrs_rule("rrs", False, "recursive rejection sampling, i.i.d. siblings (SpecInfer)"),
+    "rrsw": _rrs_rule("rrsw", True, "recursive rejection sampling without replacement (RSD)"),
 }
 
 
@@ -93,10 +119,18 @@ def verify(tree: DraftTree, target_rows, *, rule: str, rng: np.random.Generator,
     spec = _rule(rule, proposal)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
-    return spec.sample(tree, as_oracle(target_rows, tree), rng)
+    oracle = as_oracle(target_rows, tree)
+    return spec.sample(tree, oracle, rng, _proposal(spec, proposal, tree))
 
 
 def expected_length(tree: DraftTree, target_rows, *, rule: str, proposal=None) -> float:
     """Exact expected tokens per round, :math:`E[\\tau]` (bonus included), for fixed tokens."""
     spec = _rule(rule, proposal)
-    return spec.expected_length(tree, as_oracle(target_rows, tree))
+    oracle = as_oracle(target_rows, tree)
+    return spec.expected_length(tree, oracle, _proposal(spec, proposal, tree))
+
+
+def _proposal(spec: VerifierRule, proposal, tree: DraftTree):
+    if not spec.needs_proposal:
+        return None
+    return check_proposal(proposal, tree, without_replacement=spec.without_replacement)

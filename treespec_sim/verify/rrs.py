@@ -1,0 +1,154 @@
+r"""Recursive rejection sampling for sampled trees: RRS (i.i.d. siblings) and RRSw (without).
+
+RRS: SpecInfer (Miao et al., ASPLOS'24) multi-step speculative sampling. RRSw: Jeon et al. 2024
+(recursive speculative decoding, RSD), the without-replacement variant also used by Sequoia.
+
+At node ``v`` with target row :math:`p_v` and children :math:`x_1, \dots, x_k` in draw (node)
+order, start from :math:`r \leftarrow p_v`; for each child, with :math:`q_i` the law it was drawn
+from, accept it with probability :math:`\min(1, r(x_i)/q_i(x_i))` and descend; otherwise
+:math:`r \leftarrow \mathrm{norm}((r - q_i)_+)`. If every child is rejected the bonus is drawn
+from :math:`r`. RRS: :math:`q_i = q_v` (i.i.d. draws; duplicates still apply their residual
+step). RRSw: :math:`q_i` is :math:`q_v` renormalised over the tokens not drawn before.
+
+Lossless because step ``i`` is ordinary speculative sampling of :math:`q_i` against
+:math:`r_{i-1}`, with :math:`x_i \sim q_i` independent of everything that decided
+:math:`r_{i-1}` (research note ``verification_theory.md`` §2-3). Both need the siblings in their
+true draw order and the exact law they were drawn from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .._sampling import sample_categorical
+from ..rows import ROW_SUM_TOL, TargetOracle
+from ..tree import DraftTree
+from .outcome import Outcome
+
+__all__ = ["check_proposal", "rrs_expected_length", "rrs_sample"]
+
+#: A residual with less total mass than this is the (measure-zero) "r == q_i" case: the step
+#: accepts with probability 1 and the residual is never used.
+_ZERO_RESIDUAL = 1e-15
+
+
+def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> np.ndarray:
+    """Validate the proposal rows of a sampled tree; return them as float64 (n+1, V).
+
+    Only rows of nodes that have children are read; each must be a distribution, and every
+    child's token must have positive proposal mass.
+    """
+    arr = np.asarray(proposal, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] != tree.n_nodes:
+        raise ValueError(f"proposal must have shape (n+1, V) = ({tree.n_nodes}, V); got "
+                         f"{arr.shape}")
+    inner = np.unique(tree.parent[1:])
+    rows = arr[inner]
+    if not np.isfinite(rows).all():
+        r, c = np.argwhere(~np.isfinite(rows))[0]
+        raise ValueError(f"proposal[{inner[r]}, {c}] = {rows[r, c]} is not finite")
+    if (rows < 0).any():
+        r, c = np.argwhere(rows < 0)[0]
+        raise ValueError(f"proposal[{inner[r]}, {c}] = {rows[r, c]} is negative")
+    sums = rows.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOL)
+    if off.size:
+        raise ValueError(f"proposal[{inner[off[0]]}] sums to {float(sums[off[0]])!r}, not 1 "
+                         f"(tolerance {ROW_SUM_TOL:g})")
+    if tree.size:
+        if int(tree.token[1:].max()) >= arr.shape[1]:
+            v = int(np.argmax(tree.token[1:] >= arr.shape[1])) + 1
+            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the proposal's "
+                             f"vocabulary (V = {arr.shape[1]})")
+        mass = arr[tree.parent[1:], tree.token[1:]]
+        zero = np.flatnonzero(mass <= 0)
+        if zero.size:
+            v = int(zero[0]) + 1
+            raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
+                             f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
+    if without_replacement and tree.has_duplicate_siblings:
+        raise ValueError("tree has duplicate siblings, impossible for draws without "
+                         "replacement; verify i.i.d.-drawn trees with rule 'rrs'")
+    return arr
+
+
+def _steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_replacement: bool
+           ) -> Iterator[tuple[float, np.ndarray]]:
+    """For each sibling in draw order: (acceptance probability, residual before the step).
+
+    After the last yield the generator's return value is the final residual (bonus law).
+    """
+    r = r0
+    q_left = q.copy() if without_replacement else q
+    for x in tokens:
+        if without_replacement:
+            qi = q_left / q_left.sum()
+        else:
+            qi = q
+        accept = 1.0 if r[x] >= qi[x] else float(r[x] / qi[x])
+        yield accept, r
+        if accept >= 1.0:
+            return r  # never rejected: nothing after this sibling is reachable
+        resid = np.clip(r - qi, 0.0, None)
+        total = resid.sum()
+        if total <= _ZERO_RESIDUAL:  # r == q_i up to rounding: acceptance was 1
+            return r
+        r = resid / total
+        if without_replacement:
+            q_left = q_left.copy()
+            q_left[x] = 0.0
+    return r
+
+
+def _run_node(gen: Iterator[tuple[float, np.ndarray]]) -> tuple[list[float], np.ndarray]:
+    accepts = []
+    try:
+        while True:
+            a, _ = next(gen)
+            accepts.append(a)
+    except StopIteration as stop:
+        return accepts, stop.value
+
+
+def rrs_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
+               proposal: np.ndarray, *, without_replacement: bool) -> Outcome:
+    """Sample one round of RRS (``without_replacement=False``) or RRSw."""
+    path: list[int] = []
+    v = 0
+    while True:
+        kids = tree.children(v)
+        steps = _steps(np.asarray(oracle.row(v), dtype=np.float64), proposal[v],
+                       tree.token[kids], without_replacement)
+        i = 0
+        while True:
+            try:
+                accept, _ = next(steps)
+            except StopIteration as stop:  # every child rejected: bonus from the residual
+                bonus = sample_categorical(stop.value, rng)
+                return Outcome.from_path(tree, tuple(path), bonus)
+            if accept >= 1.0 or rng.random() < accept:
+                v = int(kids[i])
+                path.append(v)
+                break
+            i += 1
+
+
+def rrs_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                        without_replacement: bool) -> float:
+    r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed (bottom-up recursion)."""
+    accepted_below = np.zeros(tree.n_nodes)
+    for v in range(tree.n_nodes - 1, -1, -1):
+        kids = tree.children(v)
+        if kids.size == 0:
+            continue
+        accepts, _ = _run_node(_steps(np.asarray(oracle.row(v), dtype=np.float64),
+                                      proposal[v], tree.token[kids], without_replacement))
+        reach = 1.0
+        total = 0.0
+        for i, a in enumerate(accepts):
+            total += reach * a * (1.0 + accepted_below[kids[i]])
+            reach *= 1.0 - a
+        accepted_below[v] = total
+    return float(1.0 + accepted_below[0])
