@@ -388,14 +388,8 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
     succ, boost = _successor_table(rng_succ, rng_boost, spec, background, background)
 
     d_succ, d_boost = _mismatched_copy(rng_draft, background, succ, boost, spec)
-    drafter = BlockDiffusionDrafter(
-        background, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ, d_boost,
-        calibration=spec.calibration, depth=spec.depth, degradation=spec.degradation,
-        junk=spec.junk, correction_quality=spec.correction_quality)
-    for arr in (background, topic_vectors, succ, boost, d_succ, d_boost):
-        arr.flags.writeable = False
-    return World(spec, int(seed), background=background, topic_vectors=topic_vectors, succ=succ,
-                 boost=boost, drafter=drafter)
+    return _assemble(spec, int(seed), background, topic_vectors, succ, boost,
+                     background, d_succ, d_boost)
 
 
 def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
@@ -447,13 +441,21 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
 
     succ, boost = token_tables(succ_cls, boost_cls)
     d_succ, d_boost = token_tables(d_succ_cls, d_boost_cls)
+    return _assemble(spec, seed, bg_tok, topic_vectors, succ, boost, d_bg_tok, d_succ, d_boost)
+
+
+def _assemble(spec: RegimeSpec, seed: int, background: np.ndarray, topic_vectors: np.ndarray,
+              succ: np.ndarray, boost: np.ndarray, d_background: np.ndarray,
+              d_succ: np.ndarray, d_boost: np.ndarray) -> World:
+    """The drafter and the world from finished arrays (made read-only here)."""
     drafter = BlockDiffusionDrafter(
-        d_bg_tok, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ, d_boost,
-        calibration=spec.calibration, depth=spec.depth, degradation=spec.degradation,
-        junk=spec.junk, correction_quality=spec.correction_quality)
-    for arr in (bg_tok, topic_vectors, succ, boost, d_succ, d_boost):
+        d_background, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ,
+        d_boost, calibration=spec.calibration, depth=spec.depth,
+        degradation=spec.degradation, junk=spec.junk,
+        correction_quality=spec.correction_quality)
+    for arr in (background, topic_vectors, succ, boost, d_background, d_succ, d_boost):
         arr.flags.writeable = False
-    return World(spec, seed, background=bg_tok, topic_vectors=topic_vectors, succ=succ,
+    return World(spec, seed, background=background, topic_vectors=topic_vectors, succ=succ,
                  boost=boost, drafter=drafter)
 
 
