@@ -122,3 +122,26 @@ def test_chain():
     t = chain(lp, root_token=9)
     assert t.paths() == [(1,), (1, 0), (1, 0, 2)] and t.root_token == 9
     assert chain(lp, 2).size == 2 and chain(lp, 99).size == 3
+
+
+@pytest.mark.parametrize("budget", [16, 64, 256])
+def test_peaked_rows_regression(budget):
+    """Argmax-dominated rows: the sampled threshold must be the certified one (review bug)."""
+    lp = np.full((12, 1000), -50.0)
+    lp[:, 0] = 0.0
+    parent, token, _, _ = ddtree_heap_reference(lp, budget)
+    tree = ddtree(lp, budget)
+    assert tree.size == budget and tree.parent.tolist() == parent
+    rng = np.random.default_rng(budget)
+    logits = rng.standard_normal((15, 32768)).astype(np.float32)
+    logits[:, 0] += 30
+    lp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    parent, token, _, _ = ddtree_heap_reference(lp, budget)
+    tree = ddtree(lp, budget)
+    assert tree.parent.tolist() == parent and tree.token[1:].tolist() == token[1:]
+
+
+def test_tiny_positive_log_probs_are_clamped():
+    tree = ddtree(np.array([[1e-13, -1.0], [1e-13, -1.0]]), 2)
+    assert all(tree.parent[v] < v for v in range(1, tree.n_nodes))
+    assert tree.paths() == [(0,), (0, 0)]

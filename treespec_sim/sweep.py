@@ -117,7 +117,7 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return (f"{self.regime}__{self.method}__{self.verifier}__T{self.temperature:g}"
+        return (f"{self.regime}__{self.method}__{self.verifier}__T{self.temperature!r}"
                 f"__B{self.budget}")
 
 
@@ -220,9 +220,10 @@ def run_sweep(config: SweepConfig, out: Path, *, resume: bool = False, plot: boo
     todo = []
     for cell in cells:
         path = cells_dir / f"{cell.key}__s{config.seed}.json"
-        if resume and path.exists():
-            rows.append(json.loads(path.read_text()))
-        else:
+        done = json.loads(path.read_text()) if resume and path.exists() else None
+        if done is not None and done.get("rounds") == config.rounds:
+            rows.append(done)
+        else:  # not finished, or finished under another round count: (re)compute
             todo.append((cell, path))
     skipped = len(cells) - len(todo)
     worlds: dict[str, object] = {}

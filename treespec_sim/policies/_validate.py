@@ -51,6 +51,11 @@ def check_log_q(log_q, name: str = "log_q") -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"{name}[{d}, {t}] is NaN")
         t = int(np.argmax(row))
         raise ValueError(f"{name}[{d}, {t}] = {float(row[t])!r} is a positive log-probability")
+    if (row_max > 0).any():
+        # Tiny positive rounding (within the tolerance) would let a child outscore its
+        # parent; clamp it so path scores never increase with depth.
+        lp = np.minimum(lp, 0.0)
+        row_max = np.minimum(row_max, 0.0)
     dead = np.flatnonzero(np.isneginf(row_max))
     if dead.size:
         raise ValueError(f"{name}[{int(dead[0])}] has no finite entry (zero total probability)")

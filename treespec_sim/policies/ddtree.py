@@ -136,7 +136,7 @@ def _build(lp: np.ndarray, row_max: np.ndarray, budget: int
     # Best possible score of a depth-d prefix's ancestors: P[d] = sum of maxima above depth d.
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
     t = _initial_threshold(lp, prefix_best, budget, k)
-    cand_tok, cand_val = _candidates(lp, prefix_best, t, budget, k)
+    cand_tok, cand_val, t = _candidates(lp, prefix_best, t, budget, k)
     return _enumerate_top(cand_tok, cand_val, budget, t)
 
 
@@ -163,7 +163,7 @@ def _initial_threshold(lp: np.ndarray, prefix_best: np.ndarray, budget: int, k: 
 
 
 def _candidates(lp: np.ndarray, prefix_best: np.ndarray, t: float, budget: int, k: int
-                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                ) -> tuple[list[np.ndarray], list[np.ndarray], float]:
     """Per-depth ranked candidate lists, and a certified threshold (lowered until valid)."""
     L, _ = lp.shape
     while True:
@@ -177,7 +177,7 @@ def _candidates(lp: np.ndarray, prefix_best: np.ndarray, t: float, budget: int, 
             count += tok.size
         # `count` single-deviation nodes score >= t: enough to certify t, or t = -inf (all).
         if count >= budget or not math.isfinite(t):
-            return toks, vals
+            return toks, vals, t
         t = -math.inf if count == 0 else t - max(16.0, abs(t))
 
 
