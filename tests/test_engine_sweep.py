@@ -45,7 +45,7 @@ def test_greedy_decode_equals_target_greedy(world):
     assert np.array_equal(got, want)
 
 
-def test_summary_ci_contains_mean_and_covers_truth(world):
+def test_summary_ci_brackets_mean_and_sampled_ci_covers_exact_mean(world):
     seqs = run_rounds(world, policy="chain", budget=15, rule="follow", temperature=1.0,
                       rounds=40, rng=np.random.default_rng(3), rounds_per_sequence=1)
     s = summarize(seqs)
