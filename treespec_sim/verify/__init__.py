@@ -15,12 +15,20 @@ Rules for sampled trees (``proposal[v]`` = the law ``v``'s children were drawn f
 ``"rrs"``
     recursive rejection sampling, i.i.d. siblings (SpecInfer), :mod:`.rrs`;
 ``"rrsw"``
-    the same without replacement (RSD / Sequoia), :mod:`.rrs`.
+    the same without replacement (RSD / Sequoia), :mod:`.rrs`;
+``"traversal"``
+    Traversal verification (leaf to root, prefix acceptance weights), :mod:`.traversal`;
+``"univer"``
+    UniVer, conditional OT with prefix scaling (a reconstruction), :mod:`.traversal`.
 
-``expected_length`` is exact over the verifier's own randomness with the tree fixed: for both
-rules the round ends at node ``v`` with probability :math:`w(v)` (the exit law) and commits
-``depth(v) + 1`` tokens, so :math:`E[\tau] = \sum_v w(v)\,(1 + \mathrm{depth}(v))`. That this
-equals :math:`1 + C_p(T)` (the coverage bound is saturated) is a theorem the tests check.
+``"rrsw"``, ``"traversal"`` and ``"univer"`` all verify sequential draws without replacement in
+node order; ``"rrs"`` verifies i.i.d. draws.
+
+``expected_length`` is exact over the verifier's own randomness with the tree fixed. For the
+deterministic rules the round ends at node ``v`` with probability :math:`w(v)` (the exit law)
+and commits ``depth(v) + 1`` tokens, so :math:`E[\tau] = \sum_v w(v)\,(1 + \mathrm{depth}(v))`.
+That this equals :math:`1 + C_p(T)` (the coverage bound is saturated) is a theorem the tests
+check. The sampled-tree rules compute it by their own exact recursions.
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ from ..rows import TargetOracle, as_oracle
 from ..tree import DraftTree
 from .follow import follow_sample
 from .outcome import Outcome
-from .rrs import check_proposal, rrs_expected_length, rrs_sample
+from .rrs import check_proposal, rrs_expected_length, rrs_round_law, rrs_sample
 from .tev import tev_sample
+from .traversal import traversal_expected_length, traversal_round_law, traversal_sample
 
 __all__ = ["RULES", "Outcome", "VerifierRule", "expected_length", "verify"]
 
@@ -53,6 +62,9 @@ class VerifierRule:
     needs_proposal: bool
     description: str
     without_replacement: bool = False
+    #: ``round_law(tree, oracle, proposal) -> {emitted tokens: probability}``, exact, for the
+    #: sampled-tree rules (the deterministic rules' laws live in ``proofs_check.enumerate``)
+    round_law: Callable[..., dict[tuple[int, ...], float]] | None = None
 
 
 def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> float:
@@ -68,7 +80,23 @@ def _rrs_rule(name: str, without_replacement: bool, description: str) -> Verifie
         return rrs_expected_length(tree, oracle, proposal,
                                    without_replacement=without_replacement)
 
-    return VerifierRule(name, sample, length, True, description, without_replacement)
+    def law(tree, oracle, proposal):
+        return rrs_round_law(tree, oracle, proposal, without_replacement=without_replacement)
+
+    return VerifierRule(name, sample, length, True, description, without_replacement, law)
+
+
+def _scaled_rule(name: str, description: str) -> VerifierRule:
+    def sample(tree, oracle, rng, proposal):
+        return traversal_sample(tree, oracle, rng, proposal, step=name)
+
+    def length(tree, oracle, proposal):
+        return traversal_expected_length(tree, oracle, proposal, step=name)
+
+    def law(tree, oracle, proposal):
+        return traversal_round_law(tree, oracle, proposal, step=name)
+
+    return VerifierRule(name, sample, length, True, description, True, law)
 
 
 #: Known rules by name.
@@ -81,6 +109,10 @@ RULES: dict[str, VerifierRule] = {
                         "exit-law sampling + residual bonus (TEV); deterministic trees"),
     "rrs": _rrs_rule("rrs", False, "recursive rejection sampling, i.i.d. siblings (SpecInfer)"),
     "rrsw": _rrs_rule("rrsw", True, "recursive rejection sampling without replacement (RSD)"),
+    "traversal": _scaled_rule("traversal", "Traversal verification: post-order, prefix "
+                              "acceptance weights (Weng et al. 2025)"),
+    "univer": _scaled_rule("univer", "UniVer reconstruction: conditional OT per node "
+                           "(Greedy plan given earlier draws) with prefix scaling"),
 }
 
 

@@ -27,7 +27,7 @@ from ..rows import ROW_SUM_TOL, TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
 
-__all__ = ["check_proposal", "rrs_expected_length", "rrs_sample"]
+__all__ = ["check_proposal", "rrs_expected_length", "rrs_round_law", "rrs_sample"]
 
 #: A residual with less total mass than this is the (measure-zero) "r == q_i" case: the step
 #: accepts with probability 1 and the residual is never used.
@@ -152,3 +152,28 @@ def rrs_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndar
             reach *= 1.0 - a
         accepted_below[v] = total
     return float(1.0 + accepted_below[0])
+
+
+def rrs_round_law(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                  without_replacement: bool) -> dict[tuple[int, ...], float]:
+    """Exact law of the emitted tokens ``(path tokens..., bonus)`` for fixed drafted tokens."""
+
+    def node_law(v: int) -> dict[tuple[int, ...], float]:
+        kids = tree.children(v)
+        accepts, residual = _run_node(_steps(np.asarray(oracle.row(v), dtype=np.float64),
+                                             proposal[v], tree.token[kids],
+                                             without_replacement))
+        law: dict[tuple[int, ...], float] = {}
+        reach = 1.0
+        for i, a in enumerate(accepts):
+            if a > 0:
+                x = int(tree.token[kids[i]])
+                for s, ps in node_law(int(kids[i])).items():
+                    law[(x, *s)] = law.get((x, *s), 0.0) + reach * a * ps
+            reach *= 1.0 - a
+        if reach > 0:
+            for y in np.flatnonzero(residual > 0):
+                law[(int(y),)] = law.get((int(y),), 0.0) + reach * float(residual[y])
+        return law
+
+    return node_law(0)

@@ -1,0 +1,182 @@
+r"""Prefix-scaled, post-order tree verification: Traversal and UniVer (reconstruction).
+
+Both rules run the same recursion and differ only in the *horizontal* step: in which order a
+node's children are tried and which proposal law each trial is judged against.
+
+The recursion (``docs/theory/verification.md``, ``docs/theory/univer.md``). Node ``a`` is
+visited with a *prefix acceptance probability* :math:`s_a \in [0, 1]` and a target
+distribution :math:`r_a` over its next token (initially the target row :math:`p_a`). Its
+children are tried one at a time; trying child ``c`` (token ``x``, trial proposal
+:math:`\rho`) visits ``c`` with
+
+.. math:: s_c = \min\bigl(1,\; s_a r_a(x) / \rho(x)\bigr),
+
+recursively, *before* any later sibling (post-order). If nothing in ``c``'s subtree is emitted,
+``c`` is deleted and ``a`` is updated with :math:`\mu = s_a r_a`:
+
+.. math::
+    Z = \textstyle\sum_y (\mu - \rho)_+(y),\quad R = \sum_y (\rho - \mu)_+(y) = Z + 1 - s_a,
+    \quad r_a \leftarrow \mathrm{norm}\bigl((\mu - \rho)_+\bigr),\quad s_a \leftarrow Z/R.
+
+When every child of ``a`` has been deleted, ``a`` emits its path and a bonus
+:math:`y \sim r_a` with probability :math:`s_a`; otherwise ``a`` is deleted in turn. The root has
+:math:`s = 1` throughout, so a round always emits.
+
+Invariant (the proof of losslessness): averaged over ``a``'s subtree and the coins, the
+visit of ``a`` emits the continuation ``c`` with probability :math:`s_a\,P(c \mid a)` and deletes
+``a`` with probability :math:`1 - s_a`. Each trial is then ordinary speculative sampling of
+:math:`\rho` against the sub-probability target :math:`\mu`, and the remainder is a fresh instance
+of the same problem with target mass ``Z`` over a rejection event of probability ``R``.
+
+Horizontal steps:
+
+``"traversal"`` (Weng et al., arXiv 2505.12398, as reconstructed in the research note §7.2)
+    children in draw order, each judged against :math:`q_a` renormalised over the tokens not
+    drawn before it (RRSw's proposal). On a chain this is block verification (Sun et al.,
+    arXiv 2403.10444); on one level it is RRSw.
+``"univer"`` (UniVer, Weng, Hu & Yairi, arXiv 2605.04543; a reconstruction)
+    *conditional* OT: condition on the first :math:`k-1` drawn children :math:`T` (held fixed),
+    under which the last draw is :math:`J \sim q_a(\cdot \mid \notin T)`. Try ``J`` first against
+    that law, then each ``t`` in ``T`` against the point mass :math:`\delta_t`. This is Hu et al.'s
+    Greedy verifier (arXiv 2502.18779) applied to the scaled target; it reaches every token's
+    bound :math:`\min(\mu(y), P(y \in C \mid T))` at once, so it solves the node's conditional
+    OT for every value vector. With :math:`T` = the top :math:`k-1` of ``q`` it is exactly the
+    Greedy-draft verifier; on a chain it is block verification.
+
+Expected length is exact and cheap: the run is a fixed sequence of emission *opportunities*
+(which node, with what conditional chance, from which bonus law) that does not depend on how an
+earlier opportunity failed, so :math:`E[\tau] = \sum_j \prod_{i<j}(1 - c_i)\,c_j\,(1 + d_j)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .._sampling import sample_categorical
+from ..rows import TargetOracle
+from ..tree import DraftTree
+from .outcome import Outcome
+
+__all__ = ["HORIZONTAL_STEPS", "opportunities", "traversal_expected_length",
+           "traversal_round_law", "traversal_sample"]
+
+#: Rejection or residual mass below this is treated as exactly zero (rounding of ``r == rho``).
+_ZERO_MASS = 1e-15
+
+#: Horizontal steps known to :func:`opportunities`.
+HORIZONTAL_STEPS = ("traversal", "univer")
+
+
+def _point_mass(token: int, vocab: int) -> np.ndarray:
+    row = np.zeros(vocab)
+    row[token] = 1.0
+    return row
+
+
+def _trials(step: str, q: np.ndarray, kids: np.ndarray, tokens: np.ndarray
+            ) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(child node, trial proposal)`` in trial order for one node's children."""
+    if step == "traversal":
+        left = q.copy()
+        for child, x in zip(kids, tokens, strict=True):
+            yield int(child), left / left.sum()
+            left[x] = 0.0
+        return
+    # univer: condition on the earlier draws; the last draw is the only random one given them
+    held = tokens[:-1]
+    q_last = q.copy()
+    q_last[held] = 0.0
+    yield int(kids[-1]), q_last / q_last.sum()
+    for child, x in zip(kids[:-1], held, strict=True):
+        yield int(child), _point_mass(int(x), q.size)
+
+
+def _exact_scale(z_mass: float, r_mass: float, rho_x: float) -> float:
+    """The prefix acceptance probability left at a node after deleting a child: ``Z / R``."""
+    return min(1.0, z_mass / r_mass)
+
+
+def opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str
+                  ) -> Iterator[tuple[int, float, np.ndarray]]:
+    """The run's emission opportunities in order: ``(node, chance, bonus law)``.
+
+    Opportunity ``j`` emits ``node``'s path and a bonus drawn from ``bonus law`` with probability
+    ``chance`` given that every earlier opportunity failed. The last opportunity is the root's,
+    with chance 1. Opportunities that cannot occur (a visit with :math:`s = 0`) are skipped.
+    """
+    return _opportunities(tree, oracle, proposal, step=step, scale_update=_exact_scale)
+
+
+def _opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str,
+                   scale_update) -> Iterator[tuple[int, float, np.ndarray]]:
+    # scale_update is a parameter only so proofs_check can run the known-buggy denominator
+    if step not in HORIZONTAL_STEPS:
+        raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
+
+    def visit(v: int, s: float, r: np.ndarray) -> Iterator[tuple[int, float, np.ndarray]]:
+        kids = tree.children(v)
+        if kids.size:
+            for child, rho in _trials(step, proposal[v], kids, tree.token[kids]):
+                x = int(tree.token[child])
+                mu_x = s * r[x]
+                s_child = 1.0 if mu_x >= rho[x] else mu_x / rho[x]
+                if s_child > 0.0:
+                    yield from visit(child, s_child, np.asarray(oracle.row(child), np.float64))
+                if s_child >= 1.0:
+                    return  # a visit with s = 1 is never deleted: nothing after is reachable
+                diff = s * r - rho
+                resid = np.clip(diff, 0.0, None)
+                z_mass = float(resid.sum())
+                r_mass = float(np.clip(-diff, 0.0, None).sum())
+                if r_mass <= _ZERO_MASS:
+                    return  # rho <= mu everywhere: the trial could not fail
+                if z_mass <= _ZERO_MASS:
+                    if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
+                        raise FloatingPointError("root residual vanished while reachable")
+                    return  # no target mass left at v: v is deleted for sure
+                r = resid / z_mass
+                s = 1.0 if v == 0 else scale_update(z_mass, r_mass, float(rho[x]))
+        yield v, s, r
+
+    yield from visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
+
+
+def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
+                     proposal: np.ndarray, *, step: str) -> Outcome:
+    """Sample one round (``step`` = ``"traversal"`` or ``"univer"``)."""
+    for v, chance, bonus_law in opportunities(tree, oracle, proposal, step=step):
+        if chance >= 1.0 or rng.random() < chance:
+            return Outcome.from_path(tree, tree.path_nodes(v), sample_categorical(bonus_law, rng))
+    raise AssertionError("the root's opportunity has chance 1")  # pragma: no cover
+
+
+def traversal_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                              step: str) -> float:
+    r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed."""
+    reach, total = 1.0, 0.0
+    for v, chance, _ in opportunities(tree, oracle, proposal, step=step):
+        total += reach * chance * (1.0 + float(tree.depth[v]))
+        reach *= 1.0 - chance
+        if reach <= 0.0:
+            break
+    return total
+
+
+def traversal_round_law(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                        step: str) -> dict[tuple[int, ...], float]:
+    """Exact law of the emitted tokens ``(path tokens..., bonus)`` for fixed drafted tokens."""
+    paths = [(), *tree.paths()]
+    law: dict[tuple[int, ...], float] = {}
+    reach = 1.0
+    for v, chance, bonus_law in opportunities(tree, oracle, proposal, step=step):
+        weight = reach * chance
+        if weight > 0.0:
+            for y in np.flatnonzero(bonus_law > 0):
+                key = (*paths[v], int(y))
+                law[key] = law.get(key, 0.0) + weight * float(bonus_law[y])
+        reach *= 1.0 - chance
+        if reach <= 0.0:
+            break
+    return law
