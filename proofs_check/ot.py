@@ -30,9 +30,10 @@ All arithmetic is float64; inputs are validated and renormalised to sum exactly 
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
+
+from ._lp import solve_lp
 
 __all__ = [
     "LP_TOL",
@@ -229,18 +230,8 @@ def optimal_acceptance(p: object, q: object, k: int, *, replacement: bool) -> fl
     if vocab > 1:
         constraints.append(cp.sum(pi[:, :-1], axis=0) == p_arr[:-1])
     problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(member, pi))), constraints)
-    if cp.HIGHS in cp.installed_solvers():
-        # HiGHS presolve wrongly reported "infeasible" on ~1% of stress instances whose set
-        # masses are tiny (~1e-18, e.g. q(x)^3 for small q(x)); without presolve: 0 of 3000.
-        problem.solve(solver=cp.HIGHS, presolve="off")
-    else:
-        problem.solve()
-    if problem.status == cp.OPTIMAL_INACCURATE:
-        warnings.warn("optimal_acceptance: solver status optimal_inaccurate", RuntimeWarning,
-                      stacklevel=2)
-    elif problem.status != cp.OPTIMAL:
-        raise RuntimeError(f"optimal_acceptance: LP solver status {problem.status!r}")
-    return float(min(1.0, max(0.0, problem.value)))
+    value = solve_lp(problem, "optimal_acceptance")
+    return float(min(1.0, max(0.0, value)))
 
 
 # ----------------------------------------------------------------------------- closed forms

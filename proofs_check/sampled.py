@@ -41,7 +41,8 @@ from treespec_sim import DraftTree
 
 from .enumerate import draw_tuples
 
-__all__ = ["SCHEMES", "enumerate_trees", "round_law", "target_law_from"]
+__all__ = ["SCHEMES", "enumerate_trees", "mean_length", "round_law", "target_law_from",
+           "two_level_shape"]
 
 #: Drafting schemes :func:`enumerate_trees` knows (the last three are known-buggy).
 SCHEMES = ("iid", "without_replacement", "greedy", "top_k", "tempered", "post_hoc")
@@ -153,3 +154,23 @@ def target_law_from(row_fn: RowFn, n_tokens: int, vocab: int) -> dict[tuple[int,
         if prob > 0.0:
             law[seq] = prob
     return law
+
+
+def mean_length(shape: DraftTree, row_fn: RowFn, proposal_fn: RowFn, *, scheme: str,
+                rule: str) -> float:
+    r"""Exact :math:`E[\tau]` of ``rule`` over the draws of ``scheme`` and the verifier's coins."""
+    from treespec_sim.rows import ArrayOracle
+    from treespec_sim.verify import RULES
+
+    spec = RULES[rule]
+    total = 0.0
+    for tree, prop, prob in enumerate_trees(shape, proposal_fn, scheme):
+        rows = np.array([row_fn(path) for path in [(), *tree.paths()]])
+        total += prob * spec.expected_length(tree, ArrayOracle(rows, tree), prop)
+    return total
+
+
+def two_level_shape(k1: int, k2: int) -> DraftTree:
+    """The shape with ``k1`` root children, each with ``k2`` children (tokens placeholders)."""
+    parent = [-1] + [0] * k1 + [1 + i for i in range(k1) for _ in range(k2)]
+    return DraftTree.from_parents_multiset(parent, [-1] + [0] * (len(parent) - 1))
