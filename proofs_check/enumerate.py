@@ -74,6 +74,10 @@ def exit_round_law(tree: DraftTree, rows: np.ndarray, *, residual: bool = True
         r = rows[v].copy()
         if residual:
             r[tree.token[tree.children(v)]] = 0.0
+        if r.sum() <= 0.0:  # exit mass that is rounding only (row sums to 1 - 1e-16)
+            if w[v] > 1e-9:
+                raise ValueError(f"node {v} has exit mass {w[v]!r} but no residual mass")
+            continue
         r = r / r.sum()
         for y in np.flatnonzero(r > 0):
             law[(*paths[v], int(y))] += w[v] * r[y]

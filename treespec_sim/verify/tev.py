@@ -21,6 +21,9 @@ from .outcome import Outcome
 
 __all__ = ["residual_row", "tev_sample"]
 
+#: Largest exit mass that may be pure rounding (rows are accepted within 1e-9 of summing to 1).
+_ROUNDING_EXIT = 1e-8
+
 
 def residual_row(tree: DraftTree, oracle: TargetOracle, v: int) -> np.ndarray:
     """Target row at ``v`` with the tokens of ``v``'s children removed (unnormalised)."""
@@ -32,6 +35,16 @@ def residual_row(tree: DraftTree, oracle: TargetOracle, v: int) -> np.ndarray:
 def tev_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator) -> Outcome:
     """Sample one round of TEV verification."""
     w = exit_law(tree, oracle)
-    v = sample_categorical(w, rng)
-    bonus = sample_categorical(residual_row(tree, oracle, v), rng)
-    return Outcome.from_path(tree, tree.path_nodes(v), bonus)
+    while True:
+        v = sample_categorical(w, rng)
+        resid = residual_row(tree, oracle, v)
+        if resid.sum() > 0.0:
+            break
+        # An exit at v with no residual mass: w(v) is rounding of 1 - (sum of child mass), e.g.
+        # for rows that sum to 1 - 1e-10. Such an exit has (numerically) zero probability.
+        if w[v] > _ROUNDING_EXIT:
+            raise ValueError(f"node {v} has exit mass {w[v]!r} but its target row has no mass "
+                             f"outside its children's tokens")
+        w = w.copy()
+        w[v] = 0.0
+    return Outcome.from_path(tree, tree.path_nodes(v), sample_categorical(resid, rng))

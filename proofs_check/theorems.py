@@ -1,0 +1,504 @@
+r"""Every theorem of the verification theory as a named, executable check.
+
+A check draws random instances (seeded), computes the quantity the theorem is about *exactly*
+(enumeration, closed forms, LPs) and reports the worst violation. ``python -m proofs_check``
+runs them all (:mod:`proofs_check.__main__`).
+
+Three kinds of rows:
+
+``theorem``
+    must hold; ``passed`` iff the worst violation is within the tolerance.
+``caught[...]``
+    a known-buggy variant; the "violation" is the largest losslessness gap found, and
+    ``passed`` iff it *exceeds* the tolerance (the check can fail, and did).
+``claim``
+    a published claim about a *reconstructed* method, measured rather than proven; ``passed``
+    reports whether it held on every instance. A claim that does not hold is reported, not
+    hidden, and does not make the run fail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from treespec_sim import DraftTree
+from treespec_sim.exits import coverage
+from treespec_sim.rows import ArrayOracle
+from treespec_sim.verify import RULES, expected_length
+
+from . import ot
+from .block import block_round_law
+from .buggy import BUGGY_VARIANTS, reference_rrs_law
+from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
+from .sampled import mean_length, round_law, target_law_from, two_level_shape
+from .tree_lp import (
+    TwoLevelWorld,
+    conditional_ot_value,
+    decomposed_optimum,
+    global_optimum,
+    set_law,
+)
+
+__all__ = ["CHECKS", "Check", "CheckResult", "run_checks"]
+
+#: Exact float64 enumeration: laws agree to rounding.
+EXACT_TOL = 1e-9
+#: Anything compared with an LP optimum (HiGHS feasibility ~1e-7).
+LP_TOL = ot.LP_TOL
+#: A buggy variant counts as caught when its law is off by more than this.
+CAUGHT_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of the table."""
+
+    theorem: str
+    kind: str
+    instances: int
+    max_violation: float
+    tolerance: float
+    passed: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named check: ``run(rng, size) -> (instances, worst violation)``."""
+
+    theorem: str
+    kind: str
+    tolerance: float
+    statement: str
+    run: Callable[[np.random.Generator, int], tuple[int, float]]
+
+    def __call__(self, seed: int, size: int) -> CheckResult:
+        start = time.perf_counter()
+        n, worst = self.run(np.random.default_rng(seed), size)
+        passed = bool(worst > self.tolerance if self.kind == "caught" else worst <= self.tolerance)
+        return CheckResult(self.theorem, self.kind, n, float(worst), self.tolerance, passed,
+                           time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------------------- worlds
+class RandomWorld:
+    """Target and draft next-token laws after every prefix, drawn lazily and cached.
+
+    ``p ~ Dirichlet(alpha)``; ``q = (1 - mix) p + mix * Dirichlet(alpha)``, so the drafter is
+    informative but wrong; with ``zeros`` some target entries are exactly 0.
+    """
+
+    def __init__(self, rng: np.random.Generator, vocab: int, alpha: float = 1.0,
+                 mix: float = 0.5, zeros: bool = False):
+        self.rng, self.vocab, self.alpha, self.mix, self.zeros = rng, vocab, alpha, mix, zeros
+        self._p: dict[tuple[int, ...], np.ndarray] = {}
+        self._q: dict[tuple[int, ...], np.ndarray] = {}
+
+    def p(self, path: tuple[int, ...]) -> np.ndarray:
+        if path not in self._p:
+            row = self.rng.dirichlet(np.full(self.vocab, self.alpha))
+            if self.zeros and self.vocab > 2 and self.rng.random() < 0.5:
+                row[self.rng.integers(self.vocab)] = 0.0
+                row = row / row.sum()
+            self._p[path] = row
+        return self._p[path]
+
+    def q(self, path: tuple[int, ...]) -> np.ndarray:
+        if path not in self._q:
+            noise = self.rng.dirichlet(np.full(self.vocab, self.alpha))
+            self._q[path] = (1 - self.mix) * self.p(path) + self.mix * noise
+        return self._q[path]
+
+
+#: Shapes the sampled-tree checks fill (tokens are placeholders).
+SHAPES = {
+    "one level, k=2": DraftTree.from_parents_multiset([-1, 0, 0], [-1, 0, 0]),
+    "one level, k=3": DraftTree.from_parents_multiset([-1, 0, 0, 0], [-1, 0, 0, 0]),
+    "chain of 3": DraftTree.from_parents_multiset([-1, 0, 1, 2], [-1, 0, 0, 0]),
+    "2 x 2": two_level_shape(2, 2),
+    "unbalanced": DraftTree.from_parents_multiset([-1, 0, 0, 1, 3], [-1, 0, 0, 0, 0]),
+}
+
+
+def _lossless_gap(world: RandomWorld, shape: DraftTree, scheme: str, law_fn) -> float:
+    law = round_law(shape, world.p, world.q, scheme=scheme, law_fn=law_fn)
+    n_tokens = int(shape.depth.max()) + 1
+    return max_law_gap(extend_law(law, world.p, n_tokens),
+                       target_law_from(world.p, n_tokens, world.vocab))
+
+
+def _package(rule: str):
+    law = RULES[rule].round_law
+    return lambda tree, rows, prop: law(tree, ArrayOracle(rows, tree), prop)
+
+
+def _sampled_lossless(rule: str, scheme: str, vocab: int = 3):
+    def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
+        n, worst = 0, 0.0
+        for _ in range(size):
+            for shape in SHAPES.values():
+                world = RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0, 3.0])),
+                                    zeros=bool(rng.random() < 0.3))
+                worst = max(worst, _lossless_gap(world, shape, scheme, _package(rule)))
+                n += 1
+        return n, worst
+    return run
+
+
+def _caught(name: str, vocab: int = 3):
+    variant = BUGGY_VARIANTS[name]
+
+    def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
+        n, worst = 0, 0.0
+        for _ in range(max(1, size // 2)):
+            for shape in SHAPES.values():
+                if variant.scheme in ("tempered", "post_hoc", "top_k") and shape.size == 0:
+                    continue
+                world = RandomWorld(rng, vocab, alpha=1.0)
+                worst = max(worst, _lossless_gap(world, shape, variant.scheme, variant.law))
+                n += 1
+        return n, worst
+    return run
+
+
+def _deterministic_trees(rng: np.random.Generator, size: int, vocab: int = 3):
+    """Random deterministic trees (distinct sibling tokens) with a world for their rows."""
+    for _ in range(size):
+        n = int(rng.integers(1, 7))
+        parent, token = [-1], [-1]
+        kids: dict[int, set[int]] = {0: set()}
+        for v in range(1, n + 1):
+            for _ in range(20):
+                a = int(rng.integers(0, v))
+                free = [x for x in range(vocab) if x not in kids[a]]
+                if free:
+                    break
+            x = int(rng.choice(free))
+            kids[a].add(x)
+            kids[v] = set()
+            parent.append(a)
+            token.append(x)
+        tree = DraftTree.from_parents(parent, token)
+        world = RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0])), zeros=True)
+        rows = np.array([world.p(path) for path in [(), *tree.paths()]])
+        yield tree, rows, world
+
+
+def _deterministic_lossless(law_name: str):
+    law_fn = {"follow": follow_round_law_bruteforce, "tev": exit_round_law}[law_name]
+
+    def run(rng, size):
+        n, worst = 0, 0.0
+        for tree, rows, world in _deterministic_trees(rng, 4 * size):
+            n_tokens = int(tree.depth.max()) + 1
+            got = extend_law(law_fn(tree, rows), world.p, n_tokens)
+            worst = max(worst, max_law_gap(got, target_law_from(world.p, n_tokens, 3)))
+            n += 1
+        return n, worst
+    return run
+
+
+def _coverage_bound(rng, size):
+    """max over trees and rules of E[tau] - (1 + C_p): must be <= 0 (and is 0: saturated)."""
+    n, worst = 0, 0.0
+    for tree, rows, _ in _deterministic_trees(rng, 6 * size):
+        bound = 1.0 + coverage(tree, rows)
+        for rule in ("follow", "tev"):
+            worst = max(worst, expected_length(tree, rows, rule=rule) - bound)
+        n += 1
+    return n, worst
+
+
+def _ot_instances(rng, size, vocab=4):
+    for _ in range(3 * size):
+        p = rng.dirichlet(np.full(vocab, float(rng.choice([0.3, 1.0]))))
+        q = 0.5 * p + 0.5 * rng.dirichlet(np.ones(vocab))
+        yield p, q, int(rng.integers(1, 4))
+
+
+def _rrs_chain(rng, size):
+    n, worst = 0, 0.0
+    for p, q, k in _ot_instances(rng, size):
+        rrs = ot.rrs_acceptance(p, q, k)
+        iid = ot.optimal_acceptance(p, q, k, replacement=True)
+        wo = ot.optimal_acceptance(p, q, k, replacement=False)
+        worst = max(worst, rrs - iid, iid - wo)
+        n += 1
+    return n, worst
+
+
+def _rrsw_le_opt(rng, size):
+    n, worst = 0, 0.0
+    for p, q, k in _ot_instances(rng, size):
+        worst = max(worst, ot.rrsw_acceptance(p, q, k)
+                    - ot.optimal_acceptance(p, q, k, replacement=False))
+        n += 1
+    return n, worst
+
+
+def _k1_tv(rng, size):
+    n, worst = 0, 0.0
+    for p, q, _ in _ot_instances(rng, size):
+        tv = 1.0 - 0.5 * float(np.abs(p - q).sum())
+        for repl in (True, False):
+            worst = max(worst, abs(ot.optimal_acceptance(p, q, 1, replacement=repl) - tv))
+        n += 1
+    return n, worst
+
+
+def _lp_min_cut(rng, size):
+    n, worst = 0, 0.0
+    for p, q, k in _ot_instances(rng, size):
+        for repl in (True, False):
+            worst = max(worst, abs(ot.optimal_acceptance(p, q, k, replacement=repl)
+                                   - ot.optimal_acceptance_subsets(p, q, k, replacement=repl)))
+        n += 1
+    return n, worst
+
+
+def _reference_agrees(rng, size):
+    """The package's RRS/RRSw laws equal an independent implementation on every filled tree."""
+    n, worst = 0, 0.0
+    for _ in range(size):
+        for shape in SHAPES.values():
+            world = RandomWorld(rng, 3)
+            for scheme, rule, wo in (("iid", "rrs", False),
+                                     ("without_replacement", "rrsw", True)):
+                a = round_law(shape, world.p, world.q, scheme=scheme, law_fn=_package(rule))
+                b = round_law(shape, world.p, world.q, scheme=scheme,
+                              law_fn=lambda t, r, q, wo=wo: reference_rrs_law(
+                                  t, r, q, without_replacement=wo))
+                worst = max(worst, max_law_gap(a, b))
+                n += 1
+    return n, worst
+
+
+def _chains_are_block(rng, size):
+    """Traversal (and UniVer) on a fixed chain emit exactly block verification's law."""
+    n, worst = 0, 0.0
+    vocab = 4
+    for _ in range(20 * size):
+        gamma = int(rng.integers(1, 5))
+        target = rng.dirichlet(np.full(vocab, 0.5), size=gamma + 1)
+        drafts = rng.dirichlet(np.full(vocab, 0.5), size=gamma)
+        x = [int(rng.choice(vocab, p=drafts[i])) for i in range(gamma)]
+        tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
+        prop = np.vstack([drafts, np.full((1, vocab), 1.0 / vocab)])
+        ref = block_round_law(x, target, drafts)
+        for step in ("traversal", "univer"):
+            got = RULES[step].round_law(tree, ArrayOracle(target, tree), prop)
+            worst = max(worst, max_law_gap(got, ref))
+        n += 1
+    return n, worst
+
+
+def _one_level_is_rrsw(rng, size):
+    """Traversal on a one-level tree emits exactly RRSw's law (fixed drafted tokens)."""
+    n, worst = 0, 0.0
+    vocab = 5
+    for _ in range(20 * size):
+        k = int(rng.integers(1, 5))
+        p = rng.dirichlet(np.ones(vocab))
+        q = rng.dirichlet(np.ones(vocab))
+        x = [int(t) for t in rng.choice(vocab, size=k, replace=False, p=q)]
+        tree = DraftTree.from_parents([-1] + [0] * k, [-1, *x])
+        rows = np.vstack([p] + [np.full(vocab, 1.0 / vocab)] * k)
+        prop = np.vstack([q] * (k + 1))
+        a = RULES["traversal"].round_law(tree, ArrayOracle(rows, tree), prop)
+        b = RULES["rrsw"].round_law(tree, ArrayOracle(rows, tree), prop)
+        worst = max(worst, max_law_gap(a, b))
+        n += 1
+    return n, worst
+
+
+def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
+                       values: np.ndarray) -> float:
+    """UniVer's value at one node with leaf children: sum of accepted mass times value.
+
+    Runs the package's recursion on a two-step tree (root -> a -> children of a) whose root
+    row puts mass ``s = sum(mu)`` on ``a``'s token, so ``a`` is visited with scale ``s``; the
+    accepted mass of child ``c`` is the chance of its emission opportunity times its reach.
+    """
+    vocab = mu.size
+    s = float(mu.sum())
+    k = len(tokens)
+    tree = DraftTree.from_parents([-1, 0] + [1] * k, [-1, 0, *tokens])
+    root_row = np.zeros(vocab)
+    root_row[0] = s
+    root_row[1:] = (1.0 - s) / (vocab - 1)
+    rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
+    prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
+    from treespec_sim.verify.traversal import opportunities
+
+    total, reach = 0.0, 1.0
+    for v, chance, _ in opportunities(tree, ArrayOracle(rows, tree), prop, step="univer"):
+        if v >= 2:
+            total += reach * chance * values[tokens[v - 2]]
+        reach *= 1.0 - chance
+        if reach <= 0:
+            break
+    return total
+
+
+def _univer_local_optimal(rng, size):
+    """At a node with scale s, UniVer's plan attains the conditional OT optimum given the
+    earlier draws, for random non-negative values (so for every value vector)."""
+    n, worst = 0, 0.0
+    vocab = 5
+    for _ in range(4 * size):
+        k = int(rng.integers(1, 4))
+        s = float(rng.uniform(0.2, 1.0))
+        mu = s * rng.dirichlet(np.ones(vocab))
+        q = rng.dirichlet(np.ones(vocab))
+        held = [int(t) for t in rng.choice(vocab, size=k - 1, replace=False, p=q)]
+        rest = q.copy()
+        rest[held] = 0.0
+        rest /= rest.sum()
+        law = {frozenset([*held, int(j)]): float(rest[j]) for j in np.flatnonzero(rest > 0)}
+        values = rng.uniform(0.0, 3.0, size=vocab)
+        lp = conditional_ot_value(mu, law, values)
+        # UniVer's value is an expectation over the last draw j
+        got = sum(float(rest[j]) * univer_local_value(mu, q, [*held, int(j)], values)
+                  for j in np.flatnonzero(rest > 0))
+        worst = max(worst, abs(got - lp))
+        n += 1
+    return n, worst
+
+
+def _two_level_worlds(rng, size, vocab=4):
+    for _ in range(size):
+        alpha = float(rng.choice([0.5, 1.0, 2.0]))
+        w = RandomWorld(rng, vocab, alpha=alpha)
+        p2 = np.array([w.p((y,)) for y in range(vocab)])
+        q2 = np.array([w.q((y,)) for y in range(vocab)])
+        yield w, p2, q2
+
+
+def _le_global_optimum(rng, size):
+    """Every lossless rule, on its drafting scheme, is <= (c1) for that scheme; (c2) <= (c1)."""
+    n, worst = 0, 0.0
+    shape = two_level_shape(2, 2)
+    for w, p2, q2 in _two_level_worlds(rng, size):
+        for scheme, rules in (("without_replacement", ("rrsw", "traversal", "univer")),
+                              ("greedy", ("univer",))):
+            world = TwoLevelWorld(w.p(()), w.q(()), p2, q2, 2, 2, scheme)
+            c1 = global_optimum(world)
+            worst = max(worst, decomposed_optimum(world) - c1)
+            for rule in rules:
+                worst = max(worst, mean_length(shape, w.p, w.q, scheme=scheme, rule=rule) - c1)
+        n += 1
+    return n, worst
+
+
+def _rrsw_le_c2(rng, size):
+    n, worst = 0, 0.0
+    shape = two_level_shape(2, 2)
+    for w, p2, q2 in _two_level_worlds(rng, size):
+        world = TwoLevelWorld(w.p(()), w.q(()), p2, q2, 2, 2, "without_replacement")
+        worst = max(worst, mean_length(shape, w.p, w.q, scheme="without_replacement",
+                                       rule="rrsw") - decomposed_optimum(world))
+        n += 1
+    return n, worst
+
+
+def _ge_rrsw(rule: str, scheme: str):
+    def run(rng, size):
+        """max over worlds and shapes of E[tau](RRSw) - E[tau](rule): <= 0 if the claim holds."""
+        n, worst = 0, 0.0
+        for _ in range(size):
+            for shape in SHAPES.values():
+                world = RandomWorld(rng, 4, alpha=float(rng.choice([0.3, 1.0, 3.0])))
+                base = mean_length(shape, world.p, world.q, scheme="without_replacement",
+                                   rule="rrsw")
+                got = mean_length(shape, world.p, world.q, scheme=scheme, rule=rule)
+                worst = max(worst, base - got)
+                n += 1
+        return n, worst
+    return run
+
+
+def _greedy_is_set_optimal(rng, size):
+    """One level, Greedy drafts: UniVer's acceptance equals alpha* of the Greedy set law."""
+    n, worst = 0, 0.0
+    shape_by_k = {k: DraftTree.from_parents_multiset([-1] + [0] * k, [-1] + [0] * k)
+                  for k in (1, 2, 3)}
+    for p, q, k in _ot_instances(rng, size, vocab=5):
+        lp = conditional_ot_value(p, set_law(q, k, "greedy"), np.ones(p.size))
+        got = mean_length(shape_by_k[k], lambda path, p=p: p, lambda path, q=q: q,
+                          scheme="greedy", rule="univer") - 1.0
+        worst = max(worst, abs(got - lp))
+        n += 1
+    return n, worst
+
+
+CHECKS: list[Check] = [
+    Check("lossless[follow]", "theorem", EXACT_TOL,
+          "predraw-and-follow emits exact target draws (all V^(n+1) pre-draws enumerated)",
+          _deterministic_lossless("follow")),
+    Check("lossless[tev]", "theorem", EXACT_TOL,
+          "TEV (exit law + residual bonus) emits the target's law", _deterministic_lossless("tev")),
+    Check("coverage_bound", "theorem", EXACT_TOL,
+          "E[tau] <= 1 + C_p for follow and tev on deterministic trees (saturated)",
+          _coverage_bound),
+    *[Check(f"lossless[{rule}]", "theorem", EXACT_TOL,
+            f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES",
+            _sampled_lossless(rule, scheme))
+      for rule, scheme in (("rrs", "iid"), ("rrsw", "without_replacement"),
+                           ("traversal", "without_replacement"),
+                           ("univer", "without_replacement"))],
+    Check("lossless[univer,greedy]", "theorem", EXACT_TOL,
+          "univer on Greedy drafts (top k-1 + one sampled) emits the target's law",
+          _sampled_lossless("univer", "greedy")),
+    Check("rrs_matches_reference", "theorem", EXACT_TOL,
+          "the package's RRS/RRSw laws equal an independent loop implementation",
+          _reference_agrees),
+    Check("rrs<=opt_iid<=opt_wo", "theorem", LP_TOL,
+          "alpha_RRS <= alpha*_iid <= alpha*_wo (single node, LP optima)", _rrs_chain),
+    Check("rrsw<=opt_wo", "theorem", LP_TOL, "alpha_RRSw <= alpha*_wo", _rrsw_le_opt),
+    Check("k1_is_1-tv", "theorem", LP_TOL, "k = 1: alpha* = 1 - TV(p, q), both schemes", _k1_tv),
+    Check("lp=min_cut", "theorem", LP_TOL,
+          "the OT LP equals the min-cut closed form over all token subsets", _lp_min_cut),
+    Check("traversal=block_on_chains", "theorem", EXACT_TOL,
+          "on a chain, Traversal and UniVer emit exactly block verification's law",
+          _chains_are_block),
+    Check("traversal=rrsw_one_level", "theorem", EXACT_TOL,
+          "on one level, Traversal emits exactly RRSw's law", _one_level_is_rrsw),
+    Check("univer_local=framework_lp", "theorem", LP_TOL,
+          "UniVer's node plan attains the scaled conditional OT optimum, any values",
+          _univer_local_optimal),
+    Check("univer_greedy=opt_greedy", "theorem", LP_TOL,
+          "one level, Greedy drafts: UniVer's acceptance = alpha* of the Greedy set law",
+          _greedy_is_set_optimal),
+    Check("rules<=c1", "theorem", LP_TOL,
+          "rrsw, traversal, univer and (c2) <= (c1), the global optimum, on 2x2 trees",
+          _le_global_optimum),
+    Check("rrsw<=c2", "theorem", LP_TOL, "RRSw-tree <= (c2) decomposed local OT on 2x2 trees",
+          _rrsw_le_c2),
+    *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
+      for name, v in BUGGY_VARIANTS.items()],
+    Check("traversal>=rrsw", "claim", EXACT_TOL,
+          "Traversal >= RRSw in E[tau] on the same draws (empirical in the literature)",
+          _ge_rrsw("traversal", "without_replacement")),
+    Check("univer>=rrsw", "claim", EXACT_TOL,
+          "UniVer (reconstruction) >= RRSw in E[tau], same sequential draws",
+          _ge_rrsw("univer", "without_replacement")),
+    Check("univer_greedy>=rrsw", "claim", EXACT_TOL,
+          "UniVer on Greedy drafts >= RRSw on sequential draws, same shape",
+          _ge_rrsw("univer", "greedy")),
+]
+
+
+def run_checks(*, size: int = 10, seed: int = 0, only: str | None = None) -> list[CheckResult]:
+    """Run every check (or those whose name contains ``only``) at ``size``."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive integer; got {size!r}")
+    out = []
+    for i, check in enumerate(CHECKS):
+        if only is not None and only not in check.theorem:
+            continue
+        out.append(check(seed + 1000 * i, size))
+    return out
