@@ -1,0 +1,117 @@
+"""Traversal and UniVer: losslessness by exact enumeration, reductions, sampling, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from proofs_check.block import block_round_law
+from proofs_check.enumerate import max_law_gap
+from proofs_check.theorems import SHAPES, RandomWorld, _lossless_gap, _package
+from treespec_sim import DraftTree
+from treespec_sim.rows import ArrayOracle
+from treespec_sim.verify import RULES, expected_length, verify
+
+EXACT_TOL = 1e-9
+
+
+@pytest.mark.parametrize("rule,scheme", [("traversal", "without_replacement"),
+                                         ("univer", "without_replacement"),
+                                         ("univer", "greedy")])
+@pytest.mark.parametrize("shape_name", list(SHAPES))
+def test_lossless_by_enumeration(rule, scheme, shape_name):
+    """Mixture over every drafted tree of the exact round law, continued with target draws,
+    equals the target's law (V = 3, worlds with exact zeros included)."""
+    rng = np.random.default_rng(hash((rule, scheme, shape_name)) % 2**32)
+    for _ in range(3):
+        world = RandomWorld(rng, 3, alpha=0.5, zeros=True)
+        assert _lossless_gap(world, SHAPES[shape_name], scheme, _package(rule)) < EXACT_TOL
+
+
+@pytest.mark.parametrize("rule", ["traversal", "univer"])
+def test_wrong_scheme_is_caught(rule):
+    """i.i.d. draws (duplicates impossible to verify) and, for traversal, Greedy drafts break
+    losslessness: the same enumeration flags them."""
+    rng = np.random.default_rng(1)
+    shape = SHAPES["2 x 2"]
+    gaps = []
+    for _ in range(3):
+        world = RandomWorld(rng, 3)
+        law = _package(rule)
+        bad_scheme = "greedy" if rule == "traversal" else "tempered"
+        gaps.append(_lossless_gap(world, shape, bad_scheme, law))
+    assert max(gaps) > 1e-3
+
+
+def test_chain_is_block_verification():
+    rng = np.random.default_rng(2)
+    for gamma in (1, 2, 4):
+        target = rng.dirichlet(np.full(4, 0.5), size=gamma + 1)
+        drafts = rng.dirichlet(np.full(4, 0.5), size=gamma)
+        x = [int(rng.choice(4, p=drafts[i])) for i in range(gamma)]
+        tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
+        prop = np.vstack([drafts, np.full((1, 4), 0.25)])
+        for rule in ("traversal", "univer"):
+            got = RULES[rule].round_law(tree, ArrayOracle(target, tree), prop)
+            assert max_law_gap(got, block_round_law(x, target, drafts)) < EXACT_TOL
+
+
+def test_expected_length_matches_round_law_and_samples():
+    """E[tau] equals the mean length under the exact law, and sampled outcomes pass a
+    chi-square test against that law (false-alarm rate 1e-3)."""
+    rng = np.random.default_rng(3)
+    tree = DraftTree.from_parents([-1, 0, 0, 1, 1, 2], [-1, 0, 2, 1, 3, 0])
+    rows = rng.dirichlet(np.ones(4), size=tree.n_nodes)
+    prop = 0.5 * rows + 0.5 * rng.dirichlet(np.ones(4), size=tree.n_nodes)
+    for rule in ("traversal", "univer"):
+        law = RULES[rule].round_law(tree, ArrayOracle(rows, tree), prop)
+        assert abs(sum(law.values()) - 1) < EXACT_TOL
+        mean = sum(len(s) * p for s, p in law.items())
+        assert abs(expected_length(tree, rows, rule=rule, proposal=prop) - mean) < EXACT_TOL
+        keys = sorted(law)
+        counts = dict.fromkeys(keys, 0)
+        draws = np.random.default_rng(4)
+        n = 4000
+        for _ in range(n):
+            counts[verify(tree, rows, rule=rule, rng=draws, proposal=prop).tokens] += 1
+        expected = np.array([law[k] * n for k in keys])
+        observed = np.array([counts[k] for k in keys])
+        big = expected >= 5
+        obs = np.append(observed[big], observed[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum())
+        keep = exp > 0
+        assert stats.chisquare(obs[keep], exp[keep] * obs.sum() / exp[keep].sum()).pvalue > 1e-3
+
+
+def test_traversal_one_level_equals_rrsw():
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    tree = DraftTree.from_parents([-1, 0, 0, 0], [-1, 3, 0, 4])
+    rows = np.vstack([p] + [np.full(5, 0.2)] * 3)
+    prop = np.vstack([q] * 4)
+    a = expected_length(tree, rows, rule="traversal", proposal=prop)
+    b = expected_length(tree, rows, rule="rrsw", proposal=prop)
+    assert abs(a - b) < EXACT_TOL
+
+
+@pytest.mark.parametrize("rule", ["traversal", "univer"])
+def test_bad_input(rule):
+    tree = DraftTree.from_parents([-1, 0, 0], [0, 1, 2])
+    rows = np.full((3, 3), 1 / 3)
+    good = np.full((3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="needs a proposal"):
+        verify(tree, rows, rule=rule, rng=np.random.default_rng(0))
+    bad = good.copy()
+    bad[0] = [0.5, 0.5, 0.0]
+    with pytest.raises(ValueError, match=r"node 2 drafted token 2 with zero proposal mass"):
+        expected_length(tree, rows, rule=rule, proposal=bad)
+    bad[0] = [0.5, 0.4, 0.1 - 1e-3]
+    with pytest.raises(ValueError, match=r"proposal\[0\] sums to"):
+        expected_length(tree, rows, rule=rule, proposal=bad)
+    bad[0] = [0.5, 0.6, -0.1]
+    with pytest.raises(ValueError, match=r"proposal\[0, 2\] = -0.1 is negative"):
+        expected_length(tree, rows, rule=rule, proposal=bad)
+    dup = DraftTree.from_parents_multiset([-1, 0, 0], [0, 1, 1])
+    with pytest.raises(ValueError, match="duplicate siblings"):
+        expected_length(dup, rows, rule=rule, proposal=good)
