@@ -1,0 +1,1 @@
+"""Small, reproducible experiments that answer one question each (run as ``python -m``)."""
