@@ -35,6 +35,11 @@ lint: $(VENV)/.stamp-test
 
 bench: $(VENV)/.stamp-core
 	$(BIN)/python benchmarks/bench_ddtree.py
+	$(BIN)/python benchmarks/bench_verification.py
+
+## Every theorem as an exact check (table; ARGS="--json" for JSON).
+proofs: $(VENV)/.stamp-core
+	$(BIN)/python -m proofs_check $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
