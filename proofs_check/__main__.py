@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "pass" if r.passed else "FAIL"
         table.add_row(escape(r.theorem), r.kind, str(r.instances), f"{r.max_violation:.3g}",
                       f"{r.tolerance:.0e}", verdict, f"{r.seconds:.1f}")
-    console = Console(width=120)
+    console = Console(width=150)
     console.print(table)
     console.print(f"{len(results)} checks, {len(failed)} failed, "
                   f"{time.perf_counter() - start:.1f} s. For caught[...] rows the violation is "
