@@ -20,7 +20,7 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES
-from treespec_sim.verify.traversal import _opportunities
+from treespec_sim.verify.traversal import _opportunities, round_law_from
 
 __all__ = ["BUGGY_VARIANTS", "BuggyVariant", "reference_rrs_law"]
 
@@ -88,19 +88,9 @@ def _package_law(rule: str) -> LawFn:
 
 def _traversal_wrong_denominator(tree, rows, prop):
     """Traversal with ``w(a) <- min(1, Z / (1 - q(l)))`` (a public port), not ``Z / R``."""
-    law: dict[tuple[int, ...], float] = {}
-    paths = [(), *tree.paths()]
-    reach = 1.0
     opps = _opportunities(tree, ArrayOracle(rows, tree), prop, step="traversal",
                           scale_update=lambda z, r, rho_x: min(1.0, z / (1.0 - rho_x)))
-    for v, chance, bonus in opps:
-        for y in np.flatnonzero(bonus > 0):
-            key = (*paths[v], int(y))
-            law[key] = law.get(key, 0.0) + reach * chance * float(bonus[y])
-        reach *= 1.0 - chance
-        if reach <= 0:
-            break
-    return law
+    return round_law_from(tree, opps)
 
 
 @dataclass(frozen=True)

@@ -332,16 +332,10 @@ def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
     root_row[1:] = (1.0 - s) / (vocab - 1)
     rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
     prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
-    from treespec_sim.verify.traversal import opportunities
+    from treespec_sim.verify.traversal import emission_weights, opportunities
 
-    total, reach = 0.0, 1.0
-    for v, chance, _ in opportunities(tree, ArrayOracle(rows, tree), prop, step="univer"):
-        if v >= 2:
-            total += reach * chance * values[tokens[v - 2]]
-        reach *= 1.0 - chance
-        if reach <= 0:
-            break
-    return total
+    opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer")
+    return sum(w * values[tokens[v - 2]] for v, w, _ in emission_weights(opps) if v >= 2)
 
 
 def _univer_local_optimal(rng, size):

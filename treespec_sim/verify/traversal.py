@@ -59,8 +59,8 @@ from ..rows import TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
 
-__all__ = ["HORIZONTAL_STEPS", "opportunities", "traversal_expected_length",
-           "traversal_round_law", "traversal_sample"]
+__all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "round_law_from",
+           "traversal_expected_length", "traversal_round_law", "traversal_sample"]
 
 #: Rejection or residual mass below this is treated as exactly zero (rounding of ``r == rho``).
 _ZERO_MASS = 1e-15
@@ -152,31 +152,39 @@ def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Gener
     raise AssertionError("the root's opportunity has chance 1")  # pragma: no cover
 
 
+def emission_weights(opps: Iterator[tuple[int, float, np.ndarray]]
+                     ) -> Iterator[tuple[int, float, np.ndarray]]:
+    r"""Turn opportunities into ``(node, P(the round ends here), bonus law)``, stopping once the
+    remaining probability is zero: :math:`P_j = \prod_{i<j}(1 - c_i)\,c_j`."""
+    reach = 1.0
+    for v, chance, bonus_law in opps:
+        yield v, reach * chance, bonus_law
+        reach *= 1.0 - chance
+        if reach <= 0.0:
+            return
+
+
 def traversal_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                               step: str) -> float:
     r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed."""
-    reach, total = 1.0, 0.0
-    for v, chance, _ in opportunities(tree, oracle, proposal, step=step):
-        total += reach * chance * (1.0 + float(tree.depth[v]))
-        reach *= 1.0 - chance
-        if reach <= 0.0:
-            break
-    return total
+    opps = opportunities(tree, oracle, proposal, step=step)
+    return sum(w * (1.0 + float(tree.depth[v])) for v, w, _ in emission_weights(opps))
+
+
+def round_law_from(tree: DraftTree, opps: Iterator[tuple[int, float, np.ndarray]]
+                   ) -> dict[tuple[int, ...], float]:
+    """Exact law of the emitted tokens ``(path tokens..., bonus)`` from a run's opportunities."""
+    paths = [(), *tree.paths()]
+    law: dict[tuple[int, ...], float] = {}
+    for v, weight, bonus_law in emission_weights(opps):
+        if weight > 0.0:
+            for y in np.flatnonzero(bonus_law > 0):
+                key = (*paths[v], int(y))
+                law[key] = law.get(key, 0.0) + weight * float(bonus_law[y])
+    return law
 
 
 def traversal_round_law(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                         step: str) -> dict[tuple[int, ...], float]:
     """Exact law of the emitted tokens ``(path tokens..., bonus)`` for fixed drafted tokens."""
-    paths = [(), *tree.paths()]
-    law: dict[tuple[int, ...], float] = {}
-    reach = 1.0
-    for v, chance, bonus_law in opportunities(tree, oracle, proposal, step=step):
-        weight = reach * chance
-        if weight > 0.0:
-            for y in np.flatnonzero(bonus_law > 0):
-                key = (*paths[v], int(y))
-                law[key] = law.get(key, 0.0) + weight * float(bonus_law[y])
-        reach *= 1.0 - chance
-        if reach <= 0.0:
-            break
-    return law
+    return round_law_from(tree, opportunities(tree, oracle, proposal, step=step))
