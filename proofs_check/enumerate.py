@@ -144,10 +144,12 @@ def draw_tuples(q: np.ndarray, k: int, *, replacement: bool):
             yield tup, float(np.prod([q[x] for x in tup]))
         return
     for tup in itertools.permutations(support, k):
-        prob, left = 1.0, 1.0
+        prob, left = 1.0, q.copy()
         for x in tup:
-            prob *= q[x] / left
-            left -= q[x]
+            # renormalise by the mass actually left, not 1 - sum(drawn): the subtraction
+            # rounds to 0 when q is nearly a point mass and the rest is tiny but positive
+            prob *= q[x] / left.sum()
+            left[x] = 0.0
         yield tup, prob
 
 

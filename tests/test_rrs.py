@@ -166,3 +166,12 @@ def test_proposal_errors():
     with pytest.raises(ValueError, match="duplicate siblings"):
         expected_length(dup, rows, rule="rrsw", proposal=good)
     assert expected_length(dup, rows, rule="rrs", proposal=good) > 1
+
+
+def test_draw_tuples_survive_a_nearly_point_mass_proposal():
+    # 1 - q[0] rounds to 0 here although q[1], q[2] > 0; the renormaliser must not
+    q = np.array([1.0 - 1e-17, 1e-17, 1e-17])
+    q = q / q.sum()
+    probs = [p for _, p in draw_tuples(q, 3, replacement=False)]
+    assert all(np.isfinite(probs))
+    assert abs(sum(probs) - 1.0) < 1e-12
