@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.kind == "caught":
             verdict = "caught" if r.passed else "MISSED"
+        elif r.kind == "witness":
+            verdict = "found" if r.passed else "NOT FOUND"
         elif r.kind == "claim":
             verdict = "holds" if r.passed else "does not hold"
         else:

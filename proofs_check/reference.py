@@ -93,3 +93,43 @@ def brute_force_top_prefixes(log_q: np.ndarray, budget: int) -> list[tuple[int, 
             entries.append((-s, rank_tuple, path))
     entries.sort()
     return [p for _, _, p in entries[:budget]]
+
+
+def caddtree_heap_reference(log_q: np.ndarray, draft_cost: float, verify_cost,
+                            max_budget: int) -> tuple[list[int], list[int]]:
+    """CaDDTree as its reference code runs it: DDTree's heap with the stop test inline.
+
+    Before inserting each popped node, ``theta_new = (1 + Phi + exp(s)) / (Cd + Cv(n + 1))``
+    (``n`` nodes after insertion, plus the root) is compared with ``theta_prev``; the build stops
+    on ``theta_new <= theta_prev``. Written independently of the package's vectorised
+    ``caddtree`` (which builds ``ddtree(max_budget)`` and scans a theta array), so the two
+    cross-check each other. Returns ``(parent, token)`` with the root at index 0 (token -1).
+    """
+    lp = np.asarray(log_q, dtype=np.float64)
+    L, V = lp.shape
+    k = min(max_budget, V)
+    parent, token = [-1], [-1]
+    if max_budget == 0:
+        return parent, token
+    top_tok = np.stack([rank_order(lp[d])[:k] for d in range(L)])
+    top_lp = np.take_along_axis(lp, top_tok, axis=1)
+    phi = 0.0
+    theta_prev = 1.0 / (draft_cost + float(verify_cost(1)))
+    heap = [(-top_lp[0][0], (0,), 0, 1, 0, 0.0)]
+    while heap and len(parent) <= max_budget:
+        neg_s, ranks, par, d, r, par_score = heapq.heappop(heap)
+        s = -neg_s
+        delta = float(np.exp(s))
+        theta_new = (1.0 + phi + delta) / (draft_cost + float(verify_cost(len(parent) + 1)))
+        if theta_new <= theta_prev:
+            break
+        phi, theta_prev = phi + delta, theta_new
+        node = len(parent)
+        parent.append(par)
+        token.append(int(top_tok[d - 1][r]))
+        if r + 1 < k:
+            heapq.heappush(heap, (-(par_score + top_lp[d - 1][r + 1]), (*ranks[:-1], r + 1),
+                                  par, d, r + 1, par_score))
+        if d < L:
+            heapq.heappush(heap, (-(s + top_lp[d][0]), (*ranks, 0), node, d + 1, 0, s))
+    return parent, token

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from treespec_sim import DraftTree
 
-__all__ = ["log_q_arrays", "prob_vectors", "target_rows_for", "trees", "trees_with_rows"]
+__all__ = ["convex_costs", "log_q_arrays", "prob_vectors", "target_rows_for", "trees",
+           "trees_with_rows"]
 
 
 @st.composite
@@ -90,3 +91,15 @@ def trees_with_rows(draw, max_nodes: int = 8, vocab: int = 3):
     """``(tree, target_rows)`` pairs."""
     tree = draw(trees(max_nodes=max_nodes, vocab=vocab))
     return tree, draw(target_rows_for(tree, vocab))
+
+
+@st.composite
+def convex_costs(draw, max_tokens: int) -> tuple[float, np.ndarray]:
+    """``(draft_cost, verify)`` with ``verify[n - 1]`` the cost of ``n`` tokens, ``n = 1..``
+    ``max_tokens``: non-decreasing and convex, with flat regions and repeated slopes (ties)."""
+    draft = draw(st.sampled_from([0.0, 0.1, 0.5]))
+    base = draw(st.floats(0.05, 2.0))
+    slope_values = st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.2, 1.0])
+    slopes = sorted(draw(st.lists(slope_values, min_size=max_tokens - 1,
+                                  max_size=max_tokens - 1)))
+    return float(draft), base + np.concatenate([[0.0], np.cumsum(slopes)])

@@ -11,6 +11,9 @@ Three kinds of rows:
 ``caught[...]``
     a known-buggy variant; the "violation" is the largest losslessness gap found, and
     ``passed`` iff it *exceeds* the tolerance (the check can fail, and did).
+``witness``
+    an existence statement ("an instance exists where ..."): a search; the value is the size of
+    the effect in the instance found, and ``passed`` iff it exceeds the tolerance.
 ``claim``
     a published claim about a *reconstructed* method, measured rather than proven; ``passed``
     reports whether it held on every instance. A claim that does not hold is reported, not
@@ -30,7 +33,7 @@ from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length
 
-from . import ot
+from . import budget, ot
 from .block import block_round_law
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
 from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
@@ -79,7 +82,8 @@ class Check:
     def __call__(self, seed: int, size: int) -> CheckResult:
         start = time.perf_counter()
         n, worst = self.run(np.random.default_rng(seed), size)
-        passed = bool(worst > self.tolerance if self.kind == "caught" else worst <= self.tolerance)
+        exceed = self.kind in ("caught", "witness")
+        passed = bool(worst > self.tolerance if exceed else worst <= self.tolerance)
         return CheckResult(self.theorem, self.kind, n, float(worst), self.tolerance, passed,
                            time.perf_counter() - start)
 
@@ -474,6 +478,27 @@ CHECKS: list[Check] = [
           _rrsw_le_c2),
     *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
       for name, v in BUGGY_VARIANTS.items()],
+    # cost-aware budgets (CaDDTree): docs/theory/caddtree.md
+    Check("theta_unimodal[convex]", "theorem", EXACT_TOL,
+          "convex verify cost: theta(B) = N(B)/D(B) rises strictly to its first maximiser, "
+          "never exceeds it after", budget.theta_unimodal),
+    Check("caddtree=exhaustive[convex]", "theorem", EXACT_TOL,
+          "convex verify cost: CaDDTree's greedy stop is the smallest argmax of theta and equals "
+          "the inline-heap reference (flat regions, ties)", budget.greedy_is_exhaustive),
+    Check("nested_trees", "theorem", 0.0,
+          "ddtree(B) is the first B nodes of ddtree(B + 1)", budget.nested_trees),
+    Check("surrogate_concave", "theorem", 0.0,
+          "DDTree's pop probabilities never increase (the surrogate gain is concave)",
+          budget.surrogate_concave),
+    Check("longrun=dinkelbach[convex]", "theorem", EXACT_TOL,
+          "convex verify cost: the long-run rule p > lambda * dC maximises N - lambda D",
+          budget.longrun_is_dinkelbach),
+    Check("true_acceptance_not_concave", "witness", EXACT_TOL,
+          "an instance where the true acceptance 1 + sum P(v_i) has a rising increment",
+          budget.true_acceptance_not_concave),
+    Check("greedy_local_max[tiled]", "witness", EXACT_TOL,
+          "a tiled (step) verify cost where CaDDTree's greedy stop is a strict local maximum",
+          budget.step_counterexample_exists),
     Check("traversal>=rrsw", "claim", EXACT_TOL,
           "Traversal >= RRSw in E[tau] on the same draws (empirical in the literature)",
           _ge_rrsw("traversal", "without_replacement")),

@@ -9,10 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..tree import DraftTree
+from .caddtree import (
+    LongRunPolicy,
+    budget_curve,
+    caddtree,
+    exhaustive_budget_tree,
+    longrun_tree,
+)
 from .chain import chain
 from .ddtree import ddtree, ddtree_with_mask
 
-__all__ = ["POLICIES", "chain", "ddtree", "ddtree_with_mask", "get_policy"]
+__all__ = ["POLICIES", "LongRunPolicy", "budget_curve", "caddtree", "chain", "ddtree",
+           "ddtree_with_mask", "exhaustive_budget_tree", "get_policy", "longrun_tree"]
 
 PolicyFn = Callable[..., DraftTree]
 

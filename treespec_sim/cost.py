@@ -1,0 +1,644 @@
+r"""Latency models: seconds per round for a draft tree of a given size.
+
+One round costs a draft forward plus one verification forward over the root and the tree's
+``B`` nodes:
+
+.. math:: D(B) = C_d(\ell) + C_v(B + 1, \ell),
+
+where :math:`\ell` is the context length. Every model here implements :class:`LatencyModel`
+(``draft_cost``, ``verify_cost``, ``to_dict``) and round-trips through JSON
+(:func:`cost_model_from_dict`, :func:`load_cost_model`, :meth:`save`). Token counts always
+include the root: a tree of ``B`` nodes is verified with ``verify_cost(B + 1)``. (CaDDTree's
+reference code looks its fit up with the non-root count; the research note
+``ddtree_dflash_caddtree.md`` §3.2 records that off-by-one; it is not reproduced here.)
+
+Models
+------
+:class:`RooflineCost`
+    max of two lines: a memory-bound floor with a small slope, then a compute-bound slope past the
+    knee (BASTION's calibrated roofline, CaDDTree's measured shape). Convex.
+:class:`PiecewiseLinearCost`
+    linear interpolation between knots, extended linearly past the last one. Convex iff the
+    slopes do not decrease (:attr:`is_convex`).
+:class:`TabulatedCost`
+    measured medians per context length, optionally replaced by their monotone + convex
+    least-squares fit (:func:`fit_monotone_convex`, cvxpy, as CaDDTree's ``cost_model.py`` does),
+    interpolated linearly across context lengths (clamped outside the measured range, and
+    :meth:`TabulatedCost.context_note` says so) and extended linearly past the last
+    measurement.
+:class:`TiledCost`
+    cost jumps at every multiple of a tile size (GEMM tiles, kernel switches): not convex; the
+    model where CaDDTree's greedy stop can be a strict local maximum.
+
+Presets (:data:`PRESETS`, :func:`get_cost_model`): the measured A800 / HF-transformers profiles
+for Qwen3-4B and Qwen3-8B from the CaDDTree release (data files in ``treespec_sim/data/latency``,
+with attribution), and H100/H200 estimates from the research note
+``cost_models_peers_style.md`` §A2, marked ``estimate=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_CONTEXT_LENGTH",
+    "PRESETS",
+    "LatencyModel",
+    "PiecewiseLinearCost",
+    "RooflineCost",
+    "TabulatedCost",
+    "TiledCost",
+    "cost_model_from_dict",
+    "fit_monotone_convex",
+    "get_cost_model",
+    "load_cost_model",
+    "round_time",
+    "save_cost_model",
+]
+
+#: Context length used when a caller does not give one (tokens; a mid-length chat turn).
+DEFAULT_CONTEXT_LENGTH = 1024
+
+#: Identifies latency files written by this package.
+SCHEMA = "treespec-latency/1"
+
+#: Slack for monotonicity/convexity checks on measured tables (seconds; the released fits are
+#: rounded to 1e-9 s, which makes some second differences -1e-9).
+_SHAPE_TOL = 1e-8
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """What a cost-aware policy needs: seconds for a draft and for a verification forward."""
+
+    name: str
+    provenance: str
+    estimate: bool
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        """Seconds for one drafter forward (independent of the tree size)."""
+        ...
+
+    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+        """Seconds for one verification forward over ``n_tokens`` query tokens (root included);
+        ``n_tokens`` may be an int or an int array."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description that :func:`cost_model_from_dict` reads back."""
+        ...
+
+
+def round_time(model: LatencyModel, budget, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    r"""Seconds for one round with ``budget`` tree nodes: :math:`C_d + C_v(B + 1)`."""
+    b = np.asarray(budget)
+    return model.draft_cost(context_length) + model.verify_cost(b + 1, context_length)
+
+
+# ------------------------------------------------------------------------------ validation
+def _positive_float(x, name: str, *, allow_zero: bool = True) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number; got {x!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        kind = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be finite and {kind}; got {x!r}")
+    return v
+
+
+def _tokens(n_tokens) -> np.ndarray:
+    n = np.asarray(n_tokens, dtype=np.float64)
+    if not np.all(np.isfinite(n)) or np.any(n < 0):
+        raise ValueError(f"n_tokens must be finite and >= 0; got {n_tokens!r}")
+    return n
+
+
+def _context(context_length) -> float:
+    return _positive_float(context_length, "context_length")
+
+
+def _scalar_or_array(x: np.ndarray, like) -> float | np.ndarray:
+    return float(x) if np.ndim(like) == 0 else x
+
+
+def _check_curve(tokens: np.ndarray, seconds: np.ndarray, name: str, *, convex: bool) -> None:
+    """Raise if a measured curve is not non-decreasing (and, if asked, convex)."""
+    slopes = np.diff(seconds) / np.diff(tokens)
+    bad = np.flatnonzero(np.diff(seconds) < -_SHAPE_TOL)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{name}: verification cost decreases from {seconds[i]:.6g} s at {tokens[i]:g} "
+            f"tokens to {seconds[i + 1]:.6g} s at {tokens[i + 1]:g}; costs must be "
+            "non-decreasing (fit them with fit_monotone_convex, or pass fit=True)")
+    if convex:
+        # seconds are rounded to ~1e-9: a slope over a gap g carries an error of order 1e-9 / g
+        bad = np.flatnonzero(np.diff(slopes) < -_SHAPE_TOL / float(np.diff(tokens).min()))
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise ValueError(f"{name}: the cost's slope decreases at {tokens[i]:g} tokens; "
+                             "a convex model needs non-decreasing slopes")
+
+
+# ------------------------------------------------------------------------------- roofline
+@dataclass(frozen=True)
+class RooflineCost:
+    r"""Max of two lines: a memory floor with a small slope, then a compute slope.
+
+    .. math::
+        C_v(n) = t_0 + s_{lo}(n - 1) + (s_{hi} - s_{lo})\,(n - n_0)_+
+               = \max\bigl(t_0 + s_{lo}(n-1),\; t_0 + s_{lo}(n_0 - 1) + s_{hi}(n - n_0)\bigr)
+
+    for :math:`s_{hi} \ge s_{lo}` (then it is convex). ``n`` counts query tokens, root included;
+    ``C_v(0) = C_v(1)``. The context length enters through an optional attention term
+    :math:`s_{ctx}\,\ell\,n` (a materialised tree mask reads the cache once per query token),
+    which keeps the model convex in ``n``.
+
+    Parameters
+    ----------
+    floor_s : float
+        :math:`t_0 = C_v(1)` at context 0, seconds.
+    floor_slope_s, compute_slope_s : float
+        :math:`s_{lo}` and :math:`s_{hi}`, seconds per extra token.
+    knee_tokens : float
+        :math:`n_0`, where the compute slope takes over.
+    draft_s : float
+        Drafter forward, seconds (one pass gives every depth's marginal).
+    context_slope_s : float
+        :math:`s_{ctx}`, seconds per (query token x context token); default 0.
+    """
+
+    floor_s: float
+    floor_slope_s: float
+    knee_tokens: float
+    compute_slope_s: float
+    draft_s: float
+    context_slope_s: float = 0.0
+    name: str = "roofline"
+    provenance: str = "user-defined"
+    estimate: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_float(self.floor_s, "floor_s", allow_zero=False)
+        lo = _positive_float(self.floor_slope_s, "floor_slope_s")
+        hi = _positive_float(self.compute_slope_s, "compute_slope_s")
+        if _positive_float(self.knee_tokens, "knee_tokens") < 1:
+            raise ValueError(f"knee_tokens must be >= 1; got {self.knee_tokens!r}")
+        _positive_float(self.draft_s, "draft_s")
+        _positive_float(self.context_slope_s, "context_slope_s")
+        if hi < lo:
+            raise ValueError(f"compute_slope_s ({hi}) must be >= floor_slope_s ({lo}): "
+                             "a roofline's compute line is the steeper one")
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        _context(context_length)
+        return float(self.draft_s)
+
+    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+        n = np.maximum(_tokens(n_tokens), 1.0)
+        ell = _context(context_length)
+        t = (self.floor_s + self.floor_slope_s * (n - 1)
+             + (self.compute_slope_s - self.floor_slope_s) * np.maximum(n - self.knee_tokens, 0)
+             + self.context_slope_s * ell * n)
+        return _scalar_or_array(t, n_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "cost_model": "roofline", **asdict(self)}
+
+
+# ------------------------------------------------------------------------ piecewise linear
+@dataclass(frozen=True)
+class PiecewiseLinearCost:
+    """Verification cost by linear interpolation between knots ``(tokens, seconds)``.
+
+    Below the first knot the first value holds; past the last knot the last segment's slope
+    continues. Context length is ignored (use :class:`TabulatedCost` for context-dependent
+    measurements).
+
+    Parameters
+    ----------
+    tokens : sequence of float, shape (K,)
+        Strictly increasing token counts, ``K >= 1``.
+    seconds : sequence of float, shape (K,)
+        Non-negative, non-decreasing costs.
+    draft_s : float
+        Drafter forward, seconds.
+    """
+
+    tokens: tuple[float, ...]
+    seconds: tuple[float, ...]
+    draft_s: float
+    name: str = "piecewise"
+    provenance: str = "user-defined"
+    estimate: bool = True
+
+    def __post_init__(self) -> None:
+        t = np.asarray(self.tokens, dtype=np.float64)
+        s = np.asarray(self.seconds, dtype=np.float64)
+        if t.ndim != 1 or t.size == 0 or s.shape != t.shape:
+            raise ValueError("tokens and seconds must be non-empty 1-D sequences of equal length; "
+                             f"got {t.shape} and {s.shape}")
+        if not (np.all(np.isfinite(t)) and np.all(np.isfinite(s))) or np.any(s < 0):
+            raise ValueError("seconds must be finite and >= 0, tokens finite")
+        if np.any(np.diff(t) <= 0):
+            raise ValueError(f"tokens must be strictly increasing; got {self.tokens}")
+        _check_curve(t, s, "seconds", convex=False)
+        _positive_float(self.draft_s, "draft_s")
+        object.__setattr__(self, "tokens", tuple(float(x) for x in t))
+        object.__setattr__(self, "seconds", tuple(float(x) for x in s))
+
+    @property
+    def is_convex(self) -> bool:
+        """Whether the slopes never decrease (CaDDTree's unimodality needs it)."""
+        t, s = np.asarray(self.tokens), np.asarray(self.seconds)
+        if t.size < 3:
+            return True
+        tol = _SHAPE_TOL / float(np.diff(t).min())
+        return bool(np.all(np.diff(np.diff(s) / np.diff(t)) >= -tol))
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        _context(context_length)
+        return float(self.draft_s)
+
+    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+        _context(context_length)
+        n = _tokens(n_tokens)
+        return _scalar_or_array(_interp_extend(n, np.asarray(self.tokens),
+                                               np.asarray(self.seconds)), n_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tokens"], d["seconds"] = list(self.tokens), list(self.seconds)
+        return {"schema": SCHEMA, "cost_model": "piecewise", **d}
+
+
+def _interp_extend(n: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """``np.interp`` clamped below, extended with the last slope above the last knot."""
+    out = np.interp(n, xs, ys)
+    if xs.size >= 2:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        out = np.where(n > xs[-1], ys[-1] + slope * (n - xs[-1]), out)
+    return out
+
+
+# ------------------------------------------------------------------------------ tabulated
+def fit_monotone_convex(tokens, seconds) -> np.ndarray:
+    r"""Least-squares fit of measured costs by a non-decreasing convex sequence (cvxpy).
+
+    .. math::
+        \min_f \|f - t\|_2^2 \quad\text{s.t.}\quad f_{i+1} \ge f_i,\quad
+        \frac{f_{i+2} - f_{i+1}}{n_{i+2} - n_{i+1}} \ge \frac{f_{i+1} - f_i}{n_{i+1} - n_i}.
+
+    This is the fit of CaDDTree's ``cost_model.py`` (arXiv 2606.01813), written for uneven
+    token spacing.
+
+    Parameters
+    ----------
+    tokens : array_like, shape (K,)
+        Strictly increasing token counts.
+    seconds : array_like, shape (K,)
+        Measured (median) costs.
+
+    Returns
+    -------
+    ndarray, shape (K,)
+        The fitted costs.
+
+    Raises
+    ------
+    ValueError
+        Empty or mismatched input; RuntimeError if the solver does not reach an optimum.
+    """
+    import cvxpy as cp
+
+    n = np.asarray(tokens, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if n.ndim != 1 or n.size == 0 or t.shape != n.shape:
+        raise ValueError("tokens and seconds must be non-empty 1-D arrays of equal length; "
+                         f"got {n.shape} and {t.shape}")
+    if not (np.all(np.isfinite(n)) and np.all(np.isfinite(t))) or np.any(t < 0):
+        raise ValueError("seconds must be finite and >= 0 (and tokens finite)")
+    if np.any(np.diff(n) <= 0):
+        raise ValueError("tokens must be strictly increasing")
+    if n.size < 2:
+        return t.copy()
+    # Scale to milliseconds so the solver's absolute tolerances are meaningful.
+    scale = 1e3
+    f = cp.Variable(n.size)
+    gaps = np.diff(n)
+    slopes = cp.multiply(cp.diff(f), 1.0 / gaps)
+    constraints = [cp.diff(f) >= 0]
+    if n.size >= 3:
+        constraints.append(cp.diff(slopes) >= 0)
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(f - scale * t)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or f.value is None:
+        raise RuntimeError(f"monotone-convex fit failed: solver status {problem.status}")
+    fitted = np.asarray(f.value, dtype=np.float64) / scale
+    # Remove the solver's rounding so the result passes exact shape checks.
+    fitted = np.maximum.accumulate(np.maximum(fitted, 0.0))
+    return fitted
+
+
+@dataclass(frozen=True)
+class TabulatedCost:
+    r"""Measured verification costs per context length, interpolated.
+
+    ``verify_s[c][i]`` is the cost of a forward with ``node_counts[i]`` query tokens at context
+    length ``context_lengths[c]``. Between measured token counts the curve is linear; past the
+    last one it continues with the last slope (CaDDTree's extrapolation); at context lengths in
+    between, the two nearest curves are mixed linearly; outside the measured contexts the nearest
+    curve is used (clamped; :meth:`context_note` reports it). Convex curves stay convex under
+    both interpolations.
+
+    Parameters
+    ----------
+    node_counts : sequence of int, shape (N,)
+        Strictly increasing query-token counts (root included).
+    context_lengths : sequence of int, shape (C,)
+        Strictly increasing context lengths.
+    verify_s : sequence of sequences, shape (C, N)
+        Seconds; each row non-decreasing.
+    draft_s : float
+        Drafter forward, seconds (measured at one context length; held constant, as CaDDTree).
+    require_convex : bool
+        Reject rows that are not convex (default True: the policies' guarantees need it).
+    """
+
+    node_counts: tuple[int, ...]
+    context_lengths: tuple[int, ...]
+    verify_s: tuple[tuple[float, ...], ...]
+    draft_s: float
+    name: str = "tabulated"
+    provenance: str = "user-defined"
+    estimate: bool = False
+    require_convex: bool = True
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        n = np.asarray(self.node_counts, dtype=np.float64)
+        c = np.asarray(self.context_lengths, dtype=np.float64)
+        v = np.asarray(self.verify_s, dtype=np.float64)
+        if n.ndim != 1 or n.size == 0:
+            raise ValueError("node_counts must be a non-empty 1-D sequence; the measurement "
+                             "table is empty")
+        if c.ndim != 1 or c.size == 0:
+            raise ValueError("context_lengths must be a non-empty 1-D sequence")
+        if v.shape != (c.size, n.size):
+            raise ValueError(f"verify_s must have shape (len(context_lengths), len(node_counts))"
+                             f" = ({c.size}, {n.size}); got {v.shape}")
+        if np.any(np.diff(n) <= 0) or np.any(n < 0):
+            raise ValueError("node_counts must be non-negative and strictly increasing")
+        if np.any(np.diff(c) <= 0) or np.any(c < 0):
+            raise ValueError("context_lengths must be non-negative and strictly increasing")
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError("verify_s must be finite and >= 0")
+        for ci, row in zip(self.context_lengths, v, strict=True):
+            _check_curve(n, row, f"verify_s at context {ci}", convex=self.require_convex)
+        _positive_float(self.draft_s, "draft_s")
+        object.__setattr__(self, "node_counts", tuple(int(x) for x in n))
+        object.__setattr__(self, "context_lengths", tuple(int(x) for x in c))
+        object.__setattr__(self, "verify_s", tuple(tuple(float(x) for x in r) for r in v))
+
+    @classmethod
+    def from_measurements(cls, node_counts, context_lengths, verify_s, draft_s: float, *,
+                          fit: bool = True, **kwargs) -> TabulatedCost:
+        """Build from raw medians; ``fit=True`` replaces each row by its monotone-convex fit."""
+        rows = np.asarray(verify_s, dtype=np.float64)
+        if rows.size == 0:
+            raise ValueError("verify_s: the measurement table is empty")
+        if rows.ndim == 1:
+            rows = rows[None, :]
+        if fit:
+            rows = np.stack([fit_monotone_convex(node_counts, r) for r in rows])
+        return cls(tuple(node_counts), tuple(context_lengths), tuple(map(tuple, rows)),
+                   draft_s, **kwargs)
+
+    @property
+    def is_convex(self) -> bool:
+        n = np.asarray(self.node_counts, dtype=np.float64)
+        try:
+            for row in self.verify_s:
+                _check_curve(n, np.asarray(row), "row", convex=True)
+        except ValueError:
+            return False
+        return True
+
+    def context_note(self, context_length: float) -> str | None:
+        """A sentence for the run record if ``context_length`` lies outside the measurements."""
+        lo, hi = self.context_lengths[0], self.context_lengths[-1]
+        if context_length < lo or context_length > hi:
+            return (f"{self.name}: context length {context_length:g} is outside the measured "
+                    f"range [{lo}, {hi}]; the nearest measured curve is used (clamped)")
+        return None
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        _context(context_length)
+        return float(self.draft_s)
+
+    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+        n = _tokens(n_tokens)
+        ell = _context(context_length)
+        xs = np.asarray(self.node_counts, dtype=np.float64)
+        ctx = np.asarray(self.context_lengths, dtype=np.float64)
+        j = int(np.searchsorted(ctx, ell, side="right"))
+        if j == 0 or j == ctx.size:  # clamped
+            row = np.asarray(self.verify_s[0 if j == 0 else -1])
+            return _scalar_or_array(_interp_extend(n, xs, row), n_tokens)
+        w = (ell - ctx[j - 1]) / (ctx[j] - ctx[j - 1])
+        a = _interp_extend(n, xs, np.asarray(self.verify_s[j - 1]))
+        b = _interp_extend(n, xs, np.asarray(self.verify_s[j]))
+        return _scalar_or_array((1 - w) * a + w * b, n_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The latency-file schema (the same as the shipped presets)."""
+        return {
+            "schema": SCHEMA, "cost_model": "tabulated", "name": self.name,
+            "attribution": self.provenance, "estimate": self.estimate,
+            **self.meta,
+            "draft_cost_s": self.draft_s,
+            "node_counts": list(self.node_counts),
+            "node_count_meaning": "number of query tokens in one verification forward "
+                                  "(root included)",
+            "context_lengths": list(self.context_lengths),
+            "verify_cost_s": {str(c): list(r) for c, r in
+                              zip(self.context_lengths, self.verify_s, strict=True)},
+        }
+
+
+# ---------------------------------------------------------------------------------- tiled
+@dataclass(frozen=True)
+class TiledCost:
+    r"""A step cost: :math:`C_v(n) = t_0 + s\,n + \Delta\,\lceil n / w \rceil` (not convex).
+
+    Models the jumps real kernels show at tile boundaries (e.g. every 64 or 128 query tokens) and
+    at path switches. With it, CaDDTree's greedy stop can end at a strict local maximum of
+    :math:`\theta(B)` (``docs/theory/caddtree.md``).
+
+    Parameters
+    ----------
+    base_s : float
+        :math:`t_0`, seconds.
+    slope_s : float
+        :math:`s`, seconds per token (0 for a pure staircase).
+    tile_tokens : int
+        :math:`w`, the tile width in tokens.
+    step_s : float
+        :math:`\Delta`, the jump per tile, seconds.
+    draft_s : float
+        Drafter forward, seconds.
+    """
+
+    base_s: float
+    slope_s: float
+    tile_tokens: int
+    step_s: float
+    draft_s: float
+    name: str = "tiled"
+    provenance: str = "user-defined"
+    estimate: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_float(self.base_s, "base_s")
+        _positive_float(self.slope_s, "slope_s")
+        _positive_float(self.step_s, "step_s")
+        _positive_float(self.draft_s, "draft_s")
+        if not isinstance(self.tile_tokens, int | np.integer) or self.tile_tokens < 1:
+            raise ValueError(f"tile_tokens must be a positive integer; got {self.tile_tokens!r}")
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        _context(context_length)
+        return float(self.draft_s)
+
+    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+        _context(context_length)
+        n = np.maximum(_tokens(n_tokens), 1.0)
+        t = self.base_s + self.slope_s * n + self.step_s * np.ceil(n / self.tile_tokens)
+        return _scalar_or_array(t, n_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "cost_model": "tiled", **asdict(self)}
+
+
+# --------------------------------------------------------------------------- (de)serialise
+_KINDS = {"roofline": RooflineCost, "piecewise": PiecewiseLinearCost, "tiled": TiledCost}
+_TABLE_KEYS = ("draft_cost_s", "node_counts", "context_lengths", "verify_cost_s")
+
+
+def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
+    """Rebuild a model from :meth:`to_dict` output or a latency file's contents.
+
+    A dict with ``node_counts``, ``context_lengths``, ``verify_cost_s`` and ``draft_cost_s``
+    (the schema of the CaDDTree-derived files) is read as a :class:`TabulatedCost` even without a
+    ``cost_model`` key.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"a latency model must be a JSON object; got {type(d).__name__}")
+    kind = d.get("cost_model", "tabulated" if "verify_cost_s" in d else None)
+    if kind == "tabulated":
+        missing = [k for k in _TABLE_KEYS if k not in d]
+        if missing:
+            raise ValueError(f"latency table is missing key(s) {missing}; a tabulated latency "
+                             f"file needs {list(_TABLE_KEYS)}")
+        table = d["verify_cost_s"]
+        if not isinstance(table, dict) or not table:
+            raise ValueError("verify_cost_s must be a non-empty object {context length: costs}")
+        ctx = sorted(table, key=float)
+        contexts = [int(float(c)) for c in ctx]
+        if contexts != [int(c) for c in d["context_lengths"]]:
+            raise ValueError("verify_cost_s keys must match context_lengths "
+                             f"({d['context_lengths']}); got {ctx}")
+        meta = {k: d[k] for k in ("model", "gpu", "runtime", "source", "kind", "device")
+                if k in d}
+        return TabulatedCost(tuple(d["node_counts"]), tuple(contexts),
+                             tuple(tuple(table[c]) for c in ctx), d["draft_cost_s"],
+                             name=d.get("name", "tabulated"),
+                             provenance=d.get("attribution", d.get("source", "unknown")),
+                             estimate=bool(d.get("estimate", False)), meta=meta)
+    if kind not in _KINDS:
+        raise ValueError(f"cost_model: unknown latency model kind {kind!r}; known kinds: "
+                         f"{', '.join(['tabulated', *sorted(_KINDS)])}")
+    cls = _KINDS[kind]
+    fields = {k: v for k, v in d.items() if k not in ("schema", "cost_model")}
+    try:
+        if cls is PiecewiseLinearCost:
+            fields["tokens"], fields["seconds"] = tuple(fields["tokens"]), tuple(fields["seconds"])
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"bad fields for a {kind} latency model: {exc}") from None
+    except KeyError as exc:
+        raise ValueError(f"a {kind} latency model needs the key {exc}") from None
+
+
+def load_cost_model(path: str | Path) -> LatencyModel:
+    """Read a latency file (JSON) written by :meth:`to_dict` / ``real_models.profile``."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"path: no latency file at {str(p)!r}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"path: {str(p)!r} is not valid JSON ({exc})") from None
+    return cost_model_from_dict(data)
+
+
+def save_cost_model(model: LatencyModel, path: str | Path) -> None:
+    """Write ``model.to_dict()`` as JSON."""
+    Path(path).write_text(json.dumps(model.to_dict(), indent=1))
+
+
+# -------------------------------------------------------------------------------- presets
+_RESEARCH_A2 = ("estimate from research note cost_models_peers_style.md §A2 (roofline: "
+                "Qwen3 weights streamed per verify vs bf16 compute per token; anchored on "
+                "SGLang/vLLM batch-1 step times); not measured")
+
+
+def _packaged(filename: str) -> TabulatedCost:
+    text = resources.files("treespec_sim").joinpath("data", "latency", filename).read_text()
+    model = cost_model_from_dict(json.loads(text))
+    assert isinstance(model, TabulatedCost)
+    return model
+
+
+def _estimate(name: str, t0_ms: float, s_lo_us: float, knee: float, s_hi_us: float,
+              draft_ms: float) -> RooflineCost:
+    return RooflineCost(t0_ms * 1e-3, s_lo_us * 1e-6, knee, s_hi_us * 1e-6, draft_ms * 1e-3,
+                        name=name, provenance=_RESEARCH_A2, estimate=True)
+
+
+#: Named latency presets: name -> zero-argument factory (loading is lazy).
+PRESETS = {
+    "a800-qwen3-4b": lambda: _packaged("a800_qwen3_4b.json"),
+    "a800-qwen3-8b": lambda: _packaged("a800_qwen3_8b.json"),
+    "h100-qwen3-8b": lambda: _estimate("h100-qwen3-8b", 6.0, 5, 160, 25, 1.2),
+    "h200-qwen3-8b": lambda: _estimate("h200-qwen3-8b", 5.0, 4, 128, 25, 1.0),
+    "h100-qwen3-4b": lambda: _estimate("h100-qwen3-4b", 3.5, 3, 160, 13, 0.7),
+    "h200-qwen3-4b": lambda: _estimate("h200-qwen3-4b", 3.0, 3, 128, 13, 0.6),
+}
+
+
+def get_cost_model(name_or_path: str | Path | LatencyModel) -> LatencyModel:
+    """A preset by name, a latency file by path, or a model passed through.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the message lists the presets) or an unreadable file.
+    """
+    if isinstance(name_or_path, LatencyModel) and not isinstance(name_or_path, str | Path):
+        return name_or_path
+    key = str(name_or_path)
+    if key in PRESETS:
+        return PRESETS[key]()
+    if key.endswith(".json") or Path(key).is_file():
+        return load_cost_model(key)
+    raise ValueError(f"unknown cost model {key!r}; known presets: {', '.join(sorted(PRESETS))} "
+                     "(or give the path of a latency .json file)")

@@ -1,0 +1,290 @@
+r"""Cost-aware budgets over DDTree's nested trees: CaDDTree, exhaustive, long-run.
+
+DDTree's heap pops prefixes in order of non-increasing surrogate probability
+:math:`p_1 \ge p_2 \ge \dots`; the tree of budget ``B`` is the first ``B`` pops, so the trees
+are nested. With a draft cost :math:`C_d` and a verification cost :math:`C_v(n)` for ``n`` query
+tokens (root included), one round of budget ``B`` is expected (under the surrogate) to yield
+
+.. math::
+    N(B) = 1 + \sum_{i \le B} p_i \text{ tokens in } D(B) = C_d + C_v(B + 1)\text{ seconds},
+    \qquad \theta(B) = N(B) / D(B).
+
+Three rules choose ``B`` (``docs/theory/caddtree.md`` has the proofs):
+
+:func:`caddtree`
+    CaDDTree (Zhang et al., arXiv 2606.01813; reference ``build_caddtree_tree``): pop while the
+    next node raises :math:`\theta`, i.e. while :math:`p_{B+1} > \theta(B)\,\Delta_{B+1}` with
+    :math:`\Delta_{B+1} = C_v(B+2) - C_v(B+1)`; ties stop. Under convex :math:`C_v` the stop is
+    the smallest global maximiser of :math:`\theta` (it is unimodal: concave over convex).
+:func:`exhaustive_budget_tree`
+    pop to ``max_budget`` and take the smallest argmax of :math:`\theta` over all ``B``: exact for
+    any cost, including the non-convex step costs where the greedy stop can be a strict local
+    maximum.
+:func:`longrun_tree`
+    Dinkelbach's rule for long-run throughput :math:`E[N]/E[D]` (renewal-reward): add a node iff
+    :math:`p_{B+1} > \lambda\,\Delta_{B+1}` for one global :math:`\lambda` (the throughput the
+    decoder achieves); :class:`LongRunPolicy` estimates it as a running ratio.
+
+Implementation: the heap's pops are DDTree's node order, so each rule builds
+``ddtree(log_q, max_budget)`` once, evaluates :math:`\theta` for every prefix in one vectorised
+pass, and keeps the chosen prefix (a prefix of the pop order is always a valid tree).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tree import DraftTree
+from ._validate import check_budget, check_log_q, check_root_token
+from .ddtree import ddtree
+
+__all__ = [
+    "BudgetCurve",
+    "LongRunPolicy",
+    "budget_curve",
+    "caddtree",
+    "exhaustive_budget_tree",
+    "first_non_increase",
+    "longrun_budget",
+    "longrun_tree",
+    "prefix_tree",
+]
+
+#: The default largest budget (CaDDTree's reference uses ``min(1024, V)``).
+DEFAULT_MAX_BUDGET = 1024
+
+
+@dataclass(frozen=True)
+class BudgetCurve:
+    r"""Everything a budget rule needs, for budgets ``0..max_budget``.
+
+    Attributes
+    ----------
+    tree : DraftTree
+        DDTree at ``max_budget`` (node ``i`` = ``i``-th pop).
+    p : ndarray, shape (n,)
+        Surrogate path probability of pops ``1..n`` (non-increasing).
+    round_cost : ndarray, shape (n + 1,)
+        :math:`D(B) = C_d + C_v(B + 1)` for ``B = 0..n``, seconds.
+    """
+
+    tree: DraftTree
+    p: np.ndarray
+    round_cost: np.ndarray
+
+    @property
+    def expected_tokens(self) -> np.ndarray:
+        """:math:`N(B) = 1 + \\sum_{i \\le B} p_i` for ``B = 0..n``."""
+        return np.concatenate([[1.0], 1.0 + np.cumsum(self.p)])
+
+    @property
+    def theta(self) -> np.ndarray:
+        r""":math:`\theta(B) = N(B) / D(B)` for ``B = 0..n`` (surrogate tokens per second)."""
+        return self.expected_tokens / self.round_cost
+
+
+def _costs(draft_cost, verify_cost: Callable, max_tokens: int) -> np.ndarray:
+    """``draft_cost + verify_cost(n)`` for ``n = 1..max_tokens``, validated."""
+    try:
+        cd = float(draft_cost)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft_cost must be a number of seconds; got {draft_cost!r}") from None
+    if not (math.isfinite(cd) and cd >= 0):
+        raise ValueError(f"draft_cost must be finite and >= 0; got {draft_cost!r}")
+    if not callable(verify_cost):
+        raise ValueError("verify_cost must be a callable n_tokens -> seconds")
+    n = np.arange(1, max_tokens + 1)
+    try:
+        cv = np.asarray(verify_cost(n), dtype=np.float64)
+        if cv.shape != n.shape:
+            raise TypeError
+    except (TypeError, ValueError):  # a scalar-only callable
+        cv = np.array([float(verify_cost(int(k))) for k in n])
+    bad = np.flatnonzero(~np.isfinite(cv) | (cv < 0))
+    if bad.size:
+        k = int(n[bad[0]])
+        raise ValueError(f"verify_cost({k}) = {cv[bad[0]]!r}: costs must be finite and >= 0")
+    dec = np.flatnonzero(np.diff(cv) < 0)
+    if dec.size:
+        k = int(n[dec[0]])
+        raise ValueError(f"verify_cost must be non-decreasing: verify_cost({k + 1}) = "
+                         f"{cv[dec[0] + 1]!r} < verify_cost({k}) = {cv[dec[0]]!r}")
+    total = cd + cv
+    if total[0] <= 0:
+        raise ValueError("draft_cost + verify_cost(1) must be > 0 (a round takes time)")
+    return total
+
+
+def _pop_probabilities(tree: DraftTree, lp: np.ndarray) -> np.ndarray:
+    """Surrogate probability of every node's path in pop (node) order, float64 (n,)."""
+    scores = np.zeros(tree.n_nodes, dtype=np.float64)
+    for d, nodes in enumerate(tree.levels[1:], start=1):
+        scores[nodes] = scores[tree.parent[nodes]] + lp[d - 1, tree.token[nodes]]
+    return np.exp(scores[1:])
+
+
+def budget_curve(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
+                 root_token: int = -1) -> BudgetCurve:
+    """DDTree at ``max_budget`` with its pop probabilities and round costs for every prefix."""
+    lp, _ = check_log_q(log_q)
+    max_budget = check_budget(max_budget, "max_budget")
+    root_token = check_root_token(root_token)
+    tree = ddtree(lp, max_budget, root_token=root_token)
+    p = _pop_probabilities(tree, lp)
+    return BudgetCurve(tree, p, _costs(draft_cost, verify_cost, tree.size + 1))
+
+
+def first_non_increase(theta: np.ndarray) -> int:
+    r"""CaDDTree's stop: the largest ``B`` with :math:`\theta(0) < \dots < \theta(B)`.
+
+    That is, the first ``B`` whose successor does not raise :math:`\theta` (ties stop), or the
+    last index if :math:`\theta` rises throughout.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    falls = np.flatnonzero(theta[1:] <= theta[:-1])
+    return int(falls[0]) if falls.size else int(theta.size - 1)
+
+
+def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
+    """The first ``budget`` nodes of a best-first tree (a prefix of pop order is a tree)."""
+    if budget >= tree.size:
+        return tree
+    if budget == 0:
+        return DraftTree.root_only(int(tree.token[0]))
+    k = budget + 1
+    return DraftTree.from_parents(tree.parent[:k], tree.token[:k])
+
+
+def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFAULT_MAX_BUDGET,
+             root_token: int = -1) -> DraftTree:
+    r"""CaDDTree: DDTree's best-first tree, stopped at the first node that does not raise
+    :math:`\theta(B) = N(B) / D(B)`.
+
+    Parameters
+    ----------
+    log_q : array_like of float, shape (L, V)
+        Drafter log-probabilities at depths ``1..L``.
+    draft_cost : float
+        :math:`C_d`, seconds per drafter forward.
+    verify_cost : callable
+        ``verify_cost(n_tokens) -> seconds`` for one verification forward over ``n_tokens``
+        query tokens, root included (a tree of ``B`` nodes costs ``verify_cost(B + 1)``).
+        Called once with an int array ``1..max_budget + 1`` (or per element if it only takes
+        scalars). Must be non-negative and non-decreasing.
+    max_budget : int
+        Largest budget considered (default 1024, as the reference).
+    root_token : int
+        Token stored at the root.
+
+    Returns
+    -------
+    DraftTree
+        ``ddtree(log_q, B*)`` with :math:`B^*` the stop; under convex ``verify_cost`` the
+        smallest maximiser of :math:`\theta` over ``0..max_budget``
+        (``proofs_check`` theorem ``caddtree=exhaustive[convex]``).
+
+    Raises
+    ------
+    ValueError
+        Bad ``log_q``/``max_budget``/``root_token``; negative, non-finite or decreasing costs.
+    """
+    curve = budget_curve(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
+                         max_budget=max_budget, root_token=root_token)
+    return prefix_tree(curve.tree, first_non_increase(curve.theta))
+
+
+def exhaustive_budget_tree(log_q, *, draft_cost, verify_cost: Callable,
+                           max_budget: int = DEFAULT_MAX_BUDGET, root_token: int = -1
+                           ) -> DraftTree:
+    r"""The prefix with the largest :math:`\theta` over every budget ``0..max_budget`` (the
+    smallest such budget on ties). Exact for non-convex costs; same arguments as
+    :func:`caddtree`."""
+    curve = budget_curve(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
+                         max_budget=max_budget, root_token=root_token)
+    return prefix_tree(curve.tree, int(np.argmax(curve.theta)))
+
+
+def longrun_budget(p: np.ndarray, round_cost: np.ndarray, lam: float) -> int:
+    r"""Dinkelbach's stop: the largest ``B`` with :math:`p_i > \lambda\,\Delta_i` for all
+    :math:`i \le B`, where :math:`\Delta_i = D(i) - D(i-1)`.
+
+    With non-increasing ``p`` and convex costs the increments of :math:`N - \lambda D` fall, so
+    this ``B`` maximises :math:`N(B) - \lambda D(B)` (the smallest maximiser).
+    """
+    lam = float(lam)
+    if not (math.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam must be finite and >= 0; got {lam!r}")
+    gains = np.asarray(p) - lam * np.diff(np.asarray(round_cost))
+    stops = np.flatnonzero(gains <= 0)
+    return int(stops[0]) if stops.size else len(p)
+
+
+def longrun_tree(log_q, *, lam: float, draft_cost, verify_cost: Callable,
+                 max_budget: int = DEFAULT_MAX_BUDGET, root_token: int = -1) -> DraftTree:
+    r"""DDTree stopped by the long-run rule :math:`p_{B+1} > \lambda\,\Delta_{B+1}`.
+
+    ``lam`` is the target long-run throughput :math:`\lambda^*` in tokens per second (the
+    optimum of :math:`E[N]/E[D]` over stationary budget rules; Dinkelbach 1967). Other arguments
+    as :func:`caddtree`.
+    """
+    curve = budget_curve(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
+                         max_budget=max_budget, root_token=root_token)
+    return prefix_tree(curve.tree, longrun_budget(curve.p, curve.round_cost, lam))
+
+
+class LongRunPolicy:
+    r"""The long-run rule with :math:`\lambda` estimated online as the running throughput.
+
+    Before any round, :math:`\lambda` is the autoregressive rate :math:`1 / D(0)` of the first
+    round seen; after each round, ``observe(tokens, seconds)`` updates it to (total tokens) /
+    (total seconds). Mutable by design: it is a decoder's state, not a value.
+
+    Parameters
+    ----------
+    draft_cost, verify_cost, max_budget
+        As :func:`caddtree`.
+    prior_rounds : float
+        Weight, in rounds, of the initial estimate (keeps the first rounds from swinging).
+    """
+
+    def __init__(self, *, draft_cost, verify_cost: Callable,
+                 max_budget: int = DEFAULT_MAX_BUDGET, prior_rounds: float = 1.0) -> None:
+        self.draft_cost = draft_cost
+        self.verify_cost = verify_cost
+        self.max_budget = check_budget(max_budget, "max_budget")
+        if not (prior_rounds > 0 and math.isfinite(prior_rounds)):
+            raise ValueError(f"prior_rounds must be finite and > 0; got {prior_rounds!r}")
+        self.prior_rounds = float(prior_rounds)
+        self.tokens = 0.0
+        self.seconds = 0.0
+
+    @property
+    def lam(self) -> float | None:
+        """Current throughput estimate (tokens per second), or None before any round."""
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    def choose(self, curve: BudgetCurve) -> int:
+        """The budget for a round with this curve (and seed :math:`\\lambda` if needed)."""
+        if self.seconds == 0:
+            self.tokens = self.prior_rounds * 1.0
+            self.seconds = self.prior_rounds * float(curve.round_cost[0])
+        return longrun_budget(curve.p, curve.round_cost, self.lam)
+
+    def observe(self, tokens: float, seconds: float) -> None:
+        """Record a finished round: tokens committed and seconds spent."""
+        if not (seconds > 0 and tokens >= 0):
+            raise ValueError(f"observe needs tokens >= 0 and seconds > 0; got {tokens}, "
+                             f"{seconds}")
+        self.tokens += float(tokens)
+        self.seconds += float(seconds)
+
+    def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
+        """Build this round's tree (``budget`` overrides ``max_budget`` if given)."""
+        max_budget = self.max_budget if budget is None else budget
+        curve = budget_curve(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
+                             max_budget=max_budget, root_token=root_token)
+        return prefix_tree(curve.tree, self.choose(curve))
