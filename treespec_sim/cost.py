@@ -622,6 +622,13 @@ PRESETS = {
     "h200-qwen3-8b": lambda: _estimate("h200-qwen3-8b", 5.0, 4, 128, 25, 1.0),
     "h100-qwen3-4b": lambda: _estimate("h100-qwen3-4b", 3.5, 3, 160, 13, 0.7),
     "h200-qwen3-4b": lambda: _estimate("h200-qwen3-4b", 3.0, 3, 128, 13, 0.6),
+    # Not a device: the H200-8B floor with a 0.1 ms jump every 16 query tokens, to show what a
+    # non-convex (tiled) cost does to CaDDTree's greedy stop.
+    "tiled-illustrative": lambda: TiledCost(
+        base_s=5e-3, slope_s=2e-6, tile_tokens=16, step_s=1e-4, draft_s=1e-3,
+        name="tiled-illustrative", estimate=True,
+        provenance="illustrative step cost, not measured: H200-8B-like floor (5 ms, 2 us/token) "
+                   "plus 0.1 ms per 16-token tile"),
 }
 
 

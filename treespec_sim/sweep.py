@@ -46,7 +46,8 @@ from .engine import run_rounds, summarize
 from .policies import POLICIES
 from .verify import RULES
 
-__all__ = ["COLUMNS", "PRESETS", "Cell", "SweepConfig", "main", "run_cell", "run_sweep"]
+__all__ = ["COLUMNS", "EXPERIMENT_PRESETS", "PRESETS", "Cell", "SweepConfig", "main", "run_cell",
+           "run_sweep"]
 
 #: Columns of ``results.csv``, in order.
 COLUMNS = (
@@ -138,6 +139,35 @@ PRESETS: dict[str, SweepConfig] = {
         rounds=16,
     ),
 }
+
+
+#: Presets that run a dedicated experiment instead of the cell grid (options they honour:
+#: --regimes, --rounds, --seed, --out, --resume, --quiet; the first temperature given).
+EXPERIMENT_PRESETS = {
+    "caddtree": "budget rules under latency presets: DDTree at fixed and oracle budgets, "
+                "CaDDTree, exhaustive, long-run (treespec_sim.experiments.budget_choice)",
+}
+
+
+def _run_experiment(args: argparse.Namespace, out: Path) -> int:
+    from .experiments import budget_choice
+
+    regimes = args.regimes or ["low-entropy", "mid-entropy", "high-entropy"]
+    temperature = args.temperatures[0] if args.temperatures else 0.0
+    rounds = args.rounds or 256
+    if not args.quiet:
+        print(f"treespec sweep: preset {args.preset!r} ({EXPERIMENT_PRESETS[args.preset]}), "
+              f"{rounds} rounds per regime -> {out}")
+    results = budget_choice.run(regimes, ["a800-qwen3-8b", "h200-qwen3-8b",
+                                          "tiled-illustrative"],
+                                rounds=rounds, temperature=temperature, seed=args.seed or 0,
+                                context_length=budget_choice.DEFAULT_CONTEXT_LENGTH, out=out,
+                                resume=args.resume, progress=not args.quiet)
+    if not args.quiet:
+        print(budget_choice.results_table(results))
+        print(f"wrote {out / 'budget_choice.csv'}, {out / 'budget_choice.md'}, "
+              f"{out / 'throughput_vs_budget.png'}")
+    return 0
 
 
 def _cell_rng(seed: int, cell: Cell) -> np.random.Generator:
@@ -372,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate draft trees over a grid of synthetic regimes, methods, "
                     "temperatures and budgets; write a tidy table, a run record, a plot and a "
                     "summary. With no arguments: the 'default' preset.")
-    ap.add_argument("--preset", default="default", choices=sorted(PRESETS),
+    ap.add_argument("--preset", default="default",
+                    choices=sorted(PRESETS) + sorted(EXPERIMENT_PRESETS),
                     help="starting grid (default: %(default)s); the options below override it")
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
                     help="synthetic regimes (see treespec_sim.synth.REGIMES)")
@@ -413,6 +444,14 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.preset in EXPERIMENT_PRESETS:
+        if args.resume and args.out is None:
+            parser.error("--resume needs --out (the folder of the run to resume)")
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+        try:
+            return _run_experiment(args, args.out or Path("runs") / f"sweep-{args.preset}-{stamp}")
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         config = config_from_args(args)
     except ValueError as exc:

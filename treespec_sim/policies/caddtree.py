@@ -268,11 +268,16 @@ class LongRunPolicy:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
     def choose(self, curve: BudgetCurve) -> int:
-        """The budget for a round with this curve (and seed :math:`\\lambda` if needed)."""
+        """The budget for a round with this curve."""
+        return self.choose_from(curve.p, curve.round_cost)
+
+    def choose_from(self, p: np.ndarray, round_cost: np.ndarray) -> int:
+        """The budget for a round with pop probabilities ``p`` and costs ``D(0..n)``; the first
+        call seeds :math:`\\lambda` with the autoregressive-like rate ``1 / D(0)``."""
         if self.seconds == 0:
             self.tokens = self.prior_rounds * 1.0
-            self.seconds = self.prior_rounds * float(curve.round_cost[0])
-        return longrun_budget(curve.p, curve.round_cost, self.lam)
+            self.seconds = self.prior_rounds * float(round_cost[0])
+        return longrun_budget(p, round_cost, self.lam)
 
     def observe(self, tokens: float, seconds: float) -> None:
         """Record a finished round: tokens committed and seconds spent."""
