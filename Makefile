@@ -36,6 +36,7 @@ lint: $(VENV)/.stamp-test
 bench: $(VENV)/.stamp-core
 	$(BIN)/python benchmarks/bench_ddtree.py
 	$(BIN)/python benchmarks/bench_verification.py
+	$(BIN)/python benchmarks/bench_caddtree.py
 
 ## Every theorem as an exact check (table; ARGS="--json" for JSON).
 proofs: $(VENV)/.stamp-core

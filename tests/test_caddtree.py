@@ -38,6 +38,25 @@ def test_caddtree_returns_the_smallest_maximiser_under_convex_costs(data):
     exhaustive = exhaustive_budget_tree(lp, draft_cost=draft, verify_cost=_lookup(verify),
                                         max_budget=max_budget)
     assert exhaustive == tree
+    # the trial budget changes the work, never the result
+    start = data.draw(st.integers(1, max(1, max_budget)))
+    assert caddtree(lp, draft_cost=draft, verify_cost=_lookup(verify), max_budget=max_budget,
+                    start_budget=start) == tree
+
+
+def test_policy_with_a_hint_equals_the_function_every_round():
+    from treespec_sim.policies import CaDDTreePolicy
+
+    rng = np.random.default_rng(5)
+    cost = get_cost_model("tiled-illustrative")
+    policy = CaDDTreePolicy(draft_cost=cost.draft_cost(), verify_cost=cost.verify_cost,
+                            max_budget=300)
+    for _ in range(6):
+        lp = np.log(rng.dirichlet(np.full(50, 0.1), size=6))
+        expect = caddtree(lp, draft_cost=cost.draft_cost(), verify_cost=cost.verify_cost,
+                          max_budget=300)
+        assert policy(lp) == expect
+        assert policy.last_budget == expect.size
 
 
 def test_off_by_one_token_count_is_caught():

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..tree import DraftTree
 from .caddtree import (
+    CaDDTreePolicy,
     LongRunPolicy,
     budget_curve,
     caddtree,
@@ -19,8 +20,8 @@ from .caddtree import (
 from .chain import chain
 from .ddtree import ddtree, ddtree_with_mask
 
-__all__ = ["POLICIES", "LongRunPolicy", "budget_curve", "caddtree", "chain", "ddtree",
-           "ddtree_with_mask", "exhaustive_budget_tree", "get_policy", "longrun_tree"]
+__all__ = ["POLICIES", "CaDDTreePolicy", "LongRunPolicy", "budget_curve", "caddtree", "chain",
+           "ddtree", "ddtree_with_mask", "exhaustive_budget_tree", "get_policy", "longrun_tree"]
 
 PolicyFn = Callable[..., DraftTree]
 

@@ -44,6 +44,7 @@ from .ddtree import ddtree
 
 __all__ = [
     "BudgetCurve",
+    "CaDDTreePolicy",
     "LongRunPolicy",
     "budget_curve",
     "caddtree",
@@ -159,8 +160,34 @@ def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
     return DraftTree.from_parents(tree.parent[:k], tree.token[:k])
 
 
+def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
+                     root_token: int, start_budget: int | None,
+                     stop: Callable[[np.ndarray, np.ndarray], int]) -> DraftTree:
+    """Build DDTree at a trial budget, apply a prefix-decidable stop rule, grow if needed.
+
+    ``stop(p, round_cost)`` returns the chosen budget given the first ``b`` pops. It is exact
+    as soon as it stops strictly inside the trial tree (the trees are nested, so the first ``b``
+    pops of any bigger tree are the same), or when the trial already is ``max_budget`` or holds
+    every prefix; otherwise the trial budget doubles.
+    """
+    lp, _ = check_log_q(log_q)
+    max_budget = check_budget(max_budget, "max_budget")
+    root_token = check_root_token(root_token)
+    if start_budget is None:
+        b = max_budget
+    else:
+        b = min(max_budget, max(1, check_budget(start_budget, "start_budget")))
+    while True:
+        tree = ddtree(lp, b, root_token=root_token)
+        p = _pop_probabilities(tree, lp)
+        chosen = stop(p, _costs(draft_cost, verify_cost, tree.size + 1))
+        if chosen < tree.size or tree.size < b or b >= max_budget:
+            return prefix_tree(tree, chosen)
+        b = min(max_budget, 2 * b)
+
+
 def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFAULT_MAX_BUDGET,
-             root_token: int = -1) -> DraftTree:
+             root_token: int = -1, start_budget: int | None = None) -> DraftTree:
     r"""CaDDTree: DDTree's best-first tree, stopped at the first node that does not raise
     :math:`\theta(B) = N(B) / D(B)`.
 
@@ -173,12 +200,16 @@ def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFA
     verify_cost : callable
         ``verify_cost(n_tokens) -> seconds`` for one verification forward over ``n_tokens``
         query tokens, root included (a tree of ``B`` nodes costs ``verify_cost(B + 1)``).
-        Called once with an int array ``1..max_budget + 1`` (or per element if it only takes
-        scalars). Must be non-negative and non-decreasing.
+        Called with an int array ``1..b + 1`` (or per element if it only takes scalars). Must be
+        non-negative and non-decreasing.
     max_budget : int
         Largest budget considered (default 1024, as the reference).
     root_token : int
         Token stored at the root.
+    start_budget : int, optional
+        First trial budget (e.g. the previous round's stop plus a margin). The result does not
+        depend on it; only the work does: DDTree is built at the trial budget and rebuilt at
+        twice that only if the stop lies beyond it. Default: build at ``max_budget`` once.
 
     Returns
     -------
@@ -192,9 +223,37 @@ def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFA
     ValueError
         Bad ``log_q``/``max_budget``/``root_token``; negative, non-finite or decreasing costs.
     """
-    curve = budget_curve(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
-                         max_budget=max_budget, root_token=root_token)
-    return prefix_tree(curve.tree, first_non_increase(curve.theta))
+    return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
+                            max_budget=max_budget, root_token=root_token,
+                            start_budget=start_budget,
+                            stop=lambda p, cost: first_non_increase(
+                                np.concatenate([[1.0], 1.0 + np.cumsum(p)]) / cost))
+
+
+class CaDDTreePolicy:
+    """:func:`caddtree` for a decoder: each round starts from the previous stop (times
+    ``margin``), so the tree is usually built once at about its final size.
+
+    Same result as :func:`caddtree` every round; ``last_budget`` is the decoder's state.
+    """
+
+    def __init__(self, *, draft_cost, verify_cost: Callable,
+                 max_budget: int = DEFAULT_MAX_BUDGET, margin: float = 1.25) -> None:
+        self.draft_cost, self.verify_cost = draft_cost, verify_cost
+        self.max_budget = check_budget(max_budget, "max_budget")
+        if not (margin >= 1.0 and math.isfinite(margin)):
+            raise ValueError(f"margin must be finite and >= 1; got {margin!r}")
+        self.margin = float(margin)
+        self.last_budget: int | None = None
+
+    def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
+        """This round's tree (``budget`` overrides ``max_budget`` if given)."""
+        max_budget = self.max_budget if budget is None else budget
+        start = None if self.last_budget is None else int(self.margin * self.last_budget) + 8
+        tree = caddtree(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
+                        max_budget=max_budget, root_token=root_token, start_budget=start)
+        self.last_budget = tree.size
+        return tree
 
 
 def exhaustive_budget_tree(log_q, *, draft_cost, verify_cost: Callable,
@@ -231,9 +290,9 @@ def longrun_tree(log_q, *, lam: float, draft_cost, verify_cost: Callable,
     optimum of :math:`E[N]/E[D]` over stationary budget rules; Dinkelbach 1967). Other arguments
     as :func:`caddtree`.
     """
-    curve = budget_curve(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
-                         max_budget=max_budget, root_token=root_token)
-    return prefix_tree(curve.tree, longrun_budget(curve.p, curve.round_cost, lam))
+    return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
+                            max_budget=max_budget, root_token=root_token, start_budget=None,
+                            stop=lambda p, cost: longrun_budget(p, cost, lam))
 
 
 class LongRunPolicy:
