@@ -1,0 +1,386 @@
+r"""End-to-end validation of tree speculative decoding on real models.
+
+``python -m real_models.validate [--target DIR --drafter DIR] [--device cpu|cuda] [--quick]``
+
+Defaults to the shipped tiny models and their held-out prompts. Checks (exit status 1 if any
+fails, 2 on bad input):
+
+1. **tree rows** — in every round of DDTree (``B = 64``) and chain decoding, the logits of the
+   one-pass tree forward (4-D ancestor mask, positions ``start + depth``, compacted KV cache)
+   equal those of a plain causal forward over the committed tokens plus the node's path, for
+   every node, within :data:`TREE_LOGIT_TOL` (absolute, on logits; per dtype);
+2. **greedy identity** — at ``T = 0`` every method's output is token-for-token the
+   autoregressive greedy output on every prompt;
+3. **law at T > 0** — for every method, the first two emitted tokens after a fixed prompt,
+   sampled ``n`` times, pass a chi-square test against the target's exact two-token law
+   (cells with expected count >= 5, the rest pooled) at false-alarm rate :data:`ALPHA` per
+   method;
+4. **table** — tau (tokens per round, bonus included), tokens/s and speedup over
+   autoregressive decoding (mean AR time per output token / mean method time per output token,
+   prefill excluded, as DDTree's protocol) per method and budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ._deps import require
+
+torch = require("torch")
+
+__all__ = ["ALPHA", "TREE_LOGIT_TOL", "law_bins", "law_test", "main"]
+
+#: Per-method false-alarm rate of the chi-square law check.
+ALPHA = 1e-3
+#: Largest |tree logit - sequential logit| accepted, per dtype (absolute, on logits).
+TREE_LOGIT_TOL = {"torch.float64": 1e-9, "torch.float32": 1e-3, "torch.float16": 5e-2,
+                  "torch.bfloat16": 0.25}
+PROMPTS_FILE = Path(__file__).resolve().parent / "checkpoints" / "heldout_prompts.json"
+
+
+@dataclass(frozen=True)
+class Preset:
+    prompts: int
+    new_tokens: int
+    prompt_tokens: int
+    law_samples: int
+    budgets: tuple[int, ...]
+    sampled_rules: tuple[str, ...]
+    table_t1: bool
+
+
+PRESETS = {
+    "quick": Preset(4, 48, 64, 400, (16, 64), ("rrs", "rrsw", "traversal", "univer"), False),
+    "default": Preset(8, 96, 64, 600, (16, 64, 256), ("rrs", "rrsw", "traversal", "univer"),
+                      True),
+}
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def check(self, ok: bool, name: str, detail: str) -> None:
+        self.say(f"- [{'PASS' if ok else 'FAIL'}] {name}: {detail}")
+        if not ok:
+            self.failures.append(name)
+
+
+# ---------------------------------------------------------------------------- prompts
+def load_prompts(bundle, n: int, n_tokens: int, path: Path = PROMPTS_FILE) -> list[np.ndarray]:
+    """``n`` held-out prompts, tokenized with the target's tokenizer, ``n_tokens`` long."""
+    if bundle.tokenizer is None:
+        raise ValueError(f"target directory {bundle.target_dir} has no tokenizer; the "
+                         f"validation prompts are text")
+    items = json.loads(path.read_text())["prompts"]
+    out = []
+    for it in items:
+        ids = bundle.tokenizer(it["text"], add_special_tokens=False)["input_ids"]
+        if len(ids) >= n_tokens:
+            out.append(np.asarray(ids[:n_tokens], dtype=np.int64))
+        if len(out) == n:
+            break
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} prompts of >= {n_tokens} tokens in {path}")
+    return out
+
+
+# ---------------------------------------------------------------------------- check 1
+class TreeRowCheck:
+    """``on_round`` callback: compare every node's tree logits with a sequential forward."""
+
+    def __init__(self, bundle) -> None:
+        self.bundle = bundle
+        self.worst = 0.0
+        self.nodes = 0
+        self.rounds = 0
+        self.max_depth = 0
+
+    def __call__(self, tree, fwd, context) -> None:
+        leaves = np.flatnonzero(tree.is_leaf())
+        paths = [(), *tree.paths()]
+        seen = np.zeros(tree.n_nodes, dtype=bool)
+        for leaf in leaves:
+            ref = self.bundle.target.sequential_logits([*context, *paths[leaf]])
+            on_path = [0, *tree.path_nodes(int(leaf))]
+            for d, v in enumerate(on_path):
+                if seen[v]:
+                    continue
+                seen[v] = True
+                diff = (ref[len(context) - 1 + d].float() - fwd.logits[v].float()).abs().max()
+                self.worst = max(self.worst, float(diff))
+        self.nodes += int(seen.sum())
+        self.rounds += 1
+        self.max_depth = max(self.max_depth, tree.max_depth)
+
+
+# ---------------------------------------------------------------------------- check 3
+def exact_rows(bundle, context, temperature: float) -> np.ndarray:
+    from .target import logits_to_rows
+
+    return logits_to_rows(bundle.target.sequential_logits(context)[-1:], temperature)[0]
+
+
+def law_bins(bundle, prompt, temperature: float, n: int, min_expected: float = 5.0):
+    """Chi-square bins of the first two tokens after ``prompt``.
+
+    Returns ``(bin_of, probs)``: ``bin_of(x1, x2) -> int`` and the exact probability of each
+    bin. Cells ``(x1, x2)`` with ``n p >= min_expected`` are bins of their own; the rest of
+    each ``x1`` and every rare ``x1`` are pooled; pooled bins below ``min_expected`` merge into
+    one, which merges into the smallest bin if it is still below.
+    """
+    p1 = exact_rows(bundle, list(prompt), temperature)
+    cells: dict[tuple[int, int], int] = {}
+    probs: list[float] = []
+    rest_of: dict[int, int] = {}
+    pooled = 0.0
+    big1 = np.flatnonzero(n * p1 >= min_expected)
+    for x1 in big1:
+        p2 = exact_rows(bundle, [*prompt, int(x1)], temperature) * p1[x1]
+        big2 = np.flatnonzero(n * p2 >= min_expected)
+        for x2 in big2:
+            cells[(int(x1), int(x2))] = len(probs)
+            probs.append(float(p2[x2]))
+        rest = float(p1[x1] - p2[big2].sum())
+        if n * rest >= min_expected:
+            rest_of[int(x1)] = len(probs)
+            probs.append(rest)
+        else:
+            pooled += max(rest, 0.0)
+            rest_of[int(x1)] = -1
+    pooled += float(1.0 - p1[big1].sum())
+    other = len(probs)
+    probs.append(max(pooled, 0.0))
+    if n * probs[other] < min_expected and len(probs) > 1:
+        smallest = int(np.argmin(probs[:other]))
+        probs[smallest] += probs[other]
+        probs[other] = 0.0
+        other = smallest
+
+    def bin_of(x1: int, x2: int) -> int:
+        b = cells.get((x1, x2))
+        if b is not None:
+            return b
+        r = rest_of.get(x1, -1)
+        return r if r >= 0 else other
+
+    probs_arr = np.asarray(probs)
+    return bin_of, probs_arr / probs_arr.sum()
+
+
+def law_test(samples, bin_of, probs) -> tuple[float, float, int]:
+    """Chi-square of two-token samples against ``probs``: (statistic, p-value, dof)."""
+    from scipy import stats
+
+    counts = np.zeros(probs.size)
+    for x1, x2 in samples:
+        counts[bin_of(int(x1), int(x2))] += 1
+    keep = probs > 0
+    exp = probs[keep] * counts.sum()
+    if keep.sum() < 2:
+        return 0.0, 1.0, 0
+    stat, p = stats.chisquare(counts[keep], exp)
+    return float(stat), float(p), int(keep.sum() - 1)
+
+
+# ---------------------------------------------------------------------------- runs
+def _methods(preset: Preset, temperature: float, have_caddtree: bool):
+    """(label, method, budget, rule) of every configuration at this temperature."""
+    out = [("ar", "ar", None, "follow"), ("chain", "chain", None, "follow")]
+    out += [(f"ddtree B={b}", "ddtree", b, "follow") for b in preset.budgets]
+    out.append(("ddtree+tev B=64", "ddtree", 64, "tev"))
+    if have_caddtree:
+        out.append(("caddtree B<=64", "caddtree", 64, "follow"))
+    if temperature > 0:
+        out += [(f"sampled+{r} B=64", "sampled", 64, r) for r in preset.sampled_rules]
+    return out
+
+
+def _have_caddtree() -> bool:
+    try:
+        from treespec_sim.cost import PiecewiseLinearCost  # noqa: F401
+        from treespec_sim.policies import caddtree  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _table(rep: Report, rows: list[dict], title: str) -> None:
+    rep.say(f"\n{title}\n")
+    rep.say("| method | tau | tree nodes | tokens/s | speedup vs AR | overhead % of round |")
+    rep.say("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        rep.say(f"| {r['label']} | {r['tau']:.2f} | {r['tree_size']:.1f} | {r['tok_s']:.1f} | "
+                f"{r['speedup']:.2f} | {100 * r['overhead']:.1f} |")
+
+
+def run_methods(bundle, prompts, n_new: int, temperature: float, configs, seed: int,
+                cost=None):
+    """Decode every prompt with every configuration; return {label: [DecodeResult, ...]}."""
+    from .decode import decode
+
+    results = {}
+    for label, method, budget, rule in configs:
+        results[label] = [decode(bundle, p, n_new, method=method, budget=budget,
+                                 temperature=temperature, rule=rule, seed=seed + i, cost=cost)
+                          for i, p in enumerate(prompts)]
+    return results
+
+
+def summarize(results) -> list[dict]:
+    ar_tpot = np.mean([r.decode_s / len(r.tokens) for r in results["ar"]])
+    rows = []
+    for label, rs in results.items():
+        tpot = np.mean([r.decode_s / len(r.tokens) for r in rs])
+        rounds = [x for r in rs for x in r.rounds]
+        rows.append({
+            "label": label,
+            "tau": float(np.mean([r.tau for r in rs])),
+            "tree_size": float(np.mean([x.tree_size for x in rounds])),
+            "tok_s": float(1.0 / tpot), "speedup": float(ar_tpot / tpot),
+            "overhead": float(sum(x.overhead for x in rounds) / sum(x.total for x in rounds)),
+        })
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, default=None, help="target checkpoint directory")
+    ap.add_argument("--drafter", type=Path, default=None, help="drafter checkpoint directory")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default=None, help="float32 (default: checkpoint dtype), "
+                    "bfloat16, float16, float64")
+    ap.add_argument("--quick", action="store_true", help="CI size (4 prompts, 48 tokens)")
+    ap.add_argument("--prompts", type=int, default=None)
+    ap.add_argument("--new-tokens", type=int, default=None)
+    ap.add_argument("--law-samples", type=int, default=None)
+    ap.add_argument("--temperature", type=float, default=1.0, help="T of the law check")
+    ap.add_argument("--prompts-file", type=Path, default=PROMPTS_FILE,
+                    help="JSON with a 'prompts' list of {'text': ...} (default: the shipped "
+                         "held-out prompts)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None, help="write the report (Markdown) here")
+    ap.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    args = ap.parse_args(argv)
+    from . import bundle as bundle_mod
+
+    torch.set_num_threads(1) if args.device == "cpu" else None
+    preset = PRESETS["quick" if args.quick else "default"]
+    n_prompts = args.prompts or preset.prompts
+    n_new = args.new_tokens or preset.new_tokens
+    n_law = args.law_samples or preset.law_samples
+    t_all = time.perf_counter()
+    rep = Report()
+    try:
+        bundle = bundle_mod.load(args.target or bundle_mod.TINY_TARGET,
+                                 args.drafter or bundle_mod.TINY_DRAFTER, device=args.device,
+                                 dtype=args.dtype)
+        prompts = load_prompts(bundle, n_prompts, preset.prompt_tokens, args.prompts_file)
+        from .decode import check_request
+        for p in prompts:
+            check_request(bundle, p, n_new, "ddtree", None, 0.0, 64)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from .decode import _prefill, _run, latency_profile
+
+    tol = TREE_LOGIT_TOL.get(str(bundle.dtype), 1e-3)
+    rep.say(f"# real_models.validate ({'quick' if args.quick else 'default'})\n")
+    rep.say(f"target {bundle.target_dir}, drafter {bundle.drafter_dir}, device {bundle.device}, "
+            f"dtype {bundle.dtype}, block size {bundle.block_size}, V = {bundle.vocab_size}; "
+            f"{n_prompts} held-out prompts of {preset.prompt_tokens} tokens, {n_new} new "
+            f"tokens; torch {torch.__version__}, transformers "
+            f"{require('transformers').__version__}\n")
+    have_cad = _have_caddtree()
+    cost = latency_profile(bundle, 64) if have_cad else None
+
+    # 1. tree rows
+    rep.say("## Checks\n")
+    chk = TreeRowCheck(bundle)
+    for p in prompts[:2]:
+        for method, budget in (("ddtree", 64), ("chain", None)):
+            pf = _prefill(bundle, p, with_drafter=True)
+            _run(bundle, pf, min(n_new, 32), method=method, rule="follow", budget=budget,
+                 temperature=0.0, rng=np.random.default_rng(0), on_round=chk)
+    rep.check(chk.worst <= tol, "tree rows = sequential rows",
+              f"max |logit diff| {chk.worst:.2e} <= {tol:g} ({bundle.dtype}) over {chk.nodes} "
+              f"nodes in {chk.rounds} rounds (deepest tree {chk.max_depth})")
+    rep.data["tree_rows"] = {"max_abs_logit_diff": chk.worst, "tolerance": tol,
+                             "nodes": chk.nodes, "rounds": chk.rounds}
+
+    # 2. greedy identity (+ the T = 0 table)
+    configs = _methods(preset, 0.0, have_cad)
+    res0 = run_methods(bundle, prompts, n_new, 0.0, configs, args.seed, cost)
+    ref = [r.tokens for r in res0["ar"]]
+    for label, rs in res0.items():
+        if label == "ar":
+            continue
+        bad = [i for i, r in enumerate(rs) if r.tokens != ref[i]]
+        detail = "identical on all prompts"
+        if bad:
+            first = next(j for j, (a, b) in enumerate(zip(rs[bad[0]].tokens, ref[bad[0]],
+                                                          strict=True)) if a != b)
+            detail = f"differs on prompts {bad}; first at token {first}"
+        rep.check(not bad, f"greedy identity: {label}",
+                  f"{detail} ({n_prompts} x {n_new} tokens)")
+
+    # 3. law at T > 0
+    T = args.temperature
+    law_prompt = prompts[0]
+    bin_of, probs = law_bins(bundle, law_prompt, T, n_law)
+    rep.data["law"] = {"temperature": T, "samples": n_law, "bins": int(probs.size),
+                       "alpha": ALPHA, "methods": {}}
+    for i, (label, method, budget, rule) in enumerate(_methods(preset, T, have_cad)):
+        pf = _prefill(bundle, law_prompt, with_drafter=method != "ar")
+        rng = np.random.default_rng(args.seed + 1000 + i)
+        samples = [_run(bundle, pf, 2, method=method, rule=rule, budget=budget, temperature=T,
+                        rng=rng, cost=cost).tokens for _ in range(n_law)]
+        stat, pval, dof = law_test(samples, bin_of, probs)
+        rep.data["law"]["methods"][label] = {"chi2": stat, "p": pval, "dof": dof}
+        rep.check(pval >= ALPHA, f"law of 2 tokens at T={T:g}: {label}",
+                  f"chi2 = {stat:.1f}, dof {dof}, p = {pval:.3f} (alpha {ALPHA:g}, "
+                  f"{n_law} samples)")
+
+    # 4. tables
+    rows0 = summarize(res0)
+    rep.data["table_T0"] = rows0
+    _table(rep, rows0, f"## tau / speed at T = 0 ({bundle.device}, {n_prompts} prompts x "
+                       f"{n_new} tokens)")
+    if preset.table_t1:
+        res1 = run_methods(bundle, prompts, n_new, T, _methods(preset, T, have_cad),
+                           args.seed + 500, cost)
+        rows1 = summarize(res1)
+        rep.data["table_T1"] = rows1
+        _table(rep, rows1, f"## tau / speed at T = {T:g}")
+    if cost is not None:
+        prof = {int(a): round(float(b), 5) for a, b in zip(cost.tokens, cost.seconds, strict=True)}
+        rep.say(f"\nCaDDTree latency profile (measured, seconds per verification forward by "
+                f"query tokens): {prof}; draft {cost.draft_s:.5f} s")
+    elapsed = time.perf_counter() - t_all
+    rep.say(f"\n{len(rep.failures)} failed check(s); {elapsed:.0f} s")
+    rep.data.update({"failures": rep.failures, "seconds": elapsed, "device": str(bundle.device),
+                     "dtype": str(bundle.dtype)})
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(rep.lines) + "\n")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rep.data, indent=1, default=float) + "\n")
+    return 1 if rep.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
