@@ -33,7 +33,7 @@ from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length
 
-from . import budget, ot
+from . import budget, ot, tsubame
 from .block import block_round_law
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
 from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
@@ -478,6 +478,21 @@ CHECKS: list[Check] = [
           _rrsw_le_c2),
     *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
       for name, v in BUGGY_VARIANTS.items()],
+    # sampled policies at T > 0 (Tsubame, sampled chains, dynamic trees): docs/theory/tsubame.md
+    *[Check(f"lossless[{label},{rule}]", "theorem", EXACT_TOL,
+            f"{label.split(',')[0]} ({scheme} draws, {kind} proposal) verified with {rule} emits "
+            "the target's law",
+            tsubame.lossless_gap(label, scheme, rule, kind))
+      for label, scheme, rule, kind in tsubame.sampled_policies],
+    Check("lossless[dynamic_tree,follow]", "theorem", EXACT_TOL,
+          "the EAGLE-2-like dynamic tree (deterministic tokens) with follow emits the target's law",
+          tsubame.dynamic_follow_gap),
+    Check("lossless[dedup_iid,rrsw]", "theorem", EXACT_TOL,
+          "i.i.d. siblings with duplicates merged, verified with RRSw, emit the target's law",
+          tsubame.dedup_rrsw_gap),
+    *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, f"Tsubame, violates {cond}: {what}",
+            tsubame.buggy_gap(name))
+      for name, (cond, what, _) in tsubame.BUGGY_TSUBAME.items()],
     # cost-aware budgets (CaDDTree): docs/theory/caddtree.md
     Check("theta_unimodal[convex]", "theorem", EXACT_TOL,
           "convex verify cost: theta(B) = N(B)/D(B) rises strictly to its first maximiser, "

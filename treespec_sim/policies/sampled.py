@@ -18,11 +18,30 @@ order ``"rrs"``, ``"rrsw"``, ``"traversal"`` and ``"univer"`` rely on.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..tree import DraftTree
 
-__all__ = ["SAMPLING_SCHEMES", "fill_shape"]
+__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "ProposalFn", "SampledDraft", "fill_shape",
+           "fill_tree", "marginal_proposal", "sampled_chain", "tempered"]
+
+#: Verifier rules that are exact for each way of filling children (condition C4 of
+#: ``docs/theory/tsubame.md``); ``"deterministic"`` is the T = 0 top-k fill.
+MATCHING_RULES = {
+    "iid": ("rrs",),
+    "without_replacement": ("rrsw", "traversal", "univer"),
+    "greedy": ("univer",),
+    "deterministic": ("follow", "tev"),
+}
+
+#: ``proposal(depth, parent_token) -> (V,)``: the law the children at ``depth`` (1..L) of a node
+#: whose token is ``parent_token`` are drawn from. A DFlash drafter's marginal ignores the
+#: parent; a conditional correction (Markov head, pairwise selector) does not.
+ProposalFn = Callable[[int, int], np.ndarray]
 
 SAMPLING_SCHEMES = ("iid", "without_replacement", "greedy")
 
@@ -86,3 +105,195 @@ def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.G
     tree = build(shape.parent, token)
     proposal = rows[np.minimum(shape.depth, rows.shape[0] - 1)]
     return tree, proposal
+
+
+@dataclass(frozen=True)
+class SampledDraft:
+    """A drafted tree with what its verifier must be told.
+
+    Attributes
+    ----------
+    tree : DraftTree
+        Children in draw order.
+    proposal : ndarray float64 (n+1, V) or None
+        Row ``v`` = the exact law ``v``'s children were drawn from (zeros for leaves); None for a
+        deterministic (``T = 0``) fill.
+    scheme : str
+        ``"iid"``, ``"without_replacement"``, ``"greedy"`` or ``"deterministic"``.
+    temperature : float
+        The temperature the proposal was tempered to (the target must sample at the same one).
+    """
+
+    tree: DraftTree
+    proposal: np.ndarray | None
+    scheme: str
+    temperature: float
+
+    def check_rule(self, rule: str, *, target_temperature: float | None = None) -> None:
+        """Raise ``ValueError`` if ``rule`` does not match the draws (C4), or if the target
+        samples at a different temperature than the proposal was tempered to."""
+        ok = MATCHING_RULES[self.scheme]
+        if rule not in ok:
+            raise ValueError(f"rule {rule!r} does not match {self.scheme!r} draws (exact rules: "
+                             f"{', '.join(ok)})")
+        if target_temperature is not None and float(target_temperature) != self.temperature:
+            raise ValueError(
+                f"temperature mismatch: the draft was sampled at T = {self.temperature!r} but "
+                f"the target is verified at T = {target_temperature!r}; draw and verify at the "
+                "same temperature")
+
+    def verify(self, target_rows, *, rule: str, rng: np.random.Generator,
+               target_temperature: float | None = None):
+        """:func:`treespec_sim.verify.verify` after :meth:`check_rule`."""
+        from ..verify import verify
+
+        self.check_rule(rule, target_temperature=target_temperature)
+        return verify(self.tree, target_rows, rule=rule, rng=rng, proposal=self.proposal)
+
+    def expected_length(self, target_rows, *, rule: str,
+                        target_temperature: float | None = None) -> float:
+        """:func:`treespec_sim.verify.expected_length` after :meth:`check_rule`."""
+        from ..verify import expected_length
+
+        self.check_rule(rule, target_temperature=target_temperature)
+        return expected_length(self.tree, target_rows, rule=rule, proposal=self.proposal)
+
+
+def tempered(row, temperature: float) -> np.ndarray:
+    r"""The law :math:`q^{1/T} / \sum q^{1/T}` (float64), computed in log space.
+
+    ``temperature`` must be ``> 0``: at ``T = 0`` sampling is the argmax, which is not a law a
+    ratio verifier can use (sampled policies switch to deterministic top-k tokens there).
+    """
+    t = float(temperature)
+    if not (t > 0 and math.isfinite(t)):
+        raise ValueError(f"temperature must be finite and > 0 to temper a proposal; got "
+                         f"{temperature!r}")
+    q = np.asarray(row, dtype=np.float64)
+    if t == 1.0:
+        return q / q.sum()
+    with np.errstate(divide="ignore"):
+        z = np.log(q) / t
+    z -= z.max()
+    out = np.exp(z)
+    return out / out.sum()
+
+
+def marginal_proposal(log_q) -> ProposalFn:
+    """The DFlash proposal: the depth-``d`` marginal, whatever the parent (``log_q`` (L, V))."""
+    q = np.exp(np.asarray(log_q, dtype=np.float64))
+    q /= q.sum(axis=1, keepdims=True)
+
+    def proposal(depth: int, parent_token: int) -> np.ndarray:
+        return q[depth - 1]
+
+    return proposal
+
+
+def _top_k(q: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most likely tokens, best first (ties to the smaller id)."""
+    if k < q.size:
+        part = np.argpartition(-q, k - 1)[:k]
+        cand = np.union1d(part, np.flatnonzero(q >= q[part].min()))
+    else:
+        cand = np.arange(q.size)
+    return cand[np.lexsort((cand, -q[cand]))][:k]
+
+
+def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
+              rng: np.random.Generator, temperature: float = 1.0, cap_to_support: bool = True
+              ) -> SampledDraft:
+    r"""Pass 2 of Tsubame (and any sampled tree): fill ``shape`` top-down with fresh draws.
+
+    Node ``v``'s children are drawn from ``tempered(proposal(depth(v) + 1, token(v)), T)`` --
+    after ``v``'s own token is drawn, so a conditional proposal sees the sampled ancestors
+    (condition C2 of ``docs/theory/tsubame.md``), and with fresh randomness (C3).
+
+    Parameters
+    ----------
+    shape : DraftTree
+        Only ``parent`` and the root token are used (a plan from draft-side information only:
+        C1).
+    proposal : ProposalFn
+        ``proposal(depth, parent_token) -> (V,)`` at the drafter's own temperature.
+    scheme : {"iid", "without_replacement", "greedy"}
+        Must match the verifier (C4): ``"iid"`` with ``"rrs"``; ``"without_replacement"`` with
+        ``"rrsw"``, ``"traversal"`` or ``"univer"``; ``"greedy"`` with ``"univer"``.
+    rng : numpy.random.Generator
+    temperature : float
+        Sampling temperature ``T >= 0``. At ``T = 0`` every node gets the top-``k`` tokens of its
+        proposal, deterministically (the ``T -> 0`` limit of Gumbel-top-k), and the result must
+        be verified with ``"follow"`` or ``"tev"``; ``proposal rows`` is then None.
+    cap_to_support : bool
+        Without replacement, a node cannot have more children than its proposal has tokens with
+        positive mass: with ``True`` the extra children (and their subtrees) are dropped, a
+        draft-side decision made before the draws; with ``False`` that case raises.
+
+    Returns
+    -------
+    SampledDraft
+        The tree (children in draw order), the exact proposal rows (None at ``T = 0``), the
+        scheme (``"deterministic"`` at ``T = 0``) and the temperature.
+    """
+    if scheme not in SAMPLING_SCHEMES:
+        raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
+    t = float(temperature)
+    if not (t >= 0 and math.isfinite(t)):
+        raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
+    kids_of = shape.child_lists
+    parent = [-1]
+    token = [int(shape.token[0])]
+    rows: dict[int, np.ndarray] = {}
+    # (node in shape, node in output); BFS so a node's token exists before its children draw
+    queue = [(0, 0)]
+    head = 0
+    while head < len(queue):
+        src, dst = queue[head]
+        head += 1
+        kids = kids_of[src]
+        if kids.size == 0:
+            continue
+        depth = int(shape.depth[src]) + 1
+        q_raw = np.asarray(proposal(depth, token[dst]), dtype=np.float64)
+        if t == 0.0:
+            k = min(kids.size, int(np.count_nonzero(q_raw > 0)))
+            drawn = _top_k(q_raw, k)
+        else:
+            q = tempered(q_raw, t)
+            support = int(np.count_nonzero(q > 0))
+            k = kids.size
+            if scheme != "iid" and k > support:
+                if not cap_to_support:
+                    raise ValueError(f"width {k} at depth {depth} exceeds the proposal's support "
+                                     f"({support} tokens) under scheme {scheme!r}")
+                k = support
+            with np.errstate(divide="ignore"):
+                drawn = _draw_children(q, np.log(q), k, scheme, rng)
+            rows[dst] = q
+        for child_src, x in zip(kids[:k], drawn, strict=True):
+            parent.append(dst)
+            token.append(int(x))
+            queue.append((int(child_src), len(parent) - 1))
+    build = DraftTree.from_parents_multiset if (scheme == "iid" and t > 0) else \
+        DraftTree.from_parents
+    tree = build(parent, token)
+    if t == 0.0:
+        return SampledDraft(tree, None, "deterministic", 0.0)
+    vocab = next(iter(rows.values())).size if rows else 1
+    out = np.zeros((tree.n_nodes, vocab))
+    for v, q in rows.items():
+        out[v] = q
+    return SampledDraft(tree, out, scheme, t)
+
+
+def sampled_chain(proposal: ProposalFn, length: int, *, rng: np.random.Generator,
+                  temperature: float = 1.0, root_token: int = -1) -> SampledDraft:
+    """A chain of ``length`` tokens drawn one per depth from ``proposal`` (the DFlash marginal,
+    or a correction given the sampled parent); verify with ``"rrs"`` (speculative sampling at
+    every depth). At ``T = 0`` it is the argmax chain of the proposal (verify with
+    ``"follow"``)."""
+    from ._validate import check_budget, check_root_token
+
+    n = check_budget(length, "length")
+    shape = DraftTree.from_parents(np.arange(-1, n), [check_root_token(root_token)] + [0] * n)
+    return fill_tree(shape, proposal, scheme="iid", rng=rng, temperature=temperature)
