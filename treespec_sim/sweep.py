@@ -146,10 +146,14 @@ PRESETS: dict[str, SweepConfig] = {
 EXPERIMENT_PRESETS = {
     "caddtree": "budget rules under latency presets: DDTree at fixed and oracle budgets, "
                 "CaDDTree, exhaustive, long-run (treespec_sim.experiments.budget_choice)",
+    "stochastic": "T in {0, 0.6, 1}: deterministic trees, sampled chains and Tsubame, drafters "
+                  "without/with corrections (treespec_sim.experiments.stochastic)",
 }
 
 
 def _run_experiment(args: argparse.Namespace, out: Path) -> int:
+    if args.preset == "stochastic":
+        return _run_stochastic(args, out)
     from .experiments import budget_choice
 
     regimes = args.regimes or ["low-entropy", "mid-entropy", "high-entropy"]
@@ -168,6 +172,29 @@ def _run_experiment(args: argparse.Namespace, out: Path) -> int:
         print(f"wrote {out / 'budget_choice.csv'}, {out / 'budget_choice.md'}, "
               f"{out / 'throughput_vs_budget.png'}")
     return 0
+
+
+def _run_stochastic(args: argparse.Namespace, out: Path) -> int:
+    from .experiments import stochastic
+
+    argv = ["--out", str(out)]
+    if args.regimes:
+        argv += ["--regimes", *args.regimes]
+    if args.temperatures:
+        argv += ["--temperatures", *map(str, args.temperatures)]
+    if args.budgets:
+        argv += ["--budgets", *map(str, args.budgets)]
+    if args.methods:
+        argv += ["--methods", *args.methods]
+    if args.rounds:
+        argv += ["--rounds", str(args.rounds)]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed)]
+    if args.resume:
+        argv.append("--resume")
+    if not args.quiet:
+        print(f"treespec sweep: preset 'stochastic' -> {out}")
+    return stochastic.main(argv)
 
 
 def _cell_rng(seed: int, cell: Cell) -> np.random.Generator:
