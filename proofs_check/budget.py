@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 
+#: Relative slack on theta comparisons between independently rounded computations.
+THETA_RTOL = 1e-12
+
+
 def random_log_q(rng: np.random.Generator, *, max_depth: int = 4, max_vocab: int = 6
                  ) -> np.ndarray:
     """Drafter log-marginals ``(L, V)``; some rows have tied values, some exact zeros."""
@@ -95,21 +99,33 @@ def _instances(rng: np.random.Generator, size: int):
 
 
 def greedy_is_exhaustive(rng: np.random.Generator, size: int) -> tuple[int, float]:
-    """Convex costs: ``caddtree`` returns the smallest maximiser of theta over 0..max_budget,
-    and equals the inline-heap reference. Violation: theta gap, or 1 for a different tree."""
+    """Convex costs: ``caddtree`` stops at a maximiser of theta over 0..max_budget, and agrees
+    with the inline-heap reference. Violation: relative theta gap, or 1 if the trees disagree.
+
+    Gains of a few ulps (a pop with probability ~1e-17 next to N ~ 1) make "the smallest
+    maximiser" a matter of rounding: theta computed as N/D, as a rebuilt tree's surrogate, or as
+    the reference's running sum can order such near-ties differently. The check therefore
+    accepts any stop whose theta is within ``THETA_RTOL`` of the maximum, and requires the two
+    implementations to build the same tree up to the shorter of their stops and to stop at
+    budgets whose thetas agree within ``THETA_RTOL``.
+    """
     worst, n = 0.0, 0
     for lp, draft, verify, max_budget in _instances(rng, 20 * size):
         theta = theta_by_rebuilding(lp, draft, verify, max_budget)
-        best = int(np.argmax(theta))  # smallest maximiser
+        top = float(theta.max())
         tree = caddtree(lp, draft_cost=draft, verify_cost=lambda k, v=verify: v[k - 1],
                         max_budget=max_budget)
         ref_parent, ref_token = caddtree_heap_reference(lp, draft, lambda k, v=verify: v[k - 1],
                                                         max_budget)
-        gap = float(theta[best] - theta[tree.size]) / float(theta[best])
-        if tree.size != best or list(tree.parent) != ref_parent or \
-                list(tree.token[1:]) != ref_token[1:]:
+        gap = (top - float(theta[tree.size])) / top
+        ref_size = len(ref_parent) - 1
+        k = min(tree.size, ref_size) + 1
+        same_prefix = (list(tree.parent[:k]) == ref_parent[:k]
+                       and list(tree.token[1:k]) == ref_token[1:k])
+        if not same_prefix or abs(float(theta[ref_size]) - float(theta[tree.size])) > \
+                THETA_RTOL * top:
             gap = max(gap, 1.0)
-        worst = max(worst, gap)
+        worst = max(worst, gap if gap > THETA_RTOL else 0.0)
         n += 1
     return n, worst
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs_check.budget import find_step_counterexample, theta_by_rebuilding
+from proofs_check.budget import THETA_RTOL, find_step_counterexample, theta_by_rebuilding
 from proofs_check.reference import caddtree_heap_reference
 from proofs_check.strategies import convex_costs, log_q_arrays
 from treespec_sim.cost import TiledCost, get_cost_model
@@ -31,10 +31,14 @@ def test_caddtree_returns_the_smallest_maximiser_under_convex_costs(data):
     draft, verify = data.draw(convex_costs(max_budget + 1))
     theta = theta_by_rebuilding(lp, draft, verify, max_budget)
     tree = caddtree(lp, draft_cost=draft, verify_cost=_lookup(verify), max_budget=max_budget)
-    assert tree.size == int(np.argmax(theta))
+    # a maximiser; "smallest" up to rounding of gains of a few ulps (see THETA_RTOL)
+    assert theta[tree.size] >= theta.max() * (1 - THETA_RTOL)
+    assert np.all(theta[: tree.size] < theta[tree.size] * (1 + THETA_RTOL))
     assert tree == ddtree(lp, tree.size)
     parent, token = caddtree_heap_reference(lp, draft, _lookup(verify), max_budget)
-    assert list(tree.parent) == parent and list(tree.token[1:]) == token[1:]
+    k = min(tree.size, len(parent) - 1) + 1
+    assert list(tree.parent[:k]) == parent[:k] and list(tree.token[1:k]) == token[1:k]
+    assert abs(theta[len(parent) - 1] - theta[tree.size]) <= THETA_RTOL * theta.max()
     exhaustive = exhaustive_budget_tree(lp, draft_cost=draft, verify_cost=_lookup(verify),
                                         max_budget=max_budget)
     assert exhaustive == tree
