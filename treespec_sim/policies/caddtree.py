@@ -40,6 +40,8 @@ import numpy as np
 
 from ..tree import DraftTree
 from ._validate import check_budget, check_log_q, check_root_token
+from .ddtree import _build as _ddtree_build
+from .ddtree import _tree as _ddtree_tree
 from .ddtree import ddtree
 
 __all__ = [
@@ -170,7 +172,7 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
     pops of any bigger tree are the same), or when the trial already is ``max_budget`` or holds
     every prefix; otherwise the trial budget doubles.
     """
-    lp, _ = check_log_q(log_q)
+    lp, row_max = check_log_q(log_q)
     max_budget = check_budget(max_budget, "max_budget")
     root_token = check_root_token(root_token)
     if start_budget is None:
@@ -178,7 +180,9 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
     else:
         b = min(max_budget, max(1, check_budget(start_budget, "start_budget")))
     while True:
-        tree = ddtree(lp, b, root_token=root_token)
+        # ddtree's builder on the already validated array (one read of it saved per trial)
+        tree = _ddtree_tree(*_ddtree_build(lp, row_max, b), root_token) if b else \
+            DraftTree.root_only(root_token)
         p = _pop_probabilities(tree, lp)
         chosen = stop(p, _costs(draft_cost, verify_cost, tree.size + 1))
         if chosen < tree.size or tree.size < b or b >= max_budget:
