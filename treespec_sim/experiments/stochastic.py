@@ -18,7 +18,8 @@ Drafters (knobs of the synthetic drafter, :mod:`treespec_sim.synth.drafter`):
 Methods (verifier): ``chain`` (argmax chain, follow), ``ddtree`` (follow), ``dynamic``
 (EAGLE-2-like, follow), ``sampled-chain`` (marginal draws, rrs), ``sampled-chain-corrected``
 (draws given the sampled parent, rrs), ``tsubame-rrs`` (i.i.d. fill, rrs), ``tsubame-rrsw``
-(without replacement, rrsw), ``tsubame-univer`` (without replacement, univer). Tsubame fills with
+(without replacement, rrsw), ``tsubame-univer`` (without replacement, univer),
+``tsubame-rrsw-tempered-plan`` (pass 1 on the marginals tempered to T). Tsubame fills with
 the drafter's correction (the marginal for ``none``). At ``T = 0`` sampled methods take the
 top-``k`` of their proposals and are verified with ``follow`` (the ``T -> 0`` limit).
 
@@ -64,10 +65,12 @@ METHODS = {
     "tsubame-rrs": ("rrs", True),
     "tsubame-rrsw": ("rrsw", True),
     "tsubame-univer": ("univer", True),
+    "tsubame-rrsw-tempered-plan": ("rrsw", True),
 }
 
 _SCHEME = {"tsubame-rrs": "iid", "tsubame-rrsw": "without_replacement",
-           "tsubame-univer": "without_replacement"}
+           "tsubame-univer": "without_replacement",
+           "tsubame-rrsw-tempered-plan": "without_replacement"}
 
 
 def drafter_spec(regime: str, drafter: str):
@@ -103,8 +106,9 @@ def _draft(method: str, world, ctx, log_q, budget: int, temperature: float,
         prop = marginal_proposal(log_q) if method == "sampled-chain" else corrected
         d = sampled_chain(prop, world.depth, rng=rng, temperature=temperature, root_token=root)
     else:
+        planner = "tempered" if method.endswith("tempered-plan") else "ddtree"
         d = tsubame(log_q, budget, rng=rng, scheme=_SCHEME[method], temperature=temperature,
-                    proposal=corrected, root_token=root)
+                    proposal=corrected, root_token=root, planner=planner)
     rule = "follow" if deterministic else METHODS[method][0]
     d.check_rule(rule, target_temperature=temperature)
     return d.tree, d.proposal, rule
