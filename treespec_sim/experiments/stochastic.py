@@ -118,8 +118,11 @@ def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: in
              methods: tuple[str, ...], rounds: int, seed: int, cost_name: str) -> list[dict]:
     """Every method on the same ``rounds`` contexts; one row per method."""
     cost = get_cost_model(cost_name)
-    key = f"{regime}|{drafter}|{temperature!r}|{budget}"
-    rng_ctx = np.random.default_rng([seed, zlib.crc32(key.encode()), 0])
+    # contexts depend on (regime, drafter, T) only: every method and budget sees the same ones,
+    # so differences between methods are paired
+    ctx_key = f"{regime}|{drafter}|{temperature!r}"
+    key = f"{ctx_key}|{budget}"
+    rng_ctx = np.random.default_rng([seed, zlib.crc32(ctx_key.encode()), 0])
     contexts = [world.sample_context(rng_ctx) for _ in range(rounds)]
     rows = []
     for method in methods:
@@ -210,6 +213,43 @@ def table(rows: list[dict], budget: int) -> str:
     return "\n".join(lines)
 
 
+#: Claims compared in :func:`claims_table`: (label, method a, method b); a - b is reported.
+CLAIMS = (
+    ("Tsubame ≈ DDTree at T = 0", "tsubame-rrsw", "ddtree"),
+    ("deterministic tree vs corrected sampled chain", "ddtree", "sampled-chain-corrected"),
+    ("Tsubame-RRSw vs deterministic tree", "tsubame-rrsw", "ddtree"),
+    ("Tsubame-RRSw vs corrected sampled chain", "tsubame-rrsw", "sampled-chain-corrected"),
+    ("Tsubame-RRSw vs Tsubame-RRS", "tsubame-rrsw", "tsubame-rrs"),
+    ("Tsubame-UniVer vs Tsubame-RRSw", "tsubame-univer", "tsubame-rrsw"),
+    ("tempered plan vs DDTree plan (Tsubame-RRSw)", "tsubame-rrsw-tempered-plan",
+     "tsubame-rrsw"),
+)
+
+
+def claims_table(rows: list[dict], budget: int) -> str:
+    """Paired differences in E[tau] (same contexts), mean and 95% t-interval, at ``budget``."""
+    from scipy import stats
+
+    index = {(r["regime"], r["drafter"], r["temperature"], r["method"]): r for r in rows
+             if r["budget"] in (0, budget)}
+    lines = ["| claim | regime | drafter | T | Δτ = a − b [95% CI] | relative |",
+             "|---|---|---|---|---|---|"]
+    cells = sorted({k[:3] for k in index})
+    for label, a, b in CLAIMS:
+        for regime, drafter, t in cells:
+            if label.endswith("T = 0") != (t == 0.0):
+                continue
+            ra, rb = index.get((regime, drafter, t, a)), index.get((regime, drafter, t, b))
+            if ra is None or rb is None or len(ra["taus"]) != len(rb["taus"]):
+                continue
+            d = np.asarray(ra["taus"]) - np.asarray(rb["taus"])
+            half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+            lines.append(f"| {label} | {regime} | {drafter} | {t:g} | {d.mean():+.2f} "
+                         f"[{d.mean() - half:+.2f}, {d.mean() + half:+.2f}] | "
+                         f"{100 * d.mean() / rb['tau_mean']:+.1f}% |")
+    return "\n".join(lines)
+
+
 def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
     """tau vs T per method, one panel per (regime, drafter), at ``budget``."""
     import matplotlib
@@ -262,6 +302,9 @@ def write_outputs(rows: list[dict], out: Path, record: dict, budget: int) -> Non
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()
                         if k != "taus"})
     (out / "stochastic.md").write_text(table(rows, budget) + "\n")
+    (out / "stochastic_claims.md").write_text(
+        f"Paired differences of exact E[τ] per context, B = {budget} (chains: L nodes)\n\n"
+        + claims_table(rows, budget) + "\n")
     (out / "stochastic_record.json").write_text(json.dumps(record, indent=1))
     plot_tau_vs_temperature(rows, out / "tau_vs_temperature.png", budget)
 
