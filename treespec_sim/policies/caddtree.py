@@ -242,7 +242,7 @@ class CaDDTreePolicy:
     """
 
     def __init__(self, *, draft_cost, verify_cost: Callable,
-                 max_budget: int = DEFAULT_MAX_BUDGET, margin: float = 1.25) -> None:
+                 max_budget: int = DEFAULT_MAX_BUDGET, margin: float = 1.1) -> None:
         self.draft_cost, self.verify_cost = draft_cost, verify_cost
         self.max_budget = check_budget(max_budget, "max_budget")
         if not (margin >= 1.0 and math.isfinite(margin)):
@@ -253,7 +253,7 @@ class CaDDTreePolicy:
     def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
         """This round's tree (``budget`` overrides ``max_budget`` if given)."""
         max_budget = self.max_budget if budget is None else budget
-        start = None if self.last_budget is None else int(self.margin * self.last_budget) + 8
+        start = None if self.last_budget is None else int(self.margin * self.last_budget) + 4
         tree = caddtree(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
                         max_budget=max_budget, root_token=root_token, start_budget=start)
         self.last_budget = tree.size
