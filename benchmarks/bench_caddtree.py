@@ -21,7 +21,7 @@ import numpy as np
 from bench_ddtree import dflash_like
 
 from treespec_sim.cost import get_cost_model
-from treespec_sim.policies import caddtree, ddtree
+from treespec_sim.policies import CaDDTreePolicy, caddtree, ddtree
 
 
 def main(argv=None) -> list[dict]:
@@ -47,12 +47,18 @@ def main(argv=None) -> list[dict]:
             kw = {"draft_cost": cost.draft_cost(), "verify_cost": cost.verify_cost,
                   "max_budget": args.max_budget}
             b_star = caddtree(lp, **kw).size
-            # CaDDTreePolicy's hint in a decoder: the previous round's stop x 1.1 + 4 (here
-            # the same marginals, i.e. a round like the last one)
+            # CaDDTreePolicy in a decoder: the previous round stopped at B* (same marginals here,
+            # i.e. a round like the last one), so this round's first trial is 1.1 B* + 4
             hint = int(1.1 * b_star) + 4
+            policy = CaDDTreePolicy(**kw)
             t_cad, t_hint, t_same, t_max = [], [], [], []
+
+            def hinted(policy=policy, lp=lp, hint=hint):
+                policy.last_budget = int((hint - 4) / policy.margin)  # as after a like round
+                return policy(lp)
+
             sides = ((partial(caddtree, lp, **kw), t_cad),
-                     (partial(caddtree, lp, **kw, start_budget=hint), t_hint),
+                     (hinted, t_hint),
                      (partial(ddtree, lp, b_star), t_same),
                      (partial(ddtree, lp, args.max_budget), t_max))
             for _ in range(args.repeats):

@@ -159,14 +159,18 @@ def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
     if budget == 0:
         return DraftTree.root_only(int(tree.token[0]))
     k = budget + 1
-    return DraftTree.from_parents(tree.parent[:k], tree.token[:k])
+    # a prefix of a valid best-first tree is valid: no need to validate it again
+    return _ddtree_tree(tree.parent[:k].copy(), tree.token[:k].copy(), tree.depth[:k].copy(),
+                        int(tree.token[0]))
 
 
 def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
                      root_token: int, start_budget: int | None,
-                     stop: Callable[[np.ndarray, np.ndarray], int]) -> DraftTree:
+                     stop: Callable[[np.ndarray, np.ndarray], int],
+                     round_cost: np.ndarray | None = None) -> DraftTree:
     """Build DDTree at a trial budget, apply a prefix-decidable stop rule, grow if needed.
 
+    ``round_cost`` (optional, validated ``D(0..max_budget)``) skips evaluating the cost model.
     ``stop(p, round_cost)`` returns the chosen budget given the first ``b`` pops. It is exact
     as soon as it stops strictly inside the trial tree (the trees are nested, so the first ``b``
     pops of any bigger tree are the same), or when the trial already is ``max_budget`` or holds
@@ -184,7 +188,9 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
         tree = _ddtree_tree(*_ddtree_build(lp, row_max, b), root_token) if b else \
             DraftTree.root_only(root_token)
         p = _pop_probabilities(tree, lp)
-        chosen = stop(p, _costs(draft_cost, verify_cost, tree.size + 1))
+        costs = (round_cost[: tree.size + 1] if round_cost is not None
+                 else _costs(draft_cost, verify_cost, tree.size + 1))
+        chosen = stop(p, costs)
         if chosen < tree.size or tree.size < b or b >= max_budget:
             return prefix_tree(tree, chosen)
         b = min(max_budget, 2 * b)
@@ -229,9 +235,11 @@ def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFA
     """
     return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
                             max_budget=max_budget, root_token=root_token,
-                            start_budget=start_budget,
-                            stop=lambda p, cost: first_non_increase(
-                                np.concatenate([[1.0], 1.0 + np.cumsum(p)]) / cost))
+                            start_budget=start_budget, stop=_caddtree_stop)
+
+
+def _caddtree_stop(p: np.ndarray, round_cost: np.ndarray) -> int:
+    return first_non_increase(np.concatenate([[1.0], 1.0 + np.cumsum(p)]) / round_cost)
 
 
 class CaDDTreePolicy:
@@ -249,13 +257,18 @@ class CaDDTreePolicy:
             raise ValueError(f"margin must be finite and >= 1; got {margin!r}")
         self.margin = float(margin)
         self.last_budget: int | None = None
+        # D(0..max_budget), evaluated and validated once (the cost model is fixed)
+        self._round_cost = _costs(draft_cost, verify_cost, self.max_budget + 1)
 
     def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
-        """This round's tree (``budget`` overrides ``max_budget`` if given)."""
-        max_budget = self.max_budget if budget is None else budget
+        """This round's tree (``budget``, at most ``max_budget``, overrides it if given)."""
+        max_budget = self.max_budget if budget is None else min(
+            check_budget(budget), self.max_budget)
         start = None if self.last_budget is None else int(self.margin * self.last_budget) + 4
-        tree = caddtree(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
-                        max_budget=max_budget, root_token=root_token, start_budget=start)
+        tree = _grow_until_stop(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
+                                max_budget=max_budget, root_token=root_token,
+                                start_budget=start, stop=_caddtree_stop,
+                                round_cost=self._round_cost)
         self.last_budget = tree.size
         return tree
 
