@@ -61,12 +61,14 @@ def test_sweep_caddtree_preset_writes_and_resumes(tmp_path):
     from treespec_sim.sweep import main
 
     out = tmp_path / "run"
-    assert main(["--preset", "caddtree", "--regimes", "small", "--rounds", "8", "--out",
-                 str(out), "--quiet"]) == 0
-    for name in ("budget_choice.csv", "budget_choice.md", "throughput_vs_budget.png"):
-        assert (out / name).stat().st_size > 0
-    curves = next((out / "curves").glob("*.npz"))
-    stamp = curves.stat().st_mtime_ns
-    assert main(["--preset", "caddtree", "--regimes", "small", "--rounds", "8", "--out",
-                 str(out), "--quiet", "--resume"]) == 0
-    assert curves.stat().st_mtime_ns == stamp  # reused, not recomputed
+    argv = ["--preset", "caddtree", "--regimes", "small", "--rounds", "8", "--out", str(out),
+            "--quiet"]
+    assert main(argv) == 0
+    text = (out / "results.csv").read_text()
+    for method in ("ddtree-oracle", "caddtree", "exhaustive", "longrun"):
+        assert f",{method}," in text
+    assert (out / "throughput_vs_budget.png").stat().st_size > 0
+    cell = next((out / "cells").rglob("*.json"))
+    stamp = cell.stat().st_mtime_ns
+    assert main([*argv, "--resume"]) == 0
+    assert cell.stat().st_mtime_ns == stamp  # reused, not recomputed

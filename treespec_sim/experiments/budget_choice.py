@@ -79,13 +79,17 @@ class RoundCurves:
 
 
 def collect(regime: str, *, rounds: int, temperature: float = 0.0, max_budget: int = 1024,
-            rounds_per_sequence: int = 8, seed: int = 0) -> RoundCurves:
-    """Decode ``rounds`` rounds of ``regime`` and record every budget's exact curves."""
+            rounds_per_sequence: int = 8, seed: int = 0, world=None) -> RoundCurves:
+    """Decode ``rounds`` rounds of ``regime`` and record every budget's exact curves.
+
+    ``world`` (optional) is ``make_world(regime, seed=seed)`` built (and cached) by the caller.
+    """
     from ..synth import make_world
 
     if rounds < 2:
         raise ValueError(f"rounds must be >= 2; got {rounds}")
-    world = make_world(regime, seed=seed)
+    if world is None:
+        world = make_world(regime, seed=seed)
     rng = np.random.default_rng([seed, 7])
     width = max_budget + 1
     surrogate = np.empty((rounds, width))
@@ -122,6 +126,7 @@ class RuleResult:
     method: str
     budget_mean: float
     tau_mean: float
+    tau_ci: tuple[float, float]  # 95% t-interval over decoded sequences
     round_time_s: float
     throughput: float
     ci: tuple[float, float]
@@ -185,6 +190,14 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
     point = tokens.sum(axis=0) / seconds.sum(axis=0)
     boot = _bootstrap_ratio(tokens, seconds, curves.sequence, np.random.default_rng(seed))
     i_oracle, i_longrun = len(names) - 1, names.index("longrun")
+    from scipy import stats
+
+    ids, inv = np.unique(curves.sequence, return_inverse=True)
+    per_seq = np.zeros((ids.size, tokens.shape[1]))
+    np.add.at(per_seq, inv, tokens)
+    per_seq /= np.bincount(inv)[:, None]
+    tau_half = (stats.t.ppf(0.975, max(ids.size - 1, 1)) * per_seq.std(axis=0, ddof=1)
+                / np.sqrt(ids.size)) if ids.size > 1 else np.full(tokens.shape[1], np.nan)
     ar = 1.0 / float(cost.verify_cost(1, context_length))
     out = []
     for j, name in enumerate(names):
@@ -197,6 +210,8 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
         out.append(RuleResult(
             regime=curves.regime, cost_model=getattr(cost, "name", "custom"), method=name,
             budget_mean=float(budgets[:, j].mean()), tau_mean=float(tokens[:, j].mean()),
+            tau_ci=(float(tokens[:, j].mean() - tau_half[j]),
+                    float(tokens[:, j].mean() + tau_half[j])),
             round_time_s=float(seconds[:, j].mean()), throughput=float(point[j]),
             ci=(float(lo), float(hi)), speedup_vs_ar=float(point[j] / ar),
             vs_oracle=rel[0], vs_longrun=rel[1]))

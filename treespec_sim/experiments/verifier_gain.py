@@ -60,13 +60,17 @@ class GainResult:
 
 
 def measure(regime: str, width: int, depth: int, *, temperature: float = 1.0,
-            rounds: int = 200, seed: int = 0, boot: int = 2000) -> GainResult:
-    """Exact per-round :math:`E[\\tau]` of every arm on ``rounds`` contexts."""
+            rounds: int = 200, seed: int = 0, boot: int = 2000, world=None) -> GainResult:
+    """Exact per-round :math:`E[\\tau]` of every arm on ``rounds`` contexts.
+
+    ``world`` (optional) is ``make_world(regime, seed)`` built by the caller (and cached).
+    """
     if rounds < 2:
         raise ValueError(f"rounds must be >= 2; got {rounds}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampled trees; got {temperature}")
-    world = make_world(get_regime(regime), seed=seed)
+    if world is None:
+        world = make_world(get_regime(regime), seed=seed)
     rng = np.random.default_rng(seed + 1)
     lengths = np.zeros((rounds, len(ARMS)))
     for i in range(rounds):

@@ -1,0 +1,166 @@
+"""The sweep: plans, config validation, outputs, resume (also after a kill), workers, dask."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from treespec_sim.families import (
+    COLUMNS,
+    CaDDTreeGrid,
+    DDTreeGrid,
+    StochasticGrid,
+    VerifierGrid,
+)
+from treespec_sim.sweep import PRESETS, Plan, load_config, main, plan_from_dict, run_plan
+
+
+def small_plan(seed: int = 0) -> Plan:
+    return Plan((
+        DDTreeGrid(("tiny", "small"), budgets=(2, 4), temperatures=(0.0, 1.0), rounds=6),
+        CaDDTreeGrid(("small",), rounds=6, max_budget=32),
+        StochasticGrid(("small",), budgets=(4,), temperatures=(0.0, 1.0), rounds=4),
+        VerifierGrid(("small",), shapes=("2x2",), rounds=4),
+    ), seed=seed)
+
+
+def _numbers(rows):
+    return [(r["family"], r["regime"], r["method"], r["temperature"], r.get("budget"),
+             r.get("cost_model"), r["tau_mean"], r.get("throughput_tok_s")) for r in rows]
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"sed": 1, "ddtree": {"regimes": ["tiny"]}}, "unknown key 'sed'"),
+    ({"ddtree": {"regimes": ["tiny"], "budget": [4]}}, r"unknown key ddtree\.'budget'"),
+    ({"ddtree": {"regimes": ["chatty"]}}, "ddtree.regimes: unknown regime 'chatty'"),
+    ({"ddtree": {"regimes": ["tiny"], "methods": ["bfs"]}}, "ddtree.methods: unknown method"),
+    ({"caddtree": {"regimes": ["tiny"], "cost_models": ["tpu"]}},
+     "caddtree.cost_models: unknown cost model 'tpu'"),
+    ({"stochastic": {"regimes": ["tiny"], "drafters": ["great"]}}, "unknown drafter 'great'"),
+    ({"verifiers": {"regimes": ["tiny"], "shapes": ["2by2"]}}, "not WIDTHxDEPTH"),
+    ({"ddtree": {"budgets": [4]}}, "needs 'regimes'"),
+    ({"ddtree": {"regimes": ["tiny"], "rounds": 1}}, "ddtree.rounds must be an integer >= 2"),
+    ({"ddtree": {"regimes": ["tiny"]}, "cost_model": "tpu"}, "cost_model: unknown cost model"),
+    ({"ddtree": 3}, r"\[ddtree\] must be a table"),
+    ({"seed": 0}, "no family table"),
+])
+def test_config_errors_name_the_key(data, match):
+    with pytest.raises(ValueError, match=match):
+        plan_from_dict(data)
+
+
+def test_config_file_and_preset_override(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text('seed = 3\npreset = "quick"\n[ddtree]\nregimes = ["tiny"]\nrounds = 4\n')
+    plan = load_config(path)
+    assert plan.seed == 3
+    dd = next(g for g in plan.grids if g.family == "ddtree")
+    assert dd.regimes == ("tiny",) and dd.rounds == 4
+    assert {g.family for g in plan.grids} == {"ddtree", "caddtree", "stochastic", "verifiers"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[ddtree\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
+    plan = small_plan()
+    rows = run_plan(plan, tmp_path, progress=False)
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert tuple(header) == COLUMNS
+    for col in ("regime", "method", "verifier", "temperature", "budget", "cost_model", "rounds",
+                "seed", "tau_mean", "tau_ci_low", "tau_ci_high", "tree_size_mean",
+                "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar"):
+        assert col in header
+    methods = {r["method"] for r in rows}
+    for m in ("chain", "ddtree", "ddtree-oracle", "caddtree", "sampled-chain", "tsubame-rrsw"):
+        assert m in methods
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["plan"]["ddtree"]["regimes"] == ["tiny", "small"]
+    assert "numpy" in record["versions"] and record["git_commit"]
+    assert any(c["name"] == "a800-qwen3-8b" and "CaDDTree" in c["provenance"]
+               for c in record["cost_models"])
+    for fig in record["figures"]:
+        assert (tmp_path / fig).stat().st_size > 1000
+    assert len(record["figures"]) == 5
+    summary = (tmp_path / "summary.md").read_text()
+    for heading in ("DDTree across budgets", "oracle budget", "Tsubame", "over RRSw"):
+        assert heading in summary
+    cells = sorted((tmp_path / "cells").rglob("*.json"))
+    assert len(cells) == len(plan.cells())
+    victim = cells[0]
+    before = json.loads(victim.read_text())
+    victim.unlink()
+    mtimes = {p: p.stat().st_mtime_ns for p in cells[1:]}
+    rows2 = run_plan(plan, tmp_path, resume=True, progress=False, plot=False)
+    assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == \
+        len(cells) - 1
+    after = json.loads(victim.read_text())
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    assert strip(after) == strip(before)
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
+    assert _numbers(rows2) == _numbers(rows)
+
+
+def test_workers_give_the_same_numbers(tmp_path):
+    plan = Plan((DDTreeGrid(("tiny", "small"), budgets=(2, 4), rounds=6),
+                 StochasticGrid(("small",), budgets=(4,), temperatures=(1.0,), rounds=4)))
+    one = run_plan(plan, tmp_path / "one", progress=False, plot=False)
+    two = run_plan(plan, tmp_path / "two", workers=2, progress=False, plot=False)
+    assert _numbers(one) == _numbers(two)
+
+
+def test_dask_local_cluster_gives_the_same_numbers(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    plan = Plan((DDTreeGrid(("tiny",), budgets=(2, 4), rounds=6),
+                 VerifierGrid(("small",), shapes=("2x2",), rounds=4)))
+    local = run_plan(plan, tmp_path / "local", progress=False, plot=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = run_plan(plan, tmp_path / "dask", scheduler=cluster.scheduler_address,
+                          progress=False, plot=False)
+    assert _numbers(local) == _numbers(remote)
+
+
+def test_resume_after_a_kill_redoes_nothing_finished(tmp_path):
+    config = tmp_path / "grid.toml"
+    config.write_text('[ddtree]\nregimes = ["tiny", "small", "low-entropy", "mid-entropy"]\n'
+                      'budgets = [4, 16]\ntemperatures = [0.0, 1.0]\nrounds = 6\n')
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "treespec_sim.sweep", "--config", str(config), "--out",
+           str(out), "--quiet", "--no-plot"]
+    proc = subprocess.Popen(cmd)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(out.rglob("cells/**/*.json"))) < 2:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.rglob("cells/**/*.json")}
+    assert finished, "no cell finished before the kill"
+    assert not list(out.rglob("cells/**/.*.tmp"))  # no torn files
+    assert subprocess.run([*cmd, "--resume"], check=False).returncode == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
+    record = json.loads((out / "run.json").read_text())
+    assert record["cells_skipped_on_resume"] >= len(finished)
+    assert record["cells"] == 8
+
+
+def test_cli_help_presets_and_errors(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--preset", "--config", "--regimes", "--rounds", "--out", "--resume", "--seed",
+                "--workers", "--scheduler", "--cost-model"):
+        assert opt in out
+    assert {"paper", "quick", "ddtree", "caddtree", "stochastic", "verifiers"} <= set(PRESETS)
+    with pytest.raises(SystemExit):
+        main(["--regimes", "nope"])
+    assert "unknown regime 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--resume"])
+    with pytest.raises(SystemExit):
+        main(["--config", str(tmp_path / "missing.toml")])
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,450 @@
+r"""The sweep's method families: grids, their cells, and the function that runs one cell.
+
+A *grid* is a frozen description of one family's comparisons (which regimes, temperatures,
+budgets, ...); it expands into *cells*, the unit of work, of resumption and of distribution. A
+cell runs in any process (a local worker or a dask worker): :func:`run_cell` builds (and caches)
+its world, and its randomness depends only on the seed and the cell's key, so the numbers are
+the same whichever process runs it.
+
+Families
+--------
+``ddtree``
+    DDTree (and the DFlash chain, the dynamic tree) across budgets and temperatures: exact
+    :math:`E[\tau]`, coverage, the exit-law decomposition of lost target mass by depth and cause
+    (:class:`DDTreeGrid`).
+``caddtree``
+    budget rules under latency presets: DDTree at fixed budgets and at the oracle budget,
+    CaDDTree, the exhaustive argmax and the long-run rule, on the same rounds
+    (:class:`CaDDTreeGrid`, :mod:`treespec_sim.experiments.budget_choice`).
+``stochastic``
+    deterministic trees, sampled chains and Tsubame across temperatures and drafters
+    (:class:`StochasticGrid`, :mod:`treespec_sim.experiments.stochastic`).
+``verifiers``
+    RRSw, Traversal and UniVer on the same sampled trees at ``T > 0``
+    (:class:`VerifierGrid`, :mod:`treespec_sim.experiments.verifier_gain`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+__all__ = ["COLUMNS", "FAMILIES", "CaDDTreeGrid", "Cell", "DDTreeGrid", "StochasticGrid",
+           "VerifierGrid", "run_cell"]
+
+#: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
+COLUMNS = (
+    "family", "regime", "method", "verifier", "drafter", "temperature", "budget", "cost_model",
+    "rounds", "seed", "tau_mean", "tau_ci_low", "tau_ci_high", "tree_size_mean",
+    "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar",
+    "lost_uncovered", "lost_budget", "lost_depth_cap",
+    "rel_to_baseline", "rel_ci_low", "rel_ci_high", "baseline", "wall_s",
+)
+
+
+def _tuple(x, cast=None) -> tuple:
+    items = tuple(x) if isinstance(x, list | tuple) else (x,)
+    return tuple(cast(v) for v in items) if cast else items
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: a grid, a regime, and the family's coordinates."""
+
+    grid: object
+    regime: str
+    temperature: float
+    budget: int = 0
+    option: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.grid.family
+
+    @property
+    def key(self) -> str:
+        opt = f"__{self.option}" if self.option else ""
+        return (f"{self.family}__{self.regime}{opt}__T{self.temperature!r}__B{self.budget}")
+
+
+# --------------------------------------------------------------------------------- grids
+def _check_regimes(regimes: tuple[str, ...], family: str) -> None:
+    from .synth import REGIMES
+
+    if not regimes:
+        raise ValueError(f"{family}.regimes must name at least one regime")
+    for name in regimes:
+        if name not in REGIMES:
+            raise ValueError(f"{family}.regimes: unknown regime {name!r}; known regimes: "
+                             f"{', '.join(sorted(REGIMES))}")
+
+
+def _check_temperatures(ts: tuple[float, ...], family: str, *, positive: bool = False) -> None:
+    for t in ts:
+        if not (math.isfinite(t) and (t > 0 if positive else t >= 0)):
+            raise ValueError(f"{family}.temperatures must be finite and "
+                             f"{'> 0' if positive else '>= 0'}; got {t!r}")
+
+
+def _check_rounds(rounds: int, family: str) -> None:
+    if not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"{family}.rounds must be an integer >= 2; got {rounds!r}")
+
+
+def _check_budgets(budgets: tuple[int, ...], family: str) -> None:
+    if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets):
+        raise ValueError(f"{family}.budgets must be positive integers; got {budgets!r}")
+
+
+@dataclass(frozen=True)
+class DDTreeGrid:
+    """DDTree / chain / dynamic tree across budgets and temperatures (deterministic tokens)."""
+
+    family: ClassVar[str] = "ddtree"
+    regimes: tuple[str, ...]
+    methods: tuple[str, ...] = ("chain", "ddtree")
+    budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    rounds: int = 64
+    rule: str = "follow"
+
+    def __post_init__(self) -> None:
+        for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
+                           ("temperatures", float)):
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+        _check_regimes(self.regimes, self.family)
+        for m in self.methods:
+            if m not in ("chain", "ddtree", "dynamic"):
+                raise ValueError(f"ddtree.methods: unknown method {m!r}; known: chain, ddtree, "
+                                 "dynamic")
+        from .verify import RULES
+
+        if self.rule not in ("follow", "tev"):
+            raise ValueError(f"ddtree.rule must be 'follow' or 'tev' (deterministic trees); "
+                             f"got {self.rule!r}; known rules: {', '.join(sorted(RULES))}")
+        _check_budgets(self.budgets, self.family)
+        _check_temperatures(self.temperatures, self.family)
+        _check_rounds(self.rounds, self.family)
+
+    def cells(self) -> list[Cell]:
+        """One cell per (regime, T): every budget and method on the same contexts."""
+        return [Cell(self, r, t, max(self.budgets)) for r in self.regimes
+                for t in self.temperatures]
+
+
+@dataclass(frozen=True)
+class CaDDTreeGrid:
+    """Budget rules under latency presets; one cell per (regime, T) covers every cost model."""
+
+    family: ClassVar[str] = "caddtree"
+    regimes: tuple[str, ...]
+    temperatures: tuple[float, ...] = (0.0,)
+    cost_models: tuple[str, ...] = ("a800-qwen3-8b", "h200-qwen3-8b")
+    rounds: int = 128
+    max_budget: int = 1024
+    context_length: float = 1024.0
+
+    def __post_init__(self) -> None:
+        for name, cast in (("regimes", str), ("temperatures", float), ("cost_models", str)):
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+        _check_regimes(self.regimes, self.family)
+        _check_temperatures(self.temperatures, self.family)
+        _check_rounds(self.rounds, self.family)
+        from .cost import get_cost_model
+
+        for c in self.cost_models:
+            try:
+                get_cost_model(c)
+            except ValueError as exc:
+                raise ValueError(f"caddtree.cost_models: {exc}") from None
+        if not isinstance(self.max_budget, int) or self.max_budget < 8:
+            raise ValueError(f"caddtree.max_budget must be an integer >= 8; "
+                             f"got {self.max_budget!r}")
+
+    def cells(self) -> list[Cell]:
+        return [Cell(self, r, t, self.max_budget) for r in self.regimes for t in self.temperatures]
+
+
+@dataclass(frozen=True)
+class StochasticGrid:
+    """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T, B)."""
+
+    family: ClassVar[str] = "stochastic"
+    regimes: tuple[str, ...]
+    drafters: tuple[str, ...] = ("corrected",)
+    temperatures: tuple[float, ...] = (0.0, 0.6, 1.0)
+    budgets: tuple[int, ...] = (64,)
+    methods: tuple[str, ...] = ("chain", "ddtree", "sampled-chain", "sampled-chain-corrected",
+                                "tsubame-rrs", "tsubame-rrsw", "tsubame-univer")
+    rounds: int = 32
+    vocab: int = 4096
+
+    def __post_init__(self) -> None:
+        from .experiments.stochastic import DRAFTERS, METHODS
+
+        for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
+                           ("budgets", int), ("methods", str)):
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+        _check_regimes(self.regimes, self.family)
+        for d in self.drafters:
+            if d not in DRAFTERS:
+                raise ValueError(f"stochastic.drafters: unknown drafter {d!r}; known: "
+                                 f"{', '.join(DRAFTERS)}")
+        for m in self.methods:
+            if m not in METHODS:
+                raise ValueError(f"stochastic.methods: unknown method {m!r}; known: "
+                                 f"{', '.join(METHODS)}")
+        _check_temperatures(self.temperatures, self.family)
+        _check_budgets(self.budgets, self.family)
+        _check_rounds(self.rounds, self.family)
+        if not isinstance(self.vocab, int) or self.vocab < 0:
+            raise ValueError(f"stochastic.vocab must be an integer >= 0 (0: no cap); "
+                             f"got {self.vocab!r}")
+
+    def cells(self) -> list[Cell]:
+        from .experiments.stochastic import METHODS
+
+        fixed = any(not METHODS[m][1] for m in self.methods)
+        out = []
+        for r in self.regimes:
+            for d in self.drafters:
+                for t in self.temperatures:
+                    if fixed:
+                        out.append(Cell(self, r, t, 0, d))
+                    out.extend(Cell(self, r, t, b, d) for b in self.budgets)
+        return out
+
+
+@dataclass(frozen=True)
+class VerifierGrid:
+    """RRSw vs Traversal vs UniVer on the same sampled ``width``-ary trees at ``T > 0``."""
+
+    family: ClassVar[str] = "verifiers"
+    regimes: tuple[str, ...]
+    shapes: tuple[str, ...] = ("2x4", "3x3")
+    temperatures: tuple[float, ...] = (1.0,)
+    rounds: int = 48
+
+    def __post_init__(self) -> None:
+        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+        _check_regimes(self.regimes, self.family)
+        _check_temperatures(self.temperatures, self.family, positive=True)
+        _check_rounds(self.rounds, self.family)
+        for s in self.shapes:
+            parts = s.split("x")
+            if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+                raise ValueError(f"verifiers.shapes: {s!r} is not WIDTHxDEPTH (e.g. '2x4')")
+
+    def cells(self) -> list[Cell]:
+        from .experiments.verifier_gain import k_ary_shape
+
+        out = []
+        for r in self.regimes:
+            for t in self.temperatures:
+                for s in self.shapes:
+                    w, d = (int(x) for x in s.split("x"))
+                    out.append(Cell(self, r, t, k_ary_shape(w, d).size, s))
+        return out
+
+
+FAMILIES = {g.family: g for g in (DDTreeGrid, CaDDTreeGrid, StochasticGrid, VerifierGrid)}
+
+
+# ------------------------------------------------------------------------------ running
+@functools.lru_cache(maxsize=16)
+def _world(regime: str, seed: int, vocab: int | None = None, drafter: str | None = None):
+    from .synth import make_world
+
+    if drafter is not None:
+        from .experiments.stochastic import drafter_spec
+
+        spec = drafter_spec(regime, drafter)
+        cap = vocab if vocab and vocab < spec.vocab_size else None
+        return make_world(spec, seed=seed, vocab_size=cap)
+    return make_world(regime, seed=seed)
+
+
+def _cell_rng(seed: int, cell: Cell) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(cell.key.encode())])
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every cell shares: the seed and the latency model for throughput columns."""
+
+    seed: int = 0
+    cost_model: str = "h200-qwen3-8b"
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
+    """Run one cell; return its rows (dicts with :data:`COLUMNS` keys, plus per-family extras).
+
+    Pure given ``(cell, settings)``: the same inputs give the same rows in any process.
+    """
+    start = time.perf_counter()
+    runner = {"ddtree": _run_ddtree, "caddtree": _run_caddtree, "stochastic": _run_stochastic,
+              "verifiers": _run_verifiers}[cell.family]
+    rows = runner(cell, settings)
+    wall = time.perf_counter() - start
+    for r in rows:
+        r.setdefault("family", cell.family)
+        r.setdefault("seed", settings.seed)
+        r["wall_s"] = wall / max(1, len(rows))
+        r["cell"] = cell.key
+    return rows
+
+
+def _throughput(taus: np.ndarray, sizes: np.ndarray, cost_name: str) -> dict:
+    from .cost import get_cost_model
+
+    cost = get_cost_model(cost_name)
+    seconds = cost.draft_cost() + np.asarray(cost.verify_cost(sizes + 1), dtype=np.float64)
+    thr = float(taus.sum() / seconds.sum())
+    return {"cost_model": cost_name, "round_time_s": float(seconds.mean()),
+            "throughput_tok_s": thr, "speedup_vs_ar": thr * float(cost.verify_cost(1))}
+
+
+def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
+    """Every budget from one tree per context: DDTree's trees are nested, so the tree at the
+    largest budget gives each smaller budget's exact E[tau], coverage and exit law (a prefix of
+    its nodes and of its target edge probabilities)."""
+    from .exits import EXIT_CAUSES, _exit_from_edges, edge_probabilities
+    from .policies import chain as chain_policy
+    from .policies import ddtree
+    from .policies.caddtree import prefix_tree
+    from .policies.dynamic import dynamic_tree
+    from .verify import expected_length
+
+    g: DDTreeGrid = cell.grid
+    world = _world(cell.regime, settings.seed)
+    rng = _cell_rng(settings.seed, cell)
+    budgets = sorted(g.budgets)
+    labels = ([("chain", 0)] if "chain" in g.methods else []) \
+        + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
+    n = g.rounds
+    tau = {k: np.empty(n) for k in labels}
+    size = {k: np.empty(n) for k in labels}
+    cov = {k: np.empty(n) for k in labels}
+    lost = {k: np.zeros((n, len(EXIT_CAUSES))) for k in labels}
+    depth_loss = {k: np.zeros((n, world.depth + 1)) for k in labels}
+
+    def record(key, i, tree, edges):
+        reach, w = _exit_from_edges(tree, edges)
+        leaf = tree.is_leaf()
+        cause = np.where(leaf, np.where(tree.depth == world.depth, 2, 1), 0)
+        np.add.at(lost[key][i], cause, w)
+        np.add.at(depth_loss[key][i], tree.depth, w)
+        cov[key][i] = float(reach[1:].sum())
+        size[key][i] = tree.size
+
+    for i in range(n):
+        ctx = world.sample_context(rng)
+        log_q = world.draft(ctx)
+        root = int(ctx.last_token)
+        if "ddtree" in g.methods:
+            big = ddtree(log_q, budgets[-1], root_token=root)
+            oracle = world.target_oracle(ctx, big, cell.temperature)
+            edges = edge_probabilities(big, oracle)
+            for b in budgets:
+                tree = prefix_tree(big, b)
+                record(("ddtree", b), i, tree, edges[: tree.n_nodes])
+                # follow at any T: E[tau] = 1 + coverage (checked in tests against the verifier)
+                tau[("ddtree", b)][i] = 1.0 + cov[("ddtree", b)][i]
+        others = ([("chain", 0, chain_policy(log_q, root_token=root))]
+                  if "chain" in g.methods else [])
+        if "dynamic" in g.methods:
+            others += [("dynamic", b, dynamic_tree(log_q, b, root_token=root)) for b in budgets]
+        for m, b, tree in others:
+            oracle = world.target_oracle(ctx, tree, cell.temperature)
+            record((m, b), i, tree, edge_probabilities(tree, oracle))
+            tau[(m, b)][i] = expected_length(tree, oracle, rule=g.rule)
+    rows = []
+    for key in labels:
+        m, b = key
+        t = tau[key]
+        half = 1.96 * t.std(ddof=1) / math.sqrt(n)
+        causes = dict(zip(EXIT_CAUSES, lost[key].mean(axis=0).tolist(), strict=True))
+        rows.append({
+            "regime": cell.regime, "method": m, "verifier": "follow",
+            "temperature": cell.temperature, "budget": world.depth if m == "chain" else b,
+            "rounds": n, "tau_mean": float(t.mean()), "tau_ci_low": float(t.mean() - half),
+            "tau_ci_high": float(t.mean() + half), "tree_size_mean": float(size[key].mean()),
+            "coverage_mean": float(cov[key].mean()),
+            "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
+            "lost_depth_cap": causes["depth_cap"],
+            "exit_by_depth": depth_loss[key].mean(axis=0).tolist(),
+            **_throughput(t, size[key], settings.cost_model),
+        })
+    return rows
+
+
+def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
+    from .cost import get_cost_model
+    from .experiments.budget_choice import collect, evaluate
+
+    g: CaDDTreeGrid = cell.grid
+    curves = collect(cell.regime, rounds=g.rounds, temperature=cell.temperature,
+                     max_budget=g.max_budget, seed=settings.seed,
+                     world=_world(cell.regime, settings.seed))
+    rows = []
+    for name in g.cost_models:
+        cost = get_cost_model(name)
+        for r in evaluate(curves, cost, context_length=g.context_length, seed=settings.seed):
+            fixed = r.method.startswith("ddtree@")
+            rows.append({
+                "regime": cell.regime, "method": "ddtree" if fixed else r.method,
+                "verifier": "follow", "temperature": cell.temperature,
+                "budget": int(r.method.split("@")[1]) if fixed else g.max_budget,
+                "cost_model": name, "rounds": g.rounds, "tau_mean": r.tau_mean,
+                "tau_ci_low": r.tau_ci[0], "tau_ci_high": r.tau_ci[1],
+                "tree_size_mean": r.budget_mean, "round_time_s": r.round_time_s,
+                "throughput_tok_s": r.throughput, "speedup_vs_ar": r.speedup_vs_ar,
+                "rel_to_baseline": r.vs_oracle[0], "rel_ci_low": r.vs_oracle[1],
+                "rel_ci_high": r.vs_oracle[2], "baseline": "ddtree-oracle",
+                "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun),
+            })
+    return rows
+
+
+def _run_stochastic(cell: Cell, settings: RunSettings) -> list[dict]:
+    from .experiments.stochastic import METHODS
+    from .experiments.stochastic import run_cell as stochastic_cell
+
+    g: StochasticGrid = cell.grid
+    methods = tuple(m for m in g.methods if METHODS[m][1] == (cell.budget > 0))
+    world = _world(cell.regime, settings.seed, g.vocab or None, cell.option)
+    rows = stochastic_cell(world, regime=cell.regime, drafter=cell.option,
+                           temperature=cell.temperature, budget=cell.budget, methods=methods,
+                           rounds=g.rounds, seed=settings.seed, cost_name=settings.cost_model)
+    for r in rows:
+        r.pop("wall_s", None)
+    return rows
+
+
+def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
+    from .experiments.verifier_gain import ARMS, measure
+
+    g: VerifierGrid = cell.grid
+    width, depth = (int(x) for x in cell.option.split("x"))
+    res = measure(cell.regime, width, depth, temperature=cell.temperature, rounds=g.rounds,
+                  seed=settings.seed, world=_world(cell.regime, settings.seed))
+    rows = []
+    for label, scheme, rule in ARMS:
+        gain = res.gain.get(label, (0.0, 0.0, 0.0))
+        rows.append({
+            "regime": cell.regime, "method": f"sampled-tree[{cell.option}]"
+            + ("+greedy" if scheme == "greedy" else ""), "verifier": rule,
+            "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
+            "tau_mean": res.mean[label], "tree_size_mean": float(res.budget),
+            "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
+            "rel_ci_high": 1.0 + gain[2], "baseline": "rrsw",
+        })
+    return rows
