@@ -24,7 +24,7 @@ install-test: $(VENV)/.stamp-test
 
 ## The main job: the default sweep (extra options via ARGS="--preset quick ...").
 sweep: $(VENV)/.stamp-core
-	$(BIN)/python -m treespec_sim.sweep $(ARGS)
+	$(BIN)/python -m treespec_sim.sweep --workers 2 $(ARGS)
 
 ## Install what the tests need and run the whole suite.
 test: $(VENV)/.stamp-test
