@@ -191,6 +191,8 @@ def plot_lost_mass(rows: list[dict], path: Path) -> None:
         pts = sorted((r for r in rows if r["regime"] == regime and r["method"] == "ddtree"
                       and r["temperature"] == t0 and "exit_by_depth" in r),
                      key=lambda r: r["budget"])
+        if len(pts) > 3:  # the smallest, a middle and the largest budget stay readable
+            pts = [pts[0], pts[len(pts) // 2], pts[-1]]
         for r in pts:
             d = np.asarray(r["exit_by_depth"])
             ax.plot(np.arange(d.size), d, marker=".", label=f"B={r['budget']} (unc "
