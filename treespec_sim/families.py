@@ -388,7 +388,7 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
 
 def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     from .cost import get_cost_model
-    from .experiments.budget_choice import collect, evaluate
+    from .experiments.budget_choice import collect, evaluate, result_rows
 
     g: CaDDTreeGrid = cell.grid
     curves = collect(cell.regime, rounds=g.rounds, temperature=cell.temperature,
@@ -396,21 +396,10 @@ def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
                      world=_world(cell.regime, settings.seed))
     rows = []
     for name in g.cost_models:
-        cost = get_cost_model(name)
-        for r in evaluate(curves, cost, context_length=g.context_length, seed=settings.seed):
-            fixed = r.method.startswith("ddtree@")
-            rows.append({
-                "regime": cell.regime, "method": "ddtree" if fixed else r.method,
-                "verifier": "follow", "temperature": cell.temperature,
-                "budget": int(r.method.split("@")[1]) if fixed else g.max_budget,
-                "cost_model": name, "rounds": g.rounds, "tau_mean": r.tau_mean,
-                "tau_ci_low": r.tau_ci[0], "tau_ci_high": r.tau_ci[1],
-                "tree_size_mean": r.budget_mean, "round_time_s": r.round_time_s,
-                "throughput_tok_s": r.throughput, "speedup_vs_ar": r.speedup_vs_ar,
-                "rel_to_baseline": r.vs_oracle[0], "rel_ci_low": r.vs_oracle[1],
-                "rel_ci_high": r.vs_oracle[2], "baseline": "ddtree-oracle",
-                "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun),
-            })
+        results = evaluate(curves, get_cost_model(name), context_length=g.context_length,
+                           seed=settings.seed)
+        rows += result_rows(results, temperature=cell.temperature, max_budget=g.max_budget,
+                            rounds=g.rounds)
     return rows
 
 

@@ -51,7 +51,7 @@ from ..policies.ddtree import ddtree
 from ..verify import verify
 
 __all__ = ["BUDGET_GRID", "DEFAULT_CONTEXT_LENGTH", "RoundCurves", "RuleResult", "collect",
-           "evaluate", "main", "results_table", "run"]
+           "evaluate", "main", "result_rows", "results_table", "run"]
 
 #: Fixed budgets compared (and the grid the oracle chooses from).
 BUDGET_GRID = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -238,45 +238,27 @@ def _rel(x: tuple[float, float, float]) -> str:
     return f"{100 * (x[0] - 1):+.1f}% [{100 * (x[1] - 1):+.1f}, {100 * (x[2] - 1):+.1f}]"
 
 
-def plot_throughput(results: list[RuleResult], path: Path) -> None:
-    """Throughput vs fixed budget per (regime, cost model), each rule's choice marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = list(dict.fromkeys((r.regime, r.cost_model) for r in results))
-    cols = min(3, len(panels))
-    nrows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows), squeeze=False)
-    # open markers of different sizes, so rules that pick the same budget stay visible
-    markers = {"ddtree-oracle": ("*", "tab:orange", 14), "caddtree": ("o", "tab:red", 11),
-               "longrun": ("s", "tab:green", 7), "exhaustive": ("x", "black", 7)}
-    for ax, (regime, cm) in zip(axes.flat, panels, strict=False):
-        sub = [r for r in results if r.regime == regime and r.cost_model == cm]
-        fixed = [r for r in sub if r.method.startswith("ddtree@")]
-        b = [r.budget_mean for r in fixed]
-        ax.plot(b, [r.throughput for r in fixed], "-", color="tab:blue", label="DDTree, fixed B")
-        ax.fill_between(b, [r.ci[0] for r in fixed], [r.ci[1] for r in fixed],
-                        color="tab:blue", alpha=0.2)
-        by_method = {r.method: r for r in sub}
-        for method, (m, c, size) in markers.items():
-            if method in by_method:
-                r = by_method[method]
-                ax.plot([r.budget_mean], [r.throughput], m, color=c, ms=size,
-                        mfc="none" if m in "os" else c,
-                        label=f"{r.method} (mean B {r.budget_mean:.0f})")
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{regime} · {cm}", fontsize=10)
-        ax.set_xlabel("budget B (nodes)")
-        ax.set_ylabel("tokens / s")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def result_rows(results: list[RuleResult], *, temperature: float, max_budget: int,
+                rounds: int) -> list[dict]:
+    """The sweep's row form of :func:`evaluate`'s results (``treespec_sim.families.COLUMNS``
+    keys plus ``throughput_ci`` and ``vs_longrun``); fixed budgets are method ``ddtree``."""
+    rows = []
+    for r in results:
+        fixed = r.method.startswith("ddtree@")
+        rows.append({
+            "family": "caddtree", "regime": r.regime,
+            "method": "ddtree" if fixed else r.method, "verifier": "follow",
+            "temperature": temperature,
+            "budget": int(r.method.split("@")[1]) if fixed else max_budget,
+            "cost_model": r.cost_model, "rounds": rounds, "tau_mean": r.tau_mean,
+            "tau_ci_low": r.tau_ci[0], "tau_ci_high": r.tau_ci[1],
+            "tree_size_mean": r.budget_mean, "round_time_s": r.round_time_s,
+            "throughput_tok_s": r.throughput, "speedup_vs_ar": r.speedup_vs_ar,
+            "rel_to_baseline": r.vs_oracle[0], "rel_ci_low": r.vs_oracle[1],
+            "rel_ci_high": r.vs_oracle[2], "baseline": "ddtree-oracle",
+            "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun),
+        })
+    return rows
 
 
 def _cached_collect(regime: str, *, rounds: int, temperature: float, seed: int,
@@ -345,7 +327,10 @@ def run(regimes: list[str], costs: list[str], *, rounds: int, temperature: float
             "cost_models": [m.to_dict() if not hasattr(m, "node_counts") else
                             {"name": m.name, "provenance": m.provenance,
                              "estimate": m.estimate} for m in models]}, indent=1))
-        plot_throughput(results, out / "throughput_vs_budget.png")
+        from ..report import plot_throughput
+
+        plot_throughput(result_rows(results, temperature=temperature, max_budget=1024,
+                                    rounds=rounds), out / "throughput_vs_budget.png")
     return results
 
 
