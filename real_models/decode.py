@@ -8,9 +8,10 @@ One round (research note §2.3–2.4):
    (``chain``, ``ddtree``, ``caddtree``; for sampled trees DDTree's shape filled by
    :func:`treespec_sim.policies.sampled.fill_shape`), plus the 4-D mask;
 3. **verify** — one target forward over the root and the nodes gives the rows;
-4. **decide** — the rows become float64 target laws at temperature ``T``
-   (:func:`real_models.target.logits_to_rows`) and :func:`treespec_sim.verify.verify` picks the
-   accepted path and the bonus token;
+4. **decide** — the logits become float64 target laws at temperature ``T``, computed lazily
+   where the verifier reads them (:class:`real_models.target.LogitsOracle`, a
+   ``treespec_sim`` target oracle), and :func:`treespec_sim.verify.verify` picks the accepted
+   path and the bonus token;
 5. **commit** — the target KV cache is compacted to the accepted path, and the drafter's context
    cache grows by the accepted nodes' hidden states.
 
@@ -35,7 +36,7 @@ from treespec_sim.verify import verify
 from ._deps import require
 from .bundle import Bundle
 from .drafter import DraftCache
-from .target import logits_to_rows
+from .target import LogitsOracle
 
 torch = require("torch")
 
@@ -291,13 +292,14 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
                 prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
                 tree, proposal = fill_shape(shape, prop_rows, scheme=SCHEME_FOR_RULE[rule],
                                             rng=rng)
+        mask = target.tree_mask(tree, start) if tree.size else None
         t2 = _clock(bundle)
-        fwd = target.verify_forward(tree, want_features=method != "ar")
+        fwd = target.verify_forward(tree, want_features=method != "ar", mask=mask)
         t3 = _clock(bundle)
         if on_round is not None:
             on_round(tree, fwd, [*pf.prompt.tolist(), *out])
             t3 = _clock(bundle)
-        rows = logits_to_rows(fwd.logits, temperature)
+        rows = LogitsOracle(fwd.logits, temperature)
         outcome = verify(tree, rows, rule=rule, rng=rng, proposal=proposal)
         t4 = _clock(bundle)
         nodes = [0, *outcome.path]

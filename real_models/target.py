@@ -30,7 +30,7 @@ from ._deps import require
 torch = require("torch")
 transformers = require("transformers")
 
-__all__ = ["TargetBackend", "TreeForward", "logits_to_rows"]
+__all__ = ["LogitsOracle", "TargetBackend", "TreeForward", "logits_to_rows"]
 
 
 @dataclass
@@ -65,6 +65,69 @@ def logits_to_rows(logits, temperature: float) -> np.ndarray:
         rows[np.arange(rows.shape[0]), idx] = 1.0
         return rows
     return torch.softmax(lg / temperature, dim=-1).numpy()
+
+
+class LogitsOracle:
+    """Lazy target rows from a tree forward's logits (a ``treespec_sim.rows.TargetOracle``).
+
+    Row ``v`` is computed only when a verifier reads it, in float64 on the logits' device,
+    exactly as :func:`logits_to_rows` computes it (``softmax(logits / T)``; one-hot of the first
+    maximal index at ``T = 0``); :meth:`edge_probs` gathers ``row(parent[v])[token[v]]`` for
+    every node in one vectorised pass. A predraw-and-follow round thus reads ``depth + 1``
+    rows instead of ``n + 1``, and on a GPU only those rows cross to the host.
+
+    Parameters
+    ----------
+    logits : torch.Tensor (n+1, V)
+    temperature : float
+        ``>= 0``.
+    """
+
+    def __init__(self, logits, temperature: float) -> None:
+        self.logits = logits.detach()
+        self.temperature = float(temperature)
+        self._rows: dict[int, np.ndarray] = {}
+        self._argmax = None
+        if self.temperature == 0.0:
+            self._argmax = self.logits.argmax(dim=-1).cpu().numpy()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.logits.shape[0]), int(self.logits.shape[1]))
+
+    def row(self, v: int) -> np.ndarray:
+        v = int(v)
+        r = self._rows.get(v)
+        if r is None:
+            if self._argmax is not None:
+                r = np.zeros(self.shape[1], dtype=np.float64)
+                r[self._argmax[v]] = 1.0
+            else:
+                lg = self.logits[v].to(torch.float64) / self.temperature
+                r = torch.softmax(lg, dim=-1).cpu().numpy()
+            r.flags.writeable = False
+            self._rows[v] = r
+        return r
+
+    def edge_probs(self, tree: DraftTree) -> np.ndarray:
+        out = np.ones(tree.n_nodes, dtype=np.float64)
+        if tree.size == 0:
+            return out
+        if int(tree.token[1:].max()) >= self.shape[1]:
+            v = int(np.argmax(tree.token[1:] >= self.shape[1])) + 1
+            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the vocabulary "
+                             f"(V = {self.shape[1]})")
+        par, tok = tree.parent[1:], tree.token[1:]
+        if self._argmax is not None:
+            out[1:] = (self._argmax[par] == tok).astype(np.float64)
+            return out
+        dev = self.logits.device
+        inner, inv = np.unique(par, return_inverse=True)
+        lg = self.logits[torch.as_tensor(inner, device=dev)].to(torch.float64) / self.temperature
+        lse = torch.logsumexp(lg, dim=-1)
+        picked = lg[torch.as_tensor(inv, device=dev), torch.tensor(tok, device=dev)]
+        out[1:] = torch.exp(picked - lse[torch.as_tensor(inv, device=dev)]).cpu().numpy()
+        return out
 
 
 def _cache_kw(model) -> str:
@@ -151,20 +214,27 @@ class TargetBackend:
 
     # ------------------------------------------------------------------ verification
     def tree_mask(self, tree: DraftTree, start: int):
-        """The 4-D additive mask ``(1, 1, n+1, start+n+1)`` for a tree after ``start`` tokens."""
+        """The 4-D additive mask ``(1, 1, n+1, start+n+1)`` for a tree after ``start`` tokens.
+
+        0 over the cached prefix and for ancestors-or-self inside the tree block
+        (:meth:`treespec_sim.DraftTree.attention_mask`), the dtype's most negative value
+        elsewhere.
+        """
         n1 = tree.n_nodes
-        anc = torch.from_numpy(tree.attention_mask())
-        mask = torch.zeros((1, 1, n1, start + n1), dtype=self.dtype)
-        block = torch.zeros((n1, n1), dtype=self.dtype)
-        block.masked_fill_(~anc, torch.finfo(self.dtype).min)
-        mask[0, 0, :, start:] = block
-        return mask.to(self.device)
+        block = np.where(tree.attention_mask(), np.float32(0.0),
+                         np.float32(torch.finfo(self.dtype).min))
+        mask = torch.zeros((1, 1, n1, start + n1), dtype=self.dtype, device=self.device)
+        mask[0, 0, :, start:] = torch.from_numpy(block).to(device=self.device, dtype=self.dtype)
+        return mask
 
     @torch.inference_mode()
-    def verify_forward(self, tree: DraftTree, *, want_features: bool = True) -> TreeForward:
+    def verify_forward(self, tree: DraftTree, *, want_features: bool = True,
+                       mask=None) -> TreeForward:
         """One forward over the root and the tree nodes; the cache grows by ``n + 1``.
 
         ``tree.token[0]`` must be the last committed token (the root, not yet cached).
+        ``mask`` is :meth:`tree_mask` for this tree and the current cache length (built here
+        when not given).
         """
         start = self.length
         n1 = tree.n_nodes
@@ -176,7 +246,8 @@ class TargetBackend:
                              f"{self.config.max_position_embeddings})")
         ids = torch.tensor(tree.token, device=self.device)[None]
         pos = torch.tensor(tree.position_ids(start), device=self.device)[None]
-        mask = None if n1 == 1 else self.tree_mask(tree, start)
+        if mask is None and n1 > 1:
+            mask = self.tree_mask(tree, start)
         want = want_features and bool(self.feature_layers)
         logits, feats = self._forward(ids, pos, mask, want_features=want)
         return TreeForward(logits, feats, start)

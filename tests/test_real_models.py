@@ -91,6 +91,28 @@ def test_logits_to_rows():
     np.testing.assert_allclose(r1[0], p / p.sum(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_lazy_logits_oracle_equals_dense_rows(temperature):
+    from real_models.target import LogitsOracle
+    from treespec_sim.rows import ArrayOracle
+    from treespec_sim.verify import verify
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 50, generator=g) * 3
+    logits[2, 7] = logits[2].max() + 1.0
+    tree = DraftTree.from_parents([-1, 0, 0, 1, 2, 2, 4], [3, 7, 9, 1, 7, 8, 2])
+    lazy = LogitsOracle(logits, temperature)
+    dense = logits_to_rows(logits, temperature)
+    for v in range(tree.n_nodes):
+        np.testing.assert_allclose(lazy.row(v), dense[v], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(lazy.edge_probs(tree), ArrayOracle(dense, tree).edge_probs(tree),
+                               rtol=1e-12, atol=1e-15)
+    for rule in ("follow", "tev"):
+        a = verify(tree, lazy, rule=rule, rng=np.random.default_rng(5))
+        b = verify(tree, dense, rule=rule, rng=np.random.default_rng(5))
+        assert a == b
+
+
 # ---------------------------------------------------------------------------- target
 def test_tree_rows_equal_sequential_rows_over_rounds(bundle, prompts):
     chk = TreeRowCheck(bundle)
