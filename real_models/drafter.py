@@ -284,7 +284,10 @@ class DFlashDrafter(nn.Module):
             raise ValueError(f"drafter weights in {path} do not match the DFlash layout: "
                              f"missing {sorted(missing)[:6]}, unexpected {sorted(unexpected)[:6]}")
         dtype = dtype or _config_dtype(cfg)
-        return model.to(device=device, dtype=dtype).eval()
+        model = model.to(device=device, dtype=dtype).eval()
+        # keep the RoPE frequencies in float32 (a cast to bf16 would round them)
+        model.rotary_emb = Qwen3RotaryEmbedding(model.config).to(device)
+        return model
 
     def save_pretrained(self, path: str | Path, extra_config: dict | None = None) -> None:
         """Write ``config.json`` (Qwen3 keys + DFlash keys) and ``model.safetensors``."""
