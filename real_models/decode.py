@@ -16,8 +16,9 @@ One round (research note §2.3–2.4):
    cache grows by the accepted nodes' hidden states.
 
 The prompt's last token is the first round's root: the prefill caches ``prompt[:-1]``, so every
-emitted token, the first included, comes out of a verifier (``ar`` is the root-only tree with
-``follow``: one exact target draw per round).
+emitted token, the first included, comes out of a verifier. The ``ar`` baseline makes the
+draw predraw-and-follow makes on the root-only tree, one plain forward per token, with no tree
+machinery (so speedups are measured against a lean baseline).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from treespec_sim import DraftTree
+from treespec_sim._sampling import sample_categorical
 from treespec_sim.policies import chain, ddtree
 from treespec_sim.policies.sampled import fill_shape
 from treespec_sim.verify import verify
@@ -256,12 +258,14 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
     ``on_round(tree, forward, context)``, if given, is called after each verification forward
     with the committed tokens so far (prompt included); it must not touch the KV cache.
     """
+    if method == "ar":
+        return _run_ar(bundle, pf, n_tokens, temperature=temperature, rng=rng)
     target = bundle.target
     target.restore(pf.target_snapshot)
     dcache = copy.copy(pf.draft_cache)
     if dcache is not None:
         dcache.keys, dcache.values = list(dcache.keys), list(dcache.values)
-    drafting = _Drafting(bundle) if method != "ar" else None
+    drafting = _Drafting(bundle)
     if method == "caddtree":
         from treespec_sim.policies import caddtree
     L = bundle.depth
@@ -273,28 +277,22 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
         start = target.length
         t0 = _clock(bundle)
         proposal = None
-        if method == "ar":
-            log_q = None
-            t1 = t0
-            tree = DraftTree.root_only(root)
-        else:
-            log_q, dlogits = drafting.log_q(dcache, root, start)
-            t1 = _clock(bundle)
-            if method == "chain":
-                tree = chain(log_q, L, root_token=root)
-            elif method == "ddtree":
-                tree = ddtree(log_q, budget, root_token=root)
-            elif method == "caddtree":
-                tree = caddtree(log_q, draft_cost=cost.draft_s, verify_cost=cost.verify_cost,
-                                max_budget=budget, root_token=root)
-            else:  # sampled: DDTree's shape, tokens drawn from the tempered drafter
-                shape = ddtree(log_q, budget, root_token=root)
-                prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
-                tree, proposal = fill_shape(shape, prop_rows, scheme=SCHEME_FOR_RULE[rule],
-                                            rng=rng)
+        log_q, dlogits = drafting.log_q(dcache, root, start)
+        t1 = _clock(bundle)
+        if method == "chain":
+            tree = chain(log_q, L, root_token=root)
+        elif method == "ddtree":
+            tree = ddtree(log_q, budget, root_token=root)
+        elif method == "caddtree":
+            tree = caddtree(log_q, draft_cost=cost.draft_s, verify_cost=cost.verify_cost,
+                            max_budget=budget, root_token=root)
+        else:  # sampled: DDTree's shape, tokens drawn from the tempered drafter
+            shape = ddtree(log_q, budget, root_token=root)
+            prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
+            tree, proposal = fill_shape(shape, prop_rows, scheme=SCHEME_FOR_RULE[rule], rng=rng)
         mask = target.tree_mask(tree, start) if tree.size else None
         t2 = _clock(bundle)
-        fwd = target.verify_forward(tree, want_features=method != "ar", mask=mask)
+        fwd = target.verify_forward(tree, want_features=True, mask=mask)
         t3 = _clock(bundle)
         if on_round is not None:
             on_round(tree, fwd, [*pf.prompt.tolist(), *out])
@@ -305,15 +303,44 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
         nodes = [0, *outcome.path]
         target.commit(start, nodes)
         t5 = _clock(bundle)
-        if dcache is not None:
-            pos = torch.arange(start, start + len(nodes), device=bundle.device)[None]
-            bundle.drafter.extend_cache(dcache, fwd.features[:, nodes], pos)
+        pos = torch.arange(start, start + len(nodes), device=bundle.device)[None]
+        bundle.drafter.extend_cache(dcache, fwd.features[:, nodes], pos)
         t6 = _clock(bundle)
         out.extend(outcome.tokens)
         root = outcome.bonus
         rounds.append(RoundStats(outcome.tau, tree.size, (t1 - t0) + (t6 - t5), t2 - t1,
                                  t3 - t2, t4 - t3, t5 - t4))
     return DecodeResult(out[:n_tokens], rounds, pf.seconds, _clock(bundle) - t_begin)
+
+
+@torch.inference_mode()
+def _run_ar(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, temperature: float,
+            rng: np.random.Generator) -> DecodeResult:
+    """The autoregressive baseline: one plain one-token forward and one exact draw per token.
+
+    The draw is the one predraw-and-follow makes on the root-only tree (argmax, first maximal
+    index, at ``T = 0``; :func:`treespec_sim._sampling.sample_categorical` on the float64 row
+    otherwise), without building a tree, so the baseline carries no tree overhead.
+    """
+    target = bundle.target
+    target.restore(pf.target_snapshot)
+    root = pf.root
+    out: list[int] = []
+    rounds: list[RoundStats] = []
+    t_begin = _clock(bundle)
+    while len(out) < n_tokens:
+        t0 = _clock(bundle)
+        logits = target.step(root)
+        t1 = _clock(bundle)
+        if temperature == 0.0:
+            root = int(torch.argmax(logits))
+        else:
+            row = torch.softmax(logits.to(torch.float64) / temperature, dim=-1).cpu().numpy()
+            root = sample_categorical(row, rng)
+        t2 = _clock(bundle)
+        out.append(root)
+        rounds.append(RoundStats(1, 0, 0.0, 0.0, t1 - t0, t2 - t1, 0.0))
+    return DecodeResult(out, rounds, pf.seconds, _clock(bundle) - t_begin)
 
 
 def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budget: int | None

@@ -269,6 +269,18 @@ class TargetBackend:
                 v[:, :, start:start + m] = v.index_select(2, idx)
             _set_layer_kv(self.cache, i, k[:, :, :start + m], v[:, :, :start + m])
 
+    @torch.inference_mode()
+    def step(self, token: int):
+        """Autoregressive step: feed ``token`` at the next position; logits (V,) after it."""
+        start = self.length
+        if start + 1 > self.config.max_position_embeddings:
+            raise ValueError(f"position {start} is past the target's context "
+                             f"({self.config.max_position_embeddings})")
+        ids = torch.tensor([[int(token)]], device=self.device)
+        pos = torch.tensor([[start]], device=self.device)
+        logits, _ = self._forward(ids, pos, None, want_features=False, logits_to_keep=1)
+        return logits[-1]
+
     # ------------------------------------------------------------------ reference path
     @torch.inference_mode()
     def sequential_logits(self, ids) -> object:
