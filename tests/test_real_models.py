@@ -207,6 +207,14 @@ def test_greedy_speculative_equals_autoregressive(bundle, prompts, method, budge
         assert generate(bundle, p, 40, method=method, budget=budget, rule=rule) == ar
 
 
+def test_smaller_block_than_trained(prompts):
+    small = bundle_mod.load(block_size=4)
+    assert small.depth == 3
+    r = decode(small, prompts[0], 24, method="ddtree", budget=16)
+    assert max(x.tau for x in r.rounds) <= 4
+    assert r.tokens == generate(small, prompts[0], 24, method="ar")
+
+
 def test_ddtree_quality_bar(bundle, prompts):
     """The shipped drafter reaches tau >= 3 with DDTree at B = 64, T = 0 on held-out prompts."""
     taus = [decode(bundle, p, 64, method="ddtree", budget=64).tau for p in prompts]
@@ -333,3 +341,13 @@ def test_validate_cli_bad_input_exit_code(tmp_path):
     from real_models.validate import main
 
     assert main(["--target", str(tmp_path / "missing")]) == 2
+
+
+def test_gpu_script_is_harmless_without_a_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run the validation")
+    script = Path(bundle_mod.__file__).resolve().parent / "gpu_validate.sh"
+    res = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "no CUDA GPU" in res.stdout
