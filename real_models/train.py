@@ -340,6 +340,16 @@ def held_out_prompts(held, tok, n: int, length: int, rng: np.random.Generator) -
     return out
 
 
+def _portable_tokenizer_config(tdir: Path) -> None:
+    """Name the tokenizer class ``PreTrainedTokenizerFast`` (loads in transformers 4.x and 5.x;
+    5.x writes its own ``TokenizersBackend``, unknown to older versions)."""
+    f = tdir / "tokenizer_config.json"
+    cfg = json.loads(f.read_text())
+    cfg.pop("backend", None)
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    f.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
 # ---------------------------------------------------------------------------- main
 def _versions() -> dict:
     return {"python": sys.version.split()[0], "torch": torch.__version__,
@@ -384,6 +394,7 @@ def main(argv=None) -> None:
     target.generation_config.pad_token_id = tok.eos_token_id
     target.save_pretrained(tdir, safe_serialization=True)
     tok.save_pretrained(tdir)
+    _portable_tokenizer_config(tdir)
 
     seqs = generate_sequences(target, stream, args, rng, gen)
     feats = target_features(target, seqs, TARGET_LAYER_IDS)
