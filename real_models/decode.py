@@ -31,7 +31,7 @@ import numpy as np
 
 from treespec_sim import DraftTree
 from treespec_sim._sampling import sample_categorical
-from treespec_sim.policies import chain, ddtree
+from treespec_sim.policies import caddtree, chain, ddtree, exhaustive_budget_tree
 from treespec_sim.policies.sampled import fill_shape
 from treespec_sim.verify import verify
 
@@ -50,7 +50,8 @@ METHODS: dict[str, tuple[str, ...]] = {
     "chain": ("follow", "tev"),
     "ddtree": ("follow", "tev"),
     "caddtree": ("follow", "tev"),
-    "sampled": ("rrsw", "rrs", "traversal", "univer"),
+    "exhaustive": ("follow", "tev"),
+    "sampled-ddtree": ("rrsw", "rrs", "traversal", "univer"),
 }
 #: Drafting scheme for each sampled-tree rule (:data:`treespec_sim.policies.sampled`).
 SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
@@ -142,19 +143,15 @@ def check_request(bundle: Bundle, prompt_ids, max_new_tokens: int, method: str, 
     t = float(temperature)
     if not (np.isfinite(t) and t >= 0):
         raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
-    if method == "sampled" and t == 0:
-        raise ValueError("method 'sampled' draws tree tokens from the drafter at temperature T; "
-                         "it needs T > 0 (use 'ddtree' for T = 0)")
+    if method == "sampled-ddtree" and t == 0:
+        raise ValueError("method 'sampled-ddtree' draws tree tokens from the drafter at "
+                         "temperature T; it needs T > 0 (use 'ddtree' for T = 0)")
     if method != "ar" and bundle.drafter is None:
         raise ValueError(f"method {method!r} needs a drafter; the bundle was loaded without one")
-    if method in ("ddtree", "caddtree", "sampled"):
+    if method in ("ddtree", "caddtree", "exhaustive", "sampled-ddtree"):
         if budget is None or isinstance(budget, bool) or not isinstance(budget, int | np.integer) \
                 or budget < 1:
             raise ValueError(f"method {method!r} needs a budget >= 1 (tree nodes); got {budget!r}")
-    if method == "caddtree":
-        from treespec_sim import policies
-        if not hasattr(policies, "caddtree"):
-            raise ValueError("method 'caddtree' needs treespec_sim.policies.caddtree")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) \
             or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
@@ -266,8 +263,6 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
     if dcache is not None:
         dcache.keys, dcache.values = list(dcache.keys), list(dcache.values)
     drafting = _Drafting(bundle)
-    if method == "caddtree":
-        from treespec_sim.policies import caddtree
     L = bundle.depth
     root = pf.root
     out: list[int] = []
@@ -286,6 +281,10 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
         elif method == "caddtree":
             tree = caddtree(log_q, draft_cost=cost.draft_s, verify_cost=cost.verify_cost,
                             max_budget=budget, root_token=root)
+        elif method == "exhaustive":
+            tree = exhaustive_budget_tree(log_q, draft_cost=cost.draft_s,
+                                          verify_cost=cost.verify_cost, max_budget=budget,
+                                          root_token=root)
         else:  # sampled: DDTree's shape, tokens drawn from the tempered drafter
             shape = ddtree(log_q, budget, root_token=root)
             prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
@@ -355,13 +354,15 @@ def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budg
     prompt_ids : sequence of int
         At least 2 tokens; ``len + max_new_tokens + block_size`` must fit the context.
     max_new_tokens : int
-    method : {"ar", "chain", "ddtree", "caddtree", "sampled"}
+    method : {"ar", "chain", "ddtree", "caddtree", "exhaustive", "sampled-ddtree"}
         ``chain`` is DFlash's argmax chain (length ``L``); ``ddtree`` the DDTree of ``budget``
         nodes; ``caddtree`` CaDDTree up to ``budget`` with a latency profile measured on this
-        bundle (or ``cost``); ``sampled`` DDTree's shape with tokens drawn from the drafter at
+        bundle (or ``cost``); ``exhaustive`` the budget maximising the same throughput ratio over
+        every prefix; ``sampled-ddtree`` DDTree's shape with tokens drawn from the drafter at
         ``temperature`` (``rule`` picks the verifier and the drafting scheme).
     budget : int, optional
-        Tree nodes (root excluded); required for ``ddtree``, ``caddtree``, ``sampled``.
+        Tree nodes (root excluded; the maximum for ``caddtree`` and ``exhaustive``); required
+        for every tree method but ``chain``.
     temperature : float
         ``0`` is greedy.
     seed : int, optional
@@ -370,12 +371,12 @@ def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budg
         Verifier (:data:`METHODS` lists the valid ones per method; default the first).
     rng : numpy.random.Generator, optional
     cost : treespec_sim.cost latency model, optional
-        For ``caddtree`` (default: :func:`latency_profile` of this bundle).
+        For ``caddtree`` and ``exhaustive`` (default: :func:`latency_profile` of this bundle).
     """
     prompt, rule = check_request(bundle, prompt_ids, max_new_tokens, method, rule, temperature,
                                  budget)
     rng = np.random.default_rng(seed) if rng is None else rng
-    if method == "caddtree" and cost is None:
+    if method in ("caddtree", "exhaustive") and cost is None:
         cost = latency_profile(bundle, int(budget))
     pf = _prefill(bundle, prompt, with_drafter=method != "ar")
     return _run(bundle, pf, int(max_new_tokens), method=method, rule=rule,

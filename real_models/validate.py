@@ -197,25 +197,17 @@ def law_test(samples, bin_of, probs) -> tuple[float, float, int]:
 
 
 # ---------------------------------------------------------------------------- runs
-def _methods(preset: Preset, temperature: float, have_caddtree: bool):
+def _methods(preset: Preset, temperature: float):
     """(label, method, budget, rule) of every configuration at this temperature."""
     out = [("ar", "ar", None, "follow"), ("chain", "chain", None, "follow")]
     out += [(f"ddtree B={b}", "ddtree", b, "follow") for b in preset.budgets]
     out.append(("ddtree+tev B=64", "ddtree", 64, "tev"))
-    if have_caddtree:
-        out.append(("caddtree B<=64", "caddtree", 64, "follow"))
+    out.append(("caddtree B<=64", "caddtree", 64, "follow"))
+    out.append(("exhaustive B<=64", "exhaustive", 64, "follow"))
     if temperature > 0:
-        out += [(f"sampled+{r} B=64", "sampled", 64, r) for r in preset.sampled_rules]
+        out += [(f"sampled-ddtree+{r} B=64", "sampled-ddtree", 64, r)
+                for r in preset.sampled_rules]
     return out
-
-
-def _have_caddtree() -> bool:
-    try:
-        from treespec_sim.cost import PiecewiseLinearCost  # noqa: F401
-        from treespec_sim.policies import caddtree  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _table(rep: Report, rows: list[dict], title: str) -> None:
@@ -304,8 +296,7 @@ def main(argv=None) -> int:
             f"{n_prompts} held-out prompts of {preset.prompt_tokens} tokens, {n_new} new "
             f"tokens; torch {torch.__version__}, transformers "
             f"{require('transformers').__version__}\n")
-    have_cad = _have_caddtree()
-    cost = latency_profile(bundle, 64) if have_cad else None
+    cost = latency_profile(bundle, 64)
 
     # 1. tree rows
     rep.say("## Checks\n")
@@ -322,7 +313,7 @@ def main(argv=None) -> int:
                              "nodes": chk.nodes, "rounds": chk.rounds}
 
     # 2. greedy identity (+ the T = 0 table)
-    configs = _methods(preset, 0.0, have_cad)
+    configs = _methods(preset, 0.0)
     res0 = run_methods(bundle, prompts, n_new, 0.0, configs, args.seed, cost)
     ref = [r.tokens for r in res0["ar"]]
     for label, rs in res0.items():
@@ -343,7 +334,7 @@ def main(argv=None) -> int:
     bin_of, probs = law_bins(bundle, law_prompt, T, n_law)
     rep.data["law"] = {"temperature": T, "samples": n_law, "bins": int(probs.size),
                        "alpha": ALPHA, "methods": {}}
-    for i, (label, method, budget, rule) in enumerate(_methods(preset, T, have_cad)):
+    for i, (label, method, budget, rule) in enumerate(_methods(preset, T)):
         pf = _prefill(bundle, law_prompt, with_drafter=method != "ar")
         rng = np.random.default_rng(args.seed + 1000 + i)
         samples = [_run(bundle, pf, 2, method=method, rule=rule, budget=budget, temperature=T,
@@ -360,15 +351,14 @@ def main(argv=None) -> int:
     _table(rep, rows0, f"## tau / speed at T = 0 ({bundle.device}, {n_prompts} prompts x "
                        f"{n_new} tokens)")
     if preset.table_t1:
-        res1 = run_methods(bundle, prompts, n_new, T, _methods(preset, T, have_cad),
+        res1 = run_methods(bundle, prompts, n_new, T, _methods(preset, T),
                            args.seed + 500, cost)
         rows1 = summarize(res1)
         rep.data["table_T1"] = rows1
         _table(rep, rows1, f"## tau / speed at T = {T:g}")
-    if cost is not None:
-        prof = {int(a): round(float(b), 5) for a, b in zip(cost.tokens, cost.seconds, strict=True)}
-        rep.say(f"\nCaDDTree latency profile (measured, seconds per verification forward by "
-                f"query tokens): {prof}; draft {cost.draft_s:.5f} s")
+    prof = {int(a): round(float(b), 5) for a, b in zip(cost.tokens, cost.seconds, strict=True)}
+    rep.say(f"\nCaDDTree/exhaustive latency profile (measured, seconds per verification forward "
+            f"by query tokens): {prof}; draft {cost.draft_s:.5f} s")
     elapsed = time.perf_counter() - t_all
     rep.say(f"\n{len(rep.failures)} failed check(s); {elapsed:.0f} s")
     rep.data.update({"failures": rep.failures, "seconds": elapsed, "device": str(bundle.device),

@@ -200,7 +200,7 @@ def test_drafter_save_load_roundtrip(bundle, tmp_path):
 # ---------------------------------------------------------------------------- decoding
 @pytest.mark.parametrize(("method", "budget", "rule"), [
     ("chain", None, "follow"), ("ddtree", 64, "follow"), ("ddtree", 16, "tev"),
-    ("caddtree", 32, "follow")])
+    ("caddtree", 32, "follow"), ("exhaustive", 32, "tev")])
 def test_greedy_speculative_equals_autoregressive(bundle, prompts, method, budget, rule):
     for p in prompts[:2]:
         ar = generate(bundle, p, 40, method="ar")
@@ -223,11 +223,11 @@ def test_ddtree_quality_bar(bundle, prompts):
 
 @pytest.mark.parametrize("rule", ["rrs", "rrsw", "traversal", "univer"])
 def test_sampled_trees_decode(bundle, prompts, rule):
-    r = decode(bundle, prompts[0], 24, method="sampled", budget=16, temperature=1.0, rule=rule,
-               seed=3)
+    r = decode(bundle, prompts[0], 24, method="sampled-ddtree", budget=16, temperature=1.0,
+               rule=rule, seed=3)
     assert len(r.tokens) == 24 and all(0 <= t < bundle.vocab_size for t in r.tokens)
-    again = decode(bundle, prompts[0], 24, method="sampled", budget=16, temperature=1.0,
-                   rule=rule, seed=3)
+    again = decode(bundle, prompts[0], 24, method="sampled-ddtree", budget=16,
+                   temperature=1.0, rule=rule, seed=3)
     assert again.tokens == r.tokens          # same seed, same tokens
 
 
@@ -325,7 +325,7 @@ def test_bad_requests_fail_before_generation(bundle, prompts, monkeypatch):
         (dict(method="nope"), "unknown method"),
         (dict(method="ddtree"), "needs a budget"),
         (dict(method="chain", rule="rrsw"), "does not apply"),
-        (dict(method="sampled", budget=8, rule="rrsw"), "needs T > 0"),
+        (dict(method="sampled-ddtree", budget=8, rule="rrsw"), "needs T > 0"),
         (dict(method="ar", temperature=-1.0), "temperature"),
     ]
     for kwargs, message in cases:
