@@ -103,9 +103,16 @@ def parse_drafter_config(cfg: dict, where: str = "config.json") -> DrafterSpec:
     if any("DFlash2" in a for a in arch) or "selector_rank" in (cfg.get("dflash_config") or {}):
         raise ValueError(f"{where}: DFlash2 drafters (candidate selector, dynamic convolutions) "
                          f"are not supported; only the DFlash (v1) layout is")
-    if not isinstance(cfg.get("dflash_config"), dict):
-        raise ValueError(f"{where}: missing 'dflash_config' (a DFlash drafter config carries "
-                         f"dflash_config.target_layer_ids and dflash_config.mask_token_id)")
+    if arch and not any("DFlash" in a for a in arch):
+        raise ValueError(f"{where}: architectures {arch} is not a DFlash drafter "
+                         f"(expected DFlashDraftModel)")
+    if "dflash_config" in cfg and not isinstance(cfg["dflash_config"], dict):
+        raise ValueError(f"{where}: dflash_config must be an object")
+    if _dflash_value(cfg, "target_layer_ids") is None:
+        raise ValueError(f"{where}: missing dflash_config.target_layer_ids (the target layers "
+                         f"whose hidden states are the drafter's context)")
+    if _dflash_value(cfg, "mask_token_id") is None:
+        raise ValueError(f"{where}: missing dflash_config.mask_token_id")
     ids = _dflash_value(cfg, "target_layer_ids")
     if not isinstance(ids, list) or not ids or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):

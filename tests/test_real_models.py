@@ -293,12 +293,25 @@ def test_missing_files(tmp_path):
     ({"dflash_config": {"target_layer_ids": [1, 40]}}, "reach past"),
     ({"dflash_config": {"selector_rank": 256}}, "DFlash2"),
     ({"block_size": 1}, "block_size must be an integer >= 2"),
+    ({"dflash_config": {"mask_token_id": None}}, "missing dflash_config.mask_token_id"),
+    ({"architectures": ["Qwen3DSparkModel"]}, "not a DFlash drafter"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "no sliding window"),
 ])
 def test_incompatible_drafter_config(tmp_path, changes, message):
     d = _copy(bundle_mod.TINY_DRAFTER, tmp_path / "d")
     _edit(d / "config.json", **changes)
     with pytest.raises(ValueError, match=message):
         bundle_mod.load(bundle_mod.TINY_TARGET, d)
+
+
+def test_dflash_keys_may_sit_at_the_top_level(tmp_path):
+    """DFlash's _draft_value reads dflash_config first, then the top level; so does load."""
+    d = _copy(bundle_mod.TINY_DRAFTER, tmp_path / "d")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(cfg.pop("dflash_config"))
+    (d / "config.json").write_text(json.dumps(cfg))
+    b = bundle_mod.load(bundle_mod.TINY_TARGET, d)
+    assert b.spec.target_layer_ids == (1, 4) and b.spec.mask_token_id == 1
 
 
 def test_requested_block_size_out_of_range():
