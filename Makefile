@@ -7,7 +7,7 @@ ARGS    ?=
 # unpinned so GPU users get their CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: sweep test install install-test lint bench proofs clean
+.PHONY: sweep test install install-test lint bench proofs clean validate bench-real
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,14 @@ sweep: $(VENV)/.stamp-core
 ## Install what the tests need and run the whole suite.
 test: $(VENV)/.stamp-test
 	$(BIN)/python -m pytest -n 2 -q $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate --quick
+
+## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
+validate: $(VENV)/.stamp-test
+	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate $(ARGS)
+
+bench-real: $(VENV)/.stamp-test
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_real_models.py
 
 lint: $(VENV)/.stamp-test
 	$(BIN)/ruff check .
