@@ -42,7 +42,8 @@ from .target import LogitsOracle
 
 torch = require("torch")
 
-__all__ = ["METHODS", "DecodeResult", "RoundStats", "decode", "generate", "method_rules"]
+__all__ = ["METHODS", "DecodeResult", "RoundStats", "decode", "generate", "method_rules",
+           "resolve_cost"]
 
 #: Methods and the verification rules each accepts (the first is the default).
 METHODS: dict[str, tuple[str, ...]] = {
@@ -101,6 +102,8 @@ class DecodeResult:
     rounds: list[RoundStats] = field(default_factory=list)
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    #: Warnings for the run record (e.g. a latency file measured on another CPU model).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def tau(self) -> float:
@@ -246,6 +249,45 @@ def latency_profile(bundle: Bundle, max_budget: int, *, repeats: int = 3):
                                estimate=False)
 
 
+def _costs_at(cost, context_length: int):
+    """(draft seconds, ``n -> verify seconds``) of a latency model at ``context_length``.
+
+    Models with a context axis (``TabulatedCost``) are read at the round's cache length;
+    others ignore it.
+    """
+    ell = max(int(context_length), 1)
+    return (float(cost.draft_cost(ell)),
+            lambda n: cost.verify_cost(n, ell))
+
+
+def resolve_cost(bundle: Bundle, cost, *, on_mismatch: str = "error"):
+    """A latency model for ``bundle`` and the run-record warnings: (model, notes).
+
+    ``cost`` may be a latency model, a path to a latency ``.json`` (checked against the
+    bundle's device and model shapes by :func:`real_models.profile.load_profile`: a wrong
+    schema raises ``ValueError``, another device type or other shapes raise
+    :class:`real_models.profile.ProfileMismatch` unless ``on_mismatch="warn"``), or a preset
+    name of :data:`treespec_sim.cost.PRESETS` (accepted with a warning: presets describe other
+    hardware and models).
+    """
+    from pathlib import Path
+
+    from treespec_sim.cost import PRESETS, get_cost_model
+
+    from .profile import load_profile
+
+    if isinstance(cost, str | Path):
+        key = str(cost)
+        if key in PRESETS:
+            return get_cost_model(key), [f"latency preset {key!r} describes other hardware "
+                                         f"and models than {bundle.device} / this bundle"]
+        return load_profile(key, bundle, on_mismatch=on_mismatch)
+    if not (hasattr(cost, "draft_cost") and hasattr(cost, "verify_cost")):
+        raise ValueError(f"cost must be a latency model, a latency .json path or a preset "
+                         f"name; got {type(cost).__name__}")
+    return cost, []
+
+
 @torch.inference_mode()
 def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: str,
          budget: int | None, temperature: float, rng: np.random.Generator,
@@ -279,12 +321,13 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
         elif method == "ddtree":
             tree = ddtree(log_q, budget, root_token=root)
         elif method == "caddtree":
-            tree = caddtree(log_q, draft_cost=cost.draft_s, verify_cost=cost.verify_cost,
-                            max_budget=budget, root_token=root)
+            cd, cv = _costs_at(cost, start)
+            tree = caddtree(log_q, draft_cost=cd, verify_cost=cv, max_budget=budget,
+                            root_token=root)
         elif method == "exhaustive":
-            tree = exhaustive_budget_tree(log_q, draft_cost=cost.draft_s,
-                                          verify_cost=cost.verify_cost, max_budget=budget,
-                                          root_token=root)
+            cd, cv = _costs_at(cost, start)
+            tree = exhaustive_budget_tree(log_q, draft_cost=cd, verify_cost=cv,
+                                          max_budget=budget, root_token=root)
         else:  # sampled: DDTree's shape, tokens drawn from the tempered drafter
             shape = ddtree(log_q, budget, root_token=root)
             prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
@@ -344,7 +387,8 @@ def _run_ar(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, temperature: float
 
 def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budget: int | None
            = None, temperature: float = 0.0, seed: int | None = 0, rule: str | None = None,
-           rng: np.random.Generator | None = None, cost=None) -> DecodeResult:
+           rng: np.random.Generator | None = None, cost=None,
+           cost_mismatch: str = "error") -> DecodeResult:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids``; return tokens and round stats.
 
     Parameters
@@ -370,18 +414,30 @@ def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budg
     rule : str, optional
         Verifier (:data:`METHODS` lists the valid ones per method; default the first).
     rng : numpy.random.Generator, optional
-    cost : treespec_sim.cost latency model, optional
+    cost : latency model, path of a latency ``.json``, or preset name, optional
         For ``caddtree`` and ``exhaustive`` (default: :func:`latency_profile` of this bundle).
+        A file is checked against this bundle (:func:`resolve_cost`); costs are read at each
+        round's context length.
+    cost_mismatch : {"error", "warn"}
+        What a latency file for another device type or other model shapes does: raise
+        :class:`real_models.profile.ProfileMismatch`, or run and record the mismatch in
+        ``DecodeResult.notes``.
     """
     prompt, rule = check_request(bundle, prompt_ids, max_new_tokens, method, rule, temperature,
                                  budget)
     rng = np.random.default_rng(seed) if rng is None else rng
-    if method in ("caddtree", "exhaustive") and cost is None:
-        cost = latency_profile(bundle, int(budget))
+    notes: list[str] = []
+    if method in ("caddtree", "exhaustive"):
+        if cost is None:
+            cost = latency_profile(bundle, int(budget))
+        else:
+            cost, notes = resolve_cost(bundle, cost, on_mismatch=cost_mismatch)
     pf = _prefill(bundle, prompt, with_drafter=method != "ar")
-    return _run(bundle, pf, int(max_new_tokens), method=method, rule=rule,
-                budget=None if budget is None else int(budget), temperature=float(temperature),
-                rng=rng, cost=cost)
+    res = _run(bundle, pf, int(max_new_tokens), method=method, rule=rule,
+               budget=None if budget is None else int(budget), temperature=float(temperature),
+               rng=rng, cost=cost)
+    res.notes.extend(notes)
+    return res
 
 
 def generate(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str,

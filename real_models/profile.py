@@ -1,0 +1,563 @@
+r"""Measure the drafter's and the target's latency and write a ``treespec-latency/1`` file.
+
+``python -m real_models.profile [--target DIR --drafter DIR | --arch qwen3-8b] [--device cpu]``
+
+What is timed (median of ``--repeats`` after ``--warmup`` untimed calls, per cell):
+
+* **verification** ``C_v(n, ℓ)``: one target forward
+  (:meth:`real_models.target.TargetBackend.verify_forward`, hidden states requested, as in
+  decoding) over ``n`` query tokens (root included) after a cached context of ``ℓ`` tokens,
+  with the 4-D tree mask of a DDTree-shaped tree of ``n - 1`` nodes (built from a fixed
+  synthetic ``log_q``; the mask is built before the clock starts, as decoding counts it as
+  overhead). The KV cache is restored to the ``ℓ``-token prefill before every call.
+* **draft** ``C_d(ℓ)``: the drafter's block forward with log-softmax to host
+  (``_Drafting.log_q``) plus the context-cache update for ``ceil(block_size / 2)`` accepted
+  tokens, i.e. the draft stage of one round.
+
+Each context's verification row is replaced by its monotone-convex least-squares fit
+(:func:`treespec_sim.cost.fit_monotone_convex`) and the result is a
+:class:`treespec_sim.cost.TabulatedCost`, written with ``to_dict()`` plus metadata: ``device``,
+``device_name``, ``model``, ``target_arch`` / ``drafter_arch`` (the shapes that determine
+latency), ``dtype``, ``torch``, ``transformers``, ``threads``, ``date``, the raw medians and
+the draft cost per context. ``treespec_sim.cost.get_cost_model(path)`` and
+``real_models.decode(..., cost=path)`` read it; :func:`load_profile` also checks the metadata
+against the bundle it will be used with.
+
+``--arch qwen3-4b`` / ``qwen3-8b`` profiles *randomly initialised* Qwen3-4B / Qwen3-8B
+targets with DFlash drafters of the published ``z-lab/Qwen3-{4B,8B}-DFlash-b16`` shapes, built
+from configs written here (no download): latency does not depend on weight values. Meant for a
+GPU (``--device cuda``, bfloat16); ``real_models/gpu_profile.sh`` runs both in one device slot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import itertools
+import json
+import math
+import platform
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ._deps import require
+
+torch = require("torch")
+
+__all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "build_random_bundle", "check_profile",
+           "load_profile", "main", "model_signature", "profile_bundle"]
+
+SCHEMA = "treespec-latency/1"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+#: The committed CPU profile of the shipped tiny models.
+CPU_TINY = PROFILES_DIR / "cpu_tiny.json"
+
+_QWEN3_COMMON = dict(vocab_size=151936, head_dim=128, num_attention_heads=32,
+                     num_key_value_heads=8, max_position_embeddings=40960, rms_norm_eps=1e-6,
+                     rope_theta=1000000.0, attention_bias=False, initializer_range=0.02)
+#: Published Qwen3 shapes (Qwen/Qwen3-4B, Qwen/Qwen3-8B config.json) and the DFlash drafters'
+#: (z-lab/Qwen3-{4B,8B}-DFlash-b16: 5 layers of the target's width, block 16, mask id 151669,
+#: target_layer_ids [1, 9, 17, 25, 33]).
+ARCHS: dict[str, dict] = {
+    "qwen3-4b": {"target": dict(_QWEN3_COMMON, hidden_size=2560, intermediate_size=9728,
+                                num_hidden_layers=36, tie_word_embeddings=True),
+                 "drafter_layers": 5, "block_size": 16, "mask_token_id": 151669,
+                 "target_layer_ids": [1, 9, 17, 25, 33]},
+    "qwen3-8b": {"target": dict(_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288,
+                                num_hidden_layers=36, tie_word_embeddings=False),
+                 "drafter_layers": 5, "block_size": 16, "mask_token_id": 151669,
+                 "target_layer_ids": [1, 9, 17, 25, 33]},
+}
+
+CPU_NODE_COUNTS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
+CPU_CONTEXTS = (16, 64, 128, 192)
+GPU_NODE_COUNTS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
+GPU_CONTEXTS = (256, 1024, 2048, 4096)
+
+_ARCH_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
+
+
+class ProfileMismatch(ValueError):
+    """A latency file does not describe the requested device or models."""
+
+
+# ------------------------------------------------------------------------------ identity
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_identity(device) -> tuple[str, str]:
+    """(device type, device name): ``("cpu", "<cpu model>")`` or ``("cuda", "<gpu name>")``."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return "cuda", torch.cuda.get_device_name(dev)
+    return dev.type, _cpu_name()
+
+
+def model_signature(bundle) -> dict:
+    """The shapes that determine latency: target and drafter architecture, dtype, block size."""
+    tcfg = bundle.target.config
+    target = {k: getattr(tcfg, k, None) for k in _ARCH_KEYS}
+    drafter = None
+    if bundle.drafter is not None:
+        dcfg = bundle.drafter.config
+        drafter = {k: getattr(dcfg, k, None) for k in _ARCH_KEYS if k != "tie_word_embeddings"}
+        drafter["target_layer_ids"] = list(bundle.spec.target_layer_ids)
+        drafter["block_size"] = int(bundle.block_size)
+    return {"target_arch": target, "drafter_arch": drafter, "dtype": str(bundle.dtype)}
+
+
+def _model_name(bundle) -> str:
+    t = Path(str(bundle.target_dir)).name
+    d = "none" if bundle.drafter_dir is None else Path(str(bundle.drafter_dir)).name
+    return f"{t} + {d}"
+
+
+# ------------------------------------------------------------------------- random models
+def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", seed: int = 0):
+    """A :class:`real_models.bundle.Bundle` of randomly initialised models (no files).
+
+    Parameters
+    ----------
+    arch : str or dict
+        A key of :data:`ARCHS`, or a dict of the same form (``target`` Qwen3 config keys,
+        ``drafter_layers``, ``block_size``, ``mask_token_id``, ``target_layer_ids``).
+    device : str
+    dtype : str
+        ``bfloat16`` (default), ``float16`` or ``float32``.
+    seed : int
+    """
+    transformers = require("transformers")
+    from .bundle import _DTYPES, Bundle, check_pair
+    from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
+    from .target import TargetBackend
+
+    name = arch if isinstance(arch, str) else arch.get("name", "custom")
+    if isinstance(arch, str):
+        if arch not in ARCHS:
+            raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+        arch = ARCHS[arch]
+    tdtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+    tcfg_d = dict(arch["target"], architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    tcfg = transformers.Qwen3Config(**{k: v for k, v in tcfg_d.items()
+                                       if k not in ("architectures", "model_type")})
+    tcfg._attn_implementation = "sdpa"
+    dcfg = {k: v for k, v in arch["target"].items() if k != "tie_word_embeddings"}
+    dcfg.update(architectures=["DFlashDraftModel"], model_type="qwen3",
+                num_hidden_layers=arch["drafter_layers"], block_size=arch["block_size"],
+                num_target_layers=arch["target"]["num_hidden_layers"],
+                dflash_config={"target_layer_ids": arch["target_layer_ids"],
+                               "mask_token_id": arch["mask_token_id"]},
+                tie_word_embeddings=False, layer_types=["full_attention"] * arch["drafter_layers"])
+    spec = parse_drafter_config(dcfg, f"<{name} drafter>")
+    bs = check_pair(tcfg_d, dcfg, spec)
+    torch.manual_seed(seed)
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(tdtype)
+        with torch.device(device):
+            model = transformers.Qwen3ForCausalLM(tcfg)
+            drafter = DFlashDrafter(qwen3_config(dcfg), spec)
+    finally:
+        torch.set_default_dtype(old)
+    model = model.to(device=device, dtype=tdtype).eval()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    drafter.init_weights(gen)
+    drafter = drafter.to(device=device, dtype=tdtype).eval()
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    drafter.rotary_emb = Qwen3RotaryEmbedding(drafter.config).to(device)
+    backend = TargetBackend(model, spec.target_layer_ids)
+    label = Path(f"random-{name}")
+    return Bundle(backend, drafter, spec, bs, None, device, tdtype, label,
+                  Path(f"random-{name}-dflash"))
+
+
+# ------------------------------------------------------------------------------ timing
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _profile_tree(n_nodes: int, depth: int, vocab: int):
+    """A DDTree of ``n_nodes`` nodes from a fixed, moderately peaked synthetic ``log_q``."""
+    from treespec_sim.policies import ddtree
+
+    rng = np.random.default_rng(1234)
+    logits = rng.standard_normal((depth, vocab)) * 3.0
+    log_q = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    return ddtree(log_q.astype(np.float32), n_nodes, root_token=2)
+
+
+@dataclass
+class ProfileResult:
+    """Raw medians and the fitted model (see :func:`profile_bundle`)."""
+
+    node_counts: tuple[int, ...]
+    context_lengths: tuple[int, ...]
+    raw_verify_s: np.ndarray          # (C, N) medians
+    spread_verify_s: np.ndarray       # (C, N) (p75 - p25) / median
+    draft_s: np.ndarray               # (C,) medians
+    seconds: float
+    meta: dict = field(default_factory=dict)
+
+
+@torch.inference_mode()
+def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_CONTEXTS,
+                   warmup: int = 2, repeats: int = 7, time_budget_s: float | None = None,
+                   progress: bool = False) -> ProfileResult:
+    """Time verification forwards and draft rounds on ``bundle`` (see the module docstring).
+
+    Parameters
+    ----------
+    bundle : real_models.bundle.Bundle
+    node_counts : sequence of int
+        Query tokens per verification forward, root included (``>= 1``, increasing).
+    context_lengths : sequence of int
+        Cached tokens before the forward; ``ℓ + depth + 1`` must fit the target's positions.
+    warmup, repeats : int
+        Untimed and timed calls per cell (the median is kept).
+    time_budget_s : float, optional
+        If the projected time of the next context row would pass this budget, the remaining
+        rows are skipped (recorded in ``meta["truncated"]``); at least one row is measured.
+    """
+    from .decode import _Drafting
+
+    nc = tuple(int(n) for n in node_counts)
+    cl = tuple(int(c) for c in context_lengths)
+    if not nc or nc[0] < 1 or any(b <= a for a, b in itertools.pairwise(nc)):
+        raise ValueError(f"node_counts must be increasing integers >= 1; got {nc}")
+    if not cl or cl[0] < 2 or any(b <= a for a, b in itertools.pairwise(cl)):
+        raise ValueError(f"context_lengths must be increasing integers >= 2; got {cl}")
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    if bundle.drafter is None:
+        raise ValueError("profiling needs a drafter (the draft cost is part of the model)")
+    limit = min(bundle.max_positions, int(bundle.drafter.config.max_position_embeddings))
+    if cl[-1] + bundle.block_size + 1 > limit:
+        raise ValueError(f"context length {cl[-1]} + a block of {bundle.block_size} does not fit "
+                         f"the models' {limit} positions")
+    V, L = bundle.vocab_size, bundle.depth
+    trees = {n: _profile_tree(n - 1, L, V) for n in nc}
+    dev = bundle.device
+    target = bundle.target
+    drafting = _Drafting(bundle)
+    rng = np.random.default_rng(0)
+    k_acc = math.ceil(bundle.block_size / 2)
+    raw = np.full((len(cl), len(nc)), np.nan)
+    spread = np.full_like(raw, np.nan)
+    draft = np.full(len(cl), np.nan)
+    # global warm-up: allocator and kernels at the largest size
+    target.prefill(rng.integers(2, V, size=cl[0]), want_features=True)
+    snap0 = target.snapshot()
+    for _ in range(max(warmup, 1)):
+        target.restore(snap0)
+        target.verify_forward(trees[nc[-1]], want_features=True)
+    t_start = time.perf_counter()
+    done = 0
+    truncated = None
+    for ci, ell in enumerate(cl):
+        elapsed = time.perf_counter() - t_start
+        if time_budget_s is not None and done and elapsed / done * (done + 1) > time_budget_s:
+            truncated = f"stopped after {done} of {len(cl)} contexts (time budget {time_budget_s}s)"
+            break
+        prompt = rng.integers(2, V, size=ell + 1)
+        feats = target.prefill(prompt[:-1], want_features=True)
+        from .drafter import DraftCache
+
+        dcache = DraftCache(len(bundle.drafter.layers))
+        bundle.drafter.extend_cache(dcache, feats, torch.arange(ell, device=dev)[None])
+        snap = target.snapshot()
+        masks = {n: (target.tree_mask(trees[n], ell) if trees[n].size else None) for n in nc}
+        times: dict[int, list[float]] = {n: [] for n in nc}
+        # interleaved: every repeat visits every token count in a fresh random order, so slow
+        # drifts of a shared machine spread over all cells instead of biasing a few
+        for r in range(warmup + repeats):
+            for n in rng.permutation(nc):
+                n = int(n)
+                target.restore(snap)
+                _sync(dev)
+                t0 = time.perf_counter()
+                target.verify_forward(trees[n], want_features=True, mask=masks[n])
+                _sync(dev)
+                if r >= warmup:
+                    times[n].append(time.perf_counter() - t0)
+        for ni, n in enumerate(nc):
+            ts = times[n]
+            med = float(np.median(ts))
+            raw[ci, ni] = med
+            q25, q75 = np.percentile(ts, [25, 75])
+            spread[ci, ni] = float((q75 - q25) / med) if med > 0 else 0.0
+        del masks
+        # draft stage: block forward + log-softmax to host + cache update for k accepted tokens
+        target.restore(snap)
+        fwd = target.verify_forward(trees[nc[-1]], want_features=True)
+        kf = fwd.features[:, : min(k_acc, fwd.features.shape[1])]
+        pos = torch.arange(ell, ell + kf.shape[1], device=dev)[None]
+        ds = []
+        for r in range(warmup + repeats):
+            c = DraftCache(len(bundle.drafter.layers))
+            c.keys, c.values, c.length = list(dcache.keys), list(dcache.values), dcache.length
+            _sync(dev)
+            t0 = time.perf_counter()
+            drafting.log_q(c, int(prompt[-1]), ell)
+            bundle.drafter.extend_cache(c, kf, pos)
+            _sync(dev)
+            if r >= warmup:
+                ds.append(time.perf_counter() - t0)
+        draft[ci] = float(np.median(ds))
+        done += 1
+        if progress:
+            print(f"  context {ell}: verify {raw[ci, 0] * 1e3:.2f} .. {raw[ci, -1] * 1e3:.2f} ms "
+                  f"(n = {nc[0]} .. {nc[-1]}), draft {draft[ci] * 1e3:.2f} ms "
+                  f"({time.perf_counter() - t_start:.0f}s)", flush=True)
+    keep = slice(0, done)
+    meta = {"truncated": truncated} if truncated else {}
+    return ProfileResult(nc, cl[keep], raw[keep], spread[keep], draft[keep],
+                         time.perf_counter() - t_start, meta)
+
+
+def to_cost_model(bundle, result: ProfileResult, *, name: str | None = None,
+                  warmup: int = 2, repeats: int = 7):
+    """The fitted :class:`treespec_sim.cost.TabulatedCost` with the profile's metadata."""
+    import transformers
+
+    from treespec_sim.cost import TabulatedCost
+
+    dtype, dname = device_identity(bundle.device)
+    sig = model_signature(bundle)
+    name = name or f"{dtype}-{Path(str(bundle.target_dir)).name}"
+    meta = {
+        "device": dtype, "device_name": dname, "model": _model_name(bundle), **sig,
+        "runtime": f"HF transformers {transformers.__version__}, SDPA, "
+                   f"{str(bundle.dtype).removeprefix('torch.')}, batch 1, tree mask",
+        "kind": "monotone-convex least-squares fit of median verification latency (seconds)",
+        "source": "python -m real_models.profile",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "python": sys.version.split()[0], "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "profile": {"warmup": warmup, "repeats": repeats, "statistic": "median",
+                    "seconds": round(result.seconds, 1),
+                    "tree": "DDTree shape of n-1 nodes from a fixed synthetic log_q, 4-D mask",
+                    "draft": "block forward + log-softmax to host + context-cache update of "
+                             "ceil(block_size/2) tokens; draft_cost_s = median over contexts"},
+        "raw_verify_s": {str(c): [float(x) for x in r] for c, r in
+                         zip(result.context_lengths, result.raw_verify_s, strict=True)},
+        "iqr_over_median": {str(c): [round(float(x), 4) for x in r] for c, r in
+                            zip(result.context_lengths, result.spread_verify_s, strict=True)},
+        "draft_cost_s_by_context": {str(c): float(x) for c, x in
+                                    zip(result.context_lengths, result.draft_s, strict=True)},
+        **result.meta,
+    }
+    return TabulatedCost.from_measurements(
+        result.node_counts, result.context_lengths, result.raw_verify_s,
+        float(np.median(result.draft_s)), fit=True, name=name,
+        provenance=f"measured by python -m real_models.profile on {dtype} ({dname})",
+        estimate=False, meta=meta)
+
+
+# ------------------------------------------------------------------------------ checking
+def check_profile(data: dict, bundle, *, where: str = "latency file") -> list[str]:
+    """Check a latency file's contents against ``bundle``; return warnings.
+
+    Raises
+    ------
+    ValueError
+        Not a ``treespec-latency/1`` object.
+    ProfileMismatch
+        The file names another device type (``cpu`` vs ``cuda``) or other target/drafter
+        shapes or dtype than ``bundle``'s.
+
+    Returns
+    -------
+    list of str
+        Softer differences (another CPU or GPU model, no device/model metadata at all, another
+        thread count), to be recorded in the run record.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a latency file must be a JSON object; got "
+                         f"{type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r} "
+                         f"(write latency files with python -m real_models.profile or "
+                         f"treespec_sim.cost.save_cost_model)")
+    notes = []
+    dev_type, dev_name = device_identity(bundle.device)
+    fdev = data.get("device")
+    if fdev is None:
+        notes.append(f"{where}: no 'device' metadata; cannot check that it was measured on "
+                     f"{dev_type} ({dev_name})")
+    else:
+        if str(fdev).split(":")[0] != dev_type:
+            raise ProfileMismatch(f"{where}: measured on device {fdev!r}, but decoding runs on "
+                                  f"{dev_type!r} ({dev_name}); profile this device with "
+                                  f"python -m real_models.profile --device {dev_type}")
+        if data.get("device_name") and data["device_name"] != dev_name:
+            notes.append(f"{where}: measured on {data['device_name']!r}, running on "
+                         f"{dev_name!r}; latencies may differ")
+    sig = model_signature(bundle)
+    if "target_arch" not in data and "model" not in data:
+        notes.append(f"{where}: no 'model' metadata; cannot check that it describes "
+                     f"{_model_name(bundle)}")
+    for key in ("target_arch", "drafter_arch", "dtype"):
+        if key in data and data[key] != sig[key]:
+            raise ProfileMismatch(f"{where}: {key} is {data[key]!r} but the loaded models have "
+                                  f"{sig[key]!r} (model {data.get('model')!r} vs "
+                                  f"{_model_name(bundle)!r}); latency depends on these shapes")
+    if "target_arch" not in data and "model" in data and data["model"] != _model_name(bundle):
+        notes.append(f"{where}: measured for model {data['model']!r}, running "
+                     f"{_model_name(bundle)!r} (no architecture metadata to compare)")
+    if dev_type == "cpu" and "threads" in data and data["threads"] != torch.get_num_threads():
+        notes.append(f"{where}: measured with {data['threads']} CPU thread(s), running with "
+                     f"{torch.get_num_threads()}")
+    return notes
+
+
+def load_profile(path, bundle, *, on_mismatch: str = "error"):
+    """Read a latency file for use with ``bundle``: (model, warnings).
+
+    ``on_mismatch="warn"`` turns a :class:`ProfileMismatch` into a warning (returned and
+    issued with :func:`warnings.warn`); a wrong schema always raises ``ValueError``.
+    """
+    from treespec_sim.cost import cost_model_from_dict
+
+    if on_mismatch not in ("error", "warn"):
+        raise ValueError(f"on_mismatch must be 'error' or 'warn'; got {on_mismatch!r}")
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"no latency file at {str(p)!r}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc})") from None
+    try:
+        notes = check_profile(data, bundle, where=str(p))
+    except ProfileMismatch as exc:
+        if on_mismatch == "error":
+            raise
+        notes = [f"MISMATCH (used anyway): {exc}"]
+    try:
+        model = cost_model_from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{p}: not a usable latency model ({exc})") from None
+    for n in notes:
+        warnings.warn(n, stacklevel=2)
+    return model, notes
+
+
+# ------------------------------------------------------------------------------ figure
+def plot_profile(data: dict, path) -> None:
+    """Measured medians (points) and the monotone-convex fit (lines), one colour per context."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = np.asarray(data["node_counts"])
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, c in enumerate(data["context_lengths"]):
+        col = f"C{i}"
+        raw = np.asarray(data["raw_verify_s"][str(c)]) * 1e3
+        fit = np.asarray(data["verify_cost_s"][str(c)]) * 1e3
+        ax.plot(n, raw, "o", color=col, ms=4)
+        ax.plot(n, fit, "-", color=col, lw=1.2, label=f"context {c}")
+    ax.axhline(data["draft_cost_s"] * 1e3, color="gray", ls=":", lw=1,
+               label="draft stage (median)")
+    ax.set_xlabel("query tokens in the verification forward (root included)")
+    ax.set_ylabel("milliseconds")
+    ax.set_title(f"{data.get('model', '')} on {data.get('device', '')} "
+                 f"({data.get('device_name', '')[:32]})", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ CLI
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m real_models.profile",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=None, help="target directory (default: tiny)")
+    ap.add_argument("--drafter", default=None, help="drafter directory (default: tiny)")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
+                    help="randomly initialised Qwen3 + DFlash drafter of published shapes")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default=None, help="default: checkpoint's (bfloat16 for --arch)")
+    ap.add_argument("--tokens", type=int, nargs="+", default=None,
+                    help="query-token counts (root included)")
+    ap.add_argument("--contexts", type=int, nargs="+", default=None)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--out", type=Path, default=None, help="latency .json to write")
+    ap.add_argument("--figure", type=Path, default=None, help="cost-vs-tokens .png")
+    args = ap.parse_args(argv)
+    if args.arch and (args.target or args.drafter):
+        ap.error("--arch builds random models; do not combine it with --target/--drafter")
+    if torch.device(args.device).type == "cpu":
+        torch.set_num_threads(args.threads)
+    gpu = torch.device(args.device).type == "cuda"
+    try:
+        if args.arch:
+            bundle = build_random_bundle(args.arch, device=args.device,
+                                         dtype=args.dtype or "bfloat16")
+            name = args.name or f"{torch.device(args.device).type}-{args.arch}-random"
+        else:
+            from .bundle import TINY_DRAFTER, TINY_TARGET, load
+
+            bundle = load(args.target or TINY_TARGET, args.drafter or TINY_DRAFTER,
+                          device=args.device, dtype=args.dtype)
+            name = args.name
+        tokens = args.tokens or (GPU_NODE_COUNTS if gpu else CPU_NODE_COUNTS)
+        contexts = args.contexts or (GPU_CONTEXTS if gpu else CPU_CONTEXTS)
+        print(f"profiling {_model_name(bundle)} on {device_identity(bundle.device)}: "
+              f"{len(tokens)} token counts x {len(contexts)} contexts, "
+              f"{args.warmup} warm-up + {args.repeats} timed calls each", flush=True)
+        res = profile_bundle(bundle, node_counts=tokens, context_lengths=contexts,
+                             warmup=args.warmup, repeats=args.repeats,
+                             time_budget_s=args.time_budget, progress=True)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cost = to_cost_model(bundle, res, name=name, warmup=args.warmup, repeats=args.repeats)
+    data = cost.to_dict()
+    text = json.dumps(data, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    if args.figure:
+        args.figure.parent.mkdir(parents=True, exist_ok=True)
+        plot_profile(data, args.figure)
+        print(f"wrote {args.figure}")
+    for c in data["context_lengths"]:
+        row = ", ".join(f"{n}: {s * 1e3:.2f}" for n, s in
+                        zip(data["node_counts"], data["verify_cost_s"][str(c)], strict=True))
+        print(f"context {c} (fit, ms): {row}")
+    print(f"draft stage {data['draft_cost_s'] * 1e3:.2f} ms; {res.seconds:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""real_models.profile: the latency file, its metadata checks, random-architecture bundles."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import real_models
+from real_models.decode import decode
+from real_models.profile import (
+    CPU_TINY,
+    ProfileMismatch,
+    build_random_bundle,
+    check_profile,
+    load_profile,
+    model_signature,
+    profile_bundle,
+    to_cost_model,
+)
+from treespec_sim.cost import TabulatedCost, get_cost_model
+
+SMALL_ARCH = {"name": "small", "target": dict(
+    vocab_size=64, head_dim=8, num_attention_heads=2, num_key_value_heads=1,
+    max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=False,
+    initializer_range=0.02, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+    tie_word_embeddings=True),
+    "drafter_layers": 1, "block_size": 4, "mask_token_id": 1, "target_layer_ids": [0, 2]}
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return real_models.load()
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(bundle):
+    res = profile_bundle(bundle, node_counts=(1, 4, 16), context_lengths=(8, 40), warmup=0,
+                         repeats=2)
+    return to_cost_model(bundle, res, name="t", warmup=0, repeats=2)
+
+
+def test_profile_roundtrip_schema_and_metadata(tiny_profile, bundle, tmp_path):
+    d = tiny_profile.to_dict()
+    assert d["schema"] == "treespec-latency/1" and d["cost_model"] == "tabulated"
+    assert d["device"] == "cpu" and d["model"] == "tiny-target + tiny-drafter"
+    assert d["target_arch"] == model_signature(bundle)["target_arch"]
+    assert set(d["raw_verify_s"]) == {"8", "40"} and d["torch"]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    m = get_cost_model(str(path))
+    assert isinstance(m, TabulatedCost) and m.is_convex
+    v = m.verify_cost(np.arange(1, 40), 20)
+    assert np.all(np.diff(v) >= 0) and m.draft_cost() > 0
+    model, notes = load_profile(path, bundle)
+    assert notes == [] and model.node_counts == (1, 4, 16)
+
+
+def test_committed_cpu_profile_matches_tiny_models(bundle):
+    data = json.loads(CPU_TINY.read_text())
+    assert data["device"] == "cpu" and data["node_counts"][-1] >= 256
+    assert len(data["context_lengths"]) >= 3
+    assert data["target_arch"] == model_signature(bundle)["target_arch"]
+    assert data["drafter_arch"] == model_signature(bundle)["drafter_arch"]
+    m = get_cost_model(str(CPU_TINY))
+    assert m.is_convex
+    # the fit must stay close to the raw medians it was fitted to
+    for c in data["context_lengths"]:
+        raw = np.asarray(data["raw_verify_s"][str(c)])
+        fit = np.asarray(data["verify_cost_s"][str(c)])
+        assert np.max(np.abs(fit - raw) / raw) < 0.25
+
+
+def _tamper(tiny_profile, tmp_path, **changes):
+    d = tiny_profile.to_dict()
+    d.update(changes)
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def test_bad_latency_files(tiny_profile, bundle, tmp_path):
+    with pytest.raises(ValueError, match="schema"):
+        load_profile(_tamper(tiny_profile, tmp_path, schema="other/2"), bundle)
+    with pytest.raises(ValueError, match="schema"):
+        check_profile({"node_counts": [1]}, bundle)
+    with pytest.raises(ProfileMismatch, match="device"):
+        load_profile(_tamper(tiny_profile, tmp_path, device="cuda"), bundle)
+    arch = dict(model_signature(bundle)["target_arch"], num_hidden_layers=36)
+    with pytest.raises(ProfileMismatch, match="target_arch"):
+        load_profile(_tamper(tiny_profile, tmp_path, target_arch=arch), bundle)
+    with pytest.raises(ProfileMismatch, match="dtype"):
+        load_profile(_tamper(tiny_profile, tmp_path, dtype="torch.bfloat16"), bundle)
+    with pytest.warns(UserWarning, match="MISMATCH"):
+        _, notes = load_profile(_tamper(tiny_profile, tmp_path, device="cuda"), bundle,
+                                on_mismatch="warn")
+    assert notes and "cuda" in notes[0]
+    with pytest.warns(UserWarning, match="measured on"):
+        _, notes = load_profile(_tamper(tiny_profile, tmp_path, device_name="Other CPU"), bundle)
+    assert "Other CPU" in notes[0]
+    d = {k: v for k, v in tiny_profile.to_dict().items()
+         if k not in ("device", "device_name", "model", "target_arch", "drafter_arch")}
+    notes = check_profile(d, bundle)
+    assert any("no 'device'" in n for n in notes) and any("no 'model'" in n for n in notes)
+
+
+def test_decode_checks_cost_file(tiny_profile, bundle, tmp_path):
+    prompt = np.arange(3, 40)
+    bad = _tamper(tiny_profile, tmp_path, device="cuda")
+    with pytest.raises(ProfileMismatch):
+        decode(bundle, prompt, 8, method="caddtree", budget=16, cost=str(bad))
+    with pytest.warns(UserWarning):
+        res = decode(bundle, prompt, 8, method="caddtree", budget=16,
+                                 cost=str(bad), cost_mismatch="warn")
+    assert len(res.tokens) == 8 and any("MISMATCH" in n for n in res.notes)
+    ok = decode(bundle, prompt, 8, method="exhaustive", budget=16,
+                            cost=str(CPU_TINY))
+    ref = decode(bundle, prompt, 8, method="ar")
+    assert ok.tokens == ref.tokens
+
+
+def test_random_arch_bundle_profiles_on_cpu():
+    b = build_random_bundle(SMALL_ARCH, device="cpu", dtype="float32")
+    assert b.block_size == 4 and b.drafter is not None and b.tokenizer is None
+    res = profile_bundle(b, node_counts=(1, 8), context_lengths=(4, 16), warmup=0, repeats=1)
+    assert res.raw_verify_s.shape == (2, 2) and np.all(res.raw_verify_s > 0)
+    d = to_cost_model(b, res).to_dict()
+    assert d["target_arch"]["num_hidden_layers"] == 3 and d["drafter_arch"]["block_size"] == 4
+    with pytest.raises(ValueError, match="unknown arch"):
+        build_random_bundle("qwen3-999b", device="cpu")
+    with pytest.raises(ValueError, match="fit"):
+        profile_bundle(b, node_counts=(1,), context_lengths=(200,), repeats=1)
