@@ -291,11 +291,12 @@ def resolve_cost(bundle: Bundle, cost, *, on_mismatch: str = "error"):
 @torch.inference_mode()
 def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: str,
          budget: int | None, temperature: float, rng: np.random.Generator,
-         cost=None, on_round=None) -> DecodeResult:
+         cost=None, on_round=None, on_draft=None) -> DecodeResult:
     """Decode ``n_tokens`` tokens from a prefilled state (restored, not consumed).
 
     ``on_round(tree, forward, context)``, if given, is called after each verification forward
     with the committed tokens so far (prompt included); it must not touch the KV cache.
+    ``on_draft(log_q)``, if given, receives each round's drafter log-probabilities (L, V).
     """
     if method == "ar":
         return _run_ar(bundle, pf, n_tokens, temperature=temperature, rng=rng)
@@ -315,6 +316,8 @@ def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: st
         t0 = _clock(bundle)
         proposal = None
         log_q, dlogits = drafting.log_q(dcache, root, start)
+        if on_draft is not None:
+            on_draft(log_q)
         t1 = _clock(bundle)
         if method == "chain":
             tree = chain(log_q, L, root_token=root)

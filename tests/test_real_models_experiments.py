@@ -1,0 +1,80 @@
+"""real_models.experiments and real_models.exittrain on tiny inputs (fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import real_models
+from real_models.exittrain import exit_targets, paired_bootstrap
+from real_models.experiments import caddtree_experiment, caddtree_table, record_traces, replay
+from real_models.profile import CPU_TINY
+from real_models.target import LogitsOracle
+from real_models.validate import load_prompts
+from treespec_sim.exits import exit_law
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return real_models.load()
+
+
+@pytest.fixture(scope="module")
+def prompts(bundle):
+    return load_prompts(bundle, 2, 64)
+
+
+def test_replay_of_traces_reproduces_greedy_rounds(bundle, prompts):
+    tr = record_traces(bundle, prompts[:1], budget=16, temperature=0.0, new_tokens=24)
+    R = len(tr["size"])
+    assert tr["log_q"].shape == (R, bundle.depth, bundle.vocab_size)
+    assert tr["parent"].shape == (R, 17) and np.all(tr["edge"][:, 0] == 1.0)
+    rep = replay(tr, [1, 4, 16], bundle.depth)
+    # at T = 0 the exact expected tau of the traced tree is the realised tau of that round
+    np.testing.assert_allclose(rep["tau"][:, -1], tr["tau"])
+    assert np.all(np.diff(rep["tau"], axis=1) >= 0)
+    np.testing.assert_allclose(rep["exits"].sum(axis=1), 1.0)
+
+
+def test_exit_targets_carry_the_exit_mass(bundle, prompts):
+    from real_models.decode import _prefill, _run
+
+    seen = []
+
+    def on_round(tree, fwd, context):
+        for T in (0.0, 1.0):
+            rows = LogitsOracle(fwd.logits, T)
+            w = exit_law(tree, rows)
+            got = exit_targets(tree, rows, bundle.depth)
+            inner = w[tree.depth < bundle.depth].sum()
+            assert abs(sum(x[2] for x in got) - inner) < 1e-2  # entries < 1e-6 dropped
+            if T == 0.0:  # one-hot rows: W is the target's token after the deepest hit
+                assert len(got) <= 1
+        seen.append(tree.size)
+
+    pf = _prefill(bundle, prompts[0], with_drafter=True)
+    _run(bundle, pf, 12, method="ddtree", rule="follow", budget=16, temperature=1.0,
+         rng=np.random.default_rng(0), on_round=on_round)
+    assert seen
+
+
+def test_caddtree_experiment_table(bundle, prompts):
+    run = caddtree_experiment(bundle, prompts, cost_path=CPU_TINY, grid=(2, 8),
+                              new_tokens=12)
+    assert run["notes"] == [] or all("measured on" in n for n in run["notes"])
+    table, rows = caddtree_table(run, n_boot=200)
+    names = [r["method"] for r in rows]
+    assert names == ["ar", "ddtree@2", "ddtree@8", "caddtree", "exhaustive"]
+    assert sum(r["oracle"] for r in rows) == 1 and "oracle" in table
+    assert all(r["tok_s_ci"][0] <= r["tok_s"] <= r["tok_s_ci"][1] for r in rows)
+
+
+def test_paired_bootstrap_detects_a_shift():
+    a = np.linspace(1, 2, 20)
+    d, lo, hi = paired_bootstrap(a, a + 0.5)
+    assert d == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+    d, lo, hi = paired_bootstrap(a, a + np.r_[np.ones(10), -np.ones(10)])
+    assert lo < 0 < hi
