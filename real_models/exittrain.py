@@ -96,8 +96,14 @@ def training_prompts(bundle, n: int, length: int, seed: int) -> list[np.ndarray]
 
 
 def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
-            temperature: float, seed: int) -> dict:
-    """Decode training prompts with DDTree; per round: anchor position and sparse ``W``."""
+            temperature: float, seed: int, weight_temperature: float | None = None) -> dict:
+    """Decode training prompts with DDTree; per round: anchor position and sparse ``W``.
+
+    Decoding runs at ``temperature``; the exit law that weights the loss uses the target's rows
+    at ``weight_temperature`` (default: the same). At ``T = 0`` the rows are one-hot and ``W``
+    is one token per round; at ``T = 1`` it spreads over every depth the target can exit at.
+    """
+    wt = temperature if weight_temperature is None else float(weight_temperature)
     from .decode import _prefill, _run
     from .target import LogitsOracle
 
@@ -109,7 +115,7 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
         recs = []
 
         def on_round(tree, fwd, context, recs=recs):
-            w = exit_targets(tree, LogitsOracle(fwd.logits, temperature), L)
+            w = exit_targets(tree, LogitsOracle(fwd.logits, wt), L)
             recs.append((len(context) - 1, w))
 
         pf = _prefill(bundle, p, with_drafter=True)
@@ -130,7 +136,8 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
             "w_depth": np.asarray([f[1] for f in flat], dtype=np.int64),
             "w_token": np.asarray([f[2] for f in flat], dtype=np.int64),
             "w_mass": np.asarray([f[3] for f in flat], dtype=np.float32),
-            "meta": json.dumps({"budget": budget, "temperature": temperature, "seed": seed,
+            "meta": json.dumps({"budget": budget, "temperature": temperature,
+                                "weight_temperature": wt, "seed": seed,
                                 "prompt_len": prompt_len, "gen_len": gen_len,
                                 "seconds": time.perf_counter() - t0})}
 
@@ -213,7 +220,7 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(total))
+        losses.append(float(total.detach()))
         if step % 50 == 0 or step == steps - 1:
             _log(f"{loss} step {step}/{steps} loss {np.mean(losses[-50:]):.3f} "
                  f"({time.perf_counter() - t0:.0f}s)")
@@ -289,6 +296,8 @@ def main(argv=None) -> int:
     c.add_argument("--gen-len", type=int, default=128)
     c.add_argument("--budget", type=int, default=64)
     c.add_argument("--temperature", type=float, default=0.0)
+    c.add_argument("--weight-temperature", type=float, default=None,
+                   help="temperature of the target rows in the exit law (default: --temperature)")
     c.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train")
     t.add_argument("--data", type=Path, required=True)
@@ -317,7 +326,7 @@ def main(argv=None) -> int:
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         data = collect(bundle, n_seqs=args.seqs, prompt_len=args.prompt_len,
                        gen_len=args.gen_len, budget=args.budget, temperature=args.temperature,
-                       seed=args.seed)
+                       seed=args.seed, weight_temperature=args.weight_temperature)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out, **data)
         _log(f"wrote {args.out}: {len(data['anchors'])} rounds, {data['seqs'].shape} tokens")

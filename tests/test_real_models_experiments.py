@@ -78,3 +78,28 @@ def test_paired_bootstrap_detects_a_shift():
     assert d == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
     d, lo, hi = paired_bootstrap(a, a + np.r_[np.ones(10), -np.ones(10)])
     assert lo < 0 < hi
+
+
+def test_exittrain_collect_and_train_steps(bundle, monkeypatch):
+    import real_models.exittrain as et
+
+    prompts = load_prompts(bundle, 2, 64)
+    monkeypatch.setattr(et, "training_prompts", lambda b, n, length, seed: prompts[:n])
+    data = et.collect(bundle, n_seqs=2, prompt_len=64, gen_len=24, budget=16,
+                      temperature=0.0, seed=0)
+    assert data["seqs"].shape == (2, 88) and len(data["anchors"]) > 2
+    assert np.all(data["w_mass"] == 1.0)            # T = 0: one first-miss token per round
+    before = {k: v.clone() for k, v in bundle.drafter.state_dict().items()}
+    for loss in ("exit", "plain"):
+        model, info = et.train(bundle, data, loss=loss, steps=2, lr=1e-3, batch=2,
+                               anchors_per_seq=2, seed=0)
+        assert np.isfinite(info["final_loss"]) and info["final_loss"] > 0
+        changed = any(not np.allclose(before[k].numpy(), v.detach().numpy())
+                      for k, v in model.state_dict().items() if k in before)
+        assert changed
+    # the shipped drafter itself is untouched
+    assert all(np.array_equal(before[k].numpy(), v.numpy())
+               for k, v in bundle.drafter.state_dict().items() if k in before)
+    with pytest.raises(ValueError, match="loss"):
+        et.train(bundle, data, loss="other", steps=1, lr=1e-3, batch=2, anchors_per_seq=2,
+                 seed=0)
