@@ -7,7 +7,7 @@ ARGS    ?=
 # unpinned so GPU users get their CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: sweep test install install-test lint bench proofs clean validate bench-real
+.PHONY: sweep test install install-test lint bench proofs clean validate bench-real profile
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(VENV)/.stamp-test
 ## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
 validate: $(VENV)/.stamp-test
 	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate $(ARGS)
+
+## Measure this machine's latency (ARGS="--out my.json"; see docs/real_models.md).
+profile: $(VENV)/.stamp-test
+	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.profile $(ARGS)
 
 bench-real: $(VENV)/.stamp-test
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_real_models.py

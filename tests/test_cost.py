@@ -103,6 +103,8 @@ def test_bad_models_and_files(tmp_path):
         RooflineCost(0.005, 1e-5, 128, 1e-6, 0.001)
     with pytest.raises(ValueError, match="missing key"):
         cost_model_from_dict({"cost_model": "tabulated", "node_counts": [1]})
+    with pytest.raises(ValueError, match="schema"):
+        cost_model_from_dict({"schema": "other/9", "cost_model": "tiled"})
     with pytest.raises(ValueError, match="unknown latency model kind"):
         cost_model_from_dict({"cost_model": "quantum"})
     bad = tmp_path / "bad.json"
@@ -120,3 +122,12 @@ def test_bad_models_and_files(tmp_path):
         get_cost_model("h200-qwen3-8b").verify_cost(-1)
     with pytest.raises(ValueError, match="context_length"):
         get_cost_model("h200-qwen3-8b").verify_cost(3, context_length=float("nan"))
+
+
+def test_tabulated_files_keep_their_metadata(tmp_path):
+    m = TabulatedCost((1, 2), (0,), ((1.0, 2.0),), 0.5, name="mine",
+                      meta={"device": "cpu", "threads": 1, "raw_medians": [[1.0, 2.1]]})
+    path = tmp_path / "p.json"
+    save_cost_model(m, path)
+    again = load_cost_model(path)
+    assert again.meta == {"device": "cpu", "threads": 1, "raw_medians": [[1.0, 2.1]]}

@@ -542,6 +542,9 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
     """
     if not isinstance(d, dict):
         raise ValueError(f"a latency model must be a JSON object; got {type(d).__name__}")
+    if "schema" in d and d["schema"] != SCHEMA:
+        raise ValueError(f"schema: this package reads {SCHEMA!r} latency files; got "
+                         f"{d['schema']!r}")
     kind = d.get("cost_model", "tabulated" if "verify_cost_s" in d else None)
     if kind == "tabulated":
         missing = [k for k in _TABLE_KEYS if k not in d]
@@ -556,8 +559,11 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
         if contexts != [int(c) for c in d["context_lengths"]]:
             raise ValueError("verify_cost_s keys must match context_lengths "
                              f"({d['context_lengths']}); got {ctx}")
-        meta = {k: d[k] for k in ("model", "gpu", "runtime", "source", "kind", "device")
-                if k in d}
+        # every other top-level key (device, model, versions, raw medians, ...) is kept, so a
+        # profile round-trips with its metadata
+        known = {"schema", "cost_model", "name", "attribution", "estimate", "node_counts",
+                 "node_count_meaning", "context_lengths", "verify_cost_s", "draft_cost_s"}
+        meta = {k: v for k, v in d.items() if k not in known}
         return TabulatedCost(tuple(d["node_counts"]), tuple(contexts),
                              tuple(tuple(table[c]) for c in ctx), d["draft_cost_s"],
                              name=d.get("name", "tabulated"),
