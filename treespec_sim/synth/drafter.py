@@ -10,13 +10,20 @@ kernel ``Q_draft``, degraded with depth and mixed with junk:
     Q_d &= (1 - \\eta_d)\\, Q_{\\mathrm{draft}} + \\eta_d\\, \\mathbf{1} u^\\top,
         \\qquad \\eta_d = \\mathrm{degradation} \\cdot \\frac{d - 1}{L - 1}, \\\\
     \\mu_0 &= e_{x_0}, \\qquad \\mu_d = \\mu_{d-1} Q_d, \\\\
-    q_d &= (1 - j_d)\\, \\mu_d + j_d / V, \\qquad j_d = \\mathrm{junk} \\cdot d / L,
+    q_d &= (1 - j_d)\\, \\mathrm{sharpen}_{\\beta_d}(\\mu_d) + j_d / V,
+        \\qquad j_d = \\mathrm{junk} \\cdot d / L,
+        \\qquad \\mathrm{sharpen}_\\beta(\\mu) = \\mu^\\beta / \\textstyle\\sum_b \\mu_b^\\beta,
+        \\qquad \\beta_d = 1 + \\mathrm{depth\\_sharpening} \\cdot \\frac{d - 1}{L - 1},
 
 where ``u = softmax(base_draft / calibration)`` is the drafter's (topic-aware, calibrated)
 background unigram -- the shared component of its kernel rows -- and ``x_0`` the last committed
-token. Junk is added to the *output* only; it does not propagate (``mu_d`` uses ``mu_{d-1}``).
-``eta_1 = 0``, so ``q_1 = (1 - j_1) Q_draft[x_0] + j_1 / V``. The drafter ignores the target's
-sampling temperature, as DFlash does.
+token. Junk and sharpening act on the *output* only; they do not propagate (``mu_d`` uses
+``mu_{d-1}``). ``depth_sharpening`` (default 0, i.e. ``beta_d = 1``: no effect) is a per-depth
+output calibration: ``beta_d > 1`` makes deep marginals more confident than the belief process
+(whose mass spreads over many paths), ``beta_d < 1`` flatter. It never changes a row's argmax,
+so the argmax chain is unaffected; it moves only how a tree spends its budget across depths.
+``eta_1 = 0`` and ``beta_1 = 1``, so ``q_1 = (1 - j_1) Q_draft[x_0] + j_1 / V``. The drafter
+ignores the target's sampling temperature, as DFlash does.
 
 The optional *conditional-correction* proposal for depth ``d`` given the drafted parent token
 ``x_{d-1}`` interpolates between the marginal and the drafter's true conditional:
@@ -29,17 +36,41 @@ The optional *conditional-correction* proposal for depth ``d`` given the drafted
 
 At depth 1 the parent must be ``x_0``; then ``Q_1[x_0] = mu_1`` and ``q̂_1 = q_1`` exactly for
 every ``kappa`` (the first marginal already *is* the conditional).
+
+Word-class fast path
+--------------------
+In a world with surface variants (``variants = m > 1``) every row of ``Q_draft`` has the form
+``Q[a, b] = w[b] pi_c(a) (1 + sum_j gamma_c(a),j [c(b) = sc_c(a),j])`` with
+``gamma = expm1(boost / calibration)`` and ``sc`` the drafter's successor *classes*: the row
+depends on ``a`` only through its class, and inside a successor class it is proportional to
+``w``. So ``mu_d = w * h_d[c(.)]`` for a per-class vector ``h_d`` that follows a chain over the
+``V / m`` classes with ``s`` (not ``s m``) successors, and :meth:`BlockDiffusionDrafter.marginals`
+propagates that chain (``O(V / m * s)`` per depth) and expands it to tokens (``O(V)``). The
+result is the same law as the token-level product, up to rounding.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter"]
+
+
+@dataclass(frozen=True)
+class _ClassTable:
+    """The class-level chain of a word-class drafter for one topic (see ``_class_table``)."""
+
+    pi: np.ndarray          # (V/m,) weight of w in a row of each class
+    w: np.ndarray           # (V,) softmax(base / calibration)
+    w_cls: np.ndarray       # (V/m,) class sums of w
+    gt: sp.csc_matrix       # G^T, G[c, sc_cj] = pi_c gamma_cj
+    w_max: np.ndarray       # (V/m,) largest w in each class
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
@@ -62,11 +93,21 @@ class BlockDiffusionDrafter:
         ``L``.
     degradation, junk, correction_quality : float
         See the module docstring.
+    depth_sharpening : float, default 0.0
+        ``beta_d = 1 + depth_sharpening (d - 1) / (L - 1)``, the exponent applied to ``mu_d``
+        (``> -1`` so that every ``beta_d > 0``; see the module docstring).
+    classes : tuple of ndarray, optional
+        ``(members, class_succ, class_boost)`` for a word-class world: ``members`` int64
+        ``(V / m, m)`` lists each class's tokens, ``class_succ`` int64 ``(V / m, s)`` and
+        ``class_boost`` float64 ``(V / m, s)`` are the class-level table that ``succ`` and
+        ``boost`` expand (``succ[a] = members[class_succ[c(a)]].ravel()``). Enables the
+        class-level fast path of :meth:`marginals`; the caller guarantees the consistency.
     """
 
     def __init__(self, background: np.ndarray, topic_term: np.ndarray, succ: np.ndarray,
                  boost: np.ndarray, *, calibration: float, depth: int, degradation: float,
-                 junk: float, correction_quality: float) -> None:
+                 junk: float, correction_quality: float, depth_sharpening: float = 0.0,
+                 classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         self.background = background
         self.topic_term = topic_term
         self.succ = succ
@@ -79,8 +120,19 @@ class BlockDiffusionDrafter:
         self.eta = degradation * (d - 1) / max(self.depth - 1, 1)
         #: j_d, float64 (L,): junk (uniform) weight in the depth-d output.
         self.junk = junk * d / self.depth
+        if not depth_sharpening > -1.0:
+            raise ValueError(f"depth_sharpening must be > -1; got {depth_sharpening!r}")
+        #: beta_d, float64 (L,): exponent of the depth-d output marginal (1 = unchanged).
+        self.beta = 1.0 + float(depth_sharpening) * (d - 1) / max(self.depth - 1, 1)
         self.eta.flags.writeable = False
         self.junk.flags.writeable = False
+        self.beta.flags.writeable = False
+        self._classes = classes
+        if classes is not None:
+            members = classes[0]
+            self._cls_of = np.empty(members.size, dtype=np.int64)
+            self._cls_of[members] = np.arange(members.shape[0])[:, None]
+        self._class_tables: OrderedDict[int, _ClassTable] = OrderedDict()
         self._kernels: OrderedDict[int, SparseBoostKernel] = OrderedDict()
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
@@ -108,40 +160,133 @@ class BlockDiffusionDrafter:
     def marginals(self, topic: int, last_token: int) -> np.ndarray:
         """``mu_1..mu_L`` (before junk), float64 (L, V), read-only; cached per context.
 
-        Cost ``O(L V s)``: one CSR product and two axpys per depth.
+        Cost ``O(L V s)``: one CSR product and two axpys per depth (``O(L (V / m) s + L V)``
+        in a word-class world).
         """
         key = (int(topic), int(last_token))
         mu = self._marginals.get(key)
         if mu is not None:
             self._marginals.move_to_end(key)
             return mu
-        k = self.kernel(topic)
-        u = k.base_law
-        mu = np.empty((self.depth, self.vocab_size))
-        mu[0] = k.row(last_token)                         # eta_1 = 0
-        for d in range(1, self.depth):
-            eta = self.eta[d]
-            # mu_{d-1} sums to 1, so mu_{d-1} (1 u^T) = u.
-            mu[d] = k.push(mu[d - 1])
-            if eta:
-                mu[d] *= 1.0 - eta
-                mu[d] += eta * u
+        if self._classes is not None:
+            tab = self._class_table(int(topic))
+            mu = np.empty((self.depth, self.vocab_size))
+            for d, h in enumerate(self._class_h(tab, int(last_token))):
+                np.multiply(tab.w, h[self._cls_of], out=mu[d])
+        else:
+            k = self.kernel(topic)
+            u = k.base_law
+            mu = np.empty((self.depth, self.vocab_size))
+            mu[0] = k.row(last_token)                         # eta_1 = 0
+            for d in range(1, self.depth):
+                eta = self.eta[d]
+                # mu_{d-1} sums to 1, so mu_{d-1} (1 u^T) = u.
+                mu[d] = k.push(mu[d - 1])
+                if eta:
+                    mu[d] *= 1.0 - eta
+                    mu[d] += eta * u
         mu.flags.writeable = False
         self._marginals[key] = mu
         if len(self._marginals) > _MARGINAL_CACHE:
             self._marginals.popitem(last=False)
         return mu
 
+    def argmax_marginals(self, topic: int, last_token: int) -> np.ndarray:
+        """``argmax_b mu_d(b)`` for ``d = 1..L``: int64 (L,), ties to the smallest token.
+
+        Equal to ``np.argmax(self.marginals(topic, last_token), axis=1)`` (also after junk and
+        depth sharpening, which are monotone per row), but in a word-class world it never
+        expands the classes to tokens: ``O(L (V / m) s)``.
+        """
+        if self._classes is None:
+            return np.argmax(self.marginals(topic, last_token), axis=1)
+        tab = self._class_table(int(topic))
+        members = self._classes[0]
+        out = np.empty(self.depth, dtype=np.int64)
+        for d, h in enumerate(self._class_h(tab, int(last_token))):
+            # mu_d[b] = w[b] h[c(b)]; rounding is monotone, so a row maximum is w_max[c] h[c].
+            v = h * tab.w_max
+            top = np.flatnonzero(v == v.max())
+            toks = members[top].ravel()
+            vals = tab.w[toks] * np.repeat(h[top], members.shape[1])
+            out[d] = toks[vals == vals.max()].min()
+        return out
+
+    def _class_h(self, tab: _ClassTable, last_token: int):
+        """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring)."""
+        nu = np.zeros(tab.pi.shape[0])
+        nu[self._cls_of[last_token]] = 1.0                 # mu_0 = e_{x_0}
+        for d in range(self.depth):
+            eta = self.eta[d]
+            # h[c] = (1 - eta) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta
+            h = tab.gt @ nu
+            h += float(nu @ tab.pi)
+            if eta:
+                h *= 1.0 - eta
+                h += eta
+            yield h
+            nu = tab.w_cls * h
+
+    def _class_table(self, topic: int) -> _ClassTable:
+        """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
+
+        ``w = softmax(base / t)``; ``W[c]`` its class sums; ``pi_c = 1 / (1 + sum_j gamma_cj
+        W[sc_cj])`` (the weight of ``w`` in a class-``c`` row); ``G[c, sc_cj] = pi_c gamma_cj``,
+        all in log space so that large ``boost / t`` never overflows.
+        """
+        tab = self._class_tables.get(topic)
+        if tab is not None:
+            self._class_tables.move_to_end(topic)
+            return tab
+        members, class_succ, class_boost = self._classes
+        ib = (self.background + self.topic_term[topic]) / self.calibration
+        w = np.exp(ib - ib.max())
+        w /= w.sum()
+        n_cls, s = class_succ.shape
+        w_cls = np.bincount(self._cls_of, weights=w, minlength=n_cls)
+        rel = class_boost / self.calibration
+        with np.errstate(divide="ignore"):
+            log_gamma = rel + np.log(-np.expm1(-rel))                  # -inf where boost = 0
+            terms = log_gamma + np.log(w_cls)[class_succ]
+        log_pi = -np.logaddexp.reduce(np.concatenate([np.zeros((n_cls, 1)), terms], axis=1),
+                                      axis=1)
+        vals = np.exp(log_pi[:, None] + log_gamma)
+        idx_t = np.int32 if n_cls * s < 2**31 else np.int64
+        g = sp.csr_matrix((vals.ravel(), class_succ.ravel().astype(idx_t),
+                           np.arange(n_cls + 1, dtype=idx_t) * s), shape=(n_cls, n_cls))
+        tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
+                          w_max=w[members].max(axis=1))
+        self._class_tables[topic] = tab
+        if len(self._class_tables) > _KERNEL_CACHE:
+            self._class_tables.popitem(last=False)
+        return tab
+
     def log_marginals(self, topic: int, last_token: int) -> np.ndarray:
         """``log q_d`` for ``d = 1..L``, float64 (L, V), a fresh array.
 
         Entries are ``<= 0`` and finite when ``junk > 0``; exact zeros give ``-inf``.
         """
-        mu = self.marginals(topic, last_token)
-        q = mu * (1.0 - self.junk)[:, None]
+        q = self._sharpened(self.marginals(topic, last_token))
+        q *= (1.0 - self.junk)[:, None]
         q += (self.junk / self.vocab_size)[:, None]
         with np.errstate(divide="ignore"):
             return np.log(q, out=q)
+
+    def _sharpened(self, mu: np.ndarray, depth: int | None = None) -> np.ndarray:
+        """``sharpen_{beta_d}(mu_d)`` for every depth (``mu`` (L, V)) or one ``depth``: a copy."""
+        if depth is None:
+            rows, betas = mu.copy(), self.beta
+        else:
+            rows, betas = mu[depth - 1][None].copy(), self.beta[depth - 1: depth]
+        for i in np.flatnonzero(betas != 1.0):
+            r = rows[i]
+            with np.errstate(divide="ignore"):
+                np.log(r, out=r)
+            r *= betas[i]
+            r -= r.max()
+            np.exp(r, out=r)
+            r /= r.sum()
+        return rows if depth is None else rows[0]
 
     def conditional(self, topic: int, last_token: int, depth: int, parent_token: int
                     ) -> np.ndarray:
@@ -150,7 +295,8 @@ class BlockDiffusionDrafter:
         j = self.junk[d]
         eta = self.eta[d]
         k = self.kernel(topic)
-        q = self.marginals(topic, last_token)[d] * (1.0 - j) + j / self.vocab_size
+        q = self._sharpened(self.marginals(topic, last_token), depth) * (1.0 - j)
+        q += j / self.vocab_size
         cond = k.row(parent_token)
         if eta:
             cond *= 1.0 - eta

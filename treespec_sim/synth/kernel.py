@@ -435,10 +435,18 @@ def _row_argmax(base: np.ndarray, succ: np.ndarray, boost: np.ndarray) -> np.nda
     if s == 0:
         return np.full(v, _first_argmax(base), dtype=np.int64)
     order = np.lexsort((np.arange(v), -base))[: min(s + 1, v)]            # (s+1,) or (v,)
-    in_row = (order[None, :, None] == succ[:, None, :]).any(axis=2)        # (V, s+1)
-    has_free = ~in_row.all(axis=1)
-    first_free = np.argmax(~in_row, axis=1)
-    free_tok = order[first_free]
+    # Walk down `order`, keeping only the rows whose candidates so far are all successors:
+    # O(V s) for the first rank, and almost nothing after it (a row holds order[r] w.p. s/V).
+    free_tok = np.full(v, -1, dtype=np.int64)
+    open_rows = np.arange(v)
+    for tok in order:
+        taken = (succ[open_rows] == tok).any(axis=1)
+        free_tok[open_rows[~taken]] = tok
+        open_rows = open_rows[taken]
+        if open_rows.size == 0:
+            break
+    has_free = free_tok >= 0
+    free_tok = np.where(has_free, free_tok, order[0])
     free_val = np.where(has_free, base[free_tok], -np.inf)
     cand_tok = np.concatenate([succ, free_tok[:, None]], axis=1)           # (V, s+1)
     cand_val = np.concatenate([base[succ] + boost, free_val[:, None]], axis=1)

@@ -11,16 +11,28 @@ Target knobs (see :mod:`treespec_sim.synth.world` for the formulas)
     ``topic_density``, ``context_burn_in``.
 Drafter knobs (see :mod:`treespec_sim.synth.drafter`)
     ``mismatch``, ``boost_noise``, ``topic_awareness``, ``calibration``, ``degradation``,
-    ``junk``, ``correction_quality``.
+    ``junk``, ``correction_quality``, ``variant_noise``, ``depth_sharpening``.
+
+Calibrated regimes
+    The eight dataset regimes (``math500``, ``gsm8k``, ``aime25``, ``humaneval``, ``mbpp``,
+    ``livecodebench``, ``mt-bench``, ``alpaca``) are fitted by :mod:`treespec_sim.calibrate` to
+    published Qwen3-8B acceptance lengths and loaded from the package data file
+    ``treespec_sim/data/calibration.json`` when this module is imported.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, fields
 from numbers import Integral, Real
+from pathlib import Path
 
-__all__ = ["REGIMES", "RegimeSpec", "get_regime"]
+__all__ = ["CALIBRATION_FILE", "REGIMES", "RegimeSpec", "get_regime", "load_calibrated"]
+
+#: The package data file holding the calibrated regimes (written by
+#: ``python -m treespec_sim.calibrate``).
+CALIBRATION_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration.json"
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,11 @@ class RegimeSpec:
     variant_noise : float
         Std of the drafter's error on those log-weights (``>= 0``): near-miss drafts whose
         right token is a sibling.
+    depth_sharpening : float
+        Per-depth output calibration of the drafter, ``> -1``: its depth-``d`` marginal is
+        raised to the power ``beta_d = 1 + depth_sharpening (d - 1) / (L - 1)`` and
+        renormalised (0 = unchanged; ``> 0`` = more confident deep, ``< 0`` = flatter deep). It
+        never moves a row's argmax (see :mod:`treespec_sim.synth.drafter`).
     """
 
     name: str
@@ -111,6 +128,7 @@ class RegimeSpec:
     variants: int = 1
     variant_spread: float = 1.0
     variant_noise: float = 0.0
+    depth_sharpening: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -141,6 +159,7 @@ class RegimeSpec:
                      "correction_quality"):
             _real(self, name, lo=0.0, hi=1.0)
         _real(self, "calibration", lo=0.0, lo_open=True)
+        _real(self, "depth_sharpening", lo=-1.0, lo_open=True)
 
     def knobs(self) -> dict[str, object]:
         """All fields as a plain dict (for logging and JSON)."""
@@ -218,6 +237,40 @@ REGIMES: dict[str, RegimeSpec] = {
             correction_quality=0.5, variants=4, variant_spread=1.0, variant_noise=0.8),
     )
 }
+
+
+def load_calibrated(path: Path | str = CALIBRATION_FILE) -> dict[str, RegimeSpec]:
+    """The calibrated regimes stored in ``path`` (``{}`` if the file does not exist).
+
+    Raises
+    ------
+    ValueError
+        The file is not valid JSON or an entry's knobs do not make a valid :class:`RegimeSpec`.
+    """
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(text)
+        entries = data["regimes"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"calibration file {path} is malformed: {exc}") from None
+    out: dict[str, RegimeSpec] = {}
+    for name, entry in entries.items():
+        try:
+            spec = RegimeSpec(**entry["knobs"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"calibration file {path}: regime {name!r} has bad knobs: "
+                             f"{exc}") from None
+        if spec.name != name:
+            raise ValueError(f"calibration file {path}: entry {name!r} holds regime "
+                             f"{spec.name!r}")
+        out[name] = spec
+    return out
+
+
+REGIMES.update(load_calibrated())
 
 
 def get_regime(name: str) -> RegimeSpec:

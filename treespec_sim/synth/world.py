@@ -167,6 +167,24 @@ class World:
             self._kernels.popitem(last=False)
         return k
 
+    def share_target_kernels(self, other: World) -> None:
+        """Use ``other``'s target-kernel cache (same target, e.g. only drafter knobs differ).
+
+        Saves rebuilding the per-topic target kernels when many drafters are evaluated against
+        one target (calibration). The two worlds must have the same seed and identical target
+        arrays; otherwise ``ValueError``.
+        """
+        if not isinstance(other, World):
+            raise ValueError(f"other must be a World; got {type(other).__name__}")
+        same = (self.seed == other.seed and self.spec.topic_strength == other.spec.topic_strength
+                and np.array_equal(self.background, other.background)
+                and np.array_equal(self.topic_vectors, other.topic_vectors)
+                and np.array_equal(self.succ, other.succ)
+                and np.array_equal(self.boost, other.boost))
+        if not same:
+            raise ValueError("other has a different target (seed or target knobs differ)")
+        self._kernels = other._kernels
+
     def draft_kernel(self, topic: int) -> SparseBoostKernel:
         """``Q_draft`` for ``topic`` (the drafter's kernel at temperature ``calibration``)."""
         return self.drafter.kernel(self._check_topic(topic))
@@ -441,18 +459,27 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
 
     succ, boost = token_tables(succ_cls, boost_cls)
     d_succ, d_boost = token_tables(d_succ_cls, d_boost_cls)
-    return _assemble(spec, seed, bg_tok, topic_vectors, succ, boost, d_bg_tok, d_succ, d_boost)
+    for arr in (members, d_succ_cls, d_boost_cls):
+        arr.flags.writeable = False
+    return _assemble(spec, seed, bg_tok, topic_vectors, succ, boost, d_bg_tok, d_succ, d_boost,
+                     classes=(members, d_succ_cls, d_boost_cls))
 
 
 def _assemble(spec: RegimeSpec, seed: int, background: np.ndarray, topic_vectors: np.ndarray,
               succ: np.ndarray, boost: np.ndarray, d_background: np.ndarray,
-              d_succ: np.ndarray, d_boost: np.ndarray) -> World:
-    """The drafter and the world from finished arrays (made read-only here)."""
+              d_succ: np.ndarray, d_boost: np.ndarray,
+              classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> World:
+    """The drafter and the world from finished arrays (made read-only here).
+
+    ``classes`` (word-class worlds) is ``(members, drafter class_succ, drafter class_boost)``,
+    which the drafter uses for its class-level fast path.
+    """
     drafter = BlockDiffusionDrafter(
         d_background, spec.topic_awareness * spec.topic_strength * topic_vectors, d_succ,
         d_boost, calibration=spec.calibration, depth=spec.depth,
         degradation=spec.degradation, junk=spec.junk,
-        correction_quality=spec.correction_quality)
+        correction_quality=spec.correction_quality, depth_sharpening=spec.depth_sharpening,
+        classes=classes)
     for arr in (background, topic_vectors, succ, boost, d_background, d_succ, d_boost):
         arr.flags.writeable = False
     return World(spec, seed, background=background, topic_vectors=topic_vectors, succ=succ,
