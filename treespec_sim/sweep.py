@@ -130,10 +130,10 @@ def _paper() -> Plan:
     three = _pick(regimes, ("math500", "mt-bench", "alpaca"))
     return Plan((
         DDTreeGrid(regimes, budgets=(16, 32, 64, 128, 256, 512), temperatures=(0.0, 1.0),
-                   rounds=24),
-        CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=32),
-        StochasticGrid(three, drafters=("corrected",), budgets=(64,), rounds=16),
-        VerifierGrid(three, shapes=("2x4",), rounds=24),
+                   rounds=64),
+        CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96),
+        StochasticGrid(three, drafters=("corrected",), budgets=(64,), rounds=32),
+        VerifierGrid(three, shapes=("2x4",), rounds=48),
     ))
 
 
