@@ -55,6 +55,7 @@ Command line::
     python -m treespec_sim.calibrate                       # fit all 8, write the data file
     python -m treespec_sim.calibrate --regimes gsm8k alpaca --contexts 2000
     python -m treespec_sim.calibrate --check               # re-evaluate the stored fit
+    python -m treespec_sim.calibrate --table               # print the stored fit
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,7 @@ __all__ = [
     "Evaluation",
     "Target",
     "base_spec",
+    "calibration_rows",
     "calibration_table",
     "check",
     "derive_targets",
@@ -743,26 +745,68 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = 1000,
     return out
 
 
+def calibration_rows(data: dict | None = None, regimes: Iterable[str] | None = None
+                     ) -> list[dict[str, object]]:
+    """The stored fit, one flat dict per regime (in :data:`CALIBRATED_REGIMES` order).
+
+    Parameters
+    ----------
+    data : dict, optional
+        The parsed calibration file; defaults to the package's (:data:`CALIBRATION_FILE`).
+    regimes : iterable of str, optional
+        Keep only these; names that are not calibrated (or not in ``data``) are skipped.
+
+    Returns
+    -------
+    list of dict
+        Keys ``regime``, ``family``; per quantity ``q`` in ``("chain", "ddtree64")``:
+        ``q_target``, ``q_published`` (the target is published, not derived), ``q_mean``,
+        ``q_se``, ``q_n``, ``q_within`` (achieved mean within :data:`TOLERANCE` of the target);
+        ``within`` (both), ``world_seeds``, ``context_seed`` (of the achieved values) and
+        ``knobs`` (the regime's full knob dict).
+    """
+    if data is None:
+        data = _load(CALIBRATION_FILE)
+    keep = None if regimes is None else set(regimes)
+    stored = data.get("regimes", {})
+    out: list[dict[str, object]] = []
+    for name in CALIBRATED_REGIMES:
+        e = stored.get(name)
+        if e is None or (keep is not None and name not in keep):
+            continue
+        t, a = e["target"], e["achieved"]
+        row: dict[str, object] = {"regime": name, "family": e["family"]}
+        for q in ("chain", "ddtree64"):
+            row[f"{q}_target"] = t[q]
+            row[f"{q}_published"] = t[f"{q}_derivation"].startswith("published")
+            row[f"{q}_mean"] = a[q]["mean"]
+            row[f"{q}_se"] = a[q]["se"]
+            row[f"{q}_n"] = a[q]["n"]
+            row[f"{q}_within"] = _within(a[q]["mean"], t[q])
+        row["within"] = bool(row["chain_within"] and row["ddtree64_within"])
+        row["world_seeds"] = list(a.get("world_seeds", []))
+        row["context_seed"] = a.get("context_seed")
+        row["knobs"] = e["knobs"]
+        out.append(row)
+    return out
+
+
 def calibration_table(data: dict) -> str:
     """The stored fit as a Markdown table (target vs achieved ± s.e., fitted knobs)."""
     rows = ["| regime | family | chain τ target | chain τ achieved | DDTree@64 τ target | "
             "DDTree@64 τ achieved | variant_noise | depth_sharpening | calibration |",
             "|---|---|---|---|---|---|---|---|---|"]
-    for name in CALIBRATED_REGIMES:
-        e = data.get("regimes", {}).get(name)
-        if e is None:
-            continue
-        t, a, k = e["target"], e["achieved"], e["knobs"]
-        flag = {q: "" if _within(a[q]["mean"], t[q]) else " (outside ±5%)"
-                for q in ("chain", "ddtree64")}
-        star = {"chain": "" if t["chain_derivation"].startswith("published") else "*",
-                "ddtree64": "" if t["ddtree64_derivation"].startswith("published") else "*"}
-        rows.append(
-            f"| {name} | {e['family']} | {t['chain']:.2f}{star['chain']} | "
-            f"{a['chain']['mean']:.2f} ± {a['chain']['se']:.2f}{flag['chain']} | "
-            f"{t['ddtree64']:.2f}{star['ddtree64']} | "
-            f"{a['ddtree64']['mean']:.2f} ± {a['ddtree64']['se']:.2f}{flag['ddtree64']} | "
-            f"{k['variant_noise']:.4f} | {k['depth_sharpening']:.4f} | {k['calibration']:.3f} |")
+    for r in calibration_rows(data):
+        k = r["knobs"]
+        cells = []
+        for q in ("chain", "ddtree64"):
+            star = "" if r[f"{q}_published"] else "*"
+            flag = "" if r[f"{q}_within"] else " (outside ±5%)"
+            cells.append(f"{r[f'{q}_target']:.2f}{star} | "
+                         f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}{flag}")
+        rows.append(f"| {r['regime']} | {r['family']} | {cells[0]} | {cells[1]} | "
+                    f"{k['variant_noise']:.4f} | {k['depth_sharpening']:.4f} | "
+                    f"{k['calibration']:.3f} |")
     return "\n".join(rows)
 
 

@@ -23,6 +23,36 @@ def _pct(x: float) -> str:
 
 
 # ----------------------------------------------------------------------------- tables
+def _calibration_section(rows: Sequence[dict]) -> list[str]:
+    """Target vs achieved of the sweep's calibrated regimes (empty if it has none)."""
+    from .calibrate import TOLERANCE, calibration_rows
+
+    cal = calibration_rows(regimes={r.get("regime") for r in rows})
+    if not cal:
+        return []
+    tol = f"±{TOLERANCE:.0%}"
+    out = ["## Calibration", "",
+           "The regimes below are synthetic worlds fitted so that at T = 0 the argmax-chain τ "
+           "(L = 15) and DDTree's τ at B = 64 match published Qwen3-8B values. Achieved = mean "
+           "± s.e. over contexts on fresh seeds (not the fit's); `*` marks a target derived from "
+           "published ratios rather than published. Only T = 0 is calibrated. Derivations and "
+           "limitations: `docs/results/calibration.md`; re-check with "
+           "`python -m treespec_sim.calibrate --check` (stored table: `--table`).", "",
+           f"| regime | chain τ target | chain τ achieved ± se | DDTree@64 τ target | "
+           f"achieved ± se | within {tol} |", "|---|---|---|---|---|---|"]
+    for r in cal:
+        cells = []
+        for q in ("chain", "ddtree64"):
+            star = "" if r[f"{q}_published"] else "*"
+            cells += [f"{r[f'{q}_target']:.2f}{star}",
+                      f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}"]
+        off = [label for q, label in (("chain", "chain"), ("ddtree64", "DDTree@64"))
+               if not r[f"{q}_within"]]
+        ok = "yes" if not off else "no (" + ", ".join(off) + ")"
+        out.append(f"| {r['regime']} | " + " | ".join(cells) + f" | {ok} |")
+    return [*out, ""]
+
+
 def _ddtree_tables(rows: list[dict]) -> list[str]:
     out = ["## DDTree across budgets (exact E[τ], 95% CI over contexts)", ""]
     temps = sorted({r["temperature"] for r in rows})
@@ -118,7 +148,12 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
 
 
 def summary_markdown(rows: Sequence[dict], record: dict) -> str:
-    """The human-readable summary of a sweep."""
+    """The human-readable summary of a sweep.
+
+    Starts with a calibration table (target vs achieved) when any of the rows' regimes is a
+    calibrated one (:func:`treespec_sim.calibrate.calibration_rows`), then the tables of every
+    family present.
+    """
     lines = [f"# treespec sweep: preset {record.get('preset')!r}", "",
              f"{len(rows)} result rows from {record.get('cells')} cells "
              f"({record.get('cells_skipped_on_resume', 0)} reused on resume), "
@@ -126,6 +161,7 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
              f"{record.get('git_commit', '?')[:10]}. Throughput columns use "
              f"`{record.get('cost_model')}` unless a table names another. Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
+    lines += _calibration_section(rows)
     sections = (("ddtree", _ddtree_tables), ("caddtree", _caddtree_tables),
                 ("stochastic", _stochastic_tables), ("verifiers", _verifier_tables))
     for fam, fn in sections:
