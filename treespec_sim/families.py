@@ -347,7 +347,8 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
 
     for i in range(n):
         ctx = world.sample_context(rng)
-        log_q = world.draft(ctx)
+        # Ranked lazily (per-depth top-B lists); dynamic_tree materialises it if asked for.
+        log_q = world.draft_lazy(ctx)
         root = int(ctx.last_token)
         if "ddtree" in g.methods:
             big = ddtree(log_q, budgets[-1], root_token=root)

@@ -99,12 +99,12 @@ def collect(regime: str, *, rounds: int, temperature: float = 0.0, max_budget: i
     while r < rounds:
         ctx = world.sample_context(rng)
         for _ in range(min(rounds_per_sequence, rounds - r)):
-            log_q = world.draft(ctx)
+            log_q = world.draft_lazy(ctx)  # ranked, never materialised in word-class worlds
             tree = ddtree(log_q, max_budget, root_token=int(ctx.last_token))
             oracle = world.target_oracle(ctx, tree, temperature)
             reach = reach_from_edges(tree, oracle.edge_probs(tree))
             n = tree.size
-            q = _pop_probabilities(tree, np.asarray(log_q, dtype=np.float64))
+            q = _pop_probabilities(tree, log_q)
             surrogate[r, : n + 1] = 1.0 + np.concatenate([[0.0], np.cumsum(q)])
             tau[r, : n + 1] = 1.0 + np.concatenate([[0.0], np.cumsum(reach[1:])])
             surrogate[r, n + 1:] = surrogate[r, n]

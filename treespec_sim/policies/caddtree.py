@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ._validate import check_budget, check_log_q, check_root_token
 from .ddtree import _build as _ddtree_build
@@ -122,11 +123,14 @@ def _costs(draft_cost, verify_cost: Callable, max_tokens: int) -> np.ndarray:
     return total
 
 
-def _pop_probabilities(tree: DraftTree, lp: np.ndarray) -> np.ndarray:
+def _pop_probabilities(tree: DraftTree, lp: np.ndarray | LazyLogMarginals) -> np.ndarray:
     """Surrogate probability of every node's path in pop (node) order, float64 (n,)."""
     scores = np.zeros(tree.n_nodes, dtype=np.float64)
+    lazy = isinstance(lp, LazyLogMarginals)
     for d, nodes in enumerate(tree.levels[1:], start=1):
-        scores[nodes] = scores[tree.parent[nodes]] + lp[d - 1, tree.token[nodes]]
+        toks = tree.token[nodes]
+        scores[nodes] = scores[tree.parent[nodes]] + (
+            lp.values(d - 1, toks) if lazy else lp[d - 1, toks])
     return np.exp(scores[1:])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ._validate import check_budget, check_log_q, check_root_token
 
@@ -18,8 +19,8 @@ def chain(log_q, length: int | None = None, *, root_token: int = -1) -> DraftTre
 
     Parameters
     ----------
-    log_q : array_like of float, shape (L, V)
-        Drafter log-probabilities at depths ``1..L``.
+    log_q : array_like of float, shape (L, V), or LazyLogMarginals
+        Drafter log-probabilities at depths ``1..L`` (a lazy one is read through ``argmax()``).
     length : int, optional
         Chain length (default ``L``; values above ``L`` are capped at ``L``).
     root_token : int, optional
@@ -30,14 +31,18 @@ def chain(log_q, length: int | None = None, *, root_token: int = -1) -> DraftTre
     DraftTree
         A path of ``min(length, L)`` nodes; ties go to the smaller token id.
     """
-    lp, _ = check_log_q(log_q)
+    if isinstance(log_q, LazyLogMarginals):
+        lp = None
+        L = log_q.shape[0]
+    else:
+        lp, _ = check_log_q(log_q)
+        L = lp.shape[0]
     root_token = check_root_token(root_token)
-    L = lp.shape[0]
     n = L if length is None else min(check_budget(length, "length"), L)
     parent = np.arange(-1, n, dtype=np.int64)
     token = np.empty(n + 1, dtype=np.int64)
     token[0] = root_token
-    token[1:] = np.argmax(lp[:n], axis=1)
+    token[1:] = log_q.argmax()[:n] if lp is None else np.argmax(lp[:n], axis=1)
     depth = np.arange(n + 1, dtype=np.int64)
     for a in (parent, token, depth):
         a.flags.writeable = False

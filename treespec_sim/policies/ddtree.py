@@ -41,14 +41,18 @@ import math
 
 import numpy as np
 
+from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ._validate import check_budget, check_log_q, check_root_token
 
-__all__ = ["ddtree", "ddtree_with_mask", "ranked_candidates"]
+__all__ = ["ddtree", "ddtree_with_mask", "kth_largest", "ranked_candidates"]
 
 #: Relative slack on score thresholds: candidate sets are supersets by this margin, so rounding
 #: in ``P_d`` never drops a node that belongs to the tree.
 _THRESHOLD_SLACK = 1e-9
+#: Below this vocabulary size a LazyLogMarginals is materialised and read as an array: the
+#: per-row ranking overhead exceeds one pass over (L, V) (benchmarks/bench_sweep.py).
+_RANKED_MIN_VOCAB = 4096
 
 
 def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
@@ -56,9 +60,11 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
 
     Parameters
     ----------
-    log_q : array_like of float, shape (L, V)
+    log_q : array_like of float, shape (L, V), or LazyLogMarginals
         Drafter log-probabilities at depths ``1..L`` (float32 or float64; ``-inf`` allowed).
-        Rows are used as given (not renormalised).
+        Rows are used as given (not renormalised). A
+        :class:`~treespec_sim.marginals.LazyLogMarginals` is read through its per-depth top-``K``
+        lists only (``K = min(B, V)``), never materialised; the tree is the same.
     budget : int
         ``B``, the number of non-root nodes (``B = 0`` gives the root-only tree). If fewer
         than ``B`` prefixes exist, all of them are returned.
@@ -80,6 +86,15 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
     ValueError
         Bad ``log_q`` (shape, NaN, positive entries), negative ``budget``, bad ``root_token``.
     """
+    if isinstance(log_q, LazyLogMarginals) and log_q.shape[1] < _RANKED_MIN_VOCAB:
+        log_q = log_q.dense()  # small V: one pass over the array is cheaper than ranking
+    if isinstance(log_q, LazyLogMarginals):
+        budget = check_budget(budget)
+        root_token = check_root_token(root_token)
+        if budget == 0:
+            return DraftTree.root_only(root_token)
+        parent, token, depth = _build_ranked(log_q, budget)
+        return _tree(parent, token, depth, root_token)
     lp, row_max = check_log_q(log_q)
     budget = check_budget(budget)
     root_token = check_root_token(root_token)
@@ -110,7 +125,7 @@ def ranked_candidates(row: np.ndarray, threshold: float, k: int) -> tuple[np.nda
         vals = row[idx]
         if idx.size > 4 * k:
             # Select the top k first; ties at the boundary value keep the smallest ids.
-            kth = np.partition(vals, idx.size - k)[idx.size - k]
+            kth = kth_largest(vals, k)
             above = vals > kth
             n_above = int(above.sum())
             tie_ids = idx[vals == kth][: k - n_above]  # idx is sorted, so smallest ids first
@@ -118,6 +133,42 @@ def ranked_candidates(row: np.ndarray, threshold: float, k: int) -> tuple[np.nda
     vals = row[idx].astype(np.float64)
     order = np.lexsort((idx, -vals))[:k]
     return idx[order].astype(np.int64), vals[order]
+
+
+def kth_largest(values: np.ndarray, k: int) -> float:
+    """The ``k``-th largest entry of a 1-D array (``1 <= k <= values.size``), tie-robust.
+
+    ``np.partition`` degrades badly (10-20x) on arrays with massive ties -- drafter rows whose
+    tail sits at the junk floor ``j / V`` hold thousands of equal values. A strided sample
+    proposes a threshold ``s``; ``values >= s`` usually leaves a few ``k`` entries, whose
+    ``k``-th largest is the answer; if ``s`` is itself a massively tied value and fewer than
+    ``k`` entries exceed it, ``s`` is the answer. Otherwise fall back to a full sort.
+    """
+    n = values.size
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}]; got {k}")
+    if k == 1:
+        return float(values.max())
+    small = 8 * k + 64
+    if n > small:
+        stride = n // (16 * k + 256)
+        if stride < 2:  # the sample would be the whole array
+            return float(np.partition(values, n - k)[n - k])
+        sample = values[::stride]
+        # ~2x the rank the top-k would have in the sample, so that usually >= k pass.
+        rank = min(sample.size, 2 * math.ceil(k / stride) + 4)
+        s = np.partition(sample, sample.size - rank)[sample.size - rank]
+        sub = values[values >= s]
+        if sub.size >= k:
+            if sub.size > small:
+                above = sub[sub > s]
+                if above.size < k:
+                    return float(s)  # s is tied across the k-th position
+                sub = above
+            if sub.size <= small:
+                return float(np.partition(sub, sub.size - k)[sub.size - k])
+        return float(np.sort(values)[n - k])
+    return float(np.partition(values, n - k)[n - k])
 
 
 # ---------------------------------------------------------------------------- internals
@@ -137,6 +188,35 @@ def _build(lp: np.ndarray, row_max: np.ndarray, budget: int
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
     t = _initial_threshold(lp, prefix_best, budget, k)
     cand_tok, cand_val, t = _candidates(lp, prefix_best, t, budget, k)
+    return _enumerate_top(cand_tok, cand_val, budget, t)
+
+
+def _build_ranked(log_q: LazyLogMarginals, budget: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_build` from per-depth top-``K`` lists (``K = min(B, V)``), as the reference does.
+
+    A token ranked below ``K`` at its depth can never enter the tree: the ``K`` siblings ranked
+    above it under the same parent all precede it in heap order. The threshold is the ``B``-th
+    best single-deviation score (``B`` distinct valid nodes), as in :func:`_candidates`.
+    """
+    L, V = log_q.shape
+    k = min(budget, V)
+    tops = log_q.top_all(k)
+    # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
+    vals = [np.minimum(v, 0.0) for _, v in tops]
+    row_max = np.array([v[0] for v in vals])
+    if not np.all(np.isfinite(row_max)):
+        d = int(np.flatnonzero(~np.isfinite(row_max))[0])
+        raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
+    prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
+    deviations = np.concatenate([prefix_best[d] + vals[d] for d in range(L)])
+    t = kth_largest(deviations, budget) if deviations.size >= budget else -math.inf
+    slack = _slack(t)
+    cand_tok, cand_val = [], []
+    for d in range(L):
+        keep = vals[d] >= t - prefix_best[d] - slack  # a prefix of the ranked list
+        cand_tok.append(tops[d][0][keep])
+        cand_val.append(vals[d][keep])
     return _enumerate_top(cand_tok, cand_val, budget, t)
 
 

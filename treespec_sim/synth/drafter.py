@@ -57,9 +57,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..marginals import DenseLogMarginals, LazyLogMarginals
 from .kernel import SparseBoostKernel
 
-__all__ = ["BlockDiffusionDrafter"]
+__all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class _ClassTable:
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
+_LAZY_CACHE = 64        # ClassLogMarginals, O(L V / m) floats each
+_SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats each
+#: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
+#: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
+_TIE_ULPS = 16
 
 
 class BlockDiffusionDrafter:
@@ -135,6 +141,8 @@ class BlockDiffusionDrafter:
         self._class_tables: OrderedDict[int, _ClassTable] = OrderedDict()
         self._kernels: OrderedDict[int, SparseBoostKernel] = OrderedDict()
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._lazy: OrderedDict[tuple[int, int], ClassLogMarginals] = OrderedDict()
+        self._sharpen_sums: OrderedDict[int, np.ndarray] = OrderedDict()
 
     @property
     def vocab_size(self) -> int:
@@ -152,6 +160,14 @@ class BlockDiffusionDrafter:
         else:
             self._kernels.move_to_end(topic)
         return k
+
+    def warm(self, topic: int) -> None:
+        """Build ``topic``'s tables (the class chain and sharpening sums in a word-class world,
+        else the token-level kernel) so that the next round does not pay for them."""
+        if self._classes is None:
+            self.kernel(topic)
+        else:
+            self._beta_class_sums(topic, self._class_table(topic))
 
     def unigram(self, topic: int) -> np.ndarray:
         """``u``, the drafter's background unigram for ``topic``, float64 (V,)."""
@@ -264,13 +280,60 @@ class BlockDiffusionDrafter:
     def log_marginals(self, topic: int, last_token: int) -> np.ndarray:
         """``log q_d`` for ``d = 1..L``, float64 (L, V), a fresh array.
 
-        Entries are ``<= 0`` and finite when ``junk > 0``; exact zeros give ``-inf``.
+        Entries are ``<= 0`` and finite when ``junk > 0``; exact zeros give ``-inf``. In a
+        word-class world this is ``lazy_log_marginals(...).dense()``, bit for bit.
         """
+        if self._classes is not None:
+            return self.lazy_log_marginals(topic, last_token).dense().copy()
         q = self._sharpened(self.marginals(topic, last_token))
         q *= (1.0 - self.junk)[:, None]
         q += (self.junk / self.vocab_size)[:, None]
         with np.errstate(divide="ignore"):
             return np.log(q, out=q)
+
+    def lazy_log_marginals(self, topic: int, last_token: int) -> LazyLogMarginals:
+        """``log q_1..q_L`` as a :class:`~treespec_sim.marginals.LazyLogMarginals` (cached).
+
+        In a word-class world: a :class:`ClassLogMarginals` holding only the class chain
+        ``h_1..h_L`` (``O(L (V / m) s)`` to build); its top-``k`` lists cost ``O(V / m + k m)``
+        per depth and its dense form equals :meth:`log_marginals` exactly. Otherwise the dense
+        array wrapped in :class:`~treespec_sim.marginals.DenseLogMarginals`.
+        """
+        if self._classes is None:
+            return DenseLogMarginals(self.log_marginals(topic, last_token))
+        key = (int(topic), int(last_token))
+        lazy = self._lazy.get(key)
+        if lazy is not None:
+            self._lazy.move_to_end(key)
+            return lazy
+        tab = self._class_table(key[0])
+        h = np.stack(list(self._class_h(tab, key[1])))
+        lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
+                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
+        self._lazy[key] = lazy
+        if len(self._lazy) > _LAZY_CACHE:
+            self._lazy.popitem(last=False)
+        return lazy
+
+    def _beta_class_sums(self, topic: int, tab: _ClassTable) -> np.ndarray:
+        """``S[d, c] = sum_{b in c} w[b]^beta_d`` for rows with ``beta_d != 1`` (else NaN)."""
+        sums = self._sharpen_sums.get(topic)
+        if sums is not None:
+            self._sharpen_sums.move_to_end(topic)
+            return sums
+        sums = np.full((self.depth, tab.pi.shape[0]), np.nan)
+        log_w = None
+        for d in np.flatnonzero(self.beta != 1.0):
+            if log_w is None:
+                with np.errstate(divide="ignore"):
+                    log_w = np.log(tab.w)
+            sums[d] = np.bincount(self._cls_of, weights=np.exp(self.beta[d] * log_w),
+                                  minlength=tab.pi.shape[0])
+        sums.flags.writeable = False
+        self._sharpen_sums[topic] = sums
+        if len(self._sharpen_sums) > _SHARPEN_CACHE:
+            self._sharpen_sums.popitem(last=False)
+        return sums
 
     def _sharpened(self, mu: np.ndarray, depth: int | None = None) -> np.ndarray:
         """``sharpen_{beta_d}(mu_d)`` for every depth (``mu`` (L, V)) or one ``depth``: a copy."""
@@ -305,3 +368,226 @@ class BlockDiffusionDrafter:
         cond += j / self.vocab_size
         kappa = self.correction_quality
         return (1.0 - kappa) * q + kappa * cond
+
+
+class ClassLogMarginals(LazyLogMarginals):
+    r"""The drafter's ``log q_d`` in a word-class world, from the class chain alone.
+
+    With ``mu_d(b) = w[b] h_d[c(b)]`` (module docstring) the output is
+
+    .. math::
+
+        \log q_d(b) = \log\Big((1 - j_d)\,
+            \frac{\exp(\beta_d \log \mu_d(b) - m_d)}{Z_d} + \frac{j_d}{V}\Big),
+        \quad m_d = \beta_d \log \max_b \mu_d(b),
+        \quad Z_d = \sum_c e^{\beta_d \log h_d[c] - m_d} \sum_{b \in c} w[b]^{\beta_d},
+
+    (for ``beta_d = 1`` the sharpening is skipped: ``mu_d`` is already normalised). Every
+    per-token operation is the same float operation in :meth:`values`, :meth:`top` and
+    :meth:`dense`, so the three agree bit for bit. ``q_d`` is a non-decreasing function of
+    ``mu_d``, so a row's ``k`` best tokens lie in the classes whose best member
+    ``w_max[c] h_d[c]`` is among the ``k`` best class maxima: :meth:`top` ranks those ``k m``
+    tokens, and falls back to the full row only when a token outside them could tie the
+    ``k``-th value (junk-floor rows with fewer than ``k`` tokens above ``j_d / V``).
+
+    Parameters
+    ----------
+    table : _ClassTable
+        The topic's class table (``w``, ``w_max``, ...).
+    h : ndarray of float64, shape (L, V / m)
+        ``h_1..h_L``.
+    members : ndarray of int64, shape (V / m, m)
+        Tokens of each class.
+    cls_of : ndarray of int64, shape (V,)
+        Class of each token.
+    beta, junk : ndarray of float64, shape (L,)
+        ``beta_d`` and ``j_d``.
+    sharpen_sums : ndarray of float64, shape (L, V / m)
+        ``sum_{b in c} w[b]^beta_d`` for the rows with ``beta_d != 1``.
+    """
+
+    def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
+                 cls_of: np.ndarray, *, beta: np.ndarray, junk: np.ndarray,
+                 sharpen_sums: np.ndarray) -> None:
+        super().__init__(h.shape[0], table.w.shape[0])
+        self._w = table.w
+        self._w_max = table.w_max
+        self._h = h
+        self._members = members
+        self._cls_of = cls_of
+        self._beta = beta
+        self._keep = 1.0 - junk                 # the same floats as log_marginals' dense path
+        self._floor = junk / table.w.shape[0]
+        self._sums = sharpen_sums
+        self._class_max: dict[int, np.ndarray] = {}
+        self._norm: dict[int, tuple[float, float]] = {}
+
+    # -------------------------------------------------------------- per-row quantities
+    def _v(self, row: int) -> np.ndarray:
+        """``w_max[c] h_row[c]``: the largest ``mu`` of every class (rounding is monotone)."""
+        v = self._class_max.get(row)
+        if v is None:
+            v = self._h[row] * self._w_max
+            self._class_max[row] = v
+        return v
+
+    def _sharpen_norm(self, row: int) -> tuple[float, float]:
+        """``(m_d, Z_d)`` of a row with ``beta_d != 1``."""
+        mz = self._norm.get(row)
+        if mz is None:
+            beta = self._beta[row]
+            with np.errstate(divide="ignore"):
+                m = beta * np.log(self._v(row).max())
+                log_h = np.log(self._h[row])
+            z = float(np.dot(np.exp(beta * log_h - m), self._sums[row]))
+            mz = (m, z)
+            self._norm[row] = mz
+        return mz
+
+    def _from_mu(self, row: int, mu: np.ndarray) -> np.ndarray:
+        """``log q_row`` from ``mu_row`` values (fresh array; the dense path's exact ops)."""
+        r = mu.copy()
+        if self._beta[row] != 1.0:
+            m, z = self._sharpen_norm(row)
+            with np.errstate(divide="ignore"):
+                np.log(r, out=r)
+            r *= self._beta[row]
+            r -= m
+            np.exp(r, out=r)
+            r /= z
+        r *= self._keep[row]
+        r += self._floor[row]
+        with np.errstate(divide="ignore"):
+            np.log(r, out=r)
+        return r
+
+    def _mu(self, row: int, tokens: np.ndarray) -> np.ndarray:
+        return np.multiply(self._w[tokens], self._h[row][self._cls_of[tokens]])
+
+    # -------------------------------------------------------------- interface
+    def values(self, row: int, tokens: np.ndarray) -> np.ndarray:
+        row = self._check_row(row)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        return self._from_mu(row, self._mu(row, tokens.ravel())).reshape(tokens.shape)
+
+    def top(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        from ..policies.ddtree import kth_largest, ranked_candidates
+
+        row = self._check_row(row)
+        n_cls, m = self._members.shape
+        k = min(int(k), n_cls * m)
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        v = self._v(row)
+        if 2 * k <= n_cls:
+            thr = kth_largest(v, k)
+            inside = v >= thr
+            cls = np.flatnonzero(inside)
+            toks = self._members[cls].ravel()
+            vals = self._from_mu(row, np.multiply(self._w[toks], np.repeat(self._h[row][cls], m)))
+            order = np.lexsort((toks, -vals))[:k]
+            toks, vals = toks[order], vals[order]
+            outside = v[~inside]
+            if outside.size == 0:
+                return toks, vals
+            # Every outside token has q <= q(best outside mu); it cannot reach the k-th value
+            # unless the two are (nearly) equal.
+            best_out = self._from_mu(row, np.array([outside.max()]))[0]
+            kth = vals[-1]
+            if kth - best_out > _TIE_ULPS * np.spacing(abs(kth)):
+                return toks, vals
+            if best_out == kth:
+                # An exact tie at the k-th value (typically the junk floor j / V, shared by
+                # most of the row): the tokens above it are all inside; the tied ones are
+                # filled in id order, scanning the vocabulary from token 0.
+                return self._fill_ties(row, toks, vals, k)
+        return ranked_candidates(self.values(row, np.arange(self.shape[1])), -np.inf, k)
+
+    def _fill_ties(self, row: int, toks: np.ndarray, vals: np.ndarray, k: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        kth = vals[-1]
+        above = vals > kth
+        need = k - int(above.sum())
+        V = self.shape[1]
+        chunk = max(1024, 4 * need)
+        hits: list[np.ndarray] = []
+        found = 0
+        for start in range(0, V, chunk):
+            ids = np.arange(start, min(start + chunk, V))
+            tied = ids[self.values(row, ids) == kth]
+            hits.append(tied)
+            found += tied.size
+            if found >= need:
+                break
+        tied = np.concatenate(hits)[:need]
+        return (np.concatenate([toks[above], tied]),
+                np.concatenate([vals[above], np.full(tied.size, kth)]))
+
+    def top_all(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`top` of every row, vectorised across rows (one selection, one sort).
+
+        Rows where the fast path is not certain (a tie at the class threshold, or an outside
+        token that could tie the ``k``-th value) are redone with :meth:`top`.
+        """
+        L = self.shape[0]
+        n_cls, m = self._members.shape
+        k = min(int(k), n_cls * m)
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        if 2 * k > n_cls:
+            return [self.top(r, k) for r in range(L)]
+        from ..policies.ddtree import kth_largest
+
+        v = self._h * self._w_max                                   # (L, n_cls) class maxima
+        thr = np.array([kth_largest(row, k) for row in v])          # k-th best class per row
+        inside = v >= thr[:, None]
+        exact = inside.sum(axis=1) == k                             # no tie at the threshold
+        if not exact.all():
+            v, inside, thr = v[exact], inside[exact], thr[exact]
+        rows = np.flatnonzero(exact)
+        n = rows.size
+        idx = np.nonzero(inside)[1].reshape(n, k)                   # (n, k) best classes
+        v_out = np.where(inside, -np.inf, v).max(axis=1)
+        toks = self._members[idx].reshape(n, k * m)
+        h_in = np.repeat(np.take_along_axis(self._h[rows], idx, axis=1), m, axis=1)
+        vals = self._from_mu_rows(np.multiply(self._w[toks], h_in), rows)
+        order = np.lexsort((toks, -vals), axis=-1)[:, :k]
+        toks = np.take_along_axis(toks, order, axis=1)
+        vals = np.take_along_axis(vals, order, axis=1)
+        kth = vals[:, -1]
+        with np.errstate(invalid="ignore"):
+            best_out = self._from_mu_rows(v_out[:, None], rows)[:, 0]
+            sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
+        fast = dict(zip(rows[sure].tolist(), zip(toks[sure], vals[sure], strict=True),
+                        strict=True))
+        return [fast[r] if r in fast else self.top(r, k) for r in range(L)]
+
+    def _from_mu_rows(self, mu: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """:meth:`_from_mu` for rows ``rows`` of ``mu`` ``(n, .)`` at once (the same float ops)."""
+        r = mu.copy()
+        sharp = np.flatnonzero(self._beta[rows] != 1.0)
+        if sharp.size:
+            mz = np.array([self._sharpen_norm(int(rows[i])) for i in sharp])
+            sub = r[sharp]
+            with np.errstate(divide="ignore"):
+                np.log(sub, out=sub)
+            sub *= self._beta[rows[sharp]][:, None]
+            sub -= mz[:, :1]
+            np.exp(sub, out=sub)
+            sub /= mz[:, 1:]
+            r[sharp] = sub
+        r *= self._keep[rows][:, None]
+        r += self._floor[rows][:, None]
+        with np.errstate(divide="ignore"):
+            np.log(r, out=r)
+        return r
+
+    def row_max(self) -> np.ndarray:
+        return np.array([self.top(i, 1)[1][0] for i in range(self.shape[0])])
+
+    def _dense(self) -> np.ndarray:
+        out = np.empty(self.shape)
+        for row in range(self.shape[0]):
+            np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
+            out[row] = self._from_mu(row, out[row])
+        return out

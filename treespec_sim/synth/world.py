@@ -57,6 +57,7 @@ from numbers import Integral
 
 import numpy as np
 
+from ..marginals import LazyLogMarginals
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from .drafter import BlockDiffusionDrafter
@@ -166,6 +167,22 @@ class World:
         if len(self._kernels) > _TARGET_KERNEL_CACHE:
             self._kernels.popitem(last=False)
         return k
+
+    def warm(self, temperatures: Sequence[float] = (0.0, 1.0)) -> None:
+        """Build every per-topic table a round needs, for every topic (benchmarks, workers).
+
+        The target kernels at ``temperatures`` (with the sampling CDF at ``T = 1`` that
+        :meth:`sample_context` uses, and the argmax at ``T = 0``) and the drafter's per-topic
+        tables. A sweep builds each of them once per process on first use; warming up front
+        lets a benchmark time the steady state. Cost ``O(n_topics V s)``.
+        """
+        for topic in range(self.n_topics):
+            self.target_kernel(topic, 1.0)._cdf()
+            for t in temperatures:
+                k = self.target_kernel(topic, t)
+                if t == 0.0:
+                    k.argmax(0)
+            self.drafter.warm(topic)
 
     def share_target_kernels(self, other: World) -> None:
         """Use ``other``'s target-kernel cache (same target, e.g. only drafter knobs differ).
@@ -281,6 +298,17 @@ class World:
         """
         self._check_ctx(ctx)
         return self.drafter.log_marginals(ctx.topic, ctx.last_token)
+
+    def draft_lazy(self, ctx: Context) -> LazyLogMarginals:
+        """:meth:`draft` as a :class:`~treespec_sim.marginals.LazyLogMarginals` (same values).
+
+        ``ddtree`` and ``chain`` read it through per-depth top-``k`` lists without
+        materialising ``(L, V)``: in a word-class world (``variants > 1``, e.g. every calibrated
+        regime) a round then costs ``O(L (V / m) s)`` for the drafter instead of ``O(L V)``
+        logarithms. ``np.asarray(draft_lazy(ctx))`` equals ``draft(ctx)`` bit for bit.
+        """
+        self._check_ctx(ctx)
+        return self.drafter.lazy_log_marginals(ctx.topic, ctx.last_token)
 
     def draft_conditional(self, ctx: Context, depth: int, parent_token: int) -> np.ndarray:
         """Correction proposal ``q̂_depth(. | parent_token)``: float64 (V,) probabilities.
