@@ -151,7 +151,7 @@ def kth_largest(values: np.ndarray, k: int) -> float:
         return float(values.max())
     small = 8 * k + 64
     if n > small:
-        stride = n // (16 * k + 256)
+        stride = n // (4 * k + 256)
         if stride < 2:  # the sample would be the whole array
             return float(np.partition(values, n - k)[n - k])
         sample = values[::stride]
@@ -201,7 +201,10 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     """
     L, V = log_q.shape
     k = min(budget, V)
-    tops = log_q.top_all(k)
+    # Short lists first (enough single deviations to certify a threshold); only the rows whose
+    # short list could be cut above the threshold are then ranked to the full K.
+    k0 = min(k, max(64, 2 * math.ceil(budget / L)))
+    tops = log_q.top_all(k0)
     # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
     vals = [np.minimum(v, 0.0) for _, v in tops]
     row_max = np.array([v[0] for v in vals])
@@ -212,6 +215,12 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     deviations = np.concatenate([prefix_best[d] + vals[d] for d in range(L)])
     t = kth_largest(deviations, budget) if deviations.size >= budget else -math.inf
     slack = _slack(t)
+    if k > k0:
+        tops = list(tops)
+        for d in range(L):
+            if vals[d].size == k0 and vals[d][-1] >= t - prefix_best[d] - slack:
+                tops[d] = log_q.top(d, k)
+                vals[d] = np.minimum(tops[d][1], 0.0)
     cand_tok, cand_val = [], []
     for d in range(L):
         keep = vals[d] >= t - prefix_best[d] - slack  # a prefix of the ranked list

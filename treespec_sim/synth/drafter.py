@@ -370,6 +370,32 @@ class BlockDiffusionDrafter:
         return (1.0 - kappa) * q + kappa * cond
 
 
+def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the ``k`` best ``(tok, val)`` pairs by decreasing ``val``, ties to smaller ``tok``.
+
+    ``np.lexsort`` over whole rows costs 3x an ``argpartition`` + ``argsort`` of the top ``k``;
+    that is exact whenever a row has no tied values in its top ``k`` (nor across the cut), so
+    only rows with ties are lexsorted.
+    """
+    width = vals.shape[1]
+    if k < width:
+        sel = np.argpartition(-vals, k - 1, axis=1)[:, :k]
+        toks_k = np.take_along_axis(toks, sel, axis=1)
+        vals_k = np.take_along_axis(vals, sel, axis=1)
+    else:
+        toks_k, vals_k = toks, vals
+    order = np.argsort(-vals_k, axis=1)
+    toks_k = np.take_along_axis(toks_k, order, axis=1)
+    vals_k = np.take_along_axis(vals_k, order, axis=1)
+    tied = np.any(vals_k[:, 1:] == vals_k[:, :-1], axis=1)
+    if k < width:
+        tied |= (vals >= vals_k[:, -1:]).sum(axis=1) > k
+    for r in np.flatnonzero(tied):
+        order = np.lexsort((toks[r], -vals[r]))[:k]
+        toks_k[r], vals_k[r] = toks[r][order], vals[r][order]
+    return toks_k, vals_k
+
+
 class ClassLogMarginals(LazyLogMarginals):
     r"""The drafter's ``log q_d`` in a word-class world, from the class chain alone.
 
@@ -551,9 +577,7 @@ class ClassLogMarginals(LazyLogMarginals):
         toks = self._members[idx].reshape(n, k * m)
         h_in = np.repeat(np.take_along_axis(self._h[rows], idx, axis=1), m, axis=1)
         vals = self._from_mu_rows(np.multiply(self._w[toks], h_in), rows)
-        order = np.lexsort((toks, -vals), axis=-1)[:, :k]
-        toks = np.take_along_axis(toks, order, axis=1)
-        vals = np.take_along_axis(vals, order, axis=1)
+        toks, vals = _rank_rows(toks, vals, k)
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
             best_out = self._from_mu_rows(v_out[:, None], rows)[:, 0]
