@@ -1,6 +1,8 @@
 """The sweep: plans, config validation, outputs, resume (also after a kill), workers, dask."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -124,18 +126,21 @@ def test_dask_local_cluster_gives_the_same_numbers(tmp_path):
     assert _numbers(local) == _numbers(remote)
 
 
-def test_resume_after_a_kill_redoes_nothing_finished(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_after_a_kill_redoes_nothing_finished(tmp_path, workers):
     config = tmp_path / "grid.toml"
     config.write_text('[ddtree]\nregimes = ["tiny", "small", "low-entropy", "mid-entropy"]\n'
                       'budgets = [4, 16]\ntemperatures = [0.0, 1.0]\nrounds = 6\n')
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "treespec_sim.sweep", "--config", str(config), "--out",
-           str(out), "--quiet", "--no-plot"]
-    proc = subprocess.Popen(cmd)
+           str(out), "--quiet", "--no-plot", "--workers", str(workers)]
+    # Its own process group, so that the kill also takes the worker processes (as a Ctrl-C or
+    # a killed job would); with 2 workers the cells are saved by the workers themselves.
+    proc = subprocess.Popen(cmd, start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline and len(list(out.rglob("cells/**/*.json"))) < 2:
         time.sleep(0.05)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     finished = {p: p.stat().st_mtime_ns for p in out.rglob("cells/**/*.json")}
     assert finished, "no cell finished before the kill"

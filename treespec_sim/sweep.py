@@ -38,7 +38,9 @@ import argparse
 import csv
 import dataclasses
 import datetime as _dt
+import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -282,9 +284,46 @@ def _cell_path(out: Path, cell: Cell, seed: int) -> Path:
     return out / "cells" / cell.family / f"{cell.key}__s{seed}.json"
 
 
+def _save_cell(out: Path, seed: int, cell: Cell, rows: list[dict]) -> None:
+    _atomic_write(_cell_path(out, cell, seed), json.dumps(rows))
+
+
+def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
+    """Cells grouped by regime, in plan order, each group cut to at most ``len / (2 workers)``.
+
+    A worker process builds a regime's world tables (per-topic kernels, ~1 s at V = 32768)
+    once and reuses them for every cell of the chunk; per-cell tasks would build them in
+    every worker that draws one of the regime's cells. Several chunks per worker keep the load
+    balanced.
+    """
+    size = max(1, math.ceil(len(todo) / (2 * workers)))
+    groups: dict[str, list[Cell]] = {}
+    for cell in todo:
+        groups.setdefault(cell.regime, []).append(cell)
+    return [g[i: i + size] for g in groups.values() for i in range(0, len(g), size)]
+
+
+def _run_chunk(cells: list[Cell], settings: RunSettings,
+               save: Callable[[Cell, list[dict]], None] | None) -> list[list[dict]]:
+    """Run ``cells`` in order in one worker; ``save`` each as it finishes (nothing is lost)."""
+    out = []
+    for cell in cells:
+        rows = run_cell(cell, settings)
+        if save is not None:
+            save(cell, rows)
+        out.append(rows)
+    return out
+
+
 def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler: str | None,
-             done: Callable[[Cell, list[dict]], None], progress: bool) -> None:
-    """Run cells on the chosen backend, calling ``done`` in this process as each finishes."""
+             done: Callable[[Cell, list[dict]], None], progress: bool,
+             save: Callable[[Cell, list[dict]], None] | None = None) -> None:
+    """Run cells on the chosen backend, calling ``done`` in this process as each finishes.
+
+    Local workers run chunks of same-regime cells (:func:`_chunks_by_regime`); ``save``
+    (picklable) is then called in the worker after every cell, so that a kill loses no
+    finished cell even before its chunk returns.
+    """
     bar = None
     if progress and todo:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -315,9 +354,11 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(run_cell, c, settings): c for c in todo}
+                futures = {pool.submit(_run_chunk, chunk, settings, save): chunk
+                           for chunk in _chunks_by_regime(todo, workers)}
                 for fut in as_completed(futures):
-                    finish(futures[fut], fut.result())
+                    for cell, rows in zip(futures[fut], fut.result(), strict=True):
+                        finish(cell, rows)
         else:
             for cell in todo:
                 finish(cell, run_cell(cell, settings))
@@ -344,11 +385,14 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
             todo.append(cell)
     skipped = len(cells) - len(todo)
 
+    save = functools.partial(_save_cell, out, plan.seed)
+
     def done(cell: Cell, rows: list[dict]) -> None:
-        _atomic_write(_cell_path(out, cell, plan.seed), json.dumps(rows))
+        save(cell, rows)  # again if a local worker saved it: same rows, atomic
         results[cell.key] = rows
 
-    _execute(todo, settings, workers=workers, scheduler=scheduler, done=done, progress=progress)
+    _execute(todo, settings, workers=workers, scheduler=scheduler, done=done, progress=progress,
+             save=save)
     rows = [r for c in cells for r in results[c.key]]
     _write_results(out, rows)
     record = {
