@@ -79,3 +79,24 @@ def test_calibration_rows_filter_and_order(stored):
     assert alpaca["ddtree64_mean"] == e["achieved"]["ddtree64"]["mean"]
     assert alpaca["within"] == e["within_tolerance"]
     assert calibration_rows({}, regimes=["alpaca"]) == []
+
+
+def test_results_page_embeds_the_run_and_its_figures(tmp_path):
+    from treespec_sim.families import DDTreeGrid
+    from treespec_sim.report import main, results_page
+    from treespec_sim.sweep import Plan, run_plan
+
+    run = tmp_path / "docs" / "results" / "run"
+    run_plan(Plan((DDTreeGrid(("small",), budgets=(2, 4), temperatures=(0.0,), rounds=4),)),
+             run, progress=False, plot=True, preset="tiny-test")
+    page = tmp_path / "docs" / "results.md"
+    text = results_page(run, page)
+    assert page.read_text() == text
+    assert text.startswith("# Results: the `tiny-test` sweep")
+    summary = (run / "summary.md").read_text().splitlines()
+    assert "\n".join(summary[1:]).strip() in text  # the summary body, verbatim
+    images = [line[line.index("](") + 2: -1] for line in text.splitlines()
+              if line.startswith("![")]
+    assert images and all((page.parent / i).exists() for i in images)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing"), "--page", str(page)])

@@ -258,7 +258,7 @@ FAMILIES = {g.family: g for g in (DDTreeGrid, CaDDTreeGrid, StochasticGrid, Veri
 
 
 # ------------------------------------------------------------------------------ running
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=6)  # worlds at V = 32768 hold ~0.5 GB of per-topic kernels each
 def _world(regime: str, seed: int, vocab: int | None = None, drafter: str | None = None):
     from .synth import make_world
 

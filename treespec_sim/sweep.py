@@ -360,8 +360,11 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
                     for cell, rows in zip(futures[fut], fut.result(), strict=True):
                         finish(cell, rows)
         else:
-            for cell in todo:
-                finish(cell, run_cell(cell, settings))
+            # Regime by regime (not plan order), so that each world's tables are built once
+            # and the small world cache of treespec_sim.families suffices.
+            for chunk in _chunks_by_regime(todo, 1):
+                for cell in chunk:
+                    finish(cell, run_cell(cell, settings))
     finally:
         if bar is not None:
             bar.stop()

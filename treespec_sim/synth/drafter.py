@@ -75,7 +75,7 @@ class _ClassTable:
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
-_LAZY_CACHE = 64        # ClassLogMarginals, O(L V / m) floats each
+_LAZY_CACHE = 4         # ClassLogMarginals, O(L V / m) floats each; a round reuses one context
 _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats each
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
