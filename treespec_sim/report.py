@@ -150,6 +150,26 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
     return [*out, ""]
 
 
+_ROUND_UNITS = {"ddtree": "contexts", "caddtree": "decoded rounds", "stochastic": "contexts",
+                "verifiers": "contexts"}
+
+
+def _run_size(record: dict, *, calibrated: bool) -> list[str]:
+    """How much data stands behind every interval: rounds per cell, one world per regime."""
+    plan = record.get("plan") or {}
+    parts = [f"{plan[f]['rounds']} {unit} per {f} cell" for f, unit in _ROUND_UNITS.items()
+             if isinstance(plan.get(f), dict) and "rounds" in plan[f]]
+    if not parts:
+        return []
+    text = (f"Run size: {', '.join(parts)}. Each regime is one synthetic world (world seed "
+            f"{record.get('seed')}); the intervals are over contexts or sequences of that world "
+            "only, not over worlds.")
+    if calibrated:
+        text += (" A calibrated regime's numbers therefore scatter around its calibrated means "
+                 "(which average three other worlds) by more than the intervals show.")
+    return [text, ""]
+
+
 def summary_markdown(rows: Sequence[dict], record: dict) -> str:
     """The human-readable summary of a sweep.
 
@@ -164,7 +184,9 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
              f"{record.get('git_commit', '?')[:10]}. Throughput columns use "
              f"`{record.get('cost_model')}` unless a table names another. Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
-    lines += _calibration_section(rows)
+    calibration = _calibration_section(rows)
+    lines += _run_size(record, calibrated=bool(calibration))
+    lines += calibration
     sections = (("ddtree", _ddtree_tables), ("caddtree", _caddtree_tables),
                 ("stochastic", _stochastic_tables), ("verifiers", _verifier_tables))
     for fam, fn in sections:
