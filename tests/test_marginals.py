@@ -183,3 +183,49 @@ def test_worlds_without_word_classes_wrap_the_dense_array():
     lazy = world.draft_lazy(ctx)
     assert isinstance(lazy, DenseLogMarginals)
     np.testing.assert_array_equal(np.asarray(lazy), world.draft(ctx))
+
+
+def _tied_log_q(rng: np.random.Generator, depth: int, vocab: int) -> np.ndarray:
+    """Rows with ties (quantised levels), a junk-like floor, and some impossible tokens."""
+    rows = []
+    for _ in range(depth):
+        p = rng.dirichlet(np.full(vocab, 0.3))
+        kind = rng.integers(3)
+        if kind == 0:                                      # a few levels: many exact ties
+            p = np.ceil(p * 8.0)
+        elif kind == 1:                                    # a floor shared by most tokens
+            p = np.maximum(p, np.quantile(p, 0.7))
+        p[rng.random(vocab) < 0.1] = 0.0                   # -inf entries
+        p[rng.integers(vocab)] += 1.0                      # at least one possible token
+        with np.errstate(divide="ignore"):
+            rows.append(np.log(p / p.sum()))
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ranked_ddtree_reranks_full_lists_exactly(ranked_always, seed):
+    # B > 64 makes the ranked builder take short lists first and re-rank rows to K = B
+    rng = np.random.default_rng(seed)
+    lp = _tied_log_q(rng, int(rng.integers(3, 7)), int(rng.integers(70, 200)))
+    for budget in (65, 130, 300):
+        want = ddtree(lp, budget, root_token=1)
+        got = ddtree(DenseLogMarginals(lp), budget, root_token=1)
+        assert got.parent.tolist() == want.parent.tolist()
+        assert got.token.tolist() == want.token.tolist()
+
+
+@pytest.mark.parametrize("regime,knobs", [("aime25", {}), ("gsm8k", {}),
+                                          ("math500", {"depth_sharpening": 20.0}),
+                                          ("math500", {"depth_sharpening": -0.9})])
+def test_class_sharpening_equals_the_token_level_formula(regime, knobs):
+    # Independent of ClassLogMarginals: sharpen mu token by token, renormalise by its own sum.
+    world = _world(regime, 8192, **knobs)
+    drafter = world.drafter
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        ctx = world.sample_context(rng)
+        q = np.exp(world.draft(ctx))
+        ref = drafter._sharpened(drafter.marginals(ctx.topic, ctx.last_token))
+        ref = ref * (1.0 - drafter.junk)[:, None] + (drafter.junk / world.vocab_size)[:, None]
+        assert np.isfinite(q).all()
+        np.testing.assert_allclose(q, ref, rtol=1e-12, atol=0)

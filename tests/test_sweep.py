@@ -1,5 +1,6 @@
 """The sweep: plans, config validation, outputs, resume (also after a kill), workers, dask."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -104,6 +105,42 @@ def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
     assert strip(after) == strip(before)
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
     assert _numbers(rows2) == _numbers(rows)
+
+
+def test_resume_redoes_cells_whose_settings_changed(tmp_path):
+    grid = DDTreeGrid(("tiny", "small"), budgets=(2, 4), temperatures=(0.0,), rounds=6)
+    run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
+    # More rounds: the stored cells no longer match and must not be reused
+    more = dataclasses.replace(grid, rounds=8)
+    rows = run_plan(Plan((more,)), tmp_path, resume=True, progress=False, plot=False)
+    assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 0
+    assert {r["rounds"] for r in rows} == {8}
+    # Another regime list leaves the fingerprint (and the finished cells) alone
+    wider = dataclasses.replace(more, regimes=("tiny", "small", "low-entropy"))
+    fresh = run_plan(Plan((wider,)), tmp_path, resume=True, progress=False, plot=False)
+    assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 2
+    assert _numbers(fresh)[: len(rows)] == _numbers(rows)
+
+
+def test_a_chunk_saves_every_cell_as_it_finishes(monkeypatch):
+    import treespec_sim.sweep as sweep_module
+    from treespec_sim.families import RunSettings
+    from treespec_sim.sweep import _chunks_by_regime, _run_chunk
+
+    cells = small_plan().cells()
+    chunks = _chunks_by_regime(cells, 2)
+    assert sorted(c.key for ch in chunks for c in ch) == sorted(c.key for c in cells)
+    assert all(len({c.regime for c in ch}) == 1 for ch in chunks)
+    assert max(len(ch) for ch in chunks) <= -(-len(cells) // 4)
+    ran: list[str] = []
+    monkeypatch.setattr(sweep_module, "run_cell",
+                        lambda cell, settings: ran.append(cell.key) or [{"cell": cell.key}])
+    saved = []
+    chunk = next(ch for ch in chunks if len(ch) > 1)
+    out = _run_chunk(chunk, RunSettings(), lambda cell, rows: saved.append((cell.key, len(ran))))
+    # each cell is saved right after it ran, before the next one starts
+    assert saved == [(c.key, i + 1) for i, c in enumerate(chunk)]
+    assert out == [[{"cell": c.key}] for c in chunk]
 
 
 def test_workers_give_the_same_numbers(tmp_path):

@@ -87,6 +87,9 @@ class LazyLogMarginals(ABC):
     def __array__(self, dtype=None, copy=None):  # the numpy array protocol
         arr = self.dense()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"cannot convert log-marginals to {np.dtype(dtype)} without "
+                                 "a copy (copy=False)")
             return arr.astype(dtype)
         return arr.copy() if copy else arr
 

@@ -387,7 +387,11 @@ def results_page(run_dir: Path, page: Path) -> str:
     record = json.loads((run_dir / "run.json").read_text())
     summary = (run_dir / "summary.md").read_text().splitlines()
     rel = Path(os.path.relpath(run_dir, page.parent)).as_posix()
-    command = " ".join(["python -m treespec_sim.sweep", *record.get("command", [])[1:]])
+    argv = [str(a) for a in record.get("command") or []]
+    if argv and Path(argv[0]).name == "sweep.py":
+        command = " ".join(["python -m treespec_sim.sweep", *argv[1:]])
+    else:  # run_plan called from code
+        command = f"run_plan (preset {record.get('preset')!r}) from {' '.join(argv) or '?'}"
     head = [
         f"# Results: the `{record.get('preset')}` sweep",
         "",

@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,12 +281,27 @@ def _versions() -> dict[str, str]:
             "platform": platform.platform()}
 
 
-def _cell_path(out: Path, cell: Cell, seed: int) -> Path:
-    return out / "cells" / cell.family / f"{cell.key}__s{seed}.json"
+def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
+    """8 hex digits of everything a cell's rows depend on beyond its key and the seed.
+
+    The grid's settings other than its regime and temperature lists (rounds, budgets, methods,
+    cost models, ...) and the sweep's cost model: ``--resume`` into a directory written with
+    other settings redoes the cell instead of reusing rows that no longer match.
+    """
+    params = {k: v for k, v in dataclasses.asdict(cell.grid).items()
+              if k not in ("regimes", "temperatures")}
+    params["cost_model"] = settings.cost_model
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return f"{zlib.crc32(blob):08x}"
 
 
-def _save_cell(out: Path, seed: int, cell: Cell, rows: list[dict]) -> None:
-    _atomic_write(_cell_path(out, cell, seed), json.dumps(rows))
+def _cell_path(out: Path, cell: Cell, settings: RunSettings) -> Path:
+    return (out / "cells" / cell.family
+            / f"{cell.key}__s{settings.seed}__{_cell_fingerprint(cell, settings)}.json")
+
+
+def _save_cell(out: Path, settings: RunSettings, cell: Cell, rows: list[dict]) -> None:
+    _atomic_write(_cell_path(out, cell, settings), json.dumps(rows))
 
 
 def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
@@ -381,17 +397,20 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
     results: dict[str, list[dict]] = {}
     todo = []
     for cell in cells:
-        path = _cell_path(out, cell, plan.seed)
+        path = _cell_path(out, cell, settings)
         if resume and path.exists():
             results[cell.key] = json.loads(path.read_text())
         else:
             todo.append(cell)
     skipped = len(cells) - len(todo)
 
-    save = functools.partial(_save_cell, out, plan.seed)
+    save = functools.partial(_save_cell, out, settings)
 
     def done(cell: Cell, rows: list[dict]) -> None:
-        save(cell, rows)  # again if a local worker saved it: same rows, atomic
+        path = _cell_path(out, cell, settings)
+        # A local worker has saved it already during this run; anything older is rewritten.
+        if not (path.exists() and path.stat().st_mtime >= started):
+            save(cell, rows)
         results[cell.key] = rows
 
     _execute(todo, settings, workers=workers, scheduler=scheduler, done=done, progress=progress,

@@ -64,7 +64,8 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
         Drafter log-probabilities at depths ``1..L`` (float32 or float64; ``-inf`` allowed).
         Rows are used as given (not renormalised). A
         :class:`~treespec_sim.marginals.LazyLogMarginals` is read through its per-depth top-``K``
-        lists only (``K = min(B, V)``), never materialised; the tree is the same.
+        lists only (``K = min(B, V)``), without materialising it -- except below
+        ``V = 4096``, where one pass over the dense array is cheaper; the tree is the same.
     budget : int
         ``B``, the number of non-root nodes (``B = 0`` gives the root-only tree). If fewer
         than ``B`` prefixes exist, all of them are returned.
@@ -205,12 +206,14 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     # short list could be cut above the threshold are then ranked to the full K.
     k0 = min(k, max(64, 2 * math.ceil(budget / L)))
     tops = log_q.top_all(k0)
+    for d, (_, v) in enumerate(tops):
+        if v.size == 0 or np.isnan(v).any():
+            raise ValueError(f"log_q[{d}] has NaN entries or no entry at all")
+        if not np.isfinite(v[0]):
+            raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
     # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
     vals = [np.minimum(v, 0.0) for _, v in tops]
     row_max = np.array([v[0] for v in vals])
-    if not np.all(np.isfinite(row_max)):
-        d = int(np.flatnonzero(~np.isfinite(row_max))[0])
-        raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
     deviations = np.concatenate([prefix_best[d] + vals[d] for d in range(L)])
     t = kth_largest(deviations, budget) if deviations.size >= budget else -math.inf

@@ -296,7 +296,9 @@ class BlockDiffusionDrafter:
 
         In a word-class world: a :class:`ClassLogMarginals` holding only the class chain
         ``h_1..h_L`` (``O(L (V / m) s)`` to build); its top-``k`` lists cost ``O(V / m + k m)``
-        per depth and its dense form equals :meth:`log_marginals` exactly. Otherwise the dense
+        per depth (``O(V)`` for a row whose ``k``-th value is tied with tokens outside the ``k``
+        best classes, or when ``2 k > V / m``) and its dense form equals :meth:`log_marginals`
+        exactly. Otherwise the dense
         array wrapped in :class:`~treespec_sim.marginals.DenseLogMarginals`.
         """
         if self._classes is None:
@@ -316,18 +318,23 @@ class BlockDiffusionDrafter:
         return lazy
 
     def _beta_class_sums(self, topic: int, tab: _ClassTable) -> np.ndarray:
-        """``S[d, c] = sum_{b in c} w[b]^beta_d`` for rows with ``beta_d != 1`` (else NaN)."""
+        """``S[d, c] = sum_{b in c} (w[b] / w_max[c])^beta_d`` for rows with ``beta_d != 1``.
+
+        Scaled by the class maximum so that every term is in ``(0, 1]`` and ``S`` in
+        ``[1, m]``: unscaled, ``w^beta`` underflows to 0 for large ``beta`` while the class
+        factor of ``Z_d`` overflows (inf * 0 = NaN). Rows with ``beta_d = 1`` hold NaN (unused).
+        """
         sums = self._sharpen_sums.get(topic)
         if sums is not None:
             self._sharpen_sums.move_to_end(topic)
             return sums
         sums = np.full((self.depth, tab.pi.shape[0]), np.nan)
-        log_w = None
+        log_ratio = None
         for d in np.flatnonzero(self.beta != 1.0):
-            if log_w is None:
-                with np.errstate(divide="ignore"):
-                    log_w = np.log(tab.w)
-            sums[d] = np.bincount(self._cls_of, weights=np.exp(self.beta[d] * log_w),
+            if log_ratio is None:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    log_ratio = np.log(tab.w) - np.log(tab.w_max)[self._cls_of]  # <= 0
+            sums[d] = np.bincount(self._cls_of, weights=np.exp(self.beta[d] * log_ratio),
                                   minlength=tab.pi.shape[0])
         sums.flags.writeable = False
         self._sharpen_sums[topic] = sums
@@ -413,8 +420,9 @@ class ClassLogMarginals(LazyLogMarginals):
     :meth:`dense`, so the three agree bit for bit. ``q_d`` is a non-decreasing function of
     ``mu_d``, so a row's ``k`` best tokens lie in the classes whose best member
     ``w_max[c] h_d[c]`` is among the ``k`` best class maxima: :meth:`top` ranks those ``k m``
-    tokens, and falls back to the full row only when a token outside them could tie the
-    ``k``-th value (junk-floor rows with fewer than ``k`` tokens above ``j_d / V``).
+    tokens. When a token outside them could tie the ``k``-th value (junk-floor rows with fewer
+    than ``k`` tokens above ``j_d / V``), an exact tie is filled with the smallest tied token
+    ids, scanning the vocabulary in id order; a near tie (a few ulps) ranks the whole row.
 
     Parameters
     ----------
@@ -458,14 +466,20 @@ class ClassLogMarginals(LazyLogMarginals):
         return v
 
     def _sharpen_norm(self, row: int) -> tuple[float, float]:
-        """``(m_d, Z_d)`` of a row with ``beta_d != 1``."""
+        """``(m_d, Z_d)`` of a row with ``beta_d != 1``.
+
+        ``Z_d = sum_c exp(beta_d log v_c - m_d) S[d, c]`` with ``v_c = h_d[c] w_max[c]`` the
+        class maximum of ``mu_d``: every exponent is ``<= 0`` and ``S`` is in ``[1, m]``, so
+        neither factor overflows whatever ``beta_d``.
+        """
         mz = self._norm.get(row)
         if mz is None:
             beta = self._beta[row]
+            v = self._v(row)
             with np.errstate(divide="ignore"):
-                m = beta * np.log(self._v(row).max())
-                log_h = np.log(self._h[row])
-            z = float(np.dot(np.exp(beta * log_h - m), self._sums[row]))
+                log_v = np.log(v)
+            m = beta * log_v.max()
+            z = float(np.dot(np.exp(beta * log_v - m), self._sums[row]))
             mz = (m, z)
             self._norm[row] = mz
         return mz
