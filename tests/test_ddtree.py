@@ -145,3 +145,47 @@ def test_tiny_positive_log_probs_are_clamped():
     tree = ddtree(np.array([[1e-13, -1.0], [1e-13, -1.0]]), 2)
     assert all(tree.parent[v] < v for v in range(1, tree.n_nodes))
     assert tree.paths() == [(0,), (0, 0)]
+
+
+def _degenerate_log_q(rng, kind: str, L: int, V: int) -> np.ndarray:
+    if kind == "sparse":  # top-k-truncated rows: too few finite prefixes to certify a bound
+        lp = np.full((L, V), -np.inf)
+        for d in range(L):
+            f = int(rng.integers(1, 4))
+            lp[d, rng.choice(V, f, replace=False)] = np.log(rng.dirichlet(np.ones(f)))
+        return lp
+    # unnormalised rows with several exact zeros: scores tie across depths
+    lp = -rng.integers(0, 4, size=(L, V)).astype(float) * 0.5
+    lp[rng.random((L, V)) < 0.1] = -np.inf
+    lp[:, 0] = 0.0
+    return lp
+
+
+@pytest.mark.parametrize("kind", ["sparse", "zeros"])
+@pytest.mark.parametrize("seed", range(6))
+def test_levels_the_threshold_cannot_cut_are_trimmed_exactly(kind, seed, monkeypatch):
+    # Such inputs used to enumerate every prefix (memory blow-up at L = 15, B = 64); a level is
+    # now cut to its first B nodes in heap-key order. Exactness against the reference heap:
+    import importlib
+
+    module = importlib.import_module("treespec_sim.policies.ddtree")
+    calls = []
+    original = module._first_in_level
+    monkeypatch.setattr(module, "_first_in_level", lambda *a: calls.append(1) or original(*a))
+    rng = np.random.default_rng(seed)
+    lp = _degenerate_log_q(rng, kind, int(rng.integers(4, 7)), 24)
+    for budget in (17, 40):
+        tree = ddtree(lp, budget)
+        parent, token, depth, _ = ddtree_heap_reference(lp, budget)
+        assert tree.parent.tolist() == parent
+        assert tree.token[1:].tolist() == token[1:]
+        assert tree.depth.tolist() == depth
+    assert calls, "no level needed trimming; the test no longer covers it"
+
+
+def test_truncated_rows_at_full_depth_stay_cheap():
+    rng = np.random.default_rng(0)
+    lp = _degenerate_log_q(rng, "sparse", 15, 64)
+    tree = ddtree(lp, 512)  # enumerating every prefix would need ~64^15 nodes
+    parent, _, _, _ = ddtree_heap_reference(lp, 512)
+    assert tree.parent.tolist() == parent

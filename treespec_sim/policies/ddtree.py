@@ -300,6 +300,13 @@ def _enumerate_top(cand_tok: list[np.ndarray], cand_val: list[np.ndarray], budge
         starts = np.cumsum(n_children) - n_children
         ranks = np.arange(total) - np.repeat(starts, n_children)
         scores = frontier_scores[parents] + vals[ranks]
+        if total > 8 * budget + 64:
+            # The threshold could not cut this level: ties at t (or t = -inf, when too few
+            # finite-score prefixes exist). Keep the level's first B nodes in heap-key order;
+            # every other node has B same-level nodes ahead of it, and its descendants follow it.
+            keep = _first_in_level(scores, parents, ranks, level_parent, level_rank, budget)
+            scores, parents, ranks = scores[keep], parents[keep], ranks[keep]
+            total = scores.size
         level_scores.append(scores)
         level_parent.append(parents)
         level_rank.append(ranks)
@@ -317,6 +324,22 @@ def _enumerate_top(cand_tok: list[np.ndarray], cand_val: list[np.ndarray], budge
         expandable = scores >= t - _slack(t)
 
     return _select(level_scores, level_parent, level_rank, cand_tok, budget, t)
+
+
+def _first_in_level(scores: np.ndarray, parents: np.ndarray, ranks: np.ndarray,
+                    level_parent: list[np.ndarray], level_rank: list[np.ndarray], budget: int
+                    ) -> np.ndarray:
+    """Indices (ascending) of a level's ``budget`` first nodes by the key (-score, rank tuple)."""
+    depth = len(level_rank)  # the number of levels above this one
+    tuples = np.empty((scores.size, depth + 1), dtype=np.int64)
+    tuples[:, depth] = ranks
+    idx = parents
+    for lev in range(depth - 1, -1, -1):
+        tuples[:, lev] = level_rank[lev][idx]
+        if lev > 0:
+            idx = level_parent[lev][idx]
+    keys = [tuples[:, c] for c in range(depth, -1, -1)] + [-scores]
+    return np.sort(np.lexsort(keys)[:budget])
 
 
 def _child_counts(frontier_scores: np.ndarray, expandable: np.ndarray, neg_vals: np.ndarray,
