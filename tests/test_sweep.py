@@ -206,3 +206,23 @@ def test_cli_help_presets_and_errors(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.toml")])
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_failing_cell_stops_a_multi_worker_sweep(tmp_path, monkeypatch):
+    import multiprocessing
+
+    import treespec_sim.sweep as sweep_module
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the patched run_cell reaches the workers only when they are forked")
+    original = sweep_module.run_cell
+
+    def failing(cell, settings):
+        if cell.regime == "small" and cell.family == "verifiers":
+            raise RuntimeError(f"boom in {cell.key}")
+        return original(cell, settings)
+
+    monkeypatch.setattr(sweep_module, "run_cell", failing)
+    with pytest.raises(RuntimeError, match="boom in verifiers"):
+        run_plan(small_plan(), tmp_path, workers=2, progress=False, plot=False)
+    assert not (tmp_path / "results.csv").exists()  # no table from a failed sweep

@@ -372,9 +372,14 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = {pool.submit(_run_chunk, chunk, settings, save): chunk
                            for chunk in _chunks_by_regime(todo, workers)}
-                for fut in as_completed(futures):
-                    for cell, rows in zip(futures[fut], fut.result(), strict=True):
-                        finish(cell, rows)
+                try:
+                    for fut in as_completed(futures):
+                        for cell, rows in zip(futures[fut], fut.result(), strict=True):
+                            finish(cell, rows)
+                except BaseException:
+                    # Report a failed cell now, not after every queued chunk has run.
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         else:
             # Regime by regime (not plan order), so that each world's tables are built once
             # and the small world cache of treespec_sim.families suffices.
