@@ -298,8 +298,8 @@ class BlockDiffusionDrafter:
         ``h_1..h_L`` (``O(L (V / m) s)`` to build); its top-``k`` lists cost ``O(V / m + k m)``
         per depth (``O(V)`` for a row whose ``k``-th value is tied with tokens outside the ``k``
         best classes, or when ``2 k > V / m``) and its dense form equals :meth:`log_marginals`
-        exactly. Otherwise the dense
-        array wrapped in :class:`~treespec_sim.marginals.DenseLogMarginals`.
+        exactly. Otherwise the dense array wrapped in
+        :class:`~treespec_sim.marginals.DenseLogMarginals`.
         """
         if self._classes is None:
             return DenseLogMarginals(self.log_marginals(topic, last_token))
@@ -413,9 +413,12 @@ class ClassLogMarginals(LazyLogMarginals):
         \log q_d(b) = \log\Big((1 - j_d)\,
             \frac{\exp(\beta_d \log \mu_d(b) - m_d)}{Z_d} + \frac{j_d}{V}\Big),
         \quad m_d = \beta_d \log \max_b \mu_d(b),
-        \quad Z_d = \sum_c e^{\beta_d \log h_d[c] - m_d} \sum_{b \in c} w[b]^{\beta_d},
+        \quad Z_d = \sum_c e^{\beta_d \log v_d[c] - m_d}
+            \sum_{b \in c} (w[b] / w_{\max}[c])^{\beta_d},
 
-    (for ``beta_d = 1`` the sharpening is skipped: ``mu_d`` is already normalised). Every
+    with ``v_d[c] = h_d[c] w_max[c]`` the class maximum of ``mu_d`` (both factors of ``Z_d`` stay
+    in range for any ``beta_d``; for ``beta_d = 1`` the sharpening is skipped: ``mu_d`` is
+    already normalised). Every
     per-token operation is the same float operation in :meth:`values`, :meth:`top` and
     :meth:`dense`, so the three agree bit for bit. ``q_d`` is a non-decreasing function of
     ``mu_d``, so a row's ``k`` best tokens lie in the classes whose best member
@@ -437,7 +440,7 @@ class ClassLogMarginals(LazyLogMarginals):
     beta, junk : ndarray of float64, shape (L,)
         ``beta_d`` and ``j_d``.
     sharpen_sums : ndarray of float64, shape (L, V / m)
-        ``sum_{b in c} w[b]^beta_d`` for the rows with ``beta_d != 1``.
+        ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
     """
 
     def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
@@ -485,21 +488,8 @@ class ClassLogMarginals(LazyLogMarginals):
         return mz
 
     def _from_mu(self, row: int, mu: np.ndarray) -> np.ndarray:
-        """``log q_row`` from ``mu_row`` values (fresh array; the dense path's exact ops)."""
-        r = mu.copy()
-        if self._beta[row] != 1.0:
-            m, z = self._sharpen_norm(row)
-            with np.errstate(divide="ignore"):
-                np.log(r, out=r)
-            r *= self._beta[row]
-            r -= m
-            np.exp(r, out=r)
-            r /= z
-        r *= self._keep[row]
-        r += self._floor[row]
-        with np.errstate(divide="ignore"):
-            np.log(r, out=r)
-        return r
+        """``log q_row`` from ``mu_row`` values, float64 (n,): :meth:`_from_mu_rows` of one row."""
+        return self._from_mu_rows(mu[None, :], np.array([row]))[0]
 
     def _mu(self, row: int, tokens: np.ndarray) -> np.ndarray:
         return np.multiply(self._w[tokens], self._h[row][self._cls_of[tokens]])
@@ -524,7 +514,7 @@ class ClassLogMarginals(LazyLogMarginals):
             inside = v >= thr
             cls = np.flatnonzero(inside)
             toks = self._members[cls].ravel()
-            vals = self._from_mu(row, np.multiply(self._w[toks], np.repeat(self._h[row][cls], m)))
+            vals = self._from_mu(row, self._mu(row, toks))
             order = np.lexsort((toks, -vals))[:k]
             toks, vals = toks[order], vals[order]
             outside = v[~inside]
@@ -583,7 +573,7 @@ class ClassLogMarginals(LazyLogMarginals):
         inside = v >= thr[:, None]
         exact = inside.sum(axis=1) == k                             # no tie at the threshold
         if not exact.all():
-            v, inside, thr = v[exact], inside[exact], thr[exact]
+            v, inside = v[exact], inside[exact]
         rows = np.flatnonzero(exact)
         n = rows.size
         idx = np.nonzero(inside)[1].reshape(n, k)                   # (n, k) best classes
@@ -619,9 +609,6 @@ class ClassLogMarginals(LazyLogMarginals):
         with np.errstate(divide="ignore"):
             np.log(r, out=r)
         return r
-
-    def row_max(self) -> np.ndarray:
-        return np.array([self.top(i, 1)[1][0] for i in range(self.shape[0])])
 
     def _dense(self) -> np.ndarray:
         out = np.empty(self.shape)
