@@ -1,8 +1,9 @@
 """Benchmark: rounds per second per core for DDTree with exact expected length, and its split.
 
-One round = sample a fresh context (world) + the drafter's exact per-depth marginals (world) +
-``ddtree`` (tree building) + the target's edge probabilities and exact ``E[tau]`` with
-``follow`` (verification). Two paths, timed in the same run:
+One round = sample a fresh context (world) + one :func:`treespec_sim.engine.run_round` (DDTree,
+``sample=False``): the drafter's exact per-depth marginals (draft), ``ddtree`` and the loop's own
+bookkeeping (tree building), the target's rows and exact ``E[tau]`` with ``follow``
+(verification), each part as the round measures it. Two paths, timed in the same run:
 
 * ``ranked`` -- what the sweep does: ``world.draft_lazy`` computes only the drafter's class
   chain ``h_1..h_L``; ``ddtree`` reads per-depth top-``B`` lists from it (their cost counts as
@@ -28,16 +29,37 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim.families import DDTreeGrid
-from treespec_sim.policies import ddtree
+from treespec_sim.engine import run_round
+from treespec_sim.families import DDTreeGrid, world_for
 from treespec_sim.sweep import Plan, run_plan
 from treespec_sim.synth import make_world
-from treespec_sim.verify import expected_length
+
+
+class _ArrayBackend:
+    """The world without ``draft_lazy``: ``run_round`` then reads the dense ``(L, V)`` array."""
+
+    def __init__(self, world) -> None:
+        self._world = world
+        self.depth, self.vocab_size = world.depth, world.vocab_size
+
+    def sample_context(self, rng):
+        return self._world.sample_context(rng)
+
+    def advance(self, ctx, tokens):
+        return self._world.advance(ctx, tokens)
+
+    def draft(self, ctx):
+        return self._world.draft(ctx)
+
+    def target_oracle(self, ctx, tree, temperature):
+        return self._world.target_oracle(ctx, tree, temperature)
 
 
 def split(regime: str, vocab: int, budget: int, rounds: int, seed: int = 0,
           lazy: bool = True) -> dict:
+    """Median seconds of each part of a round, as :func:`run_round` measures them."""
     world = make_world(regime, seed=seed, vocab_size=vocab)
+    backend = world if lazy else _ArrayBackend(world)
     rng = np.random.default_rng(seed)
     # Warm every per-topic kernel cache (draft, T = 1 for contexts, T = 0 for the target):
     # a sweep builds each once per process, so a steady-state round does not pay for it.
@@ -47,15 +69,16 @@ def split(regime: str, vocab: int, budget: int, rounds: int, seed: int = 0,
         t0 = time.perf_counter()
         ctx = world.sample_context(rng)
         t1 = time.perf_counter()
-        log_q = world.draft_lazy(ctx) if lazy else world.draft(ctx)
+        rnd = run_round(backend, ctx, method="ddtree", budget=budget, rule="follow",
+                        temperature=0.0, rng=rng, sample=False)
         t2 = time.perf_counter()
-        tree = ddtree(log_q, budget, root_token=int(ctx.last_token))
+        rnd.expected_tau  # noqa: B018 -- exact E[tau] is part of verification
         t3 = time.perf_counter()
-        expected_length(tree, world.target_oracle(ctx, tree, 0.0), rule="follow")
-        t4 = time.perf_counter()
-        for k, a, b in (("context", t0, t1), ("draft", t1, t2), ("tree", t2, t3),
-                        ("verify", t3, t4)):
-            parts[k].append(b - a)
+        engine = (t2 - t1) - sum(rnd.timings.values())  # the loop's own bookkeeping
+        parts["context"].append(t1 - t0)
+        parts["draft"].append(rnd.timings["draft"])
+        parts["tree"].append(rnd.timings["build"] + engine)
+        parts["verify"].append(rnd.timings["verify"] + (t3 - t2))
     med = {k: float(np.median(v)) for k, v in parts.items()}
     total = sum(med.values())
     return {"vocab": vocab, "budget": budget, "rounds_per_s": 1.0 / total,
@@ -67,11 +90,9 @@ def scaling(rounds: int) -> dict:
     """Wall clock of one small sweep (8 DDTree cells on calibrated regimes) at 1 and 2 workers."""
     plan = Plan((DDTreeGrid(("math500", "gsm8k", "humaneval", "mt-bench"), budgets=(64, 512),
                             temperatures=(0.0, 1.0), rounds=rounds),))
-    from treespec_sim.families import _world
-
     walls = {}
     for workers in (1, 2):
-        _world.cache_clear()  # forked workers must not inherit a warm world
+        world_for.cache_clear()  # forked workers must not inherit a warm world
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             run_plan(plan, Path(tmp), workers=workers, progress=False, plot=False)

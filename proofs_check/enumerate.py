@@ -14,8 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from treespec_sim import DraftTree
+from treespec_sim.engine import run_round
 from treespec_sim.exits import exit_law
-from treespec_sim.policies import get_policy
+from treespec_sim.rows import dense_rows
 
 __all__ = [
     "ROUND_LAWS",
@@ -90,22 +91,29 @@ ROUND_LAWS: dict[str, RoundLaw] = {
 }
 
 
-def decode_law(world, ctx, *, policy: str, budget: int, round_law: RoundLaw,
+def decode_law(world, ctx, *, method, budget: int | None, round_law: RoundLaw,
                temperature: float, n_tokens: int) -> dict[tuple[int, ...], float]:
     """Exact law of the first ``n_tokens`` tokens of speculative decoding from ``ctx``.
 
-    Branches over every round outcome (each round: draft, build the tree, target rows, the
-    round's emission law), committing the emitted tokens and continuing until ``n_tokens``.
+    Branches over every round outcome, committing the emitted tokens and continuing until
+    ``n_tokens``. Each round's tree and target rows come from
+    :func:`treespec_sim.engine.run_round` (``sample=False``: the same loop the sweep runs), so
+    ``method`` is any deterministic registered method or a callable policy; ``round_law`` gives
+    the round's emission law on them.
     """
-    build = get_policy(policy)
     law: dict[tuple[int, ...], float] = defaultdict(float)
+    no_draws = np.random.default_rng(0)  # deterministic methods draw nothing
 
     def recurse(c, prefix: tuple[int, ...], prob: float) -> None:
         if len(prefix) >= n_tokens:
             law[prefix[:n_tokens]] += prob
             return
-        tree = build(world.draft(c), budget, root_token=int(c.last_token))
-        rows = world.target_rows(c, tree, temperature)
+        rnd = run_round(world, c, method=method, budget=budget, temperature=temperature,
+                        rng=no_draws, sample=False)
+        if rnd.draft.sampled:
+            raise ValueError(f"decode_law enumerates deterministic trees; {method!r} samples "
+                             "its tokens (use proofs_check.sampled)")
+        tree, rows = rnd.tree, dense_rows(rnd.rows)
         for emitted, p in round_law(tree, rows).items():
             if p > 0:
                 recurse(world.advance(c, emitted), prefix + emitted, prob * p)

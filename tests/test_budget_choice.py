@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from treespec_sim.cost import RooflineCost, get_cost_model
-from treespec_sim.experiments.budget_choice import collect, evaluate
+from treespec_sim.experiments.budget_choice import chosen_budgets, collect, evaluate
 from treespec_sim.policies import caddtree, ddtree
 from treespec_sim.synth import make_world
 from treespec_sim.verify import expected_length
@@ -12,7 +12,7 @@ from treespec_sim.verify import expected_length
 
 @pytest.fixture(scope="module")
 def curves():
-    return collect("small", rounds=12, max_budget=64, rounds_per_sequence=4, seed=1)
+    return collect(make_world("small", seed=1), regime="small", rounds=12, max_budget=64, rounds_per_sequence=4, seed=1)
 
 
 def test_curves_match_the_verifier_on_rebuilt_trees():
@@ -20,7 +20,7 @@ def test_curves_match_the_verifier_on_rebuilt_trees():
     world = make_world("small", seed=1)
     rng = np.random.default_rng([1, 7])
     ctx = world.sample_context(rng)
-    c = collect("small", rounds=2, max_budget=40, rounds_per_sequence=2, seed=1)
+    c = collect(world, regime="small", rounds=2, max_budget=40, rounds_per_sequence=2, seed=1)
     log_q = world.draft(ctx)
     for b in (0, 3, 17, 40):
         tree = ddtree(log_q, b, root_token=int(ctx.last_token))
@@ -43,14 +43,12 @@ def test_adaptive_rules_match_the_policies(curves):
 
 
 def test_caddtree_budget_in_experiment_equals_policy():
-    from treespec_sim.experiments.budget_choice import _chosen_budgets
-
     world = make_world("small", seed=2)
     rng = np.random.default_rng([2, 7])  # the experiment's own stream: same first context
     ctx = world.sample_context(rng)
     cost = RooflineCost(0.01, 1e-4, 4, 3e-3, 1e-3)
-    c = collect("small", rounds=2, max_budget=30, rounds_per_sequence=2, seed=2)
-    _, picks = _chosen_budgets(c, cost, 0)
+    c = collect(world, regime="small", rounds=2, max_budget=30, rounds_per_sequence=2, seed=2)
+    _, picks = chosen_budgets(c, cost, 0)
     tree = caddtree(world.draft(ctx), draft_cost=cost.draft_cost(0),
                     verify_cost=lambda n: cost.verify_cost(n, 0), max_budget=30)
     assert 0 < tree.size < 30  # the cost makes the choice non-trivial

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from treespec_sim.engine import decode, run_round, run_rounds, summarize
+from treespec_sim.engine import RoundRecord, decode, run_round, run_rounds, summarize
 from treespec_sim.surrogate import surrogate_length
 from treespec_sim.synth import Context, make_world
 
@@ -14,8 +14,9 @@ def world():
 
 def test_round_record_is_consistent(world):
     ctx = Context(2, 5)
-    rec, out = run_round(world, ctx, policy="ddtree", budget=32, rule="follow",
-                         temperature=1.0, rng=np.random.default_rng(0))
+    rnd = run_round(world, ctx, method="ddtree", budget=32, rule="follow",
+                    temperature=1.0, rng=np.random.default_rng(0))
+    rec, out = RoundRecord.of(rnd), rnd.outcome
     assert rec.tree_size == 32
     assert abs(rec.expected_tau - (1 + rec.coverage)) < 1e-12  # saturated verifier
     assert abs(sum(rec.exit_by_depth) - 1) < 1e-12 and abs(sum(rec.exit_by_cause) - 1) < 1e-12
@@ -27,9 +28,9 @@ def test_round_record_is_consistent(world):
 
 
 def test_decode_is_reproducible_and_commits_rounds(world):
-    a = decode(world, Context(1, 9), policy="ddtree", budget=16, rule="tev", temperature=0.7,
+    a = decode(world, Context(1, 9), method="ddtree", budget=16, rule="tev", temperature=0.7,
                n_tokens=40, rng=np.random.default_rng(5))
-    b = decode(world, Context(1, 9), policy="ddtree", budget=16, rule="tev", temperature=0.7,
+    b = decode(world, Context(1, 9), method="ddtree", budget=16, rule="tev", temperature=0.7,
                n_tokens=40, rng=np.random.default_rng(5))
     assert np.array_equal(a.tokens, b.tokens) and len(a.tokens) == 40
     assert sum(r.sampled_tau for r in a.records) >= 40
@@ -37,14 +38,14 @@ def test_decode_is_reproducible_and_commits_rounds(world):
 
 def test_greedy_decode_equals_target_greedy(world):
     ctx = Context(0, 11)
-    got = decode(world, ctx, policy="ddtree", budget=16, rule="follow", temperature=0.0,
+    got = decode(world, ctx, method="ddtree", budget=16, rule="follow", temperature=0.0,
                  n_tokens=30, rng=np.random.default_rng(0)).tokens
     want = world.target_sample(ctx, 30, np.random.default_rng(1), 0.0)
     assert np.array_equal(got, want)
 
 
 def test_summary_ci_brackets_mean_and_sampled_ci_covers_exact_mean(world):
-    seqs = run_rounds(world, policy="chain", budget=15, rule="follow", temperature=1.0,
+    seqs = run_rounds(world, method="chain", budget=15, rule="follow", temperature=1.0,
                       rounds=40, rng=np.random.default_rng(3), rounds_per_sequence=1)
     s = summarize(seqs)
     assert s.rounds == 40 and s.sequences == 40
@@ -54,18 +55,19 @@ def test_summary_ci_brackets_mean_and_sampled_ci_covers_exact_mean(world):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"temperature": -1.0}, "temperature"),
-    ({"rule": "nope"}, "unknown rule"),
+    ({"rule": "nope"}, "rule 'nope' is not lossless for method 'ddtree'"),
+    ({"rule": "rrsw"}, "rule 'rrsw' is not lossless for method 'ddtree'"),
     ({"rounds": 0}, "rounds"),
 ])
 def test_engine_bad_input(world, kwargs, match):
-    args = {"policy": "ddtree", "budget": 4, "rule": "follow", "temperature": 1.0,
+    args = {"method": "ddtree", "budget": 4, "rule": "follow", "temperature": 1.0,
             "rounds": 2, "rng": np.random.default_rng(0)}
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         run_rounds(world, **args)
 
 
-def test_unknown_policy(world):
-    with pytest.raises(ValueError, match="unknown policy 'bfs'; known policies: chain, ddtree"):
-        run_round(world, Context(0, 0), policy="bfs", budget=4, rule="follow",
+def test_unknown_method(world):
+    with pytest.raises(ValueError, match="unknown method 'bfs'; known methods: chain, ddtree"):
+        run_round(world, Context(0, 0), method="bfs", budget=4, rule="follow",
                   temperature=1.0, rng=np.random.default_rng(0))

@@ -30,7 +30,7 @@ FALSE_ALARM = 1e-3  # per chi-square test; seeds are fixed, so the outcome is de
 def test_decode_law_equals_target_law_tiny(policy, budget, rule, temperature):
     world = make_world("tiny", seed=1)
     for ctx in (Context(0, 0), Context(1, 2)):
-        got = decode_law(world, ctx, policy=policy, budget=budget,
+        got = decode_law(world, ctx, method=policy, budget=budget,
                          round_law=ROUND_LAWS[rule], temperature=temperature, n_tokens=4)
         want = target_law(world, ctx, temperature=temperature, n_tokens=4)
         assert abs(sum(got.values()) - 1) < EXACT_TOL
@@ -40,7 +40,7 @@ def test_decode_law_equals_target_law_tiny(policy, budget, rule, temperature):
 def test_decode_law_small_vocabulary():
     world = make_world("small", seed=0)
     ctx = Context(1, 3)
-    got = decode_law(world, ctx, policy="ddtree", budget=6, round_law=exit_round_law,
+    got = decode_law(world, ctx, method="ddtree", budget=6, round_law=exit_round_law,
                      temperature=1.0, n_tokens=3)
     assert max_law_gap(got, target_law(world, ctx, temperature=1.0, n_tokens=3)) < EXACT_TOL
 
@@ -53,7 +53,7 @@ def test_buggy_round_law_is_caught():
     def buggy(tree, rows):
         return exit_round_law(tree, rows, residual=False)
 
-    got = decode_law(world, ctx, policy="ddtree", budget=5, round_law=buggy,
+    got = decode_law(world, ctx, method="ddtree", budget=5, round_law=buggy,
                      temperature=1.0, n_tokens=4)
     assert max_law_gap(got, target_law(world, ctx, temperature=1.0, n_tokens=4)) > 1e-3
 
@@ -79,7 +79,7 @@ def _pair_test_pvalue(rule: str, n: int = 3000) -> float:
     rng = np.random.default_rng(2024)
     counts = np.zeros((64, 64))
     for _ in range(n):
-        toks = decode(world, ctx, policy="ddtree", budget=16, rule=rule, temperature=1.0,
+        toks = decode(world, ctx, method="ddtree", budget=16, rule=rule, temperature=1.0,
                       n_tokens=3, rng=rng).tokens
         counts[toks[1], toks[2]] += 1
     p = world.target_kernel(ctx.topic, 1.0).dense()

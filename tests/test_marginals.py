@@ -16,7 +16,7 @@ from proofs_check.reference import ddtree_heap_reference
 from proofs_check.strategies import log_q_arrays
 from treespec_sim.marginals import DenseLogMarginals, LazyLogMarginals
 from treespec_sim.policies import chain, ddtree
-from treespec_sim.policies.caddtree import _pop_probabilities
+from treespec_sim.policies import path_probabilities
 from treespec_sim.policies.ddtree import kth_largest, ranked_candidates
 from treespec_sim.synth import get_regime, make_world
 from treespec_sim.synth.drafter import ClassLogMarginals
@@ -123,8 +123,8 @@ def test_class_marginals_equal_the_dense_drafter_bit_for_bit(ranked_always, regi
             b = ddtree(world.draft_lazy(ctx), budget, root_token=ctx.last_token)
             assert a.parent.tolist() == b.parent.tolist()
             assert a.token.tolist() == b.token.tolist()
-            np.testing.assert_array_equal(_pop_probabilities(b, world.draft_lazy(ctx)),
-                                          _pop_probabilities(a, dense))
+            np.testing.assert_array_equal(path_probabilities(b, world.draft_lazy(ctx)),
+                                          path_probabilities(a, dense))
 
 
 def test_junk_floor_ties_are_filled_in_token_order(ranked_always, monkeypatch):

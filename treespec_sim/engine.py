@@ -1,35 +1,57 @@
-r"""The simulation engine: one round, many rounds, and whole decoded sequences.
+r"""The round loop: every number treespec reports comes from :func:`run_round`.
 
-A round is: the drafter reads the context and returns ``log_q`` (L, V); a policy builds a
-:class:`~treespec_sim.DraftTree`; the target oracle gives the rows; the verifier samples an
-:class:`~treespec_sim.verify.Outcome`. Alongside the sample, every round records the exact
-quantities of its fixed tree (exact :math:`E[\tau]`, coverage, the surrogate, the lost-mass
-decomposition), so Monte Carlo is spent only on what must be sampled: the contexts.
+A round is one idea::
 
-Rounds come from decoding: a sequence starts at a fresh context and every round commits its
-accepted tokens plus the bonus, so contexts follow the target's own law, as in real decoding.
+    backend.draft(ctx) ──► log_q (L, V)            drafter marginals (+ conditional proposals)
+          │
+    METHODS[method].build ──► Draft (tree + proposal rows if its tokens were drawn)
+          │
+    backend.target_oracle(ctx, tree, T) ──► lazy target rows
+          │
+    verify(...) ──► Outcome (sampled)        expected_length / exits / coverage (exact, lazy)
+          │
+    cost model ──► seconds ──► tokens per second;     backend.commit(ctx, outcome) ──► next ctx
+
+:func:`run_round` does it once and returns a :class:`Round`, whose exact quantities (exact
+:math:`E[\tau]` under any lossless rule, coverage, the exit decomposition, the surrogate) are
+computed on first use, so a caller pays only for what it reads. :func:`run_rounds` and
+:func:`decode` are the sequences of rounds on top of it: fresh contexts, decoded sequences, or
+contexts the caller chose. Every sweep family, the calibration, the real-model decoder and the
+losslessness tests run their rounds here.
+
+A *backend* is anything with the :class:`Backend` methods: the synthetic
+:class:`~treespec_sim.synth.World`, the real-model backend of ``real_models``, or a user's own
+drafter and target (``docs/usage.md``, "Bring your own drafter and target").
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .exits import EXIT_CAUSES, exit_decomposition
-from .policies import get_policy
-from .surrogate import surrogate_length
-from .verify import RULES, expected_length, verify
+from .cost import DEFAULT_CONTEXT_LENGTH, round_time
+from .exits import EXIT_CAUSES, ExitDecomposition, decompose_from_edges, edge_probabilities
+from .methods import DraftRequest, Method, check_temperature, get_method, resolve_rule
+from .policies import prefix_tree
+from .policies.draft import Draft
+from .stats import MeanCI, mean_ci
+from .surrogate import path_probabilities
+from .tree import DraftTree
+from .verify import expected_length, verify
 from .verify.outcome import Outcome
 
 __all__ = [
+    "Backend",
     "DecodeResult",
+    "MeanCI",
+    "Round",
     "RoundRecord",
     "RoundsSummary",
-    "WorldLike",
     "decode",
     "run_round",
     "run_rounds",
@@ -37,83 +59,410 @@ __all__ = [
 ]
 
 
-class WorldLike(Protocol):
-    """What the engine needs from a backend (a synthetic world, or later a real model)."""
+@runtime_checkable
+class Backend(Protocol):
+    """What :func:`run_round` needs from a drafter and a target.
+
+    Required
+    --------
+    depth : int
+        The drafter's block depth ``L`` (deepest drafted level).
+    vocab_size : int
+    sample_context(rng) -> ctx
+        A fresh context (the start of a decoded sequence).
+    advance(ctx, tokens) -> ctx
+        The context after committing ``tokens``.
+    draft(ctx) -> log_q
+        The drafter's log-marginals, float (L, V) (or a
+        :class:`~treespec_sim.marginals.LazyLogMarginals`).
+    target_oracle(ctx, tree, temperature) -> rows
+        Target rows for ``tree``: row ``v`` is the target's law (at ``temperature``) after the
+        path to node ``v``; an ``(n+1, V)`` array or an object with ``row(v)`` and
+        ``edge_probs(tree)`` (:class:`~treespec_sim.rows.TargetOracle`).
+
+    Optional (used when present)
+    ----------------------------
+    draft_lazy(ctx)
+        Ranked marginals that tree builders read without materialising ``(L, V)``.
+    draft_conditional(ctx, depth, parent_token) -> (V,)
+        A corrected proposal given a sampled parent (``*-corrected`` and Tsubame fills).
+    commit(ctx, outcome) -> ctx
+        Replaces ``advance(ctx, outcome.tokens)`` when committing needs the accepted node ids
+        (a real model compacts its KV cache to the accepted path).
+    context_length(ctx) -> int
+        Where a latency model is read (default: the model's own default).
+    clock() -> float
+        Seconds, synchronised with the device (default :func:`time.perf_counter`).
+    """
 
     depth: int
     vocab_size: int
 
-    def sample_context(self, rng: np.random.Generator): ...
+    def sample_context(self, rng: np.random.Generator) -> Any: ...
 
-    def advance(self, ctx, tokens: Sequence[int]): ...
+    def advance(self, ctx: Any, tokens: Sequence[int]) -> Any: ...
 
-    def draft(self, ctx) -> np.ndarray: ...
+    def draft(self, ctx: Any) -> Any: ...
 
-    def target_oracle(self, ctx, tree, temperature: float): ...
+    def target_oracle(self, ctx: Any, tree: DraftTree, temperature: float) -> Any: ...
 
 
-@dataclass(frozen=True)
-class RoundRecord:
-    """Exact and sampled facts about one round.
+#: Stages of a round's measured time, in order.
+STAGES = ("draft", "build", "verify", "decide", "commit")
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    r"""One round: the draft, the target rows, the sampled outcome and (lazily) exact facts.
 
     Attributes
     ----------
-    tree_size : int
-        Non-root nodes drafted (the budget actually used).
-    expected_tau : float
-        Exact :math:`E[\\tau]` of this round's fixed tree under the verifier.
-    sampled_tau : int
-        Tokens committed in the sampled outcome.
-    coverage : float
-        :math:`C_p(T)`.
-    surrogate : float
-        The drafter's own estimate :math:`1 + \\sum_u q(u)`.
-    exit_by_depth : tuple of float
-        Exit mass per depth ``0..L``.
-    exit_by_cause : tuple of float
-        Exit mass per cause, in :data:`treespec_sim.exits.EXIT_CAUSES` order.
+    method : str
+        Registered name (or the callable's name).
+    rule : str
+        The verification rule.
+    temperature : float
+    draft : Draft
+        The tree and, for sampled methods, the proposal rows it was drawn from.
+    log_q : ndarray (L, V) or LazyLogMarginals
+        The drafter's marginals this round.
+    rows : target oracle or None
+        The target rows of :attr:`tree` (None for a prefix round, which reads :attr:`edges`).
+    depth_limit : int
+        The drafter's depth ``L`` (leaves there exit by ``depth_cap``).
+    outcome : Outcome or None
+        The sampled verification (None when the caller asked for exact facts only).
+    cost_s : float or None
+        Modelled seconds of the round, :math:`C_d + C_v(n + 1)`, when a latency model was given.
+    timings : mapping
+        Measured seconds per stage of :data:`STAGES` (what ran).
+    """
+
+    method: str
+    rule: str
+    temperature: float
+    draft: Draft
+    log_q: Any
+    rows: Any
+    depth_limit: int
+    outcome: Outcome | None = None
+    cost_s: float | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    edges_given: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ the draft
+    @property
+    def tree(self) -> DraftTree:
+        return self.draft.tree
+
+    @property
+    def proposal(self) -> np.ndarray | None:
+        return self.draft.proposal
+
+    @property
+    def tree_size(self) -> int:
+        return self.draft.tree.size
+
+    @property
+    def sampled_tau(self) -> int:
+        """Tokens committed by the sampled outcome."""
+        if self.outcome is None:
+            raise ValueError("this round was run with sample=False: no sampled outcome")
+        return self.outcome.tau
+
+    # ------------------------------------------------------------------ exact facts
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """Target probability of each node's token given its parent's path (n+1,)."""
+        if self.edges_given is not None:
+            return self.edges_given
+        return edge_probabilities(self.tree, self.rows)
+
+    @cached_property
+    def exits(self) -> ExitDecomposition:
+        """Lost target mass by depth and cause (:func:`treespec_sim.exits.exit_decomposition`)."""
+        return decompose_from_edges(self.tree, self.edges, depth_limit=self.depth_limit)
+
+    @property
+    def coverage(self) -> float:
+        r""":math:`C_p(T) = \sum_{u \ne root} P(u)`."""
+        return self.exits.coverage
+
+    @cached_property
+    def path_probabilities(self) -> np.ndarray:
+        """The drafter's probability of each non-root node's path, in node order (n,)."""
+        return path_probabilities(self.tree, self.log_q)
+
+    @property
+    def surrogate(self) -> float:
+        r"""The drafter's own estimate :math:`1 + \sum_u q(u)`."""
+        return float(1.0 + self.path_probabilities.sum())
+
+    @cached_property
+    def expected_tau(self) -> float:
+        r"""Exact :math:`E[\tau]` of this tree under :attr:`rule` (over the verifier's coins)."""
+        return self.expected_tau_under(self.rule)
+
+    def expected_tau_under(self, rule: str) -> float:
+        """Exact :math:`E[\\tau]` under another rule that is lossless for these draws."""
+        cache = self.__dict__.setdefault("_tau_by_rule", {})
+        if rule not in cache:
+            self.draft.check_rule(rule, target_temperature=self.temperature)
+            if self.rows is None:  # a prefix round: predraw-and-follow from its edges
+                if rule != "follow":
+                    raise ValueError(f"a nested-budget round knows only rule 'follow'; got "
+                                     f"{rule!r}")
+                cache[rule] = 1.0 + self.coverage
+            else:
+                cache[rule] = expected_length(self.tree, self.rows, rule=rule,
+                                              proposal=self.proposal)
+        return cache[rule]
+
+    # ------------------------------------------------------------------ nested budgets
+    def at_budget(self, budget: int) -> Round:
+        """The round of the same method at a smaller ``budget``, exactly, without rebuilding.
+
+        Valid for nested methods (DDTree: the tree of budget ``B`` is the first ``B`` pops of
+        the tree at any larger budget) and rule ``follow``; the target edge probabilities are
+        a prefix of this round's, so exact :math:`E[\\tau]`, coverage and the exit law come out
+        as if the tree had been built at ``budget``.
+        """
+        if self.draft.sampled:
+            raise ValueError("at_budget needs a deterministic nested tree")
+        tree = prefix_tree(self.tree, int(budget))
+        return Round(self.method, self.rule, self.temperature, Draft(tree), self.log_q, None,
+                     self.depth_limit, None, None, {}, self.edges[: tree.n_nodes])
+
+    @property
+    def tau_curve(self) -> np.ndarray:
+        r"""Exact ``follow`` :math:`E[\tau]` at every budget ``0..n`` of a nested tree:
+        :math:`1 + \sum_{i \le B} P(v_i)`."""
+        reach = self.exits_reach
+        return 1.0 + np.concatenate([[0.0], np.cumsum(reach[1:])])
+
+    @property
+    def surrogate_curve(self) -> np.ndarray:
+        r"""The surrogate :math:`N(B) = 1 + \sum_{i \le B} q(v_i)` at every budget ``0..n``."""
+        return 1.0 + np.concatenate([[0.0], np.cumsum(self.path_probabilities)])
+
+    @cached_property
+    def exits_reach(self) -> np.ndarray:
+        """Reach probabilities :math:`P(v)`, float64 (n+1,)."""
+        from_edges = np.ones(self.tree.n_nodes)
+        for nodes in self.tree.levels[1:]:
+            from_edges[nodes] = from_edges[self.tree.parent[nodes]] * self.edges[nodes]
+        return from_edges
+
+
+@dataclass(frozen=True)
+class _CallablePolicy:
+    """A user's callable ``fn(log_q, budget, *, root_token) -> DraftTree | Draft``."""
+
+    fn: Callable
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", "custom")
+
+
+def _resolve(method) -> tuple[Method | _CallablePolicy, str, str]:
+    if callable(method) and not isinstance(method, str):
+        policy = _CallablePolicy(method)
+        return policy, "", policy.name
+    m, param = get_method(method)
+    return m, param, method
+
+
+def _clock_of(backend) -> Callable[[], float]:
+    return getattr(backend, "clock", time.perf_counter)
+
+
+def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
+              rule: str | None = None, temperature: float = 0.0,
+              rng: np.random.Generator, sample: bool = True, cost=None,
+              nested: bool = False, options: Mapping[str, Any] | None = None) -> Round:
+    """Draft, build, (optionally) verify once: THE round of treespec.
+
+    Parameters
+    ----------
+    backend : Backend
+        A synthetic :class:`~treespec_sim.synth.World`, a real-model backend, or your own.
+    ctx
+        The backend's context (from ``sample_context``, ``advance`` or ``commit``).
+    method : str or callable
+        A registered name (:data:`treespec_sim.methods.METHODS`, e.g. ``"ddtree"``,
+        ``"tsubame"``, ``"sampled-tree[2x4]"``), or a callable
+        ``fn(log_q, budget, *, root_token) -> DraftTree | Draft``.
+    budget : int, optional
+        Tree nodes, root excluded (the maximum for cost-aware methods; ignored by chains).
+    rule : str, optional
+        Verification rule; default the method's first lossless rule at ``temperature``
+        (:func:`treespec_sim.methods.resolve_rule`). A rule that is not lossless for the
+        method's draws is refused.
+    temperature : float
+        The target's sampling temperature (``0`` is greedy).
+    rng : numpy.random.Generator
+        Draws of sampled methods, then the verifier's coins.
+    sample : bool
+        Sample the outcome (needed to commit and continue); ``False`` computes exact facts only
+        and leaves ``rng`` untouched by the verifier.
+    cost : latency model, optional
+        Read by cost-aware methods and for :attr:`Round.cost_s`.
+    nested : bool
+        Build a nested method's tree once at ``budget`` so :meth:`Round.at_budget`,
+        :attr:`Round.tau_curve` and :attr:`Round.surrogate_curve` give every smaller budget
+        exactly (rule ``follow``; the method must be nested).
+    options : mapping, optional
+        Method-specific extras (``{"lam": ...}`` for ``longrun``).
+
+    Returns
+    -------
+    Round
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    t = check_temperature(temperature)
+    spec, param, name = _resolve(method)
+    if isinstance(spec, Method):
+        rule = resolve_rule(spec, rule, t)
+        if nested and not spec.nested:
+            raise ValueError(f"nested=True needs a nested method (DDTree); {name!r} is not")
+        if nested and rule != "follow":
+            raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
+    elif rule is None:
+        rule = "follow"
+    clock = _clock_of(backend)
+    timings: dict[str, float] = {}
+    t0 = clock()
+    draft_lazy = getattr(backend, "draft_lazy", None)
+    log_q = draft_lazy(ctx) if draft_lazy is not None else backend.draft(ctx)
+    t1 = clock()
+    timings["draft"] = t1 - t0
+    ell = backend.context_length(ctx) if hasattr(backend, "context_length") else None
+    if isinstance(spec, Method):
+        conditional = None
+        if hasattr(backend, "draft_conditional"):
+            def conditional(depth: int, parent_token: int) -> np.ndarray:
+                return backend.draft_conditional(ctx, depth, parent_token)
+        req = DraftRequest(log_q=log_q, budget=budget, temperature=t, rule=rule,
+                           root_token=int(getattr(ctx, "last_token", -1)), rng=rng,
+                           conditional=conditional, cost=cost, context_length=ell,
+                           param=param, options=dict(options or {}))
+        draft = spec.build(req)
+    else:
+        built = spec.fn(log_q, budget, root_token=int(getattr(ctx, "last_token", -1)))
+        draft = built if isinstance(built, Draft) else Draft(built)
+    draft.check_rule(rule, target_temperature=t)
+    t2 = clock()
+    timings["build"] = t2 - t1
+    rows = backend.target_oracle(ctx, draft.tree, t)
+    t3 = clock()
+    timings["verify"] = t3 - t2
+    outcome = None
+    if sample:
+        outcome = verify(draft.tree, rows, rule=rule, rng=rng, proposal=draft.proposal)
+        timings["decide"] = clock() - t3
+    cost_s = None
+    if cost is not None:
+        cost_s = float(round_time(cost, draft.tree.size,
+                                  DEFAULT_CONTEXT_LENGTH if ell is None else ell))
+    return Round(name, rule, t, draft, log_q, rows, int(backend.depth), outcome, cost_s,
+                 timings)
+
+
+def commit(backend: Backend, ctx, rnd: Round) -> Any:
+    """The context after ``rnd``'s sampled outcome (``backend.commit`` or ``advance``)."""
+    if rnd.outcome is None:
+        raise ValueError("commit needs a round run with sample=True")
+    clock = _clock_of(backend)
+    t0 = clock()
+    if hasattr(backend, "commit"):
+        nxt = backend.commit(ctx, rnd.outcome)
+    else:
+        nxt = backend.advance(ctx, rnd.outcome.tokens)
+    rnd.timings["commit"] = clock() - t0  # type: ignore[index]
+    return nxt
+
+
+# ---------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class RoundRecord:
+    """The small summary of a round kept over many rounds (a :class:`Round` holds arrays).
+
+    Attributes
+    ----------
+    tree_size, expected_tau, sampled_tau, coverage, surrogate : number
+    exit_by_depth, exit_by_cause : tuple of float
+        Exit mass per depth ``0..L`` and per cause (:data:`~treespec_sim.exits.EXIT_CAUSES`).
+    cost_s : float or None
     """
 
     tree_size: int
     expected_tau: float
-    sampled_tau: int
+    sampled_tau: int | None
     coverage: float
     surrogate: float
     exit_by_depth: tuple[float, ...]
     exit_by_cause: tuple[float, ...]
+    cost_s: float | None = None
+
+    @classmethod
+    def of(cls, rnd: Round) -> RoundRecord:
+        decomp = rnd.exits
+        return cls(
+            tree_size=rnd.tree_size,
+            expected_tau=rnd.expected_tau,
+            sampled_tau=None if rnd.outcome is None else rnd.outcome.tau,
+            coverage=decomp.coverage,
+            surrogate=rnd.surrogate,
+            exit_by_depth=tuple(float(x) for x in decomp.by_depth),
+            exit_by_cause=tuple(float(x) for x in decomp.by_depth_cause.sum(axis=0)),
+            cost_s=rnd.cost_s,
+        )
 
 
-def _check_temperature(temperature: float) -> float:
-    t = float(temperature)
-    if not (t >= 0.0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
-    return t
+def run_rounds(backend: Backend, *, rng: np.random.Generator, rounds: int | None = None,
+               contexts: Sequence | None = None, rounds_per_sequence: int = 1,
+               context_rng: np.random.Generator | None = None,
+               record: Callable[[Round], Any] = RoundRecord.of, **round_args
+               ) -> list[list[Any]]:
+    """Rounds grouped into sequences; ``record(round)`` is kept for each.
 
+    Either ``rounds`` rounds from fresh contexts (``backend.sample_context(context_rng or
+    rng)``), in decoded sequences of ``rounds_per_sequence`` (each round commits its sampled
+    outcome; ``1`` means every round starts from a fresh context), or one round on each of the
+    caller's ``contexts``. Sequences are the unit of independence for intervals.
 
-def _check_rule(rule: str) -> None:
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; known rules: {', '.join(sorted(RULES))}")
-
-
-def run_round(world: WorldLike, ctx, *, policy: str, budget: int, rule: str,
-              temperature: float, rng: np.random.Generator) -> tuple[RoundRecord, Outcome]:
-    """Draft, build, verify once; return the round's record and sampled outcome."""
-    build = get_policy(policy)
-    log_q = world.draft(ctx)
-    tree = build(log_q, budget, root_token=int(ctx.last_token))
-    oracle = world.target_oracle(ctx, tree, temperature)
-    outcome = verify(tree, oracle, rule=rule, rng=rng)
-    decomp = exit_decomposition(tree, oracle, depth_limit=world.depth)
-    record = RoundRecord(
-        tree_size=tree.size,
-        expected_tau=expected_length(tree, oracle, rule=rule),
-        sampled_tau=outcome.tau,
-        coverage=decomp.coverage,
-        surrogate=surrogate_length(tree, log_q),
-        exit_by_depth=tuple(float(x) for x in decomp.by_depth),
-        exit_by_cause=tuple(float(x) for x in decomp.by_depth_cause.sum(axis=0)),
-    )
-    return record, outcome
+    ``round_args`` go to :func:`run_round` (``method``, ``budget``, ``rule``, ``temperature``,
+    ``sample``, ``cost``, ``nested``, ``options``).
+    """
+    if (rounds is None) == (contexts is None):
+        raise ValueError("give exactly one of rounds= (fresh contexts) or contexts=")
+    if contexts is not None:
+        return [[record(run_round(backend, c, rng=rng, **round_args))] for c in contexts]
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
+    if (isinstance(rounds_per_sequence, bool) or not isinstance(rounds_per_sequence, int)
+            or rounds_per_sequence < 1):
+        raise ValueError(f"rounds_per_sequence must be an integer >= 1; "
+                         f"got {rounds_per_sequence!r}")
+    ctx_rng = rng if context_rng is None else context_rng
+    decoded = rounds_per_sequence > 1
+    if decoded and not round_args.get("sample", True):
+        raise ValueError("decoded sequences (rounds_per_sequence > 1) need sample=True")
+    sequences: list[list[Any]] = []
+    done = 0
+    while done < rounds:
+        ctx = backend.sample_context(ctx_rng)
+        seq: list[Any] = []
+        for i in range(min(rounds_per_sequence, rounds - done)):
+            rnd = run_round(backend, ctx, rng=rng, **round_args)
+            seq.append(record(rnd))
+            if i + 1 < rounds_per_sequence and done + len(seq) < rounds:
+                ctx = commit(backend, ctx, rnd)
+        sequences.append(seq)
+        done += len(seq)
+    return sequences
 
 
 @dataclass(frozen=True)
@@ -121,77 +470,41 @@ class DecodeResult:
     """A decoded sequence: emitted tokens (truncated to the request) and per-round records."""
 
     tokens: np.ndarray
-    records: tuple[RoundRecord, ...]
+    records: tuple[Any, ...]
 
 
-def decode(world: WorldLike, ctx, *, policy: str, budget: int, rule: str, temperature: float,
-           n_tokens: int, rng: np.random.Generator) -> DecodeResult:
+def decode(backend: Backend, ctx, *, n_tokens: int, rng: np.random.Generator,
+           record: Callable[[Round], Any] = RoundRecord.of, on_round=None,
+           **round_args) -> DecodeResult:
     """Speculatively decode ``n_tokens`` tokens from ``ctx`` (the last round is truncated).
 
     Every round commits its accepted path and bonus token; the next round drafts from the new
-    context. The emitted tokens follow the target's law exactly when the verifier is lossless.
+    context. The emitted tokens follow the target's law exactly when the rule is lossless for
+    the method's draws. ``on_round(round, ctx)``, if given, sees each round before its commit.
     """
-    temperature = _check_temperature(temperature)
-    _check_rule(rule)
-    if n_tokens < 0:
-        raise ValueError(f"n_tokens must be >= 0; got {n_tokens}")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int | np.integer) or n_tokens < 0:
+        raise ValueError(f"n_tokens must be an integer >= 0; got {n_tokens!r}")
     out: list[int] = []
-    records: list[RoundRecord] = []
+    records: list[Any] = []
     while len(out) < n_tokens:
-        record, outcome = run_round(world, ctx, policy=policy, budget=budget, rule=rule,
-                                    temperature=temperature, rng=rng)
-        records.append(record)
-        out.extend(outcome.tokens)
-        ctx = world.advance(ctx, outcome.tokens)
+        rnd = run_round(backend, ctx, rng=rng, sample=True, **round_args)
+        if on_round is not None:
+            on_round(rnd, ctx)
+        out.extend(rnd.outcome.tokens)
+        ctx = commit(backend, ctx, rnd)
+        records.append(record(rnd))
     return DecodeResult(np.asarray(out[:n_tokens], dtype=np.int64), tuple(records))
 
 
-def run_rounds(world: WorldLike, *, policy: str, budget: int, rule: str, temperature: float,
-               rounds: int, rng: np.random.Generator, rounds_per_sequence: int = 16
-               ) -> list[list[RoundRecord]]:
-    """Run ``rounds`` rounds, grouped into decoded sequences of ``rounds_per_sequence``.
-
-    Returns one list of records per sequence (the unit of independence for confidence
-    intervals: rounds within a sequence share context).
-    """
-    temperature = _check_temperature(temperature)
-    _check_rule(rule)
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1; got {rounds}")
-    if rounds_per_sequence < 1:
-        raise ValueError(f"rounds_per_sequence must be >= 1; got {rounds_per_sequence}")
-    sequences: list[list[RoundRecord]] = []
-    done = 0
-    while done < rounds:
-        ctx = world.sample_context(rng)
-        seq: list[RoundRecord] = []
-        for _ in range(min(rounds_per_sequence, rounds - done)):
-            record, outcome = run_round(world, ctx, policy=policy, budget=budget, rule=rule,
-                                        temperature=temperature, rng=rng)
-            seq.append(record)
-            ctx = world.advance(ctx, outcome.tokens)
-        sequences.append(seq)
-        done += len(seq)
-    return sequences
-
-
-@dataclass(frozen=True)
-class MeanCI:
-    """A mean with a two-sided confidence interval."""
-
-    mean: float
-    low: float
-    high: float
-
-
+# ---------------------------------------------------------------------------- summary
 @dataclass(frozen=True)
 class RoundsSummary:
-    """Means over rounds, with confidence intervals over sequences (batch means)."""
+    """Means over rounds, with confidence intervals over sequences (:mod:`treespec_sim.stats`)."""
 
     rounds: int
     sequences: int
     expected_tau: MeanCI
-    sampled_tau: MeanCI
+    sampled_tau: MeanCI | None
     tree_size: float
     coverage: float
     surrogate: float
@@ -199,42 +512,26 @@ class RoundsSummary:
     exit_by_depth: tuple[float, ...]
 
 
-def _mean_ci(batches: list[np.ndarray], level: float) -> MeanCI:
-    """Mean of all values; CI from the t distribution over per-sequence means."""
-    from scipy import stats
-
-    values = np.concatenate(batches)
-    mean = float(values.mean())
-    if len(batches) < 2:
-        return MeanCI(mean, math.nan, math.nan)
-    # Weight sequences equally only when equally long; otherwise use the ratio estimator's
-    # batch variance around the pooled mean.
-    sizes = np.array([b.size for b in batches], dtype=np.float64)
-    sums = np.array([b.sum() for b in batches])
-    k = len(batches)
-    resid = sums - mean * sizes
-    se = math.sqrt(float((resid ** 2).sum()) / (k - 1) / k) / sizes.mean()
-    half = float(stats.t.ppf(0.5 + level / 2, k - 1)) * se
-    return MeanCI(mean, mean - half, mean + half)
-
-
 def summarize(sequences: list[list[RoundRecord]], *, level: float = 0.95) -> RoundsSummary:
-    """Aggregate :func:`run_rounds` output; intervals treat sequences as independent."""
+    """Aggregate :func:`run_rounds` records; intervals treat sequences as independent."""
     if not sequences or not all(sequences):
         raise ValueError("sequences must be a non-empty list of non-empty record lists")
     flat = [r for seq in sequences for r in seq]
 
-    def batches(field: str) -> list[np.ndarray]:
-        return [np.array([getattr(r, field) for r in seq], dtype=np.float64)
+    def batches(name: str) -> list[np.ndarray]:
+        return [np.array([getattr(r, name) for r in seq], dtype=np.float64)
                 for seq in sequences]
 
+    sampled = None
+    if all(r.sampled_tau is not None for r in flat):
+        sampled = mean_ci(batches("sampled_tau"), level=level)
     by_cause = np.mean([r.exit_by_cause for r in flat], axis=0)
     by_depth = np.mean([r.exit_by_depth for r in flat], axis=0)
     return RoundsSummary(
         rounds=len(flat),
         sequences=len(sequences),
-        expected_tau=_mean_ci(batches("expected_tau"), level),
-        sampled_tau=_mean_ci(batches("sampled_tau"), level),
+        expected_tau=mean_ci(batches("expected_tau"), level=level),
+        sampled_tau=sampled,
         tree_size=float(np.mean([r.tree_size for r in flat])),
         coverage=float(np.mean([r.coverage for r in flat])),
         surrogate=float(np.mean([r.surrogate for r in flat])),

@@ -30,7 +30,9 @@ __all__ = [
     "EXIT_CAUSES",
     "ExitDecomposition",
     "coverage",
+    "decompose_from_edges",
     "edge_probabilities",
+    "exit_from_edges",
     "exit_decomposition",
     "exit_law",
     "reach_from_edges",
@@ -77,8 +79,8 @@ def reach_probabilities(tree: DraftTree, target_rows) -> np.ndarray:
     return reach_from_edges(tree, edge_probabilities(tree, target_rows))
 
 
-def _exit_from_edges(tree: DraftTree, edges: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def exit_from_edges(tree: DraftTree, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(reach, exit law)`` from edge probabilities (:func:`edge_probabilities`)."""
     reach = reach_from_edges(tree, edges)
     child_mass = np.bincount(tree.parent[1:], weights=edges[1:], minlength=tree.n_nodes)
     # Clamp rounding: a fully covered node has residual mass exactly 0, never negative.
@@ -92,7 +94,7 @@ def exit_law(tree: DraftTree, target_rows) -> np.ndarray:
     :math:`w(v)` is the probability that a target continuation's longest in-tree prefix ends at
     ``v`` (TEV, Lemma 1).
     """
-    return _exit_from_edges(tree, edge_probabilities(tree, target_rows))[1]
+    return exit_from_edges(tree, edge_probabilities(tree, target_rows))[1]
 
 
 def coverage(tree: DraftTree, target_rows) -> float:
@@ -151,8 +153,18 @@ def exit_decomposition(tree: DraftTree, target_rows, *, depth_limit: int | None 
     if depth_limit is not None and depth_limit < tree.max_depth:
         raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
                          f"{tree.max_depth}")
-    edges = edge_probabilities(tree, target_rows)
-    reach, w = _exit_from_edges(tree, edges)
+    return decompose_from_edges(tree, edge_probabilities(tree, target_rows),
+                                depth_limit=depth_limit)
+
+
+def decompose_from_edges(tree: DraftTree, edges: np.ndarray, *, depth_limit: int | None = None
+                         ) -> ExitDecomposition:
+    """:func:`exit_decomposition` from the tree's edge probabilities (e.g. a prefix of a
+    larger nested tree's edges)."""
+    if depth_limit is not None and depth_limit < tree.max_depth:
+        raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
+                         f"{tree.max_depth}")
+    reach, w = exit_from_edges(tree, edges)
     leaf = tree.is_leaf()
     cause = np.zeros(tree.n_nodes, dtype=np.int64)  # 0 = uncovered (inner node)
     cause[leaf] = 1

@@ -35,8 +35,19 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["COLUMNS", "FAMILIES", "CaDDTreeGrid", "Cell", "DDTreeGrid", "StochasticGrid",
-           "VerifierGrid", "run_cell"]
+from .cost import get_cost_model, round_time
+from .engine import Round, run_round
+from .exits import EXIT_CAUSES
+from .experiments import budget_choice, stochastic, verifier_gain
+from .methods import get_method
+from .policies import k_ary_shape
+from .stats import mean_ci, throughput
+from .synth import REGIMES, make_world
+from .verify import RULES
+
+__all__ = ["COLUMNS", "FAMILIES", "CaDDTreeGrid", "Cell", "DDTreeGrid", "RunSettings",
+           "StochasticGrid", "VerifierGrid", "cell_rng", "run_cell", "throughput_columns",
+           "world_for"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
@@ -75,8 +86,6 @@ class Cell:
 
 # --------------------------------------------------------------------------------- grids
 def _check_regimes(regimes: tuple[str, ...], family: str) -> None:
-    from .synth import REGIMES
-
     if not regimes:
         raise ValueError(f"{family}.regimes must name at least one regime")
     for name in regimes:
@@ -123,8 +132,6 @@ class DDTreeGrid:
             if m not in ("chain", "ddtree", "dynamic"):
                 raise ValueError(f"ddtree.methods: unknown method {m!r}; known: chain, ddtree, "
                                  "dynamic")
-        from .verify import RULES
-
         if self.rule not in ("follow", "tev"):
             raise ValueError(f"ddtree.rule must be 'follow' or 'tev' (deterministic trees); "
                              f"got {self.rule!r}; known rules: {', '.join(sorted(RULES))}")
@@ -156,8 +163,6 @@ class CaDDTreeGrid:
         _check_regimes(self.regimes, self.family)
         _check_temperatures(self.temperatures, self.family)
         _check_rounds(self.rounds, self.family)
-        from .cost import get_cost_model
-
         for c in self.cost_models:
             try:
                 get_cost_model(c)
@@ -180,26 +185,24 @@ class StochasticGrid:
     drafters: tuple[str, ...] = ("corrected",)
     temperatures: tuple[float, ...] = (0.0, 0.6, 1.0)
     budgets: tuple[int, ...] = (64,)
-    methods: tuple[str, ...] = ("chain", "ddtree", "sampled-chain", "sampled-chain-corrected",
-                                "tsubame-rrs", "tsubame-rrsw", "tsubame-univer")
+    methods: tuple[str, ...] = stochastic.DEFAULT_METHODS
     rounds: int = 32
     vocab: int = 4096
 
     def __post_init__(self) -> None:
-        from .experiments.stochastic import DRAFTERS, METHODS
-
         for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
                            ("budgets", int), ("methods", str)):
             object.__setattr__(self, name, _tuple(getattr(self, name), cast))
         _check_regimes(self.regimes, self.family)
         for d in self.drafters:
-            if d not in DRAFTERS:
+            if d not in stochastic.DRAFTERS:
                 raise ValueError(f"stochastic.drafters: unknown drafter {d!r}; known: "
-                                 f"{', '.join(DRAFTERS)}")
+                                 f"{', '.join(stochastic.DRAFTERS)}")
         for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"stochastic.methods: unknown method {m!r}; known: "
-                                 f"{', '.join(METHODS)}")
+            try:
+                get_method(m)
+            except ValueError as exc:
+                raise ValueError(f"stochastic.methods: {exc}") from None
         _check_temperatures(self.temperatures, self.family)
         _check_budgets(self.budgets, self.family)
         _check_rounds(self.rounds, self.family)
@@ -208,9 +211,7 @@ class StochasticGrid:
                              f"got {self.vocab!r}")
 
     def cells(self) -> list[Cell]:
-        from .experiments.stochastic import METHODS
-
-        fixed = any(not METHODS[m][1] for m in self.methods)
+        fixed = any(not get_method(m)[0].uses_budget for m in self.methods)
         out = []
         for r in self.regimes:
             for d in self.drafters:
@@ -243,8 +244,6 @@ class VerifierGrid:
                 raise ValueError(f"verifiers.shapes: {s!r} is not WIDTHxDEPTH (e.g. '2x4')")
 
     def cells(self) -> list[Cell]:
-        from .experiments.verifier_gain import k_ary_shape
-
         out = []
         for r in self.regimes:
             for t in self.temperatures:
@@ -259,19 +258,18 @@ FAMILIES = {g.family: g for g in (DDTreeGrid, CaDDTreeGrid, StochasticGrid, Veri
 
 # ------------------------------------------------------------------------------ running
 @functools.lru_cache(maxsize=6)  # worlds at V = 32768 hold ~0.5 GB of per-topic kernels each
-def _world(regime: str, seed: int, vocab: int | None = None, drafter: str | None = None):
-    from .synth import make_world
-
+def world_for(regime: str, seed: int, vocab: int | None = None, drafter: str | None = None):
+    """The (cached) world of a cell: ``make_world(regime, seed)``, or the regime with a
+    stochastic-family drafter variant and an optional vocabulary cap."""
     if drafter is not None:
-        from .experiments.stochastic import drafter_spec
-
-        spec = drafter_spec(regime, drafter)
+        spec = stochastic.drafter_spec(regime, drafter)
         cap = vocab if vocab and vocab < spec.vocab_size else None
         return make_world(spec, seed=seed, vocab_size=cap)
     return make_world(regime, seed=seed)
 
 
-def _cell_rng(seed: int, cell: Cell) -> np.random.Generator:
+def cell_rng(seed: int, cell: Cell) -> np.random.Generator:
+    """The ``ddtree`` family's generator: ``default_rng([seed, crc32(cell.key)])``."""
     return np.random.default_rng([seed, zlib.crc32(cell.key.encode())])
 
 
@@ -302,136 +300,123 @@ def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
     return rows
 
 
-def _throughput(taus: np.ndarray, sizes: np.ndarray, cost_name: str) -> dict:
-    from .cost import get_cost_model
+@dataclass
+class _Tally:
+    """Per-round facts of one (method, budget) label of the ddtree family."""
 
-    cost = get_cost_model(cost_name)
-    seconds = cost.draft_cost() + np.asarray(cost.verify_cost(sizes + 1), dtype=np.float64)
-    thr = float(taus.sum() / seconds.sum())
-    return {"cost_model": cost_name, "round_time_s": float(seconds.mean()),
-            "throughput_tok_s": thr, "speedup_vs_ar": thr * float(cost.verify_cost(1))}
+    tau: list = field(default_factory=list)
+    size: list = field(default_factory=list)
+    cov: list = field(default_factory=list)
+    lost: list = field(default_factory=list)
+    by_depth: list = field(default_factory=list)
+
+    def add(self, rnd: Round) -> None:
+        decomp = rnd.exits
+        self.tau.append(rnd.expected_tau)
+        self.size.append(rnd.tree_size)
+        self.cov.append(decomp.coverage)
+        self.lost.append(decomp.by_depth_cause.sum(axis=0))
+        self.by_depth.append(decomp.by_depth)
 
 
 def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
-    """Every budget from one tree per context: DDTree's trees are nested, so the tree at the
-    largest budget gives each smaller budget's exact E[tau], coverage and exit law (a prefix of
-    its nodes and of its target edge probabilities)."""
-    from .exits import EXIT_CAUSES, _exit_from_edges, edge_probabilities
-    from .policies import chain as chain_policy
-    from .policies import ddtree
-    from .policies.caddtree import prefix_tree
-    from .policies.dynamic import dynamic_tree
-    from .verify import expected_length
-
+    """Every budget from one tree per context: DDTree's trees are nested, so the round at the
+    largest budget gives each smaller budget's exact E[tau], coverage and exit law
+    (:meth:`treespec_sim.engine.Round.at_budget`)."""
     g: DDTreeGrid = cell.grid
-    world = _world(cell.regime, settings.seed)
-    rng = _cell_rng(settings.seed, cell)
+    world = world_for(cell.regime, settings.seed)
+    rng = cell_rng(settings.seed, cell)
     budgets = sorted(g.budgets)
     labels = ([("chain", 0)] if "chain" in g.methods else []) \
         + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
-    n = g.rounds
-    tau = {k: np.empty(n) for k in labels}
-    size = {k: np.empty(n) for k in labels}
-    cov = {k: np.empty(n) for k in labels}
-    lost = {k: np.zeros((n, len(EXIT_CAUSES))) for k in labels}
-    depth_loss = {k: np.zeros((n, world.depth + 1)) for k in labels}
-
-    def record(key, i, tree, edges):
-        reach, w = _exit_from_edges(tree, edges)
-        leaf = tree.is_leaf()
-        cause = np.where(leaf, np.where(tree.depth == world.depth, 2, 1), 0)
-        np.add.at(lost[key][i], cause, w)
-        np.add.at(depth_loss[key][i], tree.depth, w)
-        cov[key][i] = float(reach[1:].sum())
-        size[key][i] = tree.size
-
-    for i in range(n):
+    tally = {k: _Tally() for k in labels}
+    common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
+    for _ in range(g.rounds):
         ctx = world.sample_context(rng)
-        # Ranked lazily (per-depth top-B lists); dynamic_tree materialises it if asked for.
-        log_q = world.draft_lazy(ctx)
-        root = int(ctx.last_token)
         if "ddtree" in g.methods:
-            big = ddtree(log_q, budgets[-1], root_token=root)
-            oracle = world.target_oracle(ctx, big, cell.temperature)
-            edges = edge_probabilities(big, oracle)
-            for b in budgets:
-                tree = prefix_tree(big, b)
-                record(("ddtree", b), i, tree, edges[: tree.n_nodes])
-                # follow at any T: E[tau] = 1 + coverage (checked in tests against the verifier)
-                tau[("ddtree", b)][i] = 1.0 + cov[("ddtree", b)][i]
-        others = ([("chain", 0, chain_policy(log_q, root_token=root))]
-                  if "chain" in g.methods else [])
+            if g.rule == "follow":
+                big = run_round(world, ctx, method="ddtree", budget=budgets[-1], nested=True,
+                                **common)
+                for b in budgets:
+                    tally[("ddtree", b)].add(big.at_budget(b))
+            else:  # nested rounds know 'follow' only: rebuild at every budget
+                for b in budgets:
+                    tally[("ddtree", b)].add(run_round(world, ctx, method="ddtree", budget=b,
+                                                       **common))
+        if "chain" in g.methods:
+            tally[("chain", 0)].add(run_round(world, ctx, method="chain", **common))
         if "dynamic" in g.methods:
-            others += [("dynamic", b, dynamic_tree(log_q, b, root_token=root)) for b in budgets]
-        for m, b, tree in others:
-            oracle = world.target_oracle(ctx, tree, cell.temperature)
-            record((m, b), i, tree, edge_probabilities(tree, oracle))
-            tau[(m, b)][i] = expected_length(tree, oracle, rule=g.rule)
+            for b in budgets:
+                tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
+                                                    **common))
+    cost = get_cost_model(settings.cost_model)
     rows = []
-    for key in labels:
-        m, b = key
-        t = tau[key]
-        half = 1.96 * t.std(ddof=1) / math.sqrt(n)
-        causes = dict(zip(EXIT_CAUSES, lost[key].mean(axis=0).tolist(), strict=True))
+    for (m, b), t in tally.items():
+        tau, size = np.array(t.tau), np.array(t.size, dtype=np.float64)
+        ci = mean_ci(tau)
+        causes = dict(zip(EXIT_CAUSES, np.mean(t.lost, axis=0).tolist(), strict=True))
         rows.append({
-            "regime": cell.regime, "method": m, "verifier": "follow",
+            "regime": cell.regime, "method": m, "verifier": g.rule,
             "temperature": cell.temperature, "budget": world.depth if m == "chain" else b,
-            "rounds": n, "tau_mean": float(t.mean()), "tau_ci_low": float(t.mean() - half),
-            "tau_ci_high": float(t.mean() + half), "tree_size_mean": float(size[key].mean()),
-            "coverage_mean": float(cov[key].mean()),
+            "rounds": g.rounds, "tau_mean": ci.mean, "tau_ci_low": ci.low,
+            "tau_ci_high": ci.high, "tree_size_mean": float(size.mean()),
+            "coverage_mean": float(np.mean(t.cov)),
             "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
             "lost_depth_cap": causes["depth_cap"],
-            "exit_by_depth": depth_loss[key].mean(axis=0).tolist(),
-            **_throughput(t, size[key], settings.cost_model),
+            "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
+            **throughput_columns(tau, size, cost, settings.cost_model),
         })
     return rows
 
 
-def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
-    from .cost import get_cost_model
-    from .experiments.budget_choice import collect, evaluate, result_rows
+def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:
+    """The throughput columns of a row: modelled round time, tokens/s, speedup over AR."""
+    seconds = np.asarray(round_time(cost, sizes), dtype=np.float64)
+    thr = throughput(taus, seconds)
+    return {"cost_model": cost_name, "round_time_s": float(seconds.mean()),
+            "throughput_tok_s": thr, "speedup_vs_ar": thr * float(cost.verify_cost(1))}
 
+
+def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     g: CaDDTreeGrid = cell.grid
-    curves = collect(cell.regime, rounds=g.rounds, temperature=cell.temperature,
-                     max_budget=g.max_budget, seed=settings.seed,
-                     world=_world(cell.regime, settings.seed))
+    curves = budget_choice.collect(world_for(cell.regime, settings.seed), regime=cell.regime,
+                                   rounds=g.rounds, temperature=cell.temperature,
+                                   max_budget=g.max_budget, seed=settings.seed)
     rows = []
     for name in g.cost_models:
-        results = evaluate(curves, get_cost_model(name), context_length=g.context_length,
-                           seed=settings.seed)
-        rows += result_rows(results, temperature=cell.temperature, max_budget=g.max_budget,
-                            rounds=g.rounds)
+        results = budget_choice.evaluate(curves, get_cost_model(name),
+                                         context_length=g.context_length, seed=settings.seed)
+        rows += budget_choice.result_rows(results, temperature=cell.temperature,
+                                          max_budget=g.max_budget, rounds=g.rounds)
     return rows
 
 
 def _run_stochastic(cell: Cell, settings: RunSettings) -> list[dict]:
-    from .experiments.stochastic import METHODS
-    from .experiments.stochastic import run_cell as stochastic_cell
-
     g: StochasticGrid = cell.grid
-    methods = tuple(m for m in g.methods if METHODS[m][1] == (cell.budget > 0))
-    world = _world(cell.regime, settings.seed, g.vocab or None, cell.option)
-    rows = stochastic_cell(world, regime=cell.regime, drafter=cell.option,
-                           temperature=cell.temperature, budget=cell.budget, methods=methods,
-                           rounds=g.rounds, seed=settings.seed, cost_name=settings.cost_model)
+    methods = tuple(m for m in g.methods
+                    if get_method(m)[0].uses_budget == (cell.budget > 0))
+    world = world_for(cell.regime, settings.seed, g.vocab or None, cell.option)
+    rows = stochastic.run_cell(world, regime=cell.regime, drafter=cell.option,
+                               temperature=cell.temperature, budget=cell.budget,
+                               methods=methods, rounds=g.rounds, seed=settings.seed,
+                               cost_name=settings.cost_model)
     for r in rows:
         r.pop("wall_s", None)
     return rows
 
 
 def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
-    from .experiments.verifier_gain import ARMS, measure
-
     g: VerifierGrid = cell.grid
     width, depth = (int(x) for x in cell.option.split("x"))
-    res = measure(cell.regime, width, depth, temperature=cell.temperature, rounds=g.rounds,
-                  seed=settings.seed, world=_world(cell.regime, settings.seed))
+    res = verifier_gain.measure(world_for(cell.regime, settings.seed), regime=cell.regime,
+                                width=width, depth=depth, temperature=cell.temperature,
+                                rounds=g.rounds, seed=settings.seed)
     rows = []
-    for label, scheme, rule in ARMS:
+    for label, method, rule in verifier_gain.ARMS:
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
         rows.append({
             "regime": cell.regime, "method": f"sampled-tree[{cell.option}]"
-            + ("+greedy" if scheme == "greedy" else ""), "verifier": rule,
+            + ("+greedy" if method == "greedy-tree" else ""), "verifier": rule,
             "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
             "tau_mean": res.mean[label], "tree_size_mean": float(res.budget),
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],

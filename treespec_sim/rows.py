@@ -25,7 +25,8 @@ import numpy as np
 
 from .tree import DraftTree
 
-__all__ = ["ROW_SUM_TOL", "ArrayOracle", "TargetOracle", "as_oracle", "check_distribution_rows"]
+__all__ = ["ROW_SUM_TOL", "ArrayOracle", "TargetOracle", "as_oracle", "check_distribution_rows",
+           "dense_rows"]
 
 #: Tolerance on |sum(row) - 1| for rows handed to the simulator (float64 inputs).
 ROW_SUM_TOL = 1e-9
@@ -105,3 +106,13 @@ def as_oracle(target_rows, tree: DraftTree) -> TargetOracle:
                              f"{tree.n_nodes} nodes (root included)")
         return target_rows
     return ArrayOracle(target_rows, tree)
+
+
+def dense_rows(target_rows) -> np.ndarray:
+    """The ``(n+1, V)`` float64 array of target rows (an array, or an oracle's ``row(v)``)."""
+    if isinstance(target_rows, np.ndarray):
+        return np.asarray(target_rows, dtype=np.float64)
+    if isinstance(target_rows, ArrayOracle):
+        return target_rows.rows
+    return np.stack([np.asarray(target_rows.row(v), dtype=np.float64)
+                     for v in range(target_rows.shape[0])])

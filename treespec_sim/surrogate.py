@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .policies import path_probabilities
 from .policies._validate import check_log_q
 from .tree import DraftTree
 
-__all__ = ["path_log_scores", "surrogate_length"]
+__all__ = ["path_log_scores", "path_probabilities", "surrogate_length"]
 
 
 def path_log_scores(tree: DraftTree, log_q) -> np.ndarray:

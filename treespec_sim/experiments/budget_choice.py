@@ -25,33 +25,28 @@ renewal-reward ratio :math:`\sum \tau / \sum D` (tokens per second). The rules:
     Dinkelbach's rule :math:`q(v_{B+1}) > \lambda \Delta_{B+1}` with :math:`\lambda` the running
     throughput of the rule's own expected tokens (:class:`~treespec_sim.policies.LongRunPolicy`).
 
-Every rule is evaluated on the same rounds (paired); intervals are 95% percentile-bootstrap
-intervals over decoded sequences (the unit of independence).
+Every rule is evaluated on the same rounds (paired); intervals follow
+:mod:`treespec_sim.stats`: percentile-bootstrap intervals of throughput ratios and t-intervals
+of :math:`\tau`, both over decoded sequences (the unit of independence).
 
-``python -m treespec_sim.experiments.budget_choice [--rounds N] [--regimes ...] [--costs ...]``
+The rounds come from :func:`treespec_sim.engine.run_rounds` (DDTree, ``nested=True``); this
+module is the ``caddtree`` family of the sweep (``python -m treespec_sim.sweep --preset
+caddtree``).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model
-from ..exits import reach_from_edges
-from ..policies.caddtree import (
-    LongRunPolicy,
-    _pop_probabilities,
-    first_non_increase,
-)
-from ..policies.ddtree import ddtree
-from ..verify import verify
+from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel
+from ..engine import Round, run_rounds
+from ..policies import LongRunPolicy, first_non_increase
+from ..stats import mean_ci, paired_bootstrap
 
 __all__ = ["BUDGET_GRID", "DEFAULT_CONTEXT_LENGTH", "RoundCurves", "RuleResult", "collect",
-           "evaluate", "main", "result_rows", "results_table", "run"]
+           "chosen_budgets", "evaluate", "result_rows", "results_table"]
 
 #: Fixed budgets compared (and the grid the oracle chooses from).
 BUDGET_GRID = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -78,41 +73,36 @@ class RoundCurves:
         return self.tau.shape[1] - 1
 
 
-def collect(regime: str, *, rounds: int, temperature: float = 0.0, max_budget: int = 1024,
-            rounds_per_sequence: int = 8, seed: int = 0, world=None) -> RoundCurves:
-    """Decode ``rounds`` rounds of ``regime`` and record every budget's exact curves.
+def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
+            max_budget: int = 1024, rounds_per_sequence: int = 8, seed: int = 0
+            ) -> RoundCurves:
+    """Decode ``rounds`` rounds on ``world`` and record every budget's exact curves.
 
-    ``world`` (optional) is ``make_world(regime, seed=seed)`` built (and cached) by the caller.
+    One :func:`~treespec_sim.engine.run_round` per round (DDTree at ``max_budget``,
+    ``nested=True``); each round commits its sampled ``follow`` outcome so the next context
+    follows the target's law. Contexts and outcomes draw from ``default_rng([seed, 7])``.
     """
-    from ..synth import make_world
-
     if rounds < 2:
         raise ValueError(f"rounds must be >= 2; got {rounds}")
-    if world is None:
-        world = make_world(regime, seed=seed)
-    rng = np.random.default_rng([seed, 7])
     width = max_budget + 1
+
+    def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
+        return rnd.surrogate_curve, rnd.tau_curve
+
+    sequences = run_rounds(world, rng=np.random.default_rng([seed, 7]), rounds=rounds,
+                           rounds_per_sequence=rounds_per_sequence, method="ddtree",
+                           budget=max_budget, rule="follow", temperature=temperature,
+                           nested=True, record=curves)
     surrogate = np.empty((rounds, width))
     tau = np.empty((rounds, width))
     sequence = np.empty(rounds, dtype=np.int64)
     r = 0
-    while r < rounds:
-        ctx = world.sample_context(rng)
-        for _ in range(min(rounds_per_sequence, rounds - r)):
-            log_q = world.draft_lazy(ctx)  # ranked, never materialised in word-class worlds
-            tree = ddtree(log_q, max_budget, root_token=int(ctx.last_token))
-            oracle = world.target_oracle(ctx, tree, temperature)
-            reach = reach_from_edges(tree, oracle.edge_probs(tree))
-            n = tree.size
-            q = _pop_probabilities(tree, log_q)
-            surrogate[r, : n + 1] = 1.0 + np.concatenate([[0.0], np.cumsum(q)])
-            tau[r, : n + 1] = 1.0 + np.concatenate([[0.0], np.cumsum(reach[1:])])
-            surrogate[r, n + 1:] = surrogate[r, n]
-            tau[r, n + 1:] = tau[r, n]
-            sequence[r] = r // rounds_per_sequence
-            # Commit a sampled outcome so the next round's context follows the target's law
-            outcome = verify(tree, oracle, rule="follow", rng=rng)
-            ctx = world.advance(ctx, outcome.tokens)
+    for s_id, seq in enumerate(sequences):
+        for sur, ta in seq:
+            n = sur.size  # rounds with fewer prefixes are padded with their last value
+            surrogate[r, :n], surrogate[r, n:] = sur, sur[-1]
+            tau[r, :n], tau[r, n:] = ta, ta[-1]
+            sequence[r] = s_id
             r += 1
     return RoundCurves(regime, float(temperature), surrogate, tau, sequence)
 
@@ -135,7 +125,7 @@ class RuleResult:
     vs_longrun: tuple[float, float, float]
 
 
-def _chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: float
+def chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: float
                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Round cost per budget and each adaptive rule's budget per round."""
     B = np.arange(curves.max_budget + 1)
@@ -157,24 +147,12 @@ def _chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: flo
     return round_cost, picks
 
 
-def _bootstrap_ratio(tokens: np.ndarray, seconds: np.ndarray, seq: np.ndarray,
-                     rng: np.random.Generator, n_boot: int = 2000) -> np.ndarray:
-    """Bootstrap replicates of sum(tokens)/sum(seconds) per column, resampling sequences."""
-    ids, inv = np.unique(seq, return_inverse=True)
-    tok = np.zeros((ids.size, tokens.shape[1]))
-    sec = np.zeros((ids.size, tokens.shape[1]))
-    np.add.at(tok, inv, tokens)
-    np.add.at(sec, inv, seconds)
-    draws = rng.integers(0, ids.size, size=(n_boot, ids.size))
-    return tok[draws].sum(axis=1) / sec[draws].sum(axis=1)
-
-
 def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
              DEFAULT_CONTEXT_LENGTH, grid: tuple[int, ...] = BUDGET_GRID, seed: int = 0
              ) -> list[RuleResult]:
     """Throughput of every fixed budget, the oracle budget and the adaptive rules."""
     grid = tuple(b for b in grid if b <= curves.max_budget)
-    round_cost, picks = _chosen_budgets(curves, cost, context_length)
+    round_cost, picks = chosen_budgets(curves, cost, context_length)
     rows = np.arange(curves.tau.shape[0])
     names = [f"ddtree@{b}" for b in grid] + list(ADAPTIVE)
     budgets = np.column_stack([np.full(rows.size, b) for b in grid]
@@ -188,16 +166,12 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
     tokens = np.column_stack([tokens, tokens[:, oracle_col]])
     seconds = np.column_stack([seconds, seconds[:, oracle_col]])
     point = tokens.sum(axis=0) / seconds.sum(axis=0)
-    boot = _bootstrap_ratio(tokens, seconds, curves.sequence, np.random.default_rng(seed))
+    boot = paired_bootstrap(tokens, seconds, units=curves.sequence,
+                            rng=np.random.default_rng(seed))
     i_oracle, i_longrun = len(names) - 1, names.index("longrun")
-    from scipy import stats
-
-    ids, inv = np.unique(curves.sequence, return_inverse=True)
-    per_seq = np.zeros((ids.size, tokens.shape[1]))
-    np.add.at(per_seq, inv, tokens)
-    per_seq /= np.bincount(inv)[:, None]
-    tau_half = (stats.t.ppf(0.975, max(ids.size - 1, 1)) * per_seq.std(axis=0, ddof=1)
-                / np.sqrt(ids.size)) if ids.size > 1 else np.full(tokens.shape[1], np.nan)
+    ids = np.unique(curves.sequence)
+    tau_ci = [mean_ci([tokens[curves.sequence == i, j] for i in ids])
+              for j in range(tokens.shape[1])]
     ar = 1.0 / float(cost.verify_cost(1, context_length))
     out = []
     for j, name in enumerate(names):
@@ -210,8 +184,7 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
         out.append(RuleResult(
             regime=curves.regime, cost_model=getattr(cost, "name", "custom"), method=name,
             budget_mean=float(budgets[:, j].mean()), tau_mean=float(tokens[:, j].mean()),
-            tau_ci=(float(tokens[:, j].mean() - tau_half[j]),
-                    float(tokens[:, j].mean() + tau_half[j])),
+            tau_ci=(tau_ci[j].low, tau_ci[j].high),
             round_time_s=float(seconds[:, j].mean()), throughput=float(point[j]),
             ci=(float(lo), float(hi)), speedup_vs_ar=float(point[j] / ar),
             vs_oracle=rel[0], vs_longrun=rel[1]))
@@ -259,108 +232,3 @@ def result_rows(results: list[RuleResult], *, temperature: float, max_budget: in
             "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun),
         })
     return rows
-
-
-def _cached_collect(regime: str, *, rounds: int, temperature: float, seed: int,
-                    out: Path | None, resume: bool) -> RoundCurves:
-    """:func:`collect`, saved atomically under ``out/curves`` and reused with ``resume``."""
-    if out is None:
-        return collect(regime, rounds=rounds, temperature=temperature, seed=seed)
-    path = out / "curves" / f"{regime}__T{temperature!r}__r{rounds}__s{seed}.npz"
-    if resume and path.exists():
-        with np.load(path) as z:
-            return RoundCurves(regime, temperature, z["surrogate"], z["tau"], z["sequence"])
-    curves = collect(regime, rounds=rounds, temperature=temperature, seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, surrogate=curves.surrogate, tau=curves.tau,
-                        sequence=curves.sequence)
-    tmp.replace(path)
-    return curves
-
-
-def run(regimes: list[str], costs: list[str], *, rounds: int, temperature: float,
-        seed: int, context_length: float, out: Path | None, resume: bool = False,
-        progress: bool = False) -> list[RuleResult]:
-    """Collect each regime once, evaluate every cost model; optionally write outputs.
-
-    With ``out``, each regime's round curves are saved as they finish; ``resume`` reuses them.
-    """
-    results: list[RuleResult] = []
-    notes = []
-    models = [get_cost_model(c) for c in costs]
-    for m in models:
-        note = getattr(m, "context_note", lambda _x: None)(context_length)
-        if note:
-            notes.append(note)
-    for regime in regimes:
-        if progress:
-            print(f"  {regime}: {rounds} rounds", flush=True)
-        curves = _cached_collect(regime, rounds=rounds, temperature=temperature, seed=seed,
-                                 out=out, resume=resume)
-        for m in models:
-            results.extend(evaluate(curves, m, context_length=context_length, seed=seed))
-    if out is not None:
-        import csv
-        import json
-
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "budget_choice.csv", "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["regime", "method", "verifier", "temperature", "budget", "cost_model",
-                        "rounds", "seed", "tau_mean", "round_time_s", "throughput_tok_s",
-                        "throughput_ci_low", "throughput_ci_high", "speedup_vs_ar",
-                        "vs_oracle", "vs_oracle_low", "vs_oracle_high"])
-            for r in results:
-                w.writerow([r.regime, r.method, "follow", temperature, f"{r.budget_mean:.4g}",
-                            r.cost_model, rounds, seed, f"{r.tau_mean:.6g}",
-                            f"{r.round_time_s:.6g}", f"{r.throughput:.6g}", f"{r.ci[0]:.6g}",
-                            f"{r.ci[1]:.6g}", f"{r.speedup_vs_ar:.6g}",
-                            *(f"{x:.6g}" for x in r.vs_oracle)])
-        (out / "budget_choice.md").write_text(
-            f"T = {temperature}, {rounds} rounds per regime, context length "
-            f"{context_length:g}, seed {seed}\n\n" + results_table(results) + "\n"
-            + "".join(f"\nNote: {n}\n" for n in notes))
-        (out / "budget_choice_record.json").write_text(json.dumps({
-            "regimes": regimes, "rounds": rounds, "temperature": temperature, "seed": seed,
-            "context_length": context_length, "notes": notes,
-            "cost_models": [m.to_dict() if not hasattr(m, "node_counts") else
-                            {"name": m.name, "provenance": m.provenance,
-                             "estimate": m.estimate} for m in models]}, indent=1))
-        from ..report import plot_throughput
-
-        plot_throughput(result_rows(results, temperature=temperature, max_budget=1024,
-                                    rounds=rounds), out / "throughput_vs_budget.png")
-    return results
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m treespec_sim.experiments.budget_choice",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--regimes", nargs="+", default=["low-entropy", "mid-entropy",
-                                                      "high-entropy"])
-    ap.add_argument("--costs", nargs="+",
-                    default=["a800-qwen3-8b", "h200-qwen3-8b", "tiled-illustrative"],
-                    help="latency presets or latency .json files")
-    ap.add_argument("--rounds", type=int, default=400)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--context-length", type=float, default=DEFAULT_CONTEXT_LENGTH)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--resume", action="store_true", help="reuse regimes finished in --out")
-    args = ap.parse_args(argv)
-    if args.resume and args.out is None:
-        ap.error("--resume needs --out")
-    try:
-        results = run(args.regimes, args.costs, rounds=args.rounds,
-                      temperature=args.temperature, seed=args.seed,
-                      context_length=args.context_length, out=args.out, resume=args.resume,
-                      progress=True)
-    except ValueError as exc:
-        ap.error(str(exc))
-    print(results_table(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

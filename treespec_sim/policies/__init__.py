@@ -1,47 +1,43 @@
 """Tree builders (policies): from drafter log-marginals to a :class:`~treespec_sim.DraftTree`.
 
-Every builder has the shape ``builder(log_q, budget, *, root_token) -> DraftTree`` when used
-through :func:`get_policy`, so the engine and the sweep can treat them alike.
+Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
+``exhaustive_budget_tree``, ``longrun_tree``) return a tree; sampled ones (``fill_tree``,
+``sampled_chain``, ``tsubame``, ``fill_shape``) return a :class:`Draft` (the tree with the
+proposal rows its tokens were drawn from). The one table of *methods* that the round loop, the
+sweep and the real-model decoder use, with each method's scheme and lossless rules, is
+:mod:`treespec_sim.methods`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..tree import DraftTree
 from .caddtree import (
     CaDDTreePolicy,
     LongRunPolicy,
     budget_curve,
     caddtree,
     exhaustive_budget_tree,
+    first_non_increase,
     longrun_tree,
+    path_probabilities,
+    prefix_tree,
 )
 from .chain import chain
 from .ddtree import ddtree, ddtree_with_mask
+from .draft import MATCHING_RULES, Draft
+from .dynamic import dynamic_tree
+from .sampled import (
+    SAMPLING_SCHEMES,
+    fill_shape,
+    fill_tree,
+    k_ary_shape,
+    marginal_proposal,
+    sampled_chain,
+    tempered,
+)
+from .tsubame import tsubame, tsubame_shape
 
-__all__ = ["POLICIES", "CaDDTreePolicy", "LongRunPolicy", "budget_curve", "caddtree", "chain",
-           "ddtree", "ddtree_with_mask", "exhaustive_budget_tree", "get_policy", "longrun_tree"]
-
-PolicyFn = Callable[..., DraftTree]
-
-
-def _chain_policy(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
-    # The DFlash chain always spends L nodes; a smaller budget truncates it.
-    return chain(log_q, budget, root_token=root_token)
-
-
-#: Deterministic tree builders by name: ``fn(log_q, budget, *, root_token) -> DraftTree``.
-POLICIES: dict[str, PolicyFn] = {
-    "chain": _chain_policy,
-    "ddtree": ddtree,
-}
-
-
-def get_policy(name: str) -> PolicyFn:
-    """Look up a policy by name; an unknown name lists the known ones."""
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known policies: "
-                         f"{', '.join(sorted(POLICIES))}") from None
+__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
+           "budget_curve", "caddtree", "chain", "ddtree", "ddtree_with_mask", "dynamic_tree",
+           "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
+           "k_ary_shape", "longrun_tree", "marginal_proposal", "path_probabilities",
+           "prefix_tree", "sampled_chain", "tempered", "tsubame", "tsubame_shape"]

@@ -55,6 +55,7 @@ __all__ = [
     "first_non_increase",
     "longrun_budget",
     "longrun_tree",
+    "path_probabilities",
     "prefix_tree",
 ]
 
@@ -123,8 +124,9 @@ def _costs(draft_cost, verify_cost: Callable, max_tokens: int) -> np.ndarray:
     return total
 
 
-def _pop_probabilities(tree: DraftTree, lp: np.ndarray | LazyLogMarginals) -> np.ndarray:
-    """Surrogate probability of every node's path in pop (node) order, float64 (n,)."""
+def path_probabilities(tree: DraftTree, lp: np.ndarray | LazyLogMarginals) -> np.ndarray:
+    """Surrogate probability :math:`q(u)` of every non-root node's path, in node order (for
+    DDTree: pop order), float64 (n,); ``lp`` is (L, V) log-marginals or lazy ones."""
     scores = np.zeros(tree.n_nodes, dtype=np.float64)
     lazy = isinstance(lp, LazyLogMarginals)
     for d, nodes in enumerate(tree.levels[1:], start=1):
@@ -141,7 +143,7 @@ def budget_curve(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
     max_budget = check_budget(max_budget, "max_budget")
     root_token = check_root_token(root_token)
     tree = ddtree(lp, max_budget, root_token=root_token)
-    p = _pop_probabilities(tree, lp)
+    p = path_probabilities(tree, lp)
     return BudgetCurve(tree, p, _costs(draft_cost, verify_cost, tree.size + 1))
 
 
@@ -191,7 +193,7 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
         # ddtree's builder on the already validated array (one read of it saved per trial)
         tree = _ddtree_tree(*_ddtree_build(lp, row_max, b), root_token) if b else \
             DraftTree.root_only(root_token)
-        p = _pop_probabilities(tree, lp)
+        p = path_probabilities(tree, lp)
         costs = (round_cost[: tree.size + 1] if round_cost is not None
                  else _costs(draft_cost, verify_cost, tree.size + 1))
         chosen = stop(p, costs)

@@ -20,23 +20,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..tree import DraftTree
+from ._validate import check_budget, check_root_token
+from .draft import MATCHING_RULES, Draft
 
-__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "ProposalFn", "SampledDraft", "fill_shape",
-           "fill_tree", "marginal_proposal", "sampled_chain", "tempered"]
-
-#: Verifier rules that are exact for each way of filling children (condition C4 of
-#: ``docs/theory/tsubame.md``); ``"deterministic"`` is the T = 0 top-k fill.
-MATCHING_RULES = {
-    "iid": ("rrs",),
-    "without_replacement": ("rrsw", "traversal", "univer"),
-    "greedy": ("univer",),
-    "deterministic": ("follow", "tev"),
-}
+__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "ProposalFn", "SampledDraft",
+           "fill_shape", "fill_tree", "k_ary_shape", "marginal_proposal", "sampled_chain",
+           "tempered"]
 
 #: ``proposal(depth, parent_token) -> (V,)``: the law the children at ``depth`` (1..L) of a node
 #: whose token is ``parent_token`` are drawn from. A DFlash drafter's marginal ignores the
@@ -63,6 +56,21 @@ def _draw_children(q: np.ndarray, log_q: np.ndarray, k: int, scheme: str,
     rest[held] = 0.0
     last = rng.choice(q.size, p=rest / rest.sum())
     return np.append(held, last)
+
+
+def k_ary_shape(width: int, depth: int, root_token: int = -1) -> DraftTree:
+    """Full ``width``-ary tree of the given depth (``width + width^2 + ...`` nodes), tokens 0."""
+    width, depth = check_budget(width, "width"), check_budget(depth, "depth")
+    parent = [-1]
+    frontier = [0]
+    for _ in range(depth):
+        nxt = []
+        for a in frontier:
+            for _ in range(width):
+                parent.append(a)
+                nxt.append(len(parent) - 1)
+        frontier = nxt
+    return DraftTree.from_parents_multiset(parent, [root_token] + [0] * (len(parent) - 1))
 
 
 def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.Generator
@@ -107,56 +115,8 @@ def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.G
     return tree, proposal
 
 
-@dataclass(frozen=True)
-class SampledDraft:
-    """A drafted tree with what its verifier must be told.
-
-    Attributes
-    ----------
-    tree : DraftTree
-        Children in draw order.
-    proposal : ndarray float64 (n+1, V) or None
-        Row ``v`` = the exact law ``v``'s children were drawn from (zeros for leaves); None for a
-        deterministic (``T = 0``) fill.
-    scheme : str
-        ``"iid"``, ``"without_replacement"``, ``"greedy"`` or ``"deterministic"``.
-    temperature : float
-        The temperature the proposal was tempered to (the target must sample at the same one).
-    """
-
-    tree: DraftTree
-    proposal: np.ndarray | None
-    scheme: str
-    temperature: float
-
-    def check_rule(self, rule: str, *, target_temperature: float | None = None) -> None:
-        """Raise ``ValueError`` if ``rule`` does not match the draws (C4), or if the target
-        samples at a different temperature than the proposal was tempered to."""
-        ok = MATCHING_RULES[self.scheme]
-        if rule not in ok:
-            raise ValueError(f"rule {rule!r} does not match {self.scheme!r} draws (exact rules: "
-                             f"{', '.join(ok)})")
-        if target_temperature is not None and float(target_temperature) != self.temperature:
-            raise ValueError(
-                f"temperature mismatch: the draft was sampled at T = {self.temperature!r} but "
-                f"the target is verified at T = {target_temperature!r}; draw and verify at the "
-                "same temperature")
-
-    def verify(self, target_rows, *, rule: str, rng: np.random.Generator,
-               target_temperature: float | None = None):
-        """:func:`treespec_sim.verify.verify` after :meth:`check_rule`."""
-        from ..verify import verify
-
-        self.check_rule(rule, target_temperature=target_temperature)
-        return verify(self.tree, target_rows, rule=rule, rng=rng, proposal=self.proposal)
-
-    def expected_length(self, target_rows, *, rule: str,
-                        target_temperature: float | None = None) -> float:
-        """:func:`treespec_sim.verify.expected_length` after :meth:`check_rule`."""
-        from ..verify import expected_length
-
-        self.check_rule(rule, target_temperature=target_temperature)
-        return expected_length(self.tree, target_rows, rule=rule, proposal=self.proposal)
+#: The draft type of sampled builders (:class:`~treespec_sim.policies.draft.Draft`).
+SampledDraft = Draft
 
 
 def tempered(row, temperature: float) -> np.ndarray:
@@ -202,7 +162,7 @@ def _top_k(q: np.ndarray, k: int) -> np.ndarray:
 
 def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
               rng: np.random.Generator, temperature: float = 1.0, cap_to_support: bool = True
-              ) -> SampledDraft:
+              ) -> Draft:
     r"""Pass 2 of Tsubame (and any sampled tree): fill ``shape`` top-down with fresh draws.
 
     Node ``v``'s children are drawn from ``tempered(proposal(depth(v) + 1, token(v)), T)`` --
@@ -278,22 +238,20 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         DraftTree.from_parents
     tree = build(parent, token)
     if t == 0.0:
-        return SampledDraft(tree, None, "deterministic", 0.0)
+        return Draft(tree, None, "deterministic", None)
     vocab = next(iter(rows.values())).size if rows else 1
     out = np.zeros((tree.n_nodes, vocab))
     for v, q in rows.items():
         out[v] = q
-    return SampledDraft(tree, out, scheme, t)
+    return Draft(tree, out, scheme, t)
 
 
 def sampled_chain(proposal: ProposalFn, length: int, *, rng: np.random.Generator,
-                  temperature: float = 1.0, root_token: int = -1) -> SampledDraft:
+                  temperature: float = 1.0, root_token: int = -1) -> Draft:
     """A chain of ``length`` tokens drawn one per depth from ``proposal`` (the DFlash marginal,
     or a correction given the sampled parent); verify with ``"rrs"`` (speculative sampling at
     every depth). At ``T = 0`` it is the argmax chain of the proposal (verify with
     ``"follow"``)."""
-    from ._validate import check_budget, check_root_token
-
     n = check_budget(length, "length")
     shape = DraftTree.from_parents(np.arange(-1, n), [check_root_token(root_token)] + [0] * n)
     return fill_tree(shape, proposal, scheme="iid", rng=rng, temperature=temperature)

@@ -1,0 +1,392 @@
+r"""The one method registry: every drafting method, its builder, scheme and lossless rules.
+
+A *method* turns what the drafter gives one round (its per-depth log-marginals ``log_q``, and,
+for corrected proposals, a conditional law given a sampled parent) into a
+:class:`~treespec_sim.policies.draft.Draft`. The registry says, for each method, which builder
+makes the tree, how its tokens are drawn, which verification rules are lossless for it, whether
+it reads the budget, and whether its trees are nested across budgets (so one tree at the largest
+budget gives every smaller budget exactly). :func:`treespec_sim.engine.run_round`, the sweep and
+the real-model decoder read only this table.
+
+======================================  ==================  ============================
+method                                  tokens              lossless rules (T > 0)
+======================================  ==================  ============================
+``chain``                               argmax per depth    follow, tev
+``ddtree``                              best-first top-B    follow, tev
+``dynamic``                             EAGLE-2-like beam   follow, tev
+``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev
+``longrun``                             DDTree prefix       follow, tev
+``sampled-chain``                       i.i.d. marginal     rrs
+``sampled-chain-corrected``             i.i.d. correction   rrs
+``tsubame``                             DDTree shape, fill  rrsw, rrs, traversal, univer
+``tsubame-rrs`` / ``-rrsw`` / ``-univer``  fixed-rule Tsubame  rrs / rrsw / univer
+``tsubame-rrsw-tempered-plan``          tempered plan       rrsw
+``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer
+``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer
+``greedy-tree[WxD]``                    top W-1 + 1 draw    univer
+======================================  ==================  ============================
+
+At ``T = 0`` every sampled method takes the top-``k`` tokens of its proposals (the ``T -> 0``
+limit of its draws) and is verified with ``follow`` or ``tev``.
+
+To add a method: write a builder ``build(request: DraftRequest) -> Draft`` and
+:func:`register` a :class:`Method`; a plain callable ``fn(log_q, budget, *, root_token)`` can
+also be passed to ``run_round`` directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .policies import (
+    caddtree,
+    chain,
+    ddtree,
+    dynamic_tree,
+    exhaustive_budget_tree,
+    longrun_tree,
+)
+from .policies.draft import MATCHING_RULES, Draft
+from .policies.sampled import (
+    ProposalFn,
+    fill_shape,
+    fill_tree,
+    k_ary_shape,
+    marginal_proposal,
+    sampled_chain,
+)
+from .policies.tsubame import tsubame
+from .tree import DraftTree
+
+__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
+           "get_method", "lossless_rules", "method_names", "register", "resolve_rule"]
+
+#: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for).
+SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
+                   "traversal": "without_replacement", "univer": "without_replacement"}
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """Everything a builder may read in one round (draft-side information only).
+
+    Attributes
+    ----------
+    log_q : ndarray (L, V) or LazyLogMarginals
+        The drafter's log-marginals at depths ``1..L``.
+    budget : int or None
+        Tree nodes (root excluded); the maximum for cost-aware methods.
+    temperature : float
+        The target's sampling temperature (sampled methods temper their proposals to it).
+    rule : str
+        The verification rule the tree will be verified with (sampled methods pick their
+        drawing scheme from it).
+    root_token : int
+    rng : numpy.random.Generator
+        The round's randomness for the draws.
+    conditional : ProposalFn or None
+        ``conditional(depth, parent_token) -> (V,)``: the backend's corrected proposal, or None
+        where the backend has none (methods that need it then use the marginal).
+    cost : latency model or None
+        ``draft_cost(ell)``/``verify_cost(n, ell)`` for cost-aware methods.
+    context_length : float or None
+        Where the cost model is read.
+    param : str
+        The bracketed parameter of a parametrised name (``"2x4"`` in ``sampled-tree[2x4]``).
+    options : dict
+        Method-specific extras (``lam`` for ``longrun``).
+    """
+
+    log_q: Any
+    budget: int | None
+    temperature: float
+    rule: str
+    root_token: int
+    rng: np.random.Generator
+    conditional: ProposalFn | None = None
+    cost: Any = None
+    context_length: float | None = None
+    param: str = ""
+    options: dict = field(default_factory=dict)
+
+    def costs(self) -> tuple[float, Callable]:
+        """``(draft seconds, n -> verify seconds)`` at :attr:`context_length`."""
+        if self.cost is None:
+            raise ValueError("this method needs a latency model: pass cost= (a preset name, a "
+                             "latency file or a model with draft_cost/verify_cost)")
+        ell = self.context_length
+        if ell is None:
+            return float(self.cost.draft_cost()), self.cost.verify_cost
+        return float(self.cost.draft_cost(ell)), (lambda n: self.cost.verify_cost(n, ell))
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method.
+
+    Attributes
+    ----------
+    name : str
+    build : callable
+        ``build(request: DraftRequest) -> Draft``.
+    rules : tuple of str
+        Rules that are lossless for the method's draws at ``T > 0``; the first is the default.
+    scheme : str
+        ``"deterministic"``, a sampling scheme, or ``"by-rule"`` (:data:`SCHEME_FOR_RULE`).
+    uses_budget : bool
+        Whether ``budget`` sets the tree's size (the chain always has ``L`` nodes).
+    nested : bool
+        Trees at smaller budgets are prefixes of the tree at a larger one (DDTree's pop order).
+    needs_cost : bool
+        The builder reads a latency model.
+    parametrised : bool
+        The name takes a bracketed parameter (``sampled-tree[2x4]``).
+    description : str
+    """
+
+    name: str
+    build: Callable[[DraftRequest], Draft]
+    rules: tuple[str, ...]
+    scheme: str = "deterministic"
+    uses_budget: bool = True
+    nested: bool = False
+    needs_cost: bool = False
+    parametrised: bool = False
+    description: str = ""
+
+    @property
+    def sampled(self) -> bool:
+        return self.scheme != "deterministic"
+
+
+# ----------------------------------------------------------------------------- builders
+def _deterministic(tree: DraftTree) -> Draft:
+    return Draft(tree)
+
+
+def _need_budget(req: DraftRequest, name: str) -> int:
+    if req.budget is None:
+        raise ValueError(f"method {name!r} needs a budget (tree nodes, root excluded)")
+    return int(req.budget)
+
+
+def _build_chain(req: DraftRequest) -> Draft:
+    # The DFlash chain always spends L nodes.
+    return _deterministic(chain(req.log_q, root_token=req.root_token))
+
+
+def _build_ddtree(req: DraftRequest) -> Draft:
+    return _deterministic(ddtree(req.log_q, _need_budget(req, "ddtree"),
+                                 root_token=req.root_token))
+
+
+def _build_dynamic(req: DraftRequest) -> Draft:
+    return _deterministic(dynamic_tree(req.log_q, _need_budget(req, "dynamic"),
+                                       root_token=req.root_token))
+
+
+def _cost_aware(builder: Callable, name: str) -> Callable[[DraftRequest], Draft]:
+    def build(req: DraftRequest) -> Draft:
+        cd, cv = req.costs()
+        extra = {"lam": req.options["lam"]} if name == "longrun" else {}
+        if name == "longrun" and extra["lam"] is None:
+            raise ValueError("method 'longrun' needs options={'lam': throughput} (tokens/s)")
+        return _deterministic(builder(req.log_q, draft_cost=cd, verify_cost=cv,
+                                      max_budget=_need_budget(req, name),
+                                      root_token=req.root_token, **extra))
+    return build
+
+
+def _proposal_fn(req: DraftRequest, corrected: bool) -> ProposalFn:
+    if corrected and req.conditional is not None:
+        return req.conditional
+    return marginal_proposal(req.log_q)
+
+
+def _scheme(req: DraftRequest, method: Method) -> str:
+    if method.scheme != "by-rule":
+        return method.scheme
+    if req.temperature == 0.0:
+        return "without_replacement"  # the T = 0 limit is the same top-k for every scheme
+    return SCHEME_FOR_RULE[req.rule]
+
+
+def _build_sampled_chain(corrected: bool) -> Callable[[DraftRequest], Draft]:
+    def build(req: DraftRequest) -> Draft:
+        return sampled_chain(_proposal_fn(req, corrected), int(np.shape(req.log_q)[0]),
+                             rng=req.rng, temperature=req.temperature, root_token=req.root_token)
+    return build
+
+
+def _build_tsubame(planner: str, fixed_scheme: str | None) -> Callable[[DraftRequest], Draft]:
+    def build(req: DraftRequest) -> Draft:
+        scheme = fixed_scheme or (SCHEME_FOR_RULE[req.rule] if req.temperature > 0
+                                  else "without_replacement")
+        return tsubame(req.log_q, _need_budget(req, "tsubame"), rng=req.rng, scheme=scheme,
+                       temperature=req.temperature, proposal=_proposal_fn(req, True),
+                       root_token=req.root_token, planner=planner)
+    return build
+
+
+def _tempered_rows(log_q, temperature: float) -> np.ndarray:
+    """Per-depth marginals tempered to ``temperature`` (float64 (L, V))."""
+    lp = np.asarray(log_q, dtype=np.float64) / temperature
+    q = np.exp(lp - lp.max(axis=1, keepdims=True))
+    return q / q.sum(axis=1, keepdims=True)
+
+
+def _fill_from_marginals(shape: DraftTree, req: DraftRequest, scheme: str) -> Draft:
+    """Fill ``shape`` per depth from the tempered marginals (top-k at ``T = 0``)."""
+    if req.temperature == 0.0:
+        return fill_tree(shape, marginal_proposal(req.log_q), scheme="without_replacement",
+                         rng=req.rng, temperature=0.0)  # the top-k fill of the marginals
+    tree, proposal = fill_shape(shape, _tempered_rows(req.log_q, req.temperature),
+                                scheme=scheme, rng=req.rng)
+    return Draft(tree, proposal, scheme, float(req.temperature))
+
+
+def _build_sampled_ddtree(req: DraftRequest) -> Draft:
+    shape = ddtree(req.log_q, _need_budget(req, "sampled-ddtree"), root_token=req.root_token)
+    return _fill_from_marginals(shape, req, SCHEME_FOR_RULE.get(req.rule, "without_replacement"))
+
+
+def _shape_param(param: str, name: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)x(\d+)", param)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ValueError(f"method {name}[...] needs WIDTHxDEPTH, e.g. {name}[2x4]; "
+                         f"got {param!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
+    def build(req: DraftRequest) -> Draft:
+        width, depth = _shape_param(req.param, name)
+        if req.temperature == 0.0:
+            raise ValueError(f"method {name!r} samples its tokens; it needs T > 0")
+        shape = k_ary_shape(width, depth, req.root_token)
+        return _fill_from_marginals(shape, req, scheme)
+    return build
+
+
+# ----------------------------------------------------------------------------- the table
+_DET = ("follow", "tev")
+_SAMPLED = ("rrsw", "rrs", "traversal", "univer")
+
+#: The registry: method name -> :class:`Method`.
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method, *, replace: bool = False) -> Method:
+    """Add a method to the registry (``replace=True`` to override an existing name)."""
+    if not isinstance(method, Method):
+        raise ValueError(f"method must be a Method; got {type(method).__name__}")
+    if method.name in METHODS and not replace:
+        raise ValueError(f"method {method.name!r} is already registered (replace=True to "
+                         "override)")
+    bad = [r for r in method.rules if not any(r in ok for ok in MATCHING_RULES.values())]
+    if bad or not method.rules:
+        raise ValueError(f"method {method.name!r}: rules must be non-empty verifier rules; "
+                         f"got {method.rules!r}")
+    METHODS[method.name] = method
+    return method
+
+
+for _m in (
+    Method("chain", _build_chain, _DET, uses_budget=False,
+           description="DFlash's argmax chain (L nodes)"),
+    Method("ddtree", _build_ddtree, _DET, nested=True,
+           description="DDTree: the B best sum-of-log-q prefixes, best first"),
+    Method("dynamic", _build_dynamic, _DET, description="EAGLE-2-like dynamic tree"),
+    Method("caddtree", _cost_aware(caddtree, "caddtree"), _DET, needs_cost=True,
+           description="CaDDTree: greedy stop on theta(B) = N(B)/D(B), budget = maximum"),
+    Method("exhaustive", _cost_aware(exhaustive_budget_tree, "exhaustive"), _DET,
+           needs_cost=True, description="argmax of theta over 0..budget"),
+    Method("longrun", _cost_aware(longrun_tree, "longrun"), _DET, needs_cost=True,
+           description="Dinkelbach's long-run rule (options: lam)"),
+    Method("sampled-chain", _build_sampled_chain(False), ("rrs",), scheme="iid",
+           uses_budget=False, description="chain of marginal draws"),
+    Method("sampled-chain-corrected", _build_sampled_chain(True), ("rrs",), scheme="iid",
+           uses_budget=False, description="chain of draws given the sampled parent"),
+    Method("tsubame", _build_tsubame("ddtree", None), _SAMPLED, scheme="by-rule",
+           description="Tsubame: DDTree shape, filled by the (corrected) proposal"),
+    Method("tsubame-rrs", _build_tsubame("ddtree", "iid"), ("rrs",), scheme="iid",
+           description="Tsubame, i.i.d. fill"),
+    Method("tsubame-rrsw", _build_tsubame("ddtree", "without_replacement"),
+           ("rrsw", "traversal", "univer"), scheme="without_replacement",
+           description="Tsubame, fill without replacement"),
+    Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement"),
+           ("univer", "rrsw", "traversal"), scheme="without_replacement",
+           description="Tsubame, fill without replacement, UniVer"),
+    Method("tsubame-rrsw-tempered-plan", _build_tsubame("tempered", "without_replacement"),
+           ("rrsw", "traversal", "univer"), scheme="without_replacement",
+           description="Tsubame planned on the tempered marginals"),
+    Method("sampled-ddtree", _build_sampled_ddtree, _SAMPLED, scheme="by-rule",
+           description="DDTree's shape filled per depth from the tempered marginals"),
+    Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
+           ("rrsw", "traversal", "univer"), scheme="without_replacement", parametrised=True,
+           description="full WxD tree filled without replacement from the tempered marginals"),
+    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), ("univer",), scheme="greedy",
+           parametrised=True, description="full WxD tree: top W-1 tokens and one draw"),
+):
+    register(_m)
+
+
+def method_names() -> tuple[str, ...]:
+    """Registered names (parametrised ones as ``name[...]``)."""
+    return tuple(f"{m.name}[...]" if m.parametrised else m.name for m in METHODS.values())
+
+
+def get_method(name: str) -> tuple[Method, str]:
+    """``(Method, parameter)`` for a name such as ``"ddtree"`` or ``"sampled-tree[2x4]"``."""
+    if not isinstance(name, str):
+        raise ValueError(f"method must be a registered name or a callable; got {name!r}")
+    m = re.fullmatch(r"([^\[\]]+)(?:\[([^\[\]]*)\])?", name)
+    base, param = (m.group(1), m.group(2) or "") if m else (name, "")
+    method = METHODS.get(base)
+    if method is None or method.parametrised != bool(m and m.group(2) is not None):
+        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(method_names())}")
+    return method, param
+
+
+def lossless_rules(method: str | Method, temperature: float) -> tuple[str, ...]:
+    """Rules that are lossless for ``method``'s draws at ``temperature`` (first = default)."""
+    m = get_method(method)[0] if isinstance(method, str) else method
+    if temperature == 0.0 and m.sampled:
+        return _DET
+    return m.rules
+
+
+def resolve_rule(method: str | Method, rule: str | None, temperature: float) -> str:
+    """The rule to verify with: ``rule`` checked against :func:`lossless_rules`, or the
+    default. A sampled method at ``T = 0`` drafts top-k tokens and is verified with
+    ``follow`` (a sampled rule given for it is mapped to ``follow``: its ``T -> 0`` limit)."""
+    m = get_method(method)[0] if isinstance(method, str) else method
+    ok = lossless_rules(m, temperature)
+    if rule is None:
+        return ok[0]
+    if temperature == 0.0 and m.sampled and rule in m.rules:
+        return "follow"
+    if rule not in ok:
+        at = "at T = 0" if temperature == 0.0 else f"at T = {temperature:g}"
+        raise ValueError(f"rule {rule!r} is not lossless for method {m.name!r} {at}; use one "
+                         f"of {', '.join(ok)}")
+    return rule
+
+
+def check_temperature(temperature: float) -> float:
+    """A finite temperature ``>= 0`` as float."""
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}") \
+            from None
+    if not (t >= 0.0 and math.isfinite(t)):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    return t
+

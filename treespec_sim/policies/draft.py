@@ -1,0 +1,81 @@
+r"""The one draft type every builder returns: a tree and what its verifier must be told.
+
+A deterministic builder (``chain``, ``ddtree``, ``caddtree``, ...) returns a :class:`Draft`
+with no proposal; a sampled builder (sampled chains, Tsubame, sampled DDTree, ...) returns the
+tree with the exact law each node's children were drawn from, the drawing scheme and the
+temperature the proposal was tempered to. The verifier needs exactly these facts
+(condition C4 of ``docs/theory/tsubame.md``): the rule must match the scheme, and the target must
+sample at the proposal's temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tree import DraftTree
+
+__all__ = ["MATCHING_RULES", "Draft"]
+
+#: Verifier rules that are exact for each way of filling children (condition C4 of
+#: ``docs/theory/tsubame.md``); ``"deterministic"`` is any tree whose tokens were chosen, not
+#: drawn (and the ``T = 0`` top-k fill of a sampled policy).
+MATCHING_RULES = {
+    "iid": ("rrs",),
+    "without_replacement": ("rrsw", "traversal", "univer"),
+    "greedy": ("univer",),
+    "deterministic": ("follow", "tev"),
+}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A drafted tree with what its verifier must be told.
+
+    Attributes
+    ----------
+    tree : DraftTree
+        Children in draw order.
+    proposal : ndarray float64 (n+1, V) or None
+        Row ``v`` = the exact law ``v``'s children were drawn from (zeros for leaves); None for a
+        deterministic tree.
+    scheme : str
+        ``"iid"``, ``"without_replacement"``, ``"greedy"`` or ``"deterministic"``.
+    temperature : float or None
+        The temperature the proposal was tempered to (the target must sample at the same one);
+        None for a deterministic tree, which any target temperature may verify.
+    """
+
+    tree: DraftTree
+    proposal: np.ndarray | None = None
+    scheme: str = "deterministic"
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheme not in MATCHING_RULES:
+            raise ValueError(f"scheme must be one of {', '.join(MATCHING_RULES)}; "
+                             f"got {self.scheme!r}")
+        if (self.proposal is None) != (self.scheme == "deterministic"):
+            raise ValueError("a deterministic draft has no proposal and a sampled draft needs "
+                             f"one; got scheme {self.scheme!r} with proposal "
+                             f"{'None' if self.proposal is None else 'rows'}")
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the tokens were drawn (the verifier needs :attr:`proposal`)."""
+        return self.proposal is not None
+
+    def check_rule(self, rule: str, *, target_temperature: float | None = None) -> None:
+        """Raise ``ValueError`` if ``rule`` does not match the draws (C4), or if the target
+        samples at a different temperature than the proposal was tempered to."""
+        ok = MATCHING_RULES[self.scheme]
+        if rule not in ok:
+            raise ValueError(f"rule {rule!r} does not match {self.scheme!r} draws (exact rules: "
+                             f"{', '.join(ok)})")
+        if (self.sampled and target_temperature is not None
+                and float(target_temperature) != self.temperature):
+            raise ValueError(
+                f"temperature mismatch: the draft was sampled at T = {self.temperature!r} but "
+                f"the target is verified at T = {target_temperature!r}; draw and verify at the "
+                "same temperature")
