@@ -291,14 +291,22 @@ def _interp_extend(n: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ tabulated
 def fit_monotone_convex(tokens, seconds) -> np.ndarray:
-    r"""Least-squares fit of measured costs by a non-decreasing convex sequence (cvxpy).
+    r"""Least-squares fit of measured costs by a non-decreasing convex sequence.
 
     .. math::
         \min_f \|f - t\|_2^2 \quad\text{s.t.}\quad f_{i+1} \ge f_i,\quad
         \frac{f_{i+2} - f_{i+1}}{n_{i+2} - n_{i+1}} \ge \frac{f_{i+1} - f_i}{n_{i+1} - n_i}.
 
     This is the fit of CaDDTree's ``cost_model.py`` (arXiv 2606.01813), written for uneven
-    token spacing.
+    token spacing, and solved without an optional solver: every non-decreasing convex sequence
+    on the knots :math:`n_0 < \dots < n_{K-1}` is
+
+    .. math:: f_i = a + \sum_{k=0}^{K-2} d_k\,(n_i - n_k)_+, \qquad d_k \ge 0,\ a \in \mathbb R
+
+    (:math:`d_0` is the first slope and :math:`d_k`, :math:`k \ge 1`, the slope increase at
+    :math:`n_k`), and conversely. The free offset :math:`a` is eliminated by centring, which
+    leaves a non-negative least-squares problem in :math:`d` (:func:`scipy.optimize.nnls`,
+    an exact active-set method). The tests check it against the cvxpy formulation.
 
     Parameters
     ----------
@@ -310,15 +318,15 @@ def fit_monotone_convex(tokens, seconds) -> np.ndarray:
     Returns
     -------
     ndarray, shape (K,)
-        The fitted costs.
+        The fitted costs (float64, clipped at 0).
 
     Raises
     ------
     ValueError
-        Empty or mismatched input; RuntimeError if the solver does not reach an optimum.
+        Empty, mismatched, non-finite or negative input, or tokens not strictly increasing.
+    RuntimeError
+        If the non-negative least-squares solver fails.
     """
-    import cvxpy as cp
-
     n = np.asarray(tokens, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
     if n.ndim != 1 or n.size == 0 or t.shape != n.shape:
@@ -330,22 +338,35 @@ def fit_monotone_convex(tokens, seconds) -> np.ndarray:
         raise ValueError("tokens must be strictly increasing")
     if n.size < 2:
         return t.copy()
-    # Scale to milliseconds so the solver's absolute tolerances are meaningful.
-    scale = 1e3
-    f = cp.Variable(n.size)
-    gaps = np.diff(n)
-    slopes = cp.multiply(cp.diff(f), 1.0 / gaps)
-    constraints = [cp.diff(f) >= 0]
-    if n.size >= 3:
-        constraints.append(cp.diff(slopes) >= 0)
-    problem = cp.Problem(cp.Minimize(cp.sum_squares(f - scale * t)), constraints)
-    problem.solve(solver=cp.CLARABEL)
-    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or f.value is None:
-        raise RuntimeError(f"monotone-convex fit failed: solver status {problem.status}")
-    fitted = np.asarray(f.value, dtype=np.float64) / scale
-    # Remove the solver's rounding so the result passes exact shape checks.
-    fitted = np.maximum.accumulate(np.maximum(fitted, 0.0))
-    return fitted
+    return _nnls_monotone_convex(n, t)
+
+
+def _nnls_monotone_convex(n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The fit of :func:`fit_monotone_convex` on checked float64 arrays of size >= 2."""
+    from scipy.optimize import nnls
+
+    # Work in units where both axes are O(1): tokens relative to their span, costs relative
+    # to their largest value (the fit is equivariant under both scalings).
+    t_scale = float(np.max(t)) or 1.0
+    y = t / t_scale
+    x = (n - n[0]) / (n[-1] - n[0])
+    # column k: the hinge (x - x_k)_+ of the slope increase at knot k (k = 0: the first slope)
+    hinge = np.maximum(x[:, None] - x[None, :-1], 0.0)
+    # eliminate the free offset a: centre the columns and the data, a = mean(y - hinge @ d)
+    hc = hinge - hinge.mean(axis=0)
+    yc = y - y.mean()
+    # scale columns to unit norm (an equivalent problem; better conditioned)
+    norms = np.linalg.norm(hc, axis=0)
+    norms[norms == 0] = 1.0
+    try:
+        d, _ = nnls(hc / norms, yc, maxiter=50 * hinge.shape[1])
+    except RuntimeError as exc:  # pragma: no cover - active-set iteration limit
+        raise RuntimeError(f"monotone-convex fit failed: {exc}") from None
+    d = d / norms
+    g = hinge @ d
+    fitted = (g + (y - g).mean()) * t_scale
+    # Remove rounding so the result passes exact shape checks.
+    return np.maximum.accumulate(np.maximum(fitted, 0.0))
 
 
 @dataclass(frozen=True)
