@@ -92,14 +92,16 @@ ROUND_LAWS: dict[str, RoundLaw] = {
 
 
 def decode_law(world, ctx, *, method, budget: int | None, round_law: RoundLaw,
-               temperature: float, n_tokens: int) -> dict[tuple[int, ...], float]:
+               temperature: float, n_tokens: int, **round_args
+               ) -> dict[tuple[int, ...], float]:
     """Exact law of the first ``n_tokens`` tokens of speculative decoding from ``ctx``.
 
     Branches over every round outcome, committing the emitted tokens and continuing until
     ``n_tokens``. Each round's tree and target rows come from
     :func:`treespec_sim.engine.run_round` (``sample=False``: the same loop the sweep runs), so
     ``method`` is any deterministic registered method or a callable policy; ``round_law`` gives
-    the round's emission law on them.
+    the round's emission law on them. ``round_args`` go to ``run_round`` (``cost``,
+    ``options``).
     """
     law: dict[tuple[int, ...], float] = defaultdict(float)
     no_draws = np.random.default_rng(0)  # deterministic methods draw nothing
@@ -109,7 +111,7 @@ def decode_law(world, ctx, *, method, budget: int | None, round_law: RoundLaw,
             law[prefix[:n_tokens]] += prob
             return
         rnd = run_round(world, c, method=method, budget=budget, temperature=temperature,
-                        rng=no_draws, sample=False)
+                        rng=no_draws, sample=False, **round_args)
         if rnd.draft.sampled:
             raise ValueError(f"decode_law enumerates deterministic trees; {method!r} samples "
                              "its tokens (use proofs_check.sampled)")

@@ -46,9 +46,12 @@ Reproducibility and honesty
 ---------------------------
 Every seed is fixed (:data:`FIT_WORLD_SEEDS`, :data:`FIT_CONTEXT_SEED`, :data:`EVAL_WORLD_SEEDS`,
 :data:`EVAL_CONTEXT_SEED`). The *achieved* values written to the data file are measured afterwards
-on fresh world seeds and a fresh context stream by :func:`evaluate`, which runs the ordinary
-code path (``world.draft``, the ``chain`` and ``ddtree`` policies, ``target_oracle``,
-``expected_length``). ``--check`` re-measures the stored fit on yet another seed.
+on fresh world seeds and a fresh context stream by :func:`evaluate`, which runs the one round
+loop (:func:`treespec_sim.engine.run_round` with methods ``chain`` and ``ddtree``, exact
+``follow`` :math:`E[\tau]`). ``--check`` re-measures the stored fit on yet another seed. The
+fit's inner objective scores DDTree@64 through the same loop and the chain by its closed form
+(the first depth where the drafter's argmax leaves the target's greedy continuation; a test
+checks it against ``run_round``).
 
 Command line::
 
@@ -75,12 +78,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .policies.chain import chain
-from .policies.ddtree import ddtree
+from .engine import run_round
 from .synth import World, make_world
 from .synth.diagnostics import greedy_continuation
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec
-from .verify import expected_length
 
 __all__ = [
     "BUDGET",
@@ -369,12 +370,19 @@ def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
         world = make_world(spec, seed=seed)
         for _ in range(n):
             ctx = world.sample_context(rng)
-            log_q = world.draft(ctx)
-            for tree, out in ((chain(log_q, root_token=ctx.last_token), ch),
-                              (ddtree(log_q, budget, root_token=ctx.last_token), dd)):
-                oracle = world.target_oracle(ctx, tree, 0.0)
-                out.append(expected_length(tree, oracle, rule="follow"))
+            ch.append(_tau(world, ctx, "chain", None))
+            dd.append(_tau(world, ctx, "ddtree", budget))
     return Evaluation(Estimate.of(np.array(ch)), Estimate.of(np.array(dd)), seeds)
+
+
+def _tau(world: World, ctx, method: str, budget: int | None) -> float:
+    """Exact T = 0 ``follow`` E[tau] of one round (:func:`treespec_sim.engine.run_round`)."""
+    return run_round(world, ctx, method=method, budget=budget, rule="follow", temperature=0.0,
+                     rng=_NO_DRAWS, sample=False).expected_tau
+
+
+#: Deterministic methods at T = 0 without a sampled outcome draw nothing from their rng.
+_NO_DRAWS = np.random.default_rng(0)
 
 
 # ---------------------------------------------------------------------- fast fit objective
@@ -445,9 +453,7 @@ class _FitSet:
         worlds = self._worlds(knobs)
         for w, cs, k in zip(worlds, self.contexts, _split(n, len(worlds)), strict=True):
             for c in cs[:k]:
-                tree = ddtree(w.draft(c), BUDGET, root_token=c.last_token)
-                taus.append(expected_length(tree, w.target_oracle(c, tree, 0.0),
-                                            rule="follow"))
+                taus.append(_tau(w, c, "ddtree", BUDGET))
         return float(np.mean(taus))
 
     def guess_variant_noise(self, target: float, other: dict[str, float], default: float,

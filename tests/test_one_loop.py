@@ -1,0 +1,147 @@
+"""Every family's cell rows equal a recomputation through ``engine.run_round`` (same seeds).
+
+The recomputations here share no code with the families beyond ``run_round`` itself: they
+rebuild every budget's tree (the families use the nested-budget fast path), compute their own
+means, and draw from the seeds each family documents.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from treespec_sim import calibrate
+from treespec_sim.cost import get_cost_model
+from treespec_sim.engine import commit, run_round
+from treespec_sim.families import (
+    CaDDTreeGrid,
+    Cell,
+    DDTreeGrid,
+    RunSettings,
+    StochasticGrid,
+    VerifierGrid,
+    cell_rng,
+    run_cell,
+    world_for,
+)
+from treespec_sim.synth import make_world
+
+EXACT = 1e-12
+
+
+def _rows(cell, settings=RunSettings(seed=3)):
+    return {(r["method"], r["verifier"], r["budget"]): r for r in run_cell(cell, settings)}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_ddtree_family_equals_rebuilt_trees(temperature):
+    """The nested fast path (one tree at the largest budget) equals trees rebuilt per budget."""
+    grid = DDTreeGrid(("mid-entropy",), methods=("chain", "ddtree", "dynamic"),
+                      budgets=(3, 16, 40), temperatures=(temperature,), rounds=6)
+    cell = grid.cells()[0]
+    rows = _rows(cell)
+    world = world_for("mid-entropy", 3)
+    rng = cell_rng(3, cell)
+    got: dict = {}
+    for _ in range(grid.rounds):
+        ctx = world.sample_context(rng)
+        for method, budgets in (("chain", (None,)), ("ddtree", grid.budgets),
+                                ("dynamic", grid.budgets)):
+            for b in budgets:
+                rnd = run_round(world, ctx, method=method, budget=b, rule="follow",
+                                temperature=temperature, rng=np.random.default_rng(0),
+                                sample=False)
+                got.setdefault((method, b), []).append(
+                    (rnd.expected_tau, rnd.coverage, *rnd.exits.by_cause.values()))
+    for (method, b), values in got.items():
+        row = rows[(method, "follow", world.depth if method == "chain" else b)]
+        mean = np.mean(values, axis=0)
+        assert row["tau_mean"] == pytest.approx(mean[0], abs=EXACT)
+        assert row["coverage_mean"] == pytest.approx(mean[1], abs=EXACT)
+        assert [row["lost_uncovered"], row["lost_budget"], row["lost_depth_cap"]] == \
+            pytest.approx(mean[2:], abs=EXACT)
+
+
+def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
+    grid = CaDDTreeGrid(("small",), rounds=10, max_budget=24, cost_models=("h200-qwen3-8b",))
+    cell = grid.cells()[0]
+    rows = {r["budget"]: r for r in run_cell(cell, RunSettings(seed=3))
+            if r["method"] == "ddtree"}
+    world = make_world("small", seed=3)
+    rng = np.random.default_rng([3, 7])  # the family's documented stream
+    taus: dict = {b: [] for b in rows}
+    done = 0
+    while done < grid.rounds:
+        ctx = world.sample_context(rng)
+        for i in range(min(8, grid.rounds - done)):
+            big = run_round(world, ctx, method="ddtree", budget=grid.max_budget, rule="follow",
+                            temperature=0.0, rng=rng)
+            for b in taus:
+                taus[b].append(run_round(world, ctx, method="ddtree", budget=b, rule="follow",
+                                         temperature=0.0, rng=np.random.default_rng(0),
+                                         sample=False).expected_tau)
+            ctx = commit(world, ctx, big)
+            done += 1
+    for b, t in taus.items():
+        assert rows[b]["tau_mean"] == pytest.approx(np.mean(t), abs=EXACT)
+
+
+def test_stochastic_family_equals_run_round():
+    grid = StochasticGrid(("small",), drafters=("corrected",), temperatures=(0.6,),
+                          budgets=(6,), methods=("ddtree", "tsubame-rrsw", "tsubame-univer",
+                                                 "sampled-chain-corrected"), rounds=5)
+    settings = RunSettings(seed=3)
+    rows = [r for c in grid.cells() for r in run_cell(c, settings)]
+    world = world_for("small", 3, grid.vocab, "corrected")
+    ctx_key = "small|corrected|0.6"
+    rng_ctx = np.random.default_rng([3, zlib.crc32(ctx_key.encode()), 0])
+    contexts = [world.sample_context(rng_ctx) for _ in range(grid.rounds)]
+    for r in rows:
+        budget = r["budget"]
+        rng = np.random.default_rng([3, zlib.crc32(f"{ctx_key}|{budget}|{r['method']}".encode())])
+        taus = [run_round(world, c, method=r["method"], budget=budget or None, temperature=0.6,
+                          rng=rng, sample=False).expected_tau for c in contexts]
+        assert r["taus"] == pytest.approx(taus, abs=EXACT)
+        assert r["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+
+
+def test_verifier_family_equals_run_round():
+    grid = VerifierGrid(("small",), shapes=("2x2",), rounds=6)
+    cell = grid.cells()[0]
+    rows = {(r["method"], r["verifier"]): r for r in run_cell(cell, RunSettings(seed=3))}
+    world = make_world("small", seed=3)
+    rng = np.random.default_rng(3 + 1)  # the family's documented stream
+    got: dict = {}
+    for _ in range(grid.rounds):
+        ctx = world.sample_context(rng)
+        wr = run_round(world, ctx, method="sampled-tree[2x2]", temperature=1.0, rng=rng,
+                       sample=False)
+        greedy = run_round(world, ctx, method="greedy-tree[2x2]", temperature=1.0, rng=rng,
+                           sample=False)
+        for rule in ("rrsw", "traversal", "univer"):
+            got.setdefault(("sampled-tree[2x2]", rule), []).append(wr.expected_tau_under(rule))
+        got.setdefault(("sampled-tree[2x2]+greedy", "univer"), []).append(greedy.expected_tau)
+    for key, taus in got.items():
+        assert rows[key]["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+
+
+def test_calibration_chain_objective_equals_run_round():
+    """The fit's closed-form chain objective is the chain's exact E[tau] from run_round."""
+    spec = calibrate.base_spec("gsm8k")
+    fit = calibrate._FitSet(spec, contexts=6, world_seeds=(0, 1), context_seed=5)
+    knobs = {"variant_noise": spec.variant_noise}
+    closed = fit.chain_tau(spec.variant_noise, {})
+    worlds = fit._worlds(knobs)
+    taus = [run_round(w, c, method="chain", temperature=0.0, rng=np.random.default_rng(0),
+                      sample=False).expected_tau
+            for w, cs in zip(worlds, fit.contexts, strict=True) for c in cs]
+    assert closed == pytest.approx(np.mean(taus), abs=EXACT)
+
+
+def test_throughput_uses_the_rounds_cost():
+    world = make_world("small", seed=0)
+    cost = get_cost_model("h200-qwen3-8b")
+    ctx = world.sample_context(np.random.default_rng(0))
+    rnd = run_round(world, ctx, method="ddtree", budget=5, temperature=0.0,
+                    rng=np.random.default_rng(0), cost=cost)
+    assert rnd.cost_s == pytest.approx(cost.draft_cost() + float(cost.verify_cost(6)), rel=1e-12)
