@@ -1,29 +1,24 @@
 #!/usr/bin/env bash
-# Run the real-model validation on a CUDA GPU and write its tables to files.
+# Retired: a thin wrapper of real_models/gpu_run.sh, the one prepared GPU run (the float32
+# validation, a bfloat16 probe and both Qwen3 latency profiles; docs/real_models.md,
+# "Running on a GPU"). Kept so that the old command still does the right thing.
 #
-#   bash real_models/gpu_validate.sh [OUTDIR]          (default OUTDIR: $OUT, else ./gpu_results)
+#   bash real_models/gpu_validate.sh [OUTDIR]        (default OUTDIR: $OUT, else ./gpu_results)
 #
-# Writes OUTDIR/validate_cuda.md (report + tables), OUTDIR/validate_cuda.json and
-# OUTDIR/validate_cuda.log. Harmless without a GPU: it says so and exits 0. Each step has its
-# own time limit, so the whole script ends within 8 minutes. Extra arguments after OUTDIR go to
-# `python -m real_models.validate` (for example --target DIR --drafter DIR --dtype bfloat16).
+# Without a CUDA GPU (or without torch) it says so and exits 0. Worst case 490 s: a GPU check
+# limited to 15 s (+5 s grace), then gpu_run.sh (470 s).
 set -u
-cd "$(dirname "$0")/.."
 OUTDIR="${1:-${OUT:-gpu_results}}"
-shift || true
+if [ $# -gt 1 ]; then
+    echo "gpu_validate: extra arguments are no longer taken; run bash real_models/gpu_run.sh" \
+        "OUTDIR, or python -m real_models.validate directly" >&2
+    exit 2
+fi
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-mkdir -p "$OUTDIR"
-if ! timeout 60 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"; then
-    echo "gpu_validate: no CUDA GPU visible to $PY (or torch missing); nothing to do" \
-        | tee "$OUTDIR/validate_cuda.log"
+if ! timeout -k 5 15 "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)" \
+        2>/dev/null; then
+    echo "gpu_validate: no CUDA GPU visible to $PY (or torch missing); nothing to do"
     exit 0
 fi
-timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
-    >"$OUTDIR/gpu.txt" 2>&1 || true
-# Default preset (8 prompts x 96 tokens, budgets 16/64/256, T = 1 table): ~1-3 min on a GPU.
-timeout 420 "$PY" -m real_models.validate --device cuda --out "$OUTDIR/validate_cuda.md" \
-    --json "$OUTDIR/validate_cuda.json" "$@" 2>&1 | tee "$OUTDIR/validate_cuda.log"
-status=${PIPESTATUS[0]}
-echo "gpu_validate: exit status $status (124 = time limit)" | tee -a "$OUTDIR/validate_cuda.log"
-exit "$status"
+echo "gpu_validate.sh is retired: running real_models/gpu_run.sh $OUTDIR"
+exec bash "$(dirname "$0")/gpu_run.sh" "$OUTDIR"

@@ -36,6 +36,7 @@ import datetime as _dt
 import itertools
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -50,7 +51,8 @@ from ._deps import require
 torch = require("torch")
 
 __all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "build_random_bundle", "check_profile",
-           "load_profile", "main", "model_signature", "profile_bundle"]
+           "fit_document", "load_profile", "main", "model_signature", "profile_bundle",
+           "raw_document", "small_arch"]
 
 SCHEMA = "treespec-latency/1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -73,6 +75,25 @@ ARCHS: dict[str, dict] = {
                  "drafter_layers": 5, "block_size": 16, "mask_token_id": 151669,
                  "target_layer_ids": [1, 9, 17, 25, 33]},
 }
+
+
+
+def small_arch(name: str) -> dict:
+    """A scaled-down copy of ``ARCHS[name]`` for CPU rehearsals of the GPU run.
+
+    The same depth (36 target layers), drafter layout (5 layers, block 16, the same target
+    layer ids) and head layout, at 1/64 of the width, 4 heads of 16 and a vocabulary of 2048
+    (mask id 2047). Named ``"<name>-small"``; latencies from it say nothing about ``name``.
+    """
+    if name not in ARCHS:
+        raise ValueError(f"unknown arch {name!r}; known: {', '.join(ARCHS)}")
+    a = ARCHS[name]
+    width = a["target"]["hidden_size"] // 64
+    target = dict(a["target"], vocab_size=2048, hidden_size=width,
+                  intermediate_size=a["target"]["intermediate_size"] // 64, head_dim=16,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    return dict(a, name=f"{name}-small", target=target, mask_token_id=2047)
+
 
 CPU_NODE_COUNTS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
 CPU_CONTEXTS = (16, 64, 128, 192)
@@ -181,6 +202,9 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
     drafter = drafter.to(device=device, dtype=tdtype).eval()
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
+    # ``.to(dtype)`` also cast the RoPE ``inv_freq`` buffers; rebuild them in float32, as
+    # ``from_pretrained`` (real_models.load) leaves them, so the random models' positions match
+    model.model.rotary_emb = Qwen3RotaryEmbedding(model.config).to(device)
     drafter.rotary_emb = Qwen3RotaryEmbedding(drafter.config).to(device)
     backend = TargetBackend(model, spec.target_layer_ids)
     label = Path(f"random-{name}")
@@ -220,7 +244,7 @@ class ProfileResult:
 @torch.inference_mode()
 def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_CONTEXTS,
                    warmup: int = 2, repeats: int = 7, time_budget_s: float | None = None,
-                   progress: bool = False) -> ProfileResult:
+                   progress: bool = False, on_row=None) -> ProfileResult:
     """Time verification forwards and draft rounds on ``bundle`` (see the module docstring).
 
     Parameters
@@ -235,6 +259,12 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
     time_budget_s : float, optional
         If the projected time of the next context row would pass this budget, the remaining
         rows are skipped (recorded in ``meta["truncated"]``); at least one row is measured.
+    progress : bool
+        Print one line per context row.
+    on_row : callable, optional
+        Called with the :class:`ProfileResult` of the rows measured so far after each context
+        row (``meta["partial"]`` says how many of how many), so that a caller can save partial
+        results before a time limit interrupts the profile.
     """
     from .decode import _Drafting
 
@@ -326,23 +356,23 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
             print(f"  context {ell}: verify {raw[ci, 0] * 1e3:.2f} .. {raw[ci, -1] * 1e3:.2f} ms "
                   f"(n = {nc[0]} .. {nc[-1]}), draft {draft[ci] * 1e3:.2f} ms "
                   f"({time.perf_counter() - t_start:.0f}s)", flush=True)
+        if on_row is not None and done < len(cl):
+            on_row(ProfileResult(nc, cl[:done], raw[:done].copy(), spread[:done].copy(),
+                                 draft[:done].copy(), time.perf_counter() - t_start,
+                                 {"partial": f"{done} of {len(cl)} contexts measured"}))
     keep = slice(0, done)
     meta = {"truncated": truncated} if truncated else {}
     return ProfileResult(nc, cl[keep], raw[keep], spread[keep], draft[keep],
                          time.perf_counter() - t_start, meta)
 
 
-def to_cost_model(bundle, result: ProfileResult, *, name: str | None = None,
-                  warmup: int = 2, repeats: int = 7):
-    """The fitted :class:`treespec_sim.cost.TabulatedCost` with the profile's metadata."""
+def profile_meta(bundle, result: ProfileResult, *, warmup: int = 2, repeats: int = 7) -> dict:
+    """The latency file's metadata: device, models, versions, raw medians (no fit)."""
     import transformers
-
-    from treespec_sim.cost import TabulatedCost
 
     dtype, dname = device_identity(bundle.device)
     sig = model_signature(bundle)
-    name = name or f"{dtype}-{Path(str(bundle.target_dir)).name}"
-    meta = {
+    return {
         "device": dtype, "device_name": dname, "model": _model_name(bundle), **sig,
         "runtime": f"HF transformers {transformers.__version__}, SDPA, "
                    f"{str(bundle.dtype).removeprefix('torch.')}, batch 1, tree mask",
@@ -365,11 +395,52 @@ def to_cost_model(bundle, result: ProfileResult, *, name: str | None = None,
                                     zip(result.context_lengths, result.draft_s, strict=True)},
         **result.meta,
     }
+
+
+def raw_document(bundle, result: ProfileResult, *, name: str | None = None, warmup: int = 2,
+                 repeats: int = 7) -> dict:
+    """The raw medians and metadata as a JSON object, before any fit (``"fit": "pending"``).
+
+    It has no ``verify_cost_s``, so it is not yet a usable latency model;
+    :func:`fit_document` turns it into one.
+    """
+    dev = device_identity(bundle.device)[0]
+    return {"schema": SCHEMA, "cost_model": "tabulated",
+            "name": name or f"{dev}-{Path(str(bundle.target_dir)).name}",
+            "fit": "pending", **profile_meta(bundle, result, warmup=warmup, repeats=repeats),
+            "draft_cost_s": float(np.median(result.draft_s)),
+            "node_counts": list(result.node_counts),
+            "context_lengths": list(result.context_lengths)}
+
+
+def fit_document(data: dict):
+    """The fitted :class:`treespec_sim.cost.TabulatedCost` of a :func:`raw_document`.
+
+    Works on any latency file that carries ``raw_verify_s`` (a finished one is refitted).
+    """
+    from treespec_sim.cost import TabulatedCost
+
+    keys = ("node_counts", "context_lengths", "raw_verify_s", "draft_cost_s")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError(f"data: not a raw profile; missing {', '.join(missing)}")
+    meta = {k: v for k, v in data.items()
+            if k not in (*keys[:2], "draft_cost_s", "schema", "cost_model", "name", "fit",
+                         "attribution", "estimate", "verify_cost_s", "node_count_meaning")}
+    rows = [data["raw_verify_s"][str(c)] for c in data["context_lengths"]]
+    dev, dname = data.get("device", "?"), data.get("device_name", "?")
     return TabulatedCost.from_measurements(
-        result.node_counts, result.context_lengths, result.raw_verify_s,
-        float(np.median(result.draft_s)), fit=True, name=name,
-        provenance=f"measured by python -m real_models.profile on {dtype} ({dname})",
+        data["node_counts"], data["context_lengths"], rows, float(data["draft_cost_s"]),
+        fit=True, name=data.get("name", "profile"),
+        provenance=f"measured by python -m real_models.profile on {dev} ({dname})",
         estimate=False, meta=meta)
+
+
+def to_cost_model(bundle, result: ProfileResult, *, name: str | None = None,
+                  warmup: int = 2, repeats: int = 7):
+    """The fitted :class:`treespec_sim.cost.TabulatedCost` with the profile's metadata."""
+    return fit_document(raw_document(bundle, result, name=name, warmup=warmup,
+                                     repeats=repeats))
 
 
 # ------------------------------------------------------------------------------ checking
@@ -486,8 +557,58 @@ def plot_profile(data: dict, path) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ saving
+def _write_atomic(path: Path, text: str) -> None:
+    """Write through ``.NAME.tmp`` in the same folder, so a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_profile(bundle, result: ProfileResult, out, *, figure=None, name: str | None = None,
+                 warmup: int = 2, repeats: int = 7) -> dict:
+    """Write ``result`` to ``out``: first the raw medians, then the fitted latency file.
+
+    Parameters
+    ----------
+    bundle : real_models.bundle.Bundle
+    result : ProfileResult
+        Complete or partial (``meta["partial"]``) measurements.
+    out : path
+        The latency ``.json``; each write replaces it whole (no half-written file on a kill).
+    figure : path, optional
+        Also draw :func:`plot_profile` there (``.png``).
+    name : str, optional
+    warmup, repeats : int
+        Recorded in the metadata.
+
+    Returns
+    -------
+    dict
+        The fitted file's contents (``treespec_sim.cost.get_cost_model(out)`` loads it).
+
+    Raises
+    ------
+    ValueError, RuntimeError
+        The fit failed; ``out`` then holds the raw document (``"fit": "pending"``).
+    """
+    raw = raw_document(bundle, result, name=name, warmup=warmup, repeats=repeats)
+    _write_atomic(out, json.dumps(raw, indent=1) + "\n")
+    data = fit_document(raw).to_dict()
+    if figure is not None:  # before the fitted file: a fitted file implies its figure
+        figure = Path(figure)
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        tmp = figure.with_name(f".{figure.name}.tmp")
+        plot_profile(data, tmp)
+        os.replace(tmp, figure)
+    _write_atomic(out, json.dumps(data, indent=1) + "\n")
+    return data
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -498,6 +619,8 @@ def main(argv=None) -> int:
     ap.add_argument("--drafter", default=None, help="drafter directory (default: tiny)")
     ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
                     help="randomly initialised Qwen3 + DFlash drafter of published shapes")
+    ap.add_argument("--small", action="store_true",
+                    help="with --arch: scaled-down shapes (small_arch) for CPU rehearsals")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None, help="default: checkpoint's (bfloat16 for --arch)")
     ap.add_argument("--tokens", type=int, nargs="+", default=None,
@@ -513,14 +636,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.arch and (args.target or args.drafter):
         ap.error("--arch builds random models; do not combine it with --target/--drafter")
+    if args.small and not args.arch:
+        ap.error("--small scales down an --arch; give --arch too")
     if torch.device(args.device).type == "cpu":
         torch.set_num_threads(args.threads)
     gpu = torch.device(args.device).type == "cuda"
     try:
         if args.arch:
-            bundle = build_random_bundle(args.arch, device=args.device,
+            arch = small_arch(args.arch) if args.small else args.arch
+            bundle = build_random_bundle(arch, device=args.device,
                                          dtype=args.dtype or "bfloat16")
-            name = args.name or f"{torch.device(args.device).type}-{args.arch}-random"
+            label = f"{args.arch}-small" if args.small else args.arch
+            name = args.name or f"{torch.device(args.device).type}-{label}-random"
         else:
             from .bundle import TINY_DRAFTER, TINY_TARGET, load
 
@@ -532,25 +659,39 @@ def main(argv=None) -> int:
         print(f"profiling {_model_name(bundle)} on {device_identity(bundle.device)}: "
               f"{len(tokens)} token counts x {len(contexts)} contexts, "
               f"{args.warmup} warm-up + {args.repeats} timed calls each", flush=True)
+        save = dict(figure=args.figure, name=name, warmup=args.warmup, repeats=args.repeats)
+
+        def on_row(partial: ProfileResult) -> None:
+            # partial results survive a time limit that interrupts the later rows
+            try:
+                save_profile(bundle, partial, args.out, **save)
+                print(f"  saved {partial.meta['partial']} to {args.out}", flush=True)
+            except (ValueError, RuntimeError) as exc:
+                print(f"  warning: fit failed ({exc}); raw medians kept in {args.out}",
+                      flush=True)
+
         res = profile_bundle(bundle, node_counts=tokens, context_lengths=contexts,
                              warmup=args.warmup, repeats=args.repeats,
-                             time_budget_s=args.time_budget, progress=True)
+                             time_budget_s=args.time_budget, progress=True,
+                             on_row=on_row if args.out else None)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cost = to_cost_model(bundle, res, name=name, warmup=args.warmup, repeats=args.repeats)
-    data = cost.to_dict()
-    text = json.dumps(data, indent=1)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-        print(f"wrote {args.out}")
+        try:
+            data = save_profile(bundle, res, args.out, **save)
+        except (ValueError, RuntimeError) as exc:
+            print(f"error: the fit failed ({exc}); the raw medians are in {args.out} "
+                  f"(refit with real_models.profile.fit_document)", file=sys.stderr)
+            return 1
+        print(f"wrote {args.out}" + (f" and {args.figure}" if args.figure else ""))
     else:
-        print(text)
-    if args.figure:
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        plot_profile(data, args.figure)
-        print(f"wrote {args.figure}")
+        data = to_cost_model(bundle, res, name=name, warmup=args.warmup,
+                             repeats=args.repeats).to_dict()
+        print(json.dumps(data, indent=1))
+        if args.figure:
+            plot_profile(data, args.figure)
+            print(f"wrote {args.figure}")
     for c in data["context_lengths"]:
         row = ", ".join(f"{n}: {s * 1e3:.2f}" for n, s in
                         zip(data["node_counts"], data["verify_cost_s"][str(c)], strict=True))

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,9 +16,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import torch
+
 import real_models
+import real_models.profile as profile_mod
 from real_models.decode import decode
 from real_models.profile import (
+    ARCHS,
     CPU_TINY,
     ProfileMismatch,
     build_random_bundle,
@@ -20,9 +30,12 @@ from real_models.profile import (
     load_profile,
     model_signature,
     profile_bundle,
+    small_arch,
     to_cost_model,
 )
-from treespec_sim.cost import TabulatedCost, get_cost_model
+from treespec_sim.cost import TabulatedCost, fit_monotone_convex, get_cost_model
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SMALL_ARCH = {"name": "small", "target": dict(
     vocab_size=64, head_dim=8, num_attention_heads=2, num_key_value_heads=1,
@@ -134,3 +147,87 @@ def test_random_arch_bundle_profiles_on_cpu():
         build_random_bundle("qwen3-999b", device="cpu")
     with pytest.raises(ValueError, match="fit"):
         profile_bundle(b, node_counts=(1,), context_lengths=(200,), repeats=1)
+
+
+def test_random_bundle_keeps_rope_in_float32():
+    """``.to(bfloat16)`` must not round the RoPE frequencies (from_pretrained keeps float32)."""
+    b = build_random_bundle(SMALL_ARCH, device="cpu", dtype="bfloat16")
+    hd, theta = SMALL_ARCH["target"]["head_dim"], SMALL_ARCH["target"]["rope_theta"]
+    exact = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    bufs = [(n, x) for m in (b.target.model, b.drafter) for n, x in m.named_buffers()
+            if n.endswith("inv_freq")]
+    assert len(bufs) == 4  # inv_freq and original_inv_freq of the target and of the drafter
+    for name, buf in bufs:
+        assert buf.dtype == torch.float32, name
+        torch.testing.assert_close(buf.double(), exact, rtol=1e-6, atol=0)
+    # a bfloat16 copy would be off by up to 2^-9 relative: the check above can tell
+    assert (exact.to(torch.bfloat16).double() - exact).abs().max() > 1e-6 * exact.max()
+    assert all(p.dtype == torch.bfloat16 for p in b.target.model.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in b.drafter.parameters())
+
+
+def test_small_arch_keeps_the_layout():
+    for name, full in ARCHS.items():
+        small = small_arch(name)
+        assert small["target"]["num_hidden_layers"] == full["target"]["num_hidden_layers"]
+        assert small["target_layer_ids"] == full["target_layer_ids"]
+        assert small["block_size"] == full["block_size"]
+        assert small["mask_token_id"] < small["target"]["vocab_size"]
+        assert small["target"]["hidden_size"] * 64 == full["target"]["hidden_size"]
+    with pytest.raises(ValueError, match="unknown arch"):
+        small_arch("qwen3-999b")
+
+
+def test_raw_medians_are_written_before_the_fit(tmp_path, monkeypatch, bundle):
+    out = tmp_path / "p.json"
+    argv = ["--tokens", "1", "4", "16", "--contexts", "8", "40", "--warmup", "0", "--repeats",
+            "2", "--out", str(out)]
+
+    def broken(data):
+        raise RuntimeError("planted fit failure")
+
+    monkeypatch.setattr(profile_mod, "fit_document", broken)
+    assert profile_mod.main(argv) == 1
+    raw = json.loads(out.read_text())
+    assert raw["fit"] == "pending" and "verify_cost_s" not in raw
+    assert set(raw["raw_verify_s"]) == {"8", "40"} and "partial" not in raw
+    assert raw["target_arch"] == model_signature(bundle)["target_arch"]
+    with pytest.raises(ValueError, match="not a usable latency model"):
+        load_profile(out, bundle)
+    monkeypatch.undo()
+    model = profile_mod.fit_document(raw)  # refit offline
+    assert model.is_convex and model.context_lengths == (8, 40)
+    np.testing.assert_allclose(model.verify_s[1], fit_monotone_convex(
+        raw["node_counts"], raw["raw_verify_s"]["40"]))
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_partial_results_survive_an_interrupted_profile(tmp_path):
+    """SIGKILL the CLI once its first context row is saved: that row stays usable."""
+    out, fig = tmp_path / "p.json", tmp_path / "p.png"
+    contexts = ["8", "40", "72", "104"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "real_models.profile", "--tokens", "1", "16", "64", "--contexts",
+         *contexts, "--warmup", "0", "--repeats", "60", "--out", str(out), "--figure",
+         str(fig)], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if "verify_cost_s" in json.loads(out.read_text()):
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        rc = proc.wait()
+    assert rc == -signal.SIGKILL  # interrupted, not finished
+    data = json.loads(out.read_text())
+    done = [str(c) for c in data["context_lengths"]]
+    assert 1 <= len(done) < len(contexts) and done == contexts[:len(done)]
+    assert data["partial"] == f"{len(done)} of {len(contexts)} contexts measured"
+    m = get_cost_model(str(out))
+    assert isinstance(m, TabulatedCost) and m.is_convex and m.verify_cost(16, 8) > 0
+    assert fig.is_file() and fig.stat().st_size > 1000
