@@ -20,7 +20,7 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES
-from treespec_sim.verify.traversal import _opportunities, round_law_from
+from treespec_sim.verify.traversal import opportunities_with, round_law_from
 
 __all__ = ["BUGGY_VARIANTS", "BuggyVariant", "reference_rrs_law"]
 
@@ -88,7 +88,7 @@ def _package_law(rule: str) -> LawFn:
 
 def _traversal_wrong_denominator(tree, rows, prop):
     """Traversal with ``w(a) <- min(1, Z / (1 - q(l)))`` (a public port), not ``Z / R``."""
-    opps = _opportunities(tree, ArrayOracle(rows, tree), prop, step="traversal",
+    opps = opportunities_with(tree, ArrayOracle(rows, tree), prop, step="traversal",
                           scale_update=lambda z, r, rho_x: min(1.0, z / (1.0 - rho_x)))
     return round_law_from(tree, opps)
 

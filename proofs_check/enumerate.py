@@ -173,7 +173,7 @@ def sampled_round_law(shape: DraftTree, row_fn, proposal_fn, *, replacement: boo
     selects RRSw). ``row_fn(path)`` is the target's next-token law after ``path``. Mismatched
     settings (e.g. i.i.d. draws verified as without replacement) are known-buggy variants.
     """
-    from treespec_sim.verify.rrs import _run_node, _steps
+    from treespec_sim.verify.rrs import acceptance_steps, run_node
 
     def node_law(path: tuple[int, ...], node: int) -> dict[tuple[int, ...], float]:
         kids = shape.children(node)
@@ -185,7 +185,7 @@ def sampled_round_law(shape: DraftTree, row_fn, proposal_fn, *, replacement: boo
             return law
         q = np.asarray(proposal_fn(path), dtype=np.float64)
         for tokens, prob in draw_tuples(q, kids.size, replacement=replacement):
-            accepts, residual = _run_node(_steps(p, q, np.array(tokens),
+            accepts, residual = run_node(acceptance_steps(p, q, np.array(tokens),
                                                  verify_without_replacement))
             reach = 1.0
             for i, a in enumerate(accepts):

@@ -43,6 +43,7 @@ __all__ = [
     "optimal_acceptance",
     "optimal_acceptance_sorted",
     "optimal_acceptance_subsets",
+    "raw_set_law",
     "rrs_acceptance",
     "rrsw_acceptance",
 ]
@@ -111,7 +112,7 @@ def _check_pq(p: object, q: object, k: object, replacement: bool
 # ----------------------------------------------------------------------------- draft-set law
 
 
-def _set_law(q: np.ndarray, k: int, replacement: bool) -> dict[frozenset[int], float]:
+def raw_set_law(q: np.ndarray, k: int, replacement: bool) -> dict[frozenset[int], float]:
     """Dynamic programme over the set drafted so far (q already validated)."""
     support = [int(x) for x in np.flatnonzero(q)]
     law: dict[frozenset[int], float] = {frozenset(): 1.0}
@@ -163,7 +164,7 @@ def draft_set_law(q: object, k: int, *, replacement: bool) -> dict[frozenset[int
     q_arr = _check_dist(q, "q")
     k_int = _check_k(k)
     _check_k_support(k_int, q_arr, replacement)
-    return _set_law(q_arr, k_int, replacement)
+    return raw_set_law(q_arr, k_int, replacement)
 
 
 # ----------------------------------------------------------------------------- LP optimum
@@ -216,7 +217,7 @@ def optimal_acceptance(p: object, q: object, k: int, *, replacement: bool) -> fl
     import cvxpy as cp
 
     p_arr, q_arr, k_int = _check_pq(p, q, k, replacement)
-    law = _set_law(q_arr, k_int, replacement)
+    law = raw_set_law(q_arr, k_int, replacement)
     sets = sorted(law, key=lambda s: (len(s), sorted(s)))
     weights = np.array([law[s] for s in sets], dtype=np.float64)
     weights /= weights.sum()  # exact total 1, like p
@@ -293,7 +294,7 @@ def optimal_acceptance_subsets(p: object, q: object, k: int, *, replacement: boo
     if replacement:
         all_in = (bits @ q_arr) ** k_int
     else:
-        all_in = _all_in_h_wo(_set_law(q_arr, k_int, replacement), vocab)
+        all_in = _all_in_h_wo(raw_set_law(q_arr, k_int, replacement), vocab)
     return float(np.clip(np.min(p_h + (1.0 - all_in)), 0.0, 1.0))
 
 
@@ -350,7 +351,7 @@ def optimal_acceptance_sorted(p: object, q: object, k: int, *, replacement: bool
         rank = np.empty(vocab, dtype=np.int64)
         rank[order] = np.arange(vocab)
         by_max_rank = np.zeros(vocab + 1, dtype=np.float64)
-        for s, mass in _set_law(q_arr, k_int, replacement).items():
+        for s, mass in raw_set_law(q_arr, k_int, replacement).items():
             by_max_rank[max(rank[x] for x in s) + 1] += mass  # C ⊆ H_j  iff  max rank < j
         all_in = np.cumsum(by_max_rank)
     return float(np.clip(np.min(p_pre + (1.0 - all_in)), 0.0, 1.0))

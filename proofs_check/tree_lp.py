@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._lp import solve_lp
-from .ot import _set_law
+from .ot import raw_set_law
 
 __all__ = ["TwoLevelWorld", "conditional_ot_value", "decomposed_optimum", "global_optimum",
            "set_law", "tree_law"]
@@ -36,9 +36,9 @@ def set_law(q: np.ndarray, k: int, scheme: str) -> dict[frozenset[int], float]:
     """Law of the set of ``k`` children drafted from ``q`` under ``scheme``."""
     q = np.asarray(q, dtype=np.float64)
     if scheme == "iid":
-        return _set_law(q, k, True)
+        return raw_set_law(q, k, True)
     if scheme == "without_replacement":
-        return _set_law(q, k, False)
+        return raw_set_law(q, k, False)
     if scheme == "greedy":
         held = sorted(range(q.size), key=lambda x: (-q[x], x))[: k - 1]
         rest = q.copy()

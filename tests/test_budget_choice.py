@@ -12,7 +12,8 @@ from treespec_sim.verify import expected_length
 
 @pytest.fixture(scope="module")
 def curves():
-    return collect(make_world("small", seed=1), regime="small", rounds=12, max_budget=64, rounds_per_sequence=4, seed=1)
+    return collect(make_world("small", seed=1), regime="small", rounds=12, max_budget=64,
+                   rounds_per_sequence=4, seed=1)
 
 
 def test_curves_match_the_verifier_on_rebuilt_trees():

@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 
 from proofs_check.reference import ddtree_heap_reference
 from proofs_check.strategies import log_q_arrays
-from treespec_sim.marginals import DenseLogMarginals, LazyLogMarginals
-from treespec_sim.policies import chain, ddtree
-from treespec_sim.policies import path_probabilities
-from treespec_sim.policies.ddtree import kth_largest, ranked_candidates
+from treespec_sim.marginals import (
+    DenseLogMarginals,
+    LazyLogMarginals,
+    kth_largest,
+    ranked_candidates,
+)
+from treespec_sim.policies import chain, ddtree, path_probabilities
 from treespec_sim.synth import get_regime, make_world
 from treespec_sim.synth.drafter import ClassLogMarginals
 

@@ -15,7 +15,6 @@ from treespec_sim.cost import get_cost_model
 from treespec_sim.engine import commit, run_round
 from treespec_sim.families import (
     CaDDTreeGrid,
-    Cell,
     DDTreeGrid,
     RunSettings,
     StochasticGrid,
@@ -29,8 +28,9 @@ from treespec_sim.synth import make_world
 EXACT = 1e-12
 
 
-def _rows(cell, settings=RunSettings(seed=3)):
-    return {(r["method"], r["verifier"], r["budget"]): r for r in run_cell(cell, settings)}
+def _rows(cell):
+    return {(r["method"], r["verifier"], r["budget"]): r
+            for r in run_cell(cell, RunSettings(seed=3))}
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -73,7 +73,7 @@ def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
     done = 0
     while done < grid.rounds:
         ctx = world.sample_context(rng)
-        for i in range(min(8, grid.rounds - done)):
+        for _ in range(min(8, grid.rounds - done)):
             big = run_round(world, ctx, method="ddtree", budget=grid.max_budget, rule="follow",
                             temperature=0.0, rng=rng)
             for b in taus:

@@ -21,11 +21,14 @@ implementation builds the same trees as its dense array).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["DenseLogMarginals", "LazyLogMarginals"]
+from .validation import check_log_q
+
+__all__ = ["DenseLogMarginals", "LazyLogMarginals", "kth_largest", "ranked_candidates"]
 
 
 class LazyLogMarginals(ABC):
@@ -110,7 +113,6 @@ class DenseLogMarginals(LazyLogMarginals):
     """
 
     def __init__(self, log_q) -> None:
-        from .policies._validate import check_log_q
 
         lp, row_max = check_log_q(log_q)
         lp = np.array(lp, dtype=np.float64)
@@ -119,7 +121,6 @@ class DenseLogMarginals(LazyLogMarginals):
         self._row_max = row_max.astype(np.float64)
 
     def top(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        from .policies.ddtree import ranked_candidates
 
         return ranked_candidates(self._lp[self._check_row(row)], -np.inf, int(k))
 
@@ -131,3 +132,63 @@ class DenseLogMarginals(LazyLogMarginals):
 
     def _dense(self) -> np.ndarray:
         return self._lp.copy()
+
+
+def ranked_candidates(row: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of ``row`` with value ``>= threshold``, best first, at most ``k`` of them.
+
+    Order: decreasing value, ties to the smaller token id (the rank order of DDTree's top-K).
+
+    Returns
+    -------
+    tokens : ndarray of int64, values : ndarray of float64
+    """
+    idx = np.flatnonzero(row >= threshold)
+    if idx.size > k:
+        vals = row[idx]
+        if idx.size > 4 * k:
+            # Select the top k first; ties at the boundary value keep the smallest ids.
+            kth = kth_largest(vals, k)
+            above = vals > kth
+            n_above = int(above.sum())
+            tie_ids = idx[vals == kth][: k - n_above]  # idx is sorted, so smallest ids first
+            idx = np.concatenate([idx[above], tie_ids])
+    vals = row[idx].astype(np.float64)
+    order = np.lexsort((idx, -vals))[:k]
+    return idx[order].astype(np.int64), vals[order]
+
+
+def kth_largest(values: np.ndarray, k: int) -> float:
+    """The ``k``-th largest entry of a 1-D array (``1 <= k <= values.size``), tie-robust.
+
+    ``np.partition`` degrades badly (10-20x) on arrays with massive ties -- drafter rows whose
+    tail sits at the junk floor ``j / V`` hold thousands of equal values. A strided sample
+    proposes a threshold ``s``; ``values >= s`` usually leaves a few ``k`` entries, whose
+    ``k``-th largest is the answer; if ``s`` is itself a massively tied value and fewer than
+    ``k`` entries exceed it, ``s`` is the answer. Otherwise fall back to a full sort.
+    """
+    n = values.size
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}]; got {k}")
+    if k == 1:
+        return float(values.max())
+    small = 8 * k + 64
+    if n > small:
+        stride = n // (4 * k + 256)
+        if stride < 2:  # the sample would be the whole array
+            return float(np.partition(values, n - k)[n - k])
+        sample = values[::stride]
+        # ~2x the rank the top-k would have in the sample, so that usually >= k pass.
+        rank = min(sample.size, 2 * math.ceil(k / stride) + 4)
+        s = np.partition(sample, sample.size - rank)[sample.size - rank]
+        sub = values[values >= s]
+        if sub.size >= k:
+            if sub.size > small:
+                above = sub[sub > s]
+                if above.size < k:
+                    return float(s)  # s is tied across the k-th position
+                sub = above
+            if sub.size <= small:
+                return float(np.partition(sub, sub.size - k)[sub.size - k])
+        return float(np.sort(values)[n - k])
+    return float(np.partition(values, n - k)[n - k])

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from .policies import path_probabilities
-from .policies._validate import check_log_q
 from .tree import DraftTree
+from .validation import check_log_q
 
 __all__ = ["path_log_scores", "path_probabilities", "surrogate_length"]
 

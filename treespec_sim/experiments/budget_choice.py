@@ -45,8 +45,17 @@ from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
 from ..stats import mean_ci, paired_bootstrap
 
-__all__ = ["BUDGET_GRID", "DEFAULT_CONTEXT_LENGTH", "RoundCurves", "RuleResult", "collect",
-           "chosen_budgets", "evaluate", "result_rows", "results_table"]
+__all__ = [
+    "BUDGET_GRID",
+    "DEFAULT_CONTEXT_LENGTH",
+    "RoundCurves",
+    "RuleResult",
+    "chosen_budgets",
+    "collect",
+    "evaluate",
+    "result_rows",
+    "results_table",
+]
 
 #: Fixed budgets compared (and the grid the oracle chooses from).
 BUDGET_GRID = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)

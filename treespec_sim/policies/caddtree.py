@@ -40,10 +40,10 @@ import numpy as np
 
 from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
-from ._validate import check_budget, check_log_q, check_root_token
-from .ddtree import _build as _ddtree_build
-from .ddtree import _tree as _ddtree_tree
+from ..validation import check_budget, check_log_q, check_root_token
+from .ddtree import build_nodes as _ddtree_build
 from .ddtree import ddtree
+from .ddtree import trusted_tree as _ddtree_tree
 
 __all__ = [
     "BudgetCurve",

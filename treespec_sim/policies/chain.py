@@ -6,7 +6,7 @@ import numpy as np
 
 from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
-from ._validate import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_root_token
 
 __all__ = ["chain"]
 

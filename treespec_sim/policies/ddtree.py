@@ -41,11 +41,12 @@ import math
 
 import numpy as np
 
-from ..marginals import LazyLogMarginals
+from ..marginals import LazyLogMarginals, kth_largest, ranked_candidates
 from ..tree import DraftTree
-from ._validate import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_root_token
 
-__all__ = ["ddtree", "ddtree_with_mask", "kth_largest", "ranked_candidates"]
+__all__ = ["build_nodes", "ddtree", "ddtree_with_mask", "kth_largest", "ranked_candidates",
+           "trusted_tree"]
 
 #: Relative slack on score thresholds: candidate sets are supersets by this margin, so rounding
 #: in ``P_d`` never drops a node that belongs to the tree.
@@ -95,14 +96,14 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
         if budget == 0:
             return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
-        return _tree(parent, token, depth, root_token)
+        return trusted_tree(parent, token, depth, root_token)
     lp, row_max = check_log_q(log_q)
     budget = check_budget(budget)
     root_token = check_root_token(root_token)
     if budget == 0:
         return DraftTree.root_only(root_token)
-    parent, token, depth = _build(lp, row_max, budget)
-    return _tree(parent, token, depth, root_token)
+    parent, token, depth = build_nodes(lp, row_max, budget)
+    return trusted_tree(parent, token, depth, root_token)
 
 
 def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
@@ -112,77 +113,20 @@ def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
     return tree, tree.attention_mask()
 
 
-def ranked_candidates(row: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of ``row`` with value ``>= threshold``, best first, at most ``k`` of them.
-
-    Order: decreasing value, ties to the smaller token id (the rank order of DDTree's top-K).
-
-    Returns
-    -------
-    tokens : ndarray of int64, values : ndarray of float64
-    """
-    idx = np.flatnonzero(row >= threshold)
-    if idx.size > k:
-        vals = row[idx]
-        if idx.size > 4 * k:
-            # Select the top k first; ties at the boundary value keep the smallest ids.
-            kth = kth_largest(vals, k)
-            above = vals > kth
-            n_above = int(above.sum())
-            tie_ids = idx[vals == kth][: k - n_above]  # idx is sorted, so smallest ids first
-            idx = np.concatenate([idx[above], tie_ids])
-    vals = row[idx].astype(np.float64)
-    order = np.lexsort((idx, -vals))[:k]
-    return idx[order].astype(np.int64), vals[order]
-
-
-def kth_largest(values: np.ndarray, k: int) -> float:
-    """The ``k``-th largest entry of a 1-D array (``1 <= k <= values.size``), tie-robust.
-
-    ``np.partition`` degrades badly (10-20x) on arrays with massive ties -- drafter rows whose
-    tail sits at the junk floor ``j / V`` hold thousands of equal values. A strided sample
-    proposes a threshold ``s``; ``values >= s`` usually leaves a few ``k`` entries, whose
-    ``k``-th largest is the answer; if ``s`` is itself a massively tied value and fewer than
-    ``k`` entries exceed it, ``s`` is the answer. Otherwise fall back to a full sort.
-    """
-    n = values.size
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}]; got {k}")
-    if k == 1:
-        return float(values.max())
-    small = 8 * k + 64
-    if n > small:
-        stride = n // (4 * k + 256)
-        if stride < 2:  # the sample would be the whole array
-            return float(np.partition(values, n - k)[n - k])
-        sample = values[::stride]
-        # ~2x the rank the top-k would have in the sample, so that usually >= k pass.
-        rank = min(sample.size, 2 * math.ceil(k / stride) + 4)
-        s = np.partition(sample, sample.size - rank)[sample.size - rank]
-        sub = values[values >= s]
-        if sub.size >= k:
-            if sub.size > small:
-                above = sub[sub > s]
-                if above.size < k:
-                    return float(s)  # s is tied across the k-th position
-                sub = above
-            if sub.size <= small:
-                return float(np.partition(sub, sub.size - k)[sub.size - k])
-        return float(np.sort(values)[n - k])
-    return float(np.partition(values, n - k)[n - k])
-
-
 # ---------------------------------------------------------------------------- internals
-def _tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_token: int
-          ) -> DraftTree:
+def trusted_tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_token: int
+                 ) -> DraftTree:
+    """A :class:`DraftTree` from arrays a builder already knows to be valid (no checks: the
+    builders' hot path; a prefix of a best-first tree is one)."""
     token[0] = root_token
     for a in (parent, token, depth):
         a.flags.writeable = False
     return DraftTree(parent, token, depth)
 
 
-def _build(lp: np.ndarray, row_max: np.ndarray, budget: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DDTree's ``(parent, token, depth)`` arrays on checked log-marginals ``lp`` (L, V)."""
     _L, V = lp.shape
     k = min(budget, V)
     # Best possible score of a depth-d prefix's ancestors: P[d] = sum of maxima above depth d.
@@ -194,7 +138,8 @@ def _build(lp: np.ndarray, row_max: np.ndarray, budget: int
 
 def _build_ranked(log_q: LazyLogMarginals, budget: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_build` from per-depth top-``K`` lists (``K = min(B, V)``), as the reference does.
+    """:func:`build_nodes` from per-depth top-``K`` lists (``K = min(B, V)``), as the reference
+    does.
 
     A token ranked below ``K`` at its depth can never enter the tree: the ``K`` siblings ranked
     above it under the same parent all precede it in heap order. The threshold is the ``B``-th

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tree import DraftTree
-from ._validate import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_root_token
 from .ddtree import ranked_candidates
 
 __all__ = ["dynamic_tree"]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..tree import DraftTree
-from ._validate import check_budget, check_root_token
+from ..validation import check_budget, check_root_token
 from .draft import MATCHING_RULES, Draft
 
 __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "ProposalFn", "SampledDraft",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tree import DraftTree
-from ._validate import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_root_token
 from .ddtree import ddtree
 from .sampled import ProposalFn, SampledDraft, fill_tree, marginal_proposal
 

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..marginals import DenseLogMarginals, LazyLogMarginals
+from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -501,7 +501,6 @@ class ClassLogMarginals(LazyLogMarginals):
         return self._from_mu(row, self._mu(row, tokens.ravel())).reshape(tokens.shape)
 
     def top(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        from ..policies.ddtree import kth_largest, ranked_candidates
 
         row = self._check_row(row)
         n_cls, m = self._members.shape
@@ -566,7 +565,6 @@ class ClassLogMarginals(LazyLogMarginals):
             raise ValueError(f"k must be >= 1; got {k}")
         if 2 * k > n_cls:
             return [self.top(r, k) for r in range(L)]
-        from ..policies.ddtree import kth_largest
 
         v = self._h * self._w_max                                   # (L, n_cls) class maxima
         thr = np.array([kth_largest(row, k) for row in v])          # k-th best class per row

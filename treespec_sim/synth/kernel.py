@@ -36,7 +36,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["SparseBoostKernel", "check_temperature"]
+__all__ = ["SparseBoostKernel", "as_token_array", "check_temperature"]
 
 
 def check_temperature(temperature: object, name: str = "temperature") -> float:
@@ -63,7 +63,7 @@ def check_temperature(temperature: object, name: str = "temperature") -> float:
     return t
 
 
-def _as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
+def as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
     """Integer token ids as an int64 array (any shape), range-checked against ``vocab_size``."""
     arr = np.asarray(a)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
@@ -221,20 +221,20 @@ class SparseBoostKernel:
         if self._argmax is None:
             self._argmax = _row_argmax(self.base, self.succ, self.boost)
             self._argmax.flags.writeable = False
-        idx = _as_token_array(a, self.vocab_size, "a")
+        idx = as_token_array(a, self.vocab_size, "a")
         out = self._argmax[idx]
         return int(out) if out.ndim == 0 else out
 
     def row(self, a: int) -> np.ndarray:
         """``Q[a]``, the next-token law after token ``a``: float64 (V,), sums to 1. ``O(V)``."""
-        idx = _as_token_array(a, self.vocab_size, "a")
+        idx = as_token_array(a, self.vocab_size, "a")
         if idx.ndim != 0:
             raise ValueError(f"a must be a single token id; got shape {idx.shape}")
         return self.rows(idx[None])[0]
 
     def rows(self, a: np.ndarray) -> np.ndarray:
         """``Q[a_i]`` for each token in ``a``: float64 (k, V). ``O(k V)``."""
-        idx = _as_token_array(a, self.vocab_size, "a")
+        idx = as_token_array(a, self.vocab_size, "a")
         if idx.ndim != 1:
             raise ValueError(f"a must be one-dimensional; got shape {idx.shape}")
         k = idx.shape[0]
@@ -255,8 +255,8 @@ class SparseBoostKernel:
         -------
         float or ndarray of float64 with the broadcast shape of ``a`` and ``b``.
         """
-        ai = _as_token_array(a, self.vocab_size, "a")
-        bi = _as_token_array(b, self.vocab_size, "b")
+        ai = as_token_array(a, self.vocab_size, "a")
+        bi = as_token_array(b, self.vocab_size, "b")
         ai, bi = np.broadcast_arrays(ai, bi)
         if self.greedy:
             out = (self.argmax(ai) == bi).astype(np.float64) if ai.size else np.zeros(ai.shape)
@@ -343,7 +343,7 @@ class SparseBoostKernel:
             cdf = self._cdf()
             return int(min(np.searchsorted(cdf, u_in * cdf[-1], side="right"),
                            self.vocab_size - 1))
-        idx = _as_token_array(a, self.vocab_size, "a")
+        idx = as_token_array(a, self.vocab_size, "a")
         if self.greedy:
             return self.argmax(idx)
         flat = idx.ravel()

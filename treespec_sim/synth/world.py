@@ -61,7 +61,7 @@ from ..marginals import LazyLogMarginals
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from .drafter import BlockDiffusionDrafter
-from .kernel import SparseBoostKernel, _as_token_array, check_temperature
+from .kernel import SparseBoostKernel, as_token_array, check_temperature
 from .oracle import MarkovTargetOracle
 from .regimes import RegimeSpec, get_regime
 
@@ -351,7 +351,7 @@ class World:
             return np.zeros(0, dtype=np.int64)
         if arr.ndim != 1:
             raise ValueError(f"{name} must be one-dimensional; got shape {arr.shape}")
-        return _as_token_array(arr, self.vocab_size, name)
+        return as_token_array(arr, self.vocab_size, name)
 
     def _node_tokens(self, ctx: Context, tree: DraftTree) -> np.ndarray:
         self._check_ctx(ctx)

@@ -27,7 +27,8 @@ from ..rows import ROW_SUM_TOL, TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
 
-__all__ = ["check_proposal", "rrs_expected_length", "rrs_round_law", "rrs_sample"]
+__all__ = ["acceptance_steps", "check_proposal", "rrs_expected_length", "rrs_round_law",
+           "rrs_sample", "run_node"]
 
 #: A residual with less total mass than this is the (measure-zero) "r == q_i" case: the step
 #: accepts with probability 1 and the residual is never used.
@@ -74,7 +75,7 @@ def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> n
     return arr
 
 
-def _steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_replacement: bool
+def acceptance_steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_replacement: bool
            ) -> Iterator[tuple[float, np.ndarray]]:
     """For each sibling in draw order: (acceptance probability, residual before the step).
 
@@ -102,7 +103,7 @@ def _steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_replacemen
     return r
 
 
-def _run_node(gen: Iterator[tuple[float, np.ndarray]]) -> tuple[list[float], np.ndarray]:
+def run_node(gen: Iterator[tuple[float, np.ndarray]]) -> tuple[list[float], np.ndarray]:
     accepts = []
     try:
         while True:
@@ -119,7 +120,7 @@ def rrs_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
     v = 0
     while True:
         kids = tree.children(v)
-        steps = _steps(np.asarray(oracle.row(v), dtype=np.float64), proposal[v],
+        steps = acceptance_steps(np.asarray(oracle.row(v), dtype=np.float64), proposal[v],
                        tree.token[kids], without_replacement)
         i = 0
         while True:
@@ -143,7 +144,7 @@ def rrs_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndar
         kids = tree.children(v)
         if kids.size == 0:
             continue
-        accepts, _ = _run_node(_steps(np.asarray(oracle.row(v), dtype=np.float64),
+        accepts, _ = run_node(acceptance_steps(np.asarray(oracle.row(v), dtype=np.float64),
                                       proposal[v], tree.token[kids], without_replacement))
         reach = 1.0
         total = 0.0
@@ -160,7 +161,7 @@ def rrs_round_law(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *
 
     def node_law(v: int) -> dict[tuple[int, ...], float]:
         kids = tree.children(v)
-        accepts, residual = _run_node(_steps(np.asarray(oracle.row(v), dtype=np.float64),
+        accepts, residual = run_node(acceptance_steps(np.asarray(oracle.row(v), dtype=np.float64),
                                              proposal[v], tree.token[kids],
                                              without_replacement))
         law: dict[tuple[int, ...], float] = {}

@@ -59,8 +59,9 @@ from ..rows import TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
 
-__all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "round_law_from",
-           "traversal_expected_length", "traversal_round_law", "traversal_sample"]
+__all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "opportunities_with",
+           "round_law_from", "traversal_expected_length", "traversal_round_law",
+           "traversal_sample"]
 
 #: Rejection or residual mass below this is treated as exactly zero (rounding of ``r == rho``).
 _ZERO_MASS = 1e-15
@@ -106,10 +107,10 @@ def opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *
     ``chance`` given that every earlier opportunity failed. The last opportunity is the root's,
     with chance 1. Opportunities that cannot occur (a visit with :math:`s = 0`) are skipped.
     """
-    return _opportunities(tree, oracle, proposal, step=step, scale_update=_exact_scale)
+    return opportunities_with(tree, oracle, proposal, step=step, scale_update=_exact_scale)
 
 
-def _opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str,
+def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str,
                    scale_update) -> Iterator[tuple[int, float, np.ndarray]]:
     # scale_update is a parameter only so proofs_check can run the known-buggy denominator
     if step not in HORIZONTAL_STEPS:

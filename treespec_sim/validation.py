@@ -1,4 +1,4 @@
-"""Cheap input checks shared by the tree builders.
+"""Argument checks written once: drafter log-probabilities, budgets, root tokens.
 
 Validation must not dominate the cost of a builder, so the log-probability check reads the
 array once (one row-wise maximum, which also propagates NaN) instead of scanning it several times.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+
+__all__ = ["LOGPROB_POSITIVE_TOL", "check_budget", "check_log_q", "check_root_token"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
