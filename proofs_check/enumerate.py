@@ -17,6 +17,7 @@ from treespec_sim import DraftTree
 from treespec_sim.engine import run_round
 from treespec_sim.exits import exit_law
 from treespec_sim.rows import dense_rows
+from treespec_sim.verify.rrs import acceptance_steps, run_node
 
 __all__ = [
     "ROUND_LAWS",
@@ -173,7 +174,6 @@ def sampled_round_law(shape: DraftTree, row_fn, proposal_fn, *, replacement: boo
     selects RRSw). ``row_fn(path)`` is the target's next-token law after ``path``. Mismatched
     settings (e.g. i.i.d. draws verified as without replacement) are known-buggy variants.
     """
-    from treespec_sim.verify.rrs import acceptance_steps, run_node
 
     def node_law(path: tuple[int, ...], node: int) -> dict[tuple[int, ...], float]:
         kids = shape.children(node)

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from treespec_sim import DraftTree
+from treespec_sim.rows import ArrayOracle
+from treespec_sim.verify import RULES
 
 from .enumerate import draw_tuples
 
@@ -159,8 +161,6 @@ def target_law_from(row_fn: RowFn, n_tokens: int, vocab: int) -> dict[tuple[int,
 def mean_length(shape: DraftTree, row_fn: RowFn, proposal_fn: RowFn, *, scheme: str,
                 rule: str) -> float:
     r"""Exact :math:`E[\tau]` of ``rule`` over the draws of ``scheme`` and the verifier's coins."""
-    from treespec_sim.rows import ArrayOracle
-    from treespec_sim.verify import RULES
 
     spec = RULES[rule]
     total = 0.0

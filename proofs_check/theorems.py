@@ -32,6 +32,7 @@ from treespec_sim import DraftTree
 from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length
+from treespec_sim.verify.traversal import emission_weights, opportunities
 
 from . import budget, ot, tsubame
 from .block import block_round_law
@@ -336,7 +337,6 @@ def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
     root_row[1:] = (1.0 - s) / (vocab - 1)
     rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
     prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
-    from treespec_sim.verify.traversal import emission_weights, opportunities
 
     opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer")
     return sum(w * values[tokens[v - 2]] for v, w, _ in emission_weights(opps) if v >= 2)

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .calibrate import TOLERANCE, calibration_rows
+from .experiments.stochastic import CLAIMS, claims_table
+from .experiments.stochastic import plot_tau_vs_temperature as plot
+
 __all__ = ["FIGURES", "results_page", "summary_markdown", "write_figures"]
 
 
@@ -28,7 +32,6 @@ def _pct(x: float) -> str:
 # ----------------------------------------------------------------------------- tables
 def _calibration_section(rows: Sequence[dict]) -> list[str]:
     """Target vs achieved of the sweep's calibrated regimes (empty if it has none)."""
-    from .calibrate import TOLERANCE, calibration_rows
 
     cal = calibration_rows(regimes={r.get("regime") for r in rows})
     if not cal:
@@ -123,7 +126,6 @@ def _caddtree_tables(rows: list[dict]) -> list[str]:
 
 
 def _stochastic_tables(rows: list[dict]) -> list[str]:
-    from .experiments.stochastic import CLAIMS, claims_table
 
     budgets = sorted({r["budget"] for r in rows if r["budget"]})
     b = 64 if 64 in budgets else (budgets[0] if budgets else 0)
@@ -334,7 +336,6 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
 
 
 def plot_tau_vs_temperature(rows: list[dict], path: Path) -> None:
-    from .experiments.stochastic import plot_tau_vs_temperature as plot
 
     budgets = sorted({r["budget"] for r in rows if r["budget"]})
     plot(rows, path, 64 if 64 in budgets else (budgets[0] if budgets else 0))

@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .cost import get_cost_model
 from .families import (
     COLUMNS,
     FAMILIES,
@@ -67,6 +68,8 @@ from .families import (
     VerifierGrid,
     run_cell,
 )
+from .report import summary_markdown, write_figures
+from .synth import REGIMES
 
 __all__ = ["COLUMNS", "PRESETS", "Plan", "load_config", "main", "plan_from_dict", "run_plan"]
 
@@ -89,7 +92,6 @@ class Plan:
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
-        from .cost import get_cost_model
 
         try:
             get_cost_model(self.cost_model)
@@ -110,7 +112,6 @@ class Plan:
 
 
 def _installed(names: Sequence[str]) -> tuple[str, ...]:
-    from .synth import REGIMES
 
     return tuple(n for n in names if n in REGIMES)
 
@@ -431,7 +432,6 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
         "elapsed_s": time.time() - started, "command": sys.argv,
         "cost_models": _cost_provenance(plan),
     }
-    from .report import summary_markdown, write_figures
 
     record["figures"] = write_figures(rows, out) if plot else []
     record["elapsed_s"] = time.time() - started
@@ -441,7 +441,6 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
 
 
 def _cost_provenance(plan: Plan) -> list[dict]:
-    from .cost import get_cost_model
 
     names = {plan.cost_model}
     for g in plan.grids:
