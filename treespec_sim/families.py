@@ -116,6 +116,8 @@ class DDTreeGrid:
     """DDTree / chain / dynamic tree across budgets and temperatures (deterministic tokens)."""
 
     family: ClassVar[str] = "ddtree"
+    #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
+    unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
     methods: tuple[str, ...] = ("chain", "ddtree")
     budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
@@ -150,6 +152,8 @@ class CaDDTreeGrid:
     """Budget rules under latency presets; one cell per (regime, T) covers every cost model."""
 
     family: ClassVar[str] = "caddtree"
+    #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
+    unit: ClassVar[str] = "decoded rounds"
     regimes: tuple[str, ...]
     temperatures: tuple[float, ...] = (0.0,)
     cost_models: tuple[str, ...] = ("a800-qwen3-8b", "h200-qwen3-8b")
@@ -181,6 +185,8 @@ class StochasticGrid:
     """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T, B)."""
 
     family: ClassVar[str] = "stochastic"
+    #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
+    unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
     drafters: tuple[str, ...] = ("corrected",)
     temperatures: tuple[float, ...] = (0.0, 0.6, 1.0)
@@ -227,6 +233,8 @@ class VerifierGrid:
     """RRSw vs Traversal vs UniVer on the same sampled ``width``-ary trees at ``T > 0``."""
 
     family: ClassVar[str] = "verifiers"
+    #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
+    unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
     shapes: tuple[str, ...] = ("2x4", "3x3")
     temperatures: tuple[float, ...] = (1.0,)

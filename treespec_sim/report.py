@@ -17,6 +17,7 @@ import numpy as np
 from .calibrate import TOLERANCE, calibration_rows
 from .experiments.stochastic import CLAIMS, claims_table
 from .experiments.stochastic import plot_tau_vs_temperature as plot
+from .families import FAMILIES
 
 __all__ = ["FIGURES", "results_page", "summary_markdown", "write_figures"]
 
@@ -152,14 +153,10 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
     return [*out, ""]
 
 
-_ROUND_UNITS = {"ddtree": "contexts", "caddtree": "decoded rounds", "stochastic": "contexts",
-                "verifiers": "contexts"}
-
-
 def _run_size(record: dict, *, calibrated: bool) -> list[str]:
     """How much data stands behind every interval: rounds per cell, one world per regime."""
     plan = record.get("plan") or {}
-    parts = [f"{plan[f]['rounds']} {unit} per {f} cell" for f, unit in _ROUND_UNITS.items()
+    parts = [f"{plan[f]['rounds']} {grid.unit} per {f} cell" for f, grid in FAMILIES.items()
              if isinstance(plan.get(f), dict) and "rounds" in plan[f]]
     if not parts:
         return []
