@@ -14,10 +14,11 @@ from pathlib import Path
 
 from ._deps import require
 from .drafter import WEIGHT_FILES, DFlashDrafter, DrafterSpec, parse_drafter_config
+from .target import TargetBackend, load_target_model
 
 torch = require("torch")
 
-__all__ = ["TINY_DRAFTER", "TINY_TARGET", "Bundle", "check_pair", "load"]
+__all__ = ["DTYPES", "TINY_DRAFTER", "TINY_TARGET", "Bundle", "check_pair", "load"]
 
 _HERE = Path(__file__).resolve().parent
 #: The shipped tiny checkpoints (trained by ``python -m real_models.train``).
@@ -25,8 +26,10 @@ TINY_TARGET = _HERE / "checkpoints" / "tiny-target"
 TINY_DRAFTER = _HERE / "checkpoints" / "tiny-drafter"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-           "float64": torch.float64}
+#: The ``dtype`` names :func:`load` accepts.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float64": torch.float64}
+_DTYPES = DTYPES  # the old private name, still imported by real_models.profile
 
 
 @dataclass
@@ -182,14 +185,12 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
         spec = parse_drafter_config(dcfg, str(ddir / "config.json"))
         bs = check_pair(tcfg, dcfg, spec, block_size=block_size)
     if isinstance(dtype, str):
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
-        dtype = _DTYPES[dtype]
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}; got {dtype!r}")
+        dtype = DTYPES[dtype]
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-
-    from .target import TargetBackend, load_target_model
 
     model = load_target_model(tdir, device=device, dtype=dtype)
     dtype = next(model.parameters()).dtype

@@ -1,79 +1,65 @@
-r"""The decoding loop: every method drafts, builds, verifies and commits with ``treespec_sim``.
+r"""Decoding with real models: every round runs through :func:`treespec_sim.engine.run_round`.
 
-One round (research note §2.3–2.4):
-
-1. **draft** — the drafter's one forward over ``[b, m × L]`` gives ``log_q`` (L, V) (float32
-   log-softmax of the logits, untempered, as DDTree builds its tree);
-2. **build** — a ``treespec_sim`` policy turns ``log_q`` into a :class:`~treespec_sim.DraftTree`
-   (``chain``, ``ddtree``, ``caddtree``; for sampled trees DDTree's shape filled by
-   :func:`treespec_sim.policies.sampled.fill_shape`), plus the 4-D mask;
-3. **verify** — one target forward over the root and the nodes gives the rows;
-4. **decide** — the logits become float64 target laws at temperature ``T``, computed lazily
-   where the verifier reads them (:class:`real_models.target.LogitsOracle`, a
-   ``treespec_sim`` target oracle), and :func:`treespec_sim.verify.verify` picks the accepted
-   path and the bonus token;
-5. **commit** — the target KV cache is compacted to the accepted path, and the drafter's context
-   cache grows by the accepted nodes' hidden states.
+:func:`decode` prefills the prompt (:func:`real_models.backend.prefill`), wraps the bundle in a
+:class:`~real_models.backend.ModelBackend` and decodes with :func:`treespec_sim.engine.decode`:
+the drafter's ``log_q``, the method's builder from the one registry
+(:data:`treespec_sim.methods.METHODS`), one tree-attention target forward, the verifier and the
+commit (KV-cache compaction, drafter context-cache growth) are the engine's round, the same as
+on a synthetic world. Method names and their lossless rules are the registry's
+(:func:`treespec_sim.methods.resolve_rule`); cost-aware methods (``caddtree``, ``exhaustive``,
+``longrun``) read their latency model at each round's context length.
 
 The prompt's last token is the first round's root: the prefill caches ``prompt[:-1]``, so every
-emitted token, the first included, comes out of a verifier. The ``ar`` baseline makes the
-draw predraw-and-follow makes on the root-only tree, one plain forward per token, with no tree
-machinery (so speedups are measured against a lean baseline).
+emitted token, the first included, comes out of a verifier.
+
+``ar`` is the one method outside the registry: the real-model **autoregressive baseline**, one
+plain one-token forward and one exact draw per token, with no tree and no round loop, so that
+speedups are measured against a lean baseline. It draws what predraw-and-follow draws on the
+root-only tree (argmax at ``T = 0``, :func:`treespec_sim._sampling.sample_categorical` on the
+float64 row otherwise).
 """
 
 from __future__ import annotations
 
-import copy
-import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from treespec_sim import DraftTree
+from treespec_sim import DraftTree, engine
 from treespec_sim._sampling import sample_categorical
-from treespec_sim.policies import caddtree, chain, ddtree, exhaustive_budget_tree
-from treespec_sim.policies.sampled import fill_shape
-from treespec_sim.verify import verify
+from treespec_sim.cost import PRESETS, PiecewiseLinearCost, get_cost_model
+from treespec_sim.methods import Method, check_temperature, get_method, resolve_rule
 
 from ._deps import require
+from .backend import DecodeState, Drafting, ModelBackend, Prefilled, clock, prefill
 from .bundle import Bundle
-from .drafter import DraftCache
-from .target import LogitsOracle
+from .profile import load_profile
 
 torch = require("torch")
 
-__all__ = ["METHODS", "DecodeResult", "RoundStats", "decode", "generate", "method_rules",
-           "resolve_cost"]
+__all__ = ["AR", "DecodeResult", "RoundStats", "check_request", "decode", "generate",
+           "latency_profile", "resolve_cost", "run_from"]
 
-#: Methods and the verification rules each accepts (the first is the default).
-METHODS: dict[str, tuple[str, ...]] = {
-    "ar": ("follow",),
-    "chain": ("follow", "tev"),
-    "ddtree": ("follow", "tev"),
-    "caddtree": ("follow", "tev"),
-    "exhaustive": ("follow", "tev"),
-    "sampled-ddtree": ("rrsw", "rrs", "traversal", "univer"),
-}
-#: Drafting scheme for each sampled-tree rule (:data:`treespec_sim.policies.sampled`).
-SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
-                   "traversal": "without_replacement", "univer": "without_replacement"}
-STAGES = ("draft", "build", "verify", "decide", "commit")
-
-
-def method_rules(method: str) -> tuple[str, ...]:
-    """Rules valid for ``method`` (first = default); unknown methods raise ``ValueError``."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    return METHODS[method]
+#: The autoregressive baseline's name (not a registered method: it builds no tree).
+AR = "ar"
 
 
 @dataclass(frozen=True)
 class RoundStats:
     """One round: tokens committed, tree size and the time split (seconds).
 
-    ``draft`` covers the drafter forward (and its context-cache update), ``verify`` the target
-    forward; ``build`` (policy + mask), ``decide`` (rows + verifier) and ``commit`` (cache
-    compaction) are the overhead outside the two model forwards.
+    ``draft`` is the drafter's block forward plus its context-cache update, ``verify`` the
+    target's tree forward; ``build`` (policy + 4-D mask), ``decide`` (rows + verifier) and
+    ``commit`` (KV-cache compaction) are the overhead outside the two model forwards.
+
+    Built from the engine's :attr:`treespec_sim.engine.Round.timings` (stages draft, build,
+    verify, decide, commit, measured by ``run_round``/``commit`` with the backend's clock),
+    with three sub-steps the backend times moved to the stage they belong to: the mask is built
+    inside ``target_oracle`` (counted as build), the oracle's set-up after the forward (counted
+    as decide), and the drafter's context-cache extension now runs inside the engine's commit
+    (it needs the accepted path) but is drafter work, counted as draft, as before.
     """
 
     tau: int
@@ -83,6 +69,15 @@ class RoundStats:
     verify: float
     decide: float
     commit: float
+
+    @classmethod
+    def of(cls, rnd: engine.Round, split: Mapping[str, float]) -> RoundStats:
+        """The statistics of a committed engine round (``split``: :attr:`DecodeState.split`)."""
+        t = rnd.timings
+        mask, rows, extend = split.get("mask", 0.0), split.get("rows", 0.0), \
+            split.get("extend", 0.0)
+        return cls(rnd.sampled_tau, rnd.tree_size, t["draft"] + extend, t["build"] + mask,
+                   t["verify"] - mask - rows, t["decide"] + rows, t["commit"] - extend)
 
     @property
     def total(self) -> float:
@@ -114,47 +109,42 @@ class DecodeResult:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("nan")
 
 
-@dataclass
-class _Prefilled:
-    """State right after the prefill (reusable: every run restores from it)."""
-
-    prompt: np.ndarray
-    root: int
-    target_snapshot: list
-    draft_cache: DraftCache | None
-    seconds: float
-
-
-def _sync(bundle: Bundle) -> None:
-    if bundle.device.type == "cuda":
-        torch.cuda.synchronize()
+# ---------------------------------------------------------------------------- requests
+def _method(method: str) -> Method | None:
+    """The registry entry of ``method`` (None for the ``ar`` baseline)."""
+    if method == AR:
+        return None
+    try:
+        return get_method(method)[0]
+    except ValueError as exc:
+        raise ValueError(f"{exc}; and {AR!r}, the autoregressive baseline") from None
 
 
-def _clock(bundle: Bundle) -> float:
-    _sync(bundle)
-    return time.perf_counter()
+def _rule(spec: Method | None, rule: str | None, temperature: float) -> str:
+    if spec is None:
+        if rule not in (None, "follow"):
+            raise ValueError(f"rule {rule!r} is not lossless for method {AR!r} (one exact draw "
+                             "per token); use follow")
+        return "follow"
+    return resolve_rule(spec, rule, temperature)
 
 
 def check_request(bundle: Bundle, prompt_ids, max_new_tokens: int, method: str, rule: str | None,
                   temperature: float, budget: int | None) -> tuple[np.ndarray, str]:
-    """Validate a generation request before any forward; return (prompt array, rule)."""
-    rules = method_rules(method)
-    rule = rules[0] if rule is None else rule
-    if rule not in rules:
-        raise ValueError(f"rule {rule!r} does not apply to method {method!r}; use one of "
-                         f"{', '.join(rules)}")
-    t = float(temperature)
-    if not (np.isfinite(t) and t >= 0):
-        raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
-    if method == "sampled-ddtree" and t == 0:
-        raise ValueError("method 'sampled-ddtree' draws tree tokens from the drafter at "
-                         "temperature T; it needs T > 0 (use 'ddtree' for T = 0)")
-    if method != "ar" and bundle.drafter is None:
+    """Validate a generation request before any forward; return (prompt array, rule).
+
+    ``method`` is ``"ar"`` or a name of :data:`treespec_sim.methods.METHODS`; ``rule`` must be
+    lossless for it at ``temperature`` (default: the registry's first).
+    """
+    spec = _method(method)
+    t = check_temperature(temperature)
+    rule = _rule(spec, rule, t)
+    if spec is not None and bundle.drafter is None:
         raise ValueError(f"method {method!r} needs a drafter; the bundle was loaded without one")
-    if method in ("ddtree", "caddtree", "exhaustive", "sampled-ddtree"):
-        if budget is None or isinstance(budget, bool) or not isinstance(budget, int | np.integer) \
-                or budget < 1:
-            raise ValueError(f"method {method!r} needs a budget >= 1 (tree nodes); got {budget!r}")
+    if spec is not None and spec.uses_budget and (
+            budget is None or isinstance(budget, bool)
+            or not isinstance(budget, int | np.integer) or budget < 1):
+        raise ValueError(f"method {method!r} needs a budget >= 1 (tree nodes); got {budget!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) \
             or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
@@ -179,52 +169,16 @@ def check_request(bundle: Bundle, prompt_ids, max_new_tokens: int, method: str, 
     return arr.astype(np.int64), rule
 
 
-@torch.inference_mode()
-def _prefill(bundle: Bundle, prompt: np.ndarray, with_drafter: bool) -> _Prefilled:
-    t0 = _clock(bundle)
-    feats = bundle.target.prefill(prompt[:-1], want_features=with_drafter)
-    dcache = None
-    if with_drafter:
-        dcache = DraftCache(len(bundle.drafter.layers))
-        pos = torch.arange(prompt.size - 1, device=bundle.device)[None]
-        bundle.drafter.extend_cache(dcache, feats, pos)
-    snap = bundle.target.snapshot()
-    return _Prefilled(prompt, int(prompt[-1]), snap, dcache, _clock(bundle) - t0)
-
-
-class _Drafting:
-    """The drafter side of a round: embedding, block forward, log-probabilities."""
-
-    def __init__(self, bundle: Bundle) -> None:
-        self.bundle = bundle
-        self.embed = bundle.target.model.get_input_embeddings()
-        self.head = bundle.target.model.get_output_embeddings()
-        self.block = torch.full((1, bundle.block_size), bundle.spec.mask_token_id,
-                                dtype=torch.long, device=bundle.device)
-
-    @torch.inference_mode()
-    def log_q(self, cache: DraftCache, root: int, start: int):
-        """(log_q float32 numpy (L, V), logits tensor (L, V))."""
-        self.block[0, 0] = root
-        emb = self.embed(self.block)
-        if self.bundle.spec.input_embedding_scale != 1.0:
-            emb = emb * self.bundle.spec.input_embedding_scale
-        hidden = self.bundle.drafter.draft(cache, emb, start)
-        logits = self.bundle.drafter.logits(hidden, self.head)[0].float()
-        return torch.log_softmax(logits, dim=-1).cpu().numpy(), logits
-
-
-def latency_profile(bundle: Bundle, max_budget: int, *, repeats: int = 3):
+# ---------------------------------------------------------------------------- costs
+def latency_profile(bundle: Bundle, max_budget: int, *, repeats: int = 3) -> PiecewiseLinearCost:
     """Measured verification and draft costs for CaDDTree (``PiecewiseLinearCost``).
 
     Times the target's tree forward at ``n = 1, 2, 4, ...`` query tokens up to
     ``max_budget + 1`` on a short dummy context (median of ``repeats``), made non-decreasing.
     """
-    from treespec_sim.cost import PiecewiseLinearCost
-
     prompt = np.arange(2, 34, dtype=np.int64) % bundle.vocab_size
-    pf = _prefill(bundle, prompt, with_drafter=True)
-    drafting = _Drafting(bundle)
+    pf = prefill(bundle, prompt, with_drafter=True)
+    drafting = Drafting(bundle)
     sizes = sorted({1, *[2 ** k for k in range(1, 12) if 2 ** k <= max_budget + 1],
                     max_budget + 1})
     secs = []
@@ -233,31 +187,20 @@ def latency_profile(bundle: Bundle, max_budget: int, *, repeats: int = 3):
         ts = []
         for _ in range(repeats):
             bundle.target.restore(pf.target_snapshot)
-            t0 = _clock(bundle)
+            t0 = clock(bundle)
             bundle.target.verify_forward(tree)
-            ts.append(_clock(bundle) - t0)
+            ts.append(clock(bundle) - t0)
         secs.append(float(np.median(ts)))
     ds = []
     for _ in range(repeats):
-        t0 = _clock(bundle)
+        t0 = clock(bundle)
         drafting.log_q(pf.draft_cache, pf.root, pf.prompt.size - 1)
-        ds.append(_clock(bundle) - t0)
+        ds.append(clock(bundle) - t0)
     secs = np.maximum.accumulate(np.asarray(secs))
     return PiecewiseLinearCost(tuple(float(s) for s in sizes), tuple(float(s) for s in secs),
                                float(np.median(ds)), name="measured",
                                provenance=f"real_models.latency_profile on {bundle.device}",
                                estimate=False)
-
-
-def _costs_at(cost, context_length: int):
-    """(draft seconds, ``n -> verify seconds``) of a latency model at ``context_length``.
-
-    Models with a context axis (``TabulatedCost``) are read at the round's cache length;
-    others ignore it.
-    """
-    ell = max(int(context_length), 1)
-    return (float(cost.draft_cost(ell)),
-            lambda n: cost.verify_cost(n, ell))
 
 
 def resolve_cost(bundle: Bundle, cost, *, on_mismatch: str = "error"):
@@ -270,12 +213,6 @@ def resolve_cost(bundle: Bundle, cost, *, on_mismatch: str = "error"):
     name of :data:`treespec_sim.cost.PRESETS` (accepted with a warning: presets describe other
     hardware and models).
     """
-    from pathlib import Path
-
-    from treespec_sim.cost import PRESETS, get_cost_model
-
-    from .profile import load_profile
-
     if isinstance(cost, str | Path):
         key = str(cost)
         if key in PRESETS:
@@ -288,110 +225,88 @@ def resolve_cost(bundle: Bundle, cost, *, on_mismatch: str = "error"):
     return cost, []
 
 
-@torch.inference_mode()
-def _run(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, method: str, rule: str,
-         budget: int | None, temperature: float, rng: np.random.Generator,
-         cost=None, on_round=None, on_draft=None) -> DecodeResult:
+# ---------------------------------------------------------------------------- decoding
+def run_from(bundle: Bundle, pf: Prefilled, n_tokens: int, *, method: str,
+             rule: str | None = None, budget: int | None = None, temperature: float = 0.0,
+             rng: np.random.Generator, cost=None, options: Mapping | None = None,
+             on_round: Callable[[engine.Round, DecodeState], None] | None = None
+             ) -> DecodeResult:
     """Decode ``n_tokens`` tokens from a prefilled state (restored, not consumed).
 
-    ``on_round(tree, forward, context)``, if given, is called after each verification forward
-    with the committed tokens so far (prompt included); it must not touch the KV cache.
-    ``on_draft(log_q)``, if given, receives each round's drafter log-probabilities (L, V).
+    Every round is :func:`treespec_sim.engine.run_round` on a
+    :class:`~real_models.backend.ModelBackend`, committed with
+    :func:`treespec_sim.engine.commit` (through :func:`treespec_sim.engine.decode`); ``ar``
+    runs the lean autoregressive baseline instead (see the module docstring).
+
+    Parameters
+    ----------
+    bundle : Bundle
+    pf : Prefilled
+        From :func:`real_models.backend.prefill` (``with_drafter=True`` for tree methods).
+    n_tokens : int
+    method, rule, budget, temperature, cost, options
+        As :func:`decode` (``cost`` a latency model, already resolved; ``rule`` default the
+        registry's first lossless rule).
+    rng : numpy.random.Generator
+        Drafted tokens of sampled methods, then the verifier's coins.
+    on_round : callable, optional
+        ``on_round(round, state)`` sees every :class:`treespec_sim.engine.Round` after its
+        verification and before its commit; ``state.forward`` holds the verification forward
+        (logits, features) and ``state.tokens`` the prompt and the tokens committed so far
+        (its last one is the round's root). It must not touch the KV cache; its time is in no
+        stage of :class:`RoundStats`.
     """
-    if method == "ar":
-        return _run_ar(bundle, pf, n_tokens, temperature=temperature, rng=rng)
-    target = bundle.target
-    target.restore(pf.target_snapshot)
-    dcache = copy.copy(pf.draft_cache)
-    if dcache is not None:
-        dcache.keys, dcache.values = list(dcache.keys), list(dcache.values)
-    drafting = _Drafting(bundle)
-    L = bundle.depth
-    root = pf.root
-    out: list[int] = []
-    rounds: list[RoundStats] = []
-    t_begin = _clock(bundle)
-    while len(out) < n_tokens:
-        start = target.length
-        t0 = _clock(bundle)
-        proposal = None
-        log_q, dlogits = drafting.log_q(dcache, root, start)
-        if on_draft is not None:
-            on_draft(log_q)
-        t1 = _clock(bundle)
-        if method == "chain":
-            tree = chain(log_q, L, root_token=root)
-        elif method == "ddtree":
-            tree = ddtree(log_q, budget, root_token=root)
-        elif method == "caddtree":
-            cd, cv = _costs_at(cost, start)
-            tree = caddtree(log_q, draft_cost=cd, verify_cost=cv, max_budget=budget,
-                            root_token=root)
-        elif method == "exhaustive":
-            cd, cv = _costs_at(cost, start)
-            tree = exhaustive_budget_tree(log_q, draft_cost=cd, verify_cost=cv,
-                                          max_budget=budget, root_token=root)
-        else:  # sampled: DDTree's shape, tokens drawn from the tempered drafter
-            shape = ddtree(log_q, budget, root_token=root)
-            prop_rows = torch.softmax(dlogits.double() / temperature, dim=-1).cpu().numpy()
-            tree, proposal = fill_shape(shape, prop_rows, scheme=SCHEME_FOR_RULE[rule], rng=rng)
-        mask = target.tree_mask(tree, start) if tree.size else None
-        t2 = _clock(bundle)
-        fwd = target.verify_forward(tree, want_features=True, mask=mask)
-        t3 = _clock(bundle)
-        if on_round is not None:
-            on_round(tree, fwd, [*pf.prompt.tolist(), *out])
-            t3 = _clock(bundle)
-        rows = LogitsOracle(fwd.logits, temperature)
-        outcome = verify(tree, rows, rule=rule, rng=rng, proposal=proposal)
-        t4 = _clock(bundle)
-        nodes = [0, *outcome.path]
-        target.commit(start, nodes)
-        t5 = _clock(bundle)
-        pos = torch.arange(start, start + len(nodes), device=bundle.device)[None]
-        bundle.drafter.extend_cache(dcache, fwd.features[:, nodes], pos)
-        t6 = _clock(bundle)
-        out.extend(outcome.tokens)
-        root = outcome.bonus
-        rounds.append(RoundStats(outcome.tau, tree.size, (t1 - t0) + (t6 - t5), t2 - t1,
-                                 t3 - t2, t4 - t3, t5 - t4))
-    return DecodeResult(out[:n_tokens], rounds, pf.seconds, _clock(bundle) - t_begin)
+    if method == AR:
+        return _run_ar(bundle, pf, n_tokens, temperature=check_temperature(temperature),
+                       rng=rng)
+    if not _method(method).needs_cost:
+        cost = None  # Round.cost_s is not reported here; only cost-aware builders read it
+    backend = ModelBackend(bundle)
+    state = backend.start(pf)
+
+    def record(rnd: engine.Round) -> RoundStats:
+        return RoundStats.of(rnd, state.split)  # read right after the round's commit
+
+    t0 = clock(bundle)
+    res = engine.decode(backend, state, n_tokens=n_tokens, rng=rng, record=record,
+                        on_round=on_round, method=method, budget=budget, rule=rule,
+                        temperature=temperature, cost=cost, options=options)
+    return DecodeResult(res.tokens.tolist(), list(res.records), pf.seconds, clock(bundle) - t0)
 
 
 @torch.inference_mode()
-def _run_ar(bundle: Bundle, pf: _Prefilled, n_tokens: int, *, temperature: float,
+def _run_ar(bundle: Bundle, pf: Prefilled, n_tokens: int, *, temperature: float,
             rng: np.random.Generator) -> DecodeResult:
     """The autoregressive baseline: one plain one-token forward and one exact draw per token.
 
-    The draw is the one predraw-and-follow makes on the root-only tree (argmax, first maximal
-    index, at ``T = 0``; :func:`treespec_sim._sampling.sample_categorical` on the float64 row
-    otherwise), without building a tree, so the baseline carries no tree overhead.
+    Deliberately outside the round loop: no tree, no verifier, so the baseline carries no tree
+    overhead (the draw equals predraw-and-follow's on the root-only tree).
     """
     target = bundle.target
     target.restore(pf.target_snapshot)
     root = pf.root
     out: list[int] = []
     rounds: list[RoundStats] = []
-    t_begin = _clock(bundle)
+    t_begin = clock(bundle)
     while len(out) < n_tokens:
-        t0 = _clock(bundle)
+        t0 = clock(bundle)
         logits = target.step(root)
-        t1 = _clock(bundle)
+        t1 = clock(bundle)
         if temperature == 0.0:
             root = int(torch.argmax(logits))
         else:
             row = torch.softmax(logits.to(torch.float64) / temperature, dim=-1).cpu().numpy()
             root = sample_categorical(row, rng)
-        t2 = _clock(bundle)
+        t2 = clock(bundle)
         out.append(root)
         rounds.append(RoundStats(1, 0, 0.0, 0.0, t1 - t0, t2 - t1, 0.0))
-    return DecodeResult(out, rounds, pf.seconds, _clock(bundle) - t_begin)
+    return DecodeResult(out, rounds, pf.seconds, clock(bundle) - t_begin)
 
 
 def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budget: int | None
            = None, temperature: float = 0.0, seed: int | None = 0, rule: str | None = None,
            rng: np.random.Generator | None = None, cost=None,
-           cost_mismatch: str = "error") -> DecodeResult:
+           cost_mismatch: str = "error", options: Mapping | None = None) -> DecodeResult:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids``; return tokens and round stats.
 
     Parameters
@@ -401,44 +316,52 @@ def decode(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str, budg
     prompt_ids : sequence of int
         At least 2 tokens; ``len + max_new_tokens + block_size`` must fit the context.
     max_new_tokens : int
-    method : {"ar", "chain", "ddtree", "caddtree", "exhaustive", "sampled-ddtree"}
-        ``chain`` is DFlash's argmax chain (length ``L``); ``ddtree`` the DDTree of ``budget``
-        nodes; ``caddtree`` CaDDTree up to ``budget`` with a latency profile measured on this
-        bundle (or ``cost``); ``exhaustive`` the budget maximising the same throughput ratio over
-        every prefix; ``sampled-ddtree`` DDTree's shape with tokens drawn from the drafter at
-        ``temperature`` (``rule`` picks the verifier and the drafting scheme).
+    method : str
+        ``"ar"`` (the autoregressive baseline) or any name of
+        :data:`treespec_sim.methods.METHODS`: e.g. ``chain`` (DFlash's argmax chain of length
+        ``L``), ``ddtree`` (the DDTree of ``budget`` nodes), ``caddtree`` (CaDDTree up to
+        ``budget`` with a latency profile measured on this bundle, or ``cost``),
+        ``exhaustive`` (the budget maximising the same throughput ratio over every prefix),
+        ``sampled-ddtree`` (DDTree's shape with tokens drawn per depth from the drafter's
+        marginals tempered to ``temperature``; ``rule`` picks the verifier and the drawing
+        scheme), ``tsubame``, ``sampled-tree[WxD]``, ...
     budget : int, optional
-        Tree nodes (root excluded; the maximum for ``caddtree`` and ``exhaustive``); required
-        for every tree method but ``chain``.
+        Tree nodes (root excluded; the maximum for cost-aware methods); required for every
+        method that reads a budget (every tree method but the chains).
     temperature : float
-        ``0`` is greedy.
+        ``0`` is greedy (sampled methods then take their top-k tokens, verified with
+        ``follow``).
     seed : int, optional
         Seeds ``numpy.random.default_rng`` (ignored when ``rng`` is given).
     rule : str, optional
-        Verifier (:data:`METHODS` lists the valid ones per method; default the first).
+        Verifier: one of :func:`treespec_sim.methods.lossless_rules` for the method at
+        ``temperature`` (default: the first).
     rng : numpy.random.Generator, optional
     cost : latency model, path of a latency ``.json``, or preset name, optional
-        For ``caddtree`` and ``exhaustive`` (default: :func:`latency_profile` of this bundle).
-        A file is checked against this bundle (:func:`resolve_cost`); costs are read at each
-        round's context length.
+        For cost-aware methods (default: :func:`latency_profile` of this bundle). A file is
+        checked against this bundle (:func:`resolve_cost`); costs are read at each round's
+        context length.
     cost_mismatch : {"error", "warn"}
         What a latency file for another device type or other model shapes does: raise
         :class:`real_models.profile.ProfileMismatch`, or run and record the mismatch in
         ``DecodeResult.notes``.
+    options : mapping, optional
+        Method-specific extras (``{"lam": tokens_per_second}`` for ``longrun``).
     """
     prompt, rule = check_request(bundle, prompt_ids, max_new_tokens, method, rule, temperature,
                                  budget)
     rng = np.random.default_rng(seed) if rng is None else rng
     notes: list[str] = []
-    if method in ("caddtree", "exhaustive"):
+    spec = _method(method)
+    if spec is not None and spec.needs_cost:
         if cost is None:
             cost = latency_profile(bundle, int(budget))
         else:
             cost, notes = resolve_cost(bundle, cost, on_mismatch=cost_mismatch)
-    pf = _prefill(bundle, prompt, with_drafter=method != "ar")
-    res = _run(bundle, pf, int(max_new_tokens), method=method, rule=rule,
-               budget=None if budget is None else int(budget), temperature=float(temperature),
-               rng=rng, cost=cost)
+    pf = prefill(bundle, prompt, with_drafter=spec is not None)
+    res = run_from(bundle, pf, int(max_new_tokens), method=method, rule=rule,
+                   budget=None if budget is None else int(budget),
+                   temperature=float(temperature), rng=rng, cost=cost, options=options)
     res.notes.extend(notes)
     return res
 
@@ -449,4 +372,3 @@ def generate(bundle: Bundle, prompt_ids, max_new_tokens: int, *, method: str,
     """Token ids of the continuation (see :func:`decode`, which also returns statistics)."""
     return decode(bundle, prompt_ids, max_new_tokens, method=method, budget=budget,
                   temperature=temperature, seed=seed, rule=rule).tokens
-

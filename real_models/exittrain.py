@@ -34,6 +34,7 @@ Commands::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -41,7 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim.exits import edge_probabilities, reach_from_edges
+
 from ._deps import require
+from .backend import prefill
+from .bundle import TINY_DRAFTER, TINY_TARGET, load
+from .decode import decode, run_from
+from .target import LogitsOracle
+from .train import load_corpus, target_features
+from .validate import load_prompts
 
 torch = require("torch")
 
@@ -57,8 +66,6 @@ def exit_targets(tree, rows, depth_limit: int) -> list[tuple[int, int, float]]:
 
     ``rows`` is a target oracle (``row(v)``, ``edge_probs(tree)``).
     """
-    from treespec_sim.exits import edge_probabilities, reach_from_edges
-
     reach = reach_from_edges(tree, edge_probabilities(tree, rows))
     children = tree.child_lists
     out: dict[tuple[int, int], float] = {}
@@ -79,8 +86,6 @@ def exit_targets(tree, rows, depth_limit: int) -> list[tuple[int, int, float]]:
 
 def training_prompts(bundle, n: int, length: int, seed: int) -> list[np.ndarray]:
     """``n`` windows of ``length`` tokens from training-split files (never the held-out ones)."""
-    from .train import load_corpus
-
     train = load_corpus()["train"]
     rng = np.random.default_rng(seed)
     out = []
@@ -104,9 +109,6 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
     is one token per round; at ``T = 1`` it spreads over every depth the target can exit at.
     """
     wt = temperature if weight_temperature is None else float(weight_temperature)
-    from .decode import _prefill, _run
-    from .target import LogitsOracle
-
     prompts = training_prompts(bundle, n_seqs, prompt_len, seed)
     L = bundle.depth
     seqs, anchors, entries = [], [], []
@@ -114,14 +116,15 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
     for si, p in enumerate(prompts):
         recs = []
 
-        def on_round(tree, fwd, context, recs=recs):
-            w = exit_targets(tree, LogitsOracle(fwd.logits, wt), L)
-            recs.append((len(context) - 1, w))
+        def on_round(rnd, state, recs=recs):
+            # the rows at the weight temperature, from this round's verification logits
+            w = exit_targets(rnd.tree, LogitsOracle(state.forward.logits, wt), L)
+            recs.append((state.length, w))
 
-        pf = _prefill(bundle, p, with_drafter=True)
-        res = _run(bundle, pf, gen_len, method="ddtree", rule="follow", budget=budget,
-                   temperature=temperature, rng=np.random.default_rng([seed, si]),
-                   on_round=on_round)
+        pf = prefill(bundle, p, with_drafter=True)
+        res = run_from(bundle, pf, gen_len, method="ddtree", rule="follow", budget=budget,
+                       temperature=temperature, rng=np.random.default_rng([seed, si]),
+                       on_round=on_round)
         seq = np.concatenate([p, np.asarray(res.tokens[:gen_len], dtype=np.int64)])
         for a, w in recs:
             if a + L < seq.size:
@@ -145,10 +148,6 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
 def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
           anchors_per_seq: int, seed: int):
     """Fine-tune a copy of ``bundle.drafter``; return (drafter, log dict)."""
-    import copy
-
-    from .train import target_features
-
     if loss not in ("exit", "plain"):
         raise ValueError(f"loss must be 'exit' or 'plain'; got {loss!r}")
     spec = bundle.spec
@@ -234,9 +233,6 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
 def evaluate(bundles: dict, *, budgets=(16, 64), n_prompts: int = 32, new_tokens: int = 96,
              temperature: float = 0.0, seed: int = 0) -> dict:
     """τ per held-out prompt for each drafter and budget: ``{label: {B: [tau, ...]}}``."""
-    from .decode import decode
-    from .validate import load_prompts
-
     first = next(iter(bundles.values()))
     prompts = load_prompts(first, n_prompts, 64)
     out: dict = {}
@@ -320,8 +316,6 @@ def main(argv=None) -> int:
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from .bundle import TINY_DRAFTER, TINY_TARGET, load
-
     if args.cmd == "collect":
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         data = collect(bundle, n_seqs=args.seqs, prompt_len=args.prompt_len,

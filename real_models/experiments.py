@@ -27,6 +27,7 @@ r"""Experiments on real models: CaDDTree on measured costs, traces, simulator vs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -34,7 +35,17 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim import DraftTree, engine
+from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
+from treespec_sim.policies.caddtree import prefix_tree
+from treespec_sim.synth import get_regime, make_world
+
 from ._deps import require
+from .backend import prefill
+from .bundle import load
+from .decode import decode, resolve_cost, run_from
+from .profile import CPU_TINY
+from .validate import load_prompts
 
 torch = require("torch")
 
@@ -55,8 +66,6 @@ def _boot_idx(n: int, n_boot: int, seed: int) -> np.ndarray:
 def caddtree_experiment(bundle, prompts, *, cost_path, grid=CADDTREE_GRID, new_tokens: int = 96,
                         cost_mismatch: str = "error", repeats: int = 1) -> dict:
     """Decode every prompt with every method; per (method, prompt): tokens, seconds, τ, B."""
-    from .decode import decode, resolve_cost
-
     cost, notes = resolve_cost(bundle, str(cost_path), on_mismatch=cost_mismatch)
     max_b = max(grid)
     methods = [("ar", "ar", None)] + [(f"ddtree@{b}", "ddtree", b) for b in grid] + [
@@ -148,27 +157,21 @@ def caddtree_table(run: dict, *, n_boot: int = 4000, seed: int = 0) -> tuple[str
 def record_traces(bundle, prompts, *, budget: int, temperature: float, new_tokens: int,
                   seed: int = 0) -> dict:
     """Decode with DDTree at ``budget``; record every round (see the module docstring)."""
-    from treespec_sim.exits import edge_probabilities
-
-    from .decode import _prefill, _run
-    from .target import LogitsOracle
-
     L, V = bundle.depth, bundle.vocab_size
     log_qs, parents, tokens, edges, sizes, prompt_ids, starts, taus = [], [], [], [], [], [], [],\
         []
     for i, p in enumerate(prompts):
-        pf = _prefill(bundle, p, with_drafter=True)
-        recs, captured = [], []
+        pf = prefill(bundle, p, with_drafter=True)
+        recs = []
 
-        def on_round(tree, fwd, context, recs=recs):
-            recs.append((tree, edge_probabilities(tree, LogitsOracle(fwd.logits, temperature)),
-                         len(context) - 1))
+        def on_round(rnd, state, recs=recs):
+            # rnd.edges: the target's edge probabilities at the decoding temperature
+            recs.append((rnd.tree, rnd.edges, state.length, rnd.log_q.astype(np.float16)))
 
-        res = _run(bundle, pf, new_tokens, method="ddtree", rule="follow", budget=budget,
-                   temperature=temperature, rng=np.random.default_rng([seed, i]),
-                   on_round=on_round, on_draft=lambda lq, c=captured: c.append(
-                       lq.astype(np.float16)))
-        for (tree, e, start), lq, r in zip(recs, captured, res.rounds, strict=True):
+        res = run_from(bundle, pf, new_tokens, method="ddtree", rule="follow", budget=budget,
+                       temperature=temperature, rng=np.random.default_rng([seed, i]),
+                       on_round=on_round)
+        for (tree, e, start, lq), r in zip(recs, res.rounds, strict=True):
             n1 = tree.n_nodes
             par = np.full(budget + 1, -2, dtype=np.int32)
             tok = np.zeros(budget + 1, dtype=np.int32)
@@ -191,8 +194,6 @@ def record_traces(bundle, prompts, *, budget: int, temperature: float, new_token
 
 
 def _trace_tree(tr: dict, r: int):
-    from treespec_sim import DraftTree
-
     n1 = int(tr["size"][r]) + 1
     return DraftTree.from_parents(tr["parent"][r, :n1].astype(np.int64),
                                   tr["token"][r, :n1].astype(np.int64))
@@ -204,9 +205,6 @@ def replay(tr: dict, budgets, depth_limit: int) -> dict:
     Returns ``tau[r, j]`` = :math:`1 + \\sum_{i \\le B_j} P(v_i)` (follow verification on the
     prefix tree of budget ``B_j``) and ``exits[j]`` = mean exit mass by cause at ``B_j``.
     """
-    from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
-    from treespec_sim.policies.caddtree import prefix_tree
-
     R = len(tr["size"])
     budgets = list(budgets)
     tau = np.zeros((R, len(budgets)))
@@ -245,11 +243,6 @@ class _EdgeRows:
 def real_runs(bundle, prompts, *, budgets, temperature: float, new_tokens: int,
               seed: int = 0) -> dict:
     """Real decoding at each budget: realised τ per round, exact exit decomposition per round."""
-    from treespec_sim.exits import EXIT_CAUSES, exit_decomposition
-
-    from .decode import _prefill, _run
-    from .target import LogitsOracle
-
     L = bundle.depth
     out = {}
     for B in budgets:
@@ -260,14 +253,13 @@ def real_runs(bundle, prompts, *, budgets, temperature: float, new_tokens: int,
         for i, p in enumerate(prompts):
             decs = []
 
-            def on_round(tree, fwd, context, decs=decs):
-                decs.append(exit_decomposition(tree, LogitsOracle(fwd.logits, temperature),
-                                               depth_limit=L))
+            def on_round(rnd, state, decs=decs):
+                decs.append(rnd.exits)  # exact, under the round's rows at ``temperature``
 
-            pf = _prefill(bundle, p, with_drafter=True)
-            res = _run(bundle, pf, new_tokens, method="ddtree", rule="follow", budget=B,
-                       temperature=temperature, rng=np.random.default_rng([seed, i, B]),
-                       on_round=on_round)
+            pf = prefill(bundle, p, with_drafter=True)
+            res = run_from(bundle, pf, new_tokens, method="ddtree", rule="follow", budget=B,
+                           temperature=temperature, rng=np.random.default_rng([seed, i, B]),
+                           on_round=on_round)
             for d in decs:
                 exits += d.by_depth_cause.sum(0)
                 by_depth += d.by_depth
@@ -292,13 +284,6 @@ def fit_regime(target: dict[int, float], *, V: int, L: int, rounds: int = 240,
     """Grid-search two knobs of a synthetic regime (sharpness, mismatch) at the tiny models'
     ``V`` and ``L`` so that its exact τ(B) matches ``target`` (budget -> τ; 0 = chain) in
     squared error. Returns the best spec's knobs and its τ at every budget of ``target``."""
-    import dataclasses
-
-    from treespec_sim.exits import reach_from_edges
-    from treespec_sim.policies import chain, ddtree
-    from treespec_sim.synth import get_regime, make_world
-    from treespec_sim.synth.diagnostics import mean_chain_tau  # noqa: F401 (API check)
-
     base = get_regime("mid-entropy")
     grid = grid or [(s, m) for s in (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
                     for m in (0.0, 0.05, 0.15, 0.3)]
@@ -316,22 +301,19 @@ def fit_regime(target: dict[int, float], *, V: int, L: int, rounds: int = 240,
         for r in range(rounds):
             if r % 8 == 0:
                 ctx = world.sample_context(rng)
-            log_q = world.draft(ctx)
-            bmax = max(target)
-            tree = ddtree(log_q, bmax, root_token=int(ctx.last_token))
-            oracle = world.target_oracle(ctx, tree, temperature)
-            reach = reach_from_edges(tree, oracle.edge_probs(tree))
-            cum = np.concatenate([[0.0], np.cumsum(reach[1:])])
+            # one nested DDTree round gives the exact follow tau at every budget up to the
+            # largest; the chain's exact tau needs no draws (sample=False)
+            rnd = engine.run_round(world, ctx, method="ddtree", budget=max(target),
+                                   rule="follow", temperature=temperature, rng=rng, nested=True)
+            curve = rnd.tau_curve
             for b in target:
                 if b == 0:
-                    ch = chain(log_q, L, root_token=int(ctx.last_token))
-                    o2 = world.target_oracle(ctx, ch, temperature)
-                    taus[b].append(1.0 + reach_from_edges(ch, o2.edge_probs(ch))[1:].sum())
+                    taus[b].append(engine.run_round(
+                        world, ctx, method="chain", rule="follow", temperature=temperature,
+                        rng=rng, sample=False).expected_tau)
                 else:
-                    taus[b].append(1.0 + cum[min(b, tree.size)])
-            from treespec_sim.verify import verify
-
-            ctx = world.advance(ctx, verify(tree, oracle, rule="follow", rng=rng).tokens)
+                    taus[b].append(float(curve[min(b, rnd.tree_size)]))
+            ctx = engine.commit(world, ctx, rnd)
         got = {b: float(np.mean(v)) for b, v in taus.items()}
         err = sum((got[b] - target[b]) ** 2 for b in target)
         if best is None or err < best["sq_error"]:
@@ -342,8 +324,6 @@ def fit_regime(target: dict[int, float], *, V: int, L: int, rounds: int = 240,
 
 # ----------------------------------------------------------------------------- CLI
 def _load_prompts(bundle, n: int):
-    from .validate import load_prompts
-
     return load_prompts(bundle, n, 64)
 
 
@@ -377,9 +357,6 @@ def main(argv=None) -> int:
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from .bundle import load
-    from .profile import CPU_TINY
-
     bundle = load(device=args.device)
     if args.cmd == "caddtree":
         prompts = _load_prompts(bundle, args.prompts)
@@ -418,8 +395,6 @@ def main(argv=None) -> int:
 
 
 def simvsreal(bundle, args) -> None:
-    from treespec_sim.exits import EXIT_CAUSES
-
     with np.load(args.traces) as z:
         tr = {k: z[k] for k in z.files}
     meta = json.loads(str(tr["meta"]))
@@ -499,8 +474,6 @@ def simvsreal(bundle, args) -> None:
 
 
 def _chain_tau(bundle, prompts, temperature: float, new_tokens: int) -> float:
-    from .decode import decode
-
     taus = []
     for i, p in enumerate(prompts):
         r = decode(bundle, p, new_tokens, method="chain", temperature=temperature, seed=i)

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ._deps import require
+from .backend import Drafting
 
 torch = require("torch")
 
@@ -266,8 +267,6 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         row (``meta["partial"]`` says how many of how many), so that a caller can save partial
         results before a time limit interrupts the profile.
     """
-    from .decode import _Drafting
-
     nc = tuple(int(n) for n in node_counts)
     cl = tuple(int(c) for c in context_lengths)
     if not nc or nc[0] < 1 or any(b <= a for a, b in itertools.pairwise(nc)):
@@ -286,7 +285,7 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
     trees = {n: _profile_tree(n - 1, L, V) for n in nc}
     dev = bundle.device
     target = bundle.target
-    drafting = _Drafting(bundle)
+    drafting = Drafting(bundle)
     rng = np.random.default_rng(0)
     k_acc = math.ceil(bundle.block_size / 2)
     raw = np.full((len(cl), len(nc)), np.nan)

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ._deps import require
+from .backend import prefill
+from .decode import latency_profile, run_from
 
 torch = require("torch")
 
@@ -354,7 +356,6 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from .decode import _prefill, _run, latency_profile
 
     tol = TREE_LOGIT_TOL.get(str(bundle.dtype), 1e-3)
     tie_tol = GREEDY_TIE_TOL.get(str(bundle.dtype), 0.0)
@@ -387,9 +388,10 @@ def main(argv=None) -> int:
         chk = TreeRowCheck(bundle)
         for p in prompts[:2]:
             for method, budget in (("ddtree", 64), ("chain", None)):
-                pf = _prefill(bundle, p, with_drafter=True)
-                _run(bundle, pf, min(n_new, 32), method=method, rule="follow", budget=budget,
-                     temperature=0.0, rng=np.random.default_rng(0), on_round=chk)
+                pf = prefill(bundle, p, with_drafter=True)
+                run_from(bundle, pf, min(n_new, 32), method=method, rule="follow",
+                         budget=budget, temperature=0.0, rng=np.random.default_rng(0),
+                         on_round=lambda rnd, st: chk(rnd.tree, st.forward, st.tokens))
         margin = tol / chk.worst if chk.worst > 0 else float("inf")
         rep.check(chk.worst <= tol, "tree rows = sequential rows",
                   f"max |logit diff| {chk.worst:.2e} <= {tol:g} ({bundle.dtype}; margin "
@@ -442,10 +444,10 @@ def main(argv=None) -> int:
                            "alpha": ALPHA, "methods": {}}
     for i, (label, method, budget, rule) in enumerate(_methods(preset, T) if "law" in checks
                                                       else ()):
-        pf = _prefill(bundle, law_prompt, with_drafter=method != "ar")
+        pf = prefill(bundle, law_prompt, with_drafter=method != "ar")
         rng = np.random.default_rng(args.seed + 1000 + i)
-        samples = [_run(bundle, pf, 2, method=method, rule=rule, budget=budget, temperature=T,
-                        rng=rng, cost=cost).tokens for _ in range(n_law)]
+        samples = [run_from(bundle, pf, 2, method=method, rule=rule, budget=budget,
+                            temperature=T, rng=rng, cost=cost).tokens for _ in range(n_law)]
         stat, pval, dof = law_test(samples, bin_of, probs)
         rep.data["law"]["methods"][label] = {"chi2": stat, "p": pval, "dof": dof}
         rep.check(pval >= ALPHA, f"law of 2 tokens at T={T:g}: {label}",

@@ -14,8 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import real_models  # noqa: E402
 from real_models import bundle as bundle_mod  # noqa: E402
-from real_models.decode import _prefill, _run, check_request, decode, generate  # noqa: E402
+from real_models.backend import DecodeState, Drafting, ModelBackend, prefill  # noqa: E402
+from real_models.decode import check_request, decode, generate, run_from  # noqa: E402
 from real_models.target import logits_to_rows  # noqa: E402
 from real_models.validate import (  # noqa: E402
     TREE_LOGIT_TOL,
@@ -24,7 +26,7 @@ from real_models.validate import (  # noqa: E402
     law_test,
     load_prompts,
 )
-from treespec_sim import DraftTree  # noqa: E402
+from treespec_sim import DraftTree, engine  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -43,6 +45,20 @@ def prompts(bundle):
 def test_import_is_lazy():
     code = "import real_models, sys; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_public_functions_survive_their_submodules_import():
+    """``real_models.decode`` stays the function after ``real_models.decode`` the module was
+    imported (the import system binds a submodule to its parent's attribute of that name)."""
+    import importlib
+
+    mod = importlib.import_module("real_models.decode")
+    assert real_models.decode is mod.decode and real_models.generate is mod.generate
+    real_models.__dict__.pop("decode", None)      # uncached: through the lazy loader again
+    assert real_models.decode is mod.decode
+    real_models.decode = mod                       # what importing the submodule does
+    assert real_models.decode is mod.decode
+    assert real_models.ModelBackend is ModelBackend
 
 
 def test_shipped_checkpoints_are_small_and_documented():
@@ -114,11 +130,16 @@ def test_lazy_logits_oracle_equals_dense_rows(temperature):
 
 
 # ---------------------------------------------------------------------------- target
+def _row_check(chk: TreeRowCheck):
+    """The engine's ``on_round(round, state)`` feeding a :class:`TreeRowCheck`."""
+    return lambda rnd, state: chk(rnd.tree, state.forward, state.tokens)
+
+
 def test_tree_rows_equal_sequential_rows_over_rounds(bundle, prompts):
     chk = TreeRowCheck(bundle)
-    pf = _prefill(bundle, prompts[1], with_drafter=True)
-    _run(bundle, pf, 24, method="ddtree", rule="follow", budget=64, temperature=0.0,
-         rng=np.random.default_rng(0), on_round=chk)
+    pf = prefill(bundle, prompts[1], with_drafter=True)
+    run_from(bundle, pf, 24, method="ddtree", rule="follow", budget=64, temperature=0.0,
+             rng=np.random.default_rng(0), on_round=_row_check(chk))
     assert chk.rounds >= 3 and chk.max_depth >= 3
     assert chk.worst <= TREE_LOGIT_TOL[str(bundle.dtype)]
 
@@ -136,9 +157,9 @@ def test_tree_row_check_catches_a_causal_mask(bundle, prompts, monkeypatch):
 
     monkeypatch.setattr(target, "tree_mask", causal)
     chk = TreeRowCheck(bundle)
-    pf = _prefill(bundle, prompts[1], with_drafter=True)
-    _run(bundle, pf, 8, method="ddtree", rule="follow", budget=64, temperature=0.0,
-         rng=np.random.default_rng(0), on_round=chk)
+    pf = prefill(bundle, prompts[1], with_drafter=True)
+    run_from(bundle, pf, 8, method="ddtree", rule="follow", budget=64, temperature=0.0,
+             rng=np.random.default_rng(0), on_round=_row_check(chk))
     assert chk.worst > 100 * TREE_LOGIT_TOL[str(bundle.dtype)]
 
 
@@ -164,7 +185,6 @@ def test_drafter_cache_equals_one_pass_training_forward(bundle, prompts):
     drafter, target = bundle.drafter, bundle.target
     p = prompts[0]
     feats = target.prefill(p, want_features=True)            # (1, P, k d)
-    from real_models.decode import _Drafting
     from real_models.drafter import DraftCache
 
     cache = DraftCache(len(drafter.layers))
@@ -172,7 +192,7 @@ def test_drafter_cache_equals_one_pass_training_forward(bundle, prompts):
     with torch.inference_mode():
         drafter.extend_cache(cache, feats[:, :cut], torch.arange(cut)[None])
         drafter.extend_cache(cache, feats[:, cut:-1], torch.arange(cut, p.size - 1)[None])
-        log_q, logits = _Drafting(bundle).log_q(cache, int(p[-1]), p.size - 1)
+        log_q, logits = Drafting(bundle).log_q(cache, int(p[-1]), p.size - 1)
         K = bundle.block_size
         block = torch.full((1, K), bundle.spec.mask_token_id)
         block[0, 0] = int(p[-1])
@@ -200,7 +220,8 @@ def test_drafter_save_load_roundtrip(bundle, tmp_path):
 # ---------------------------------------------------------------------------- decoding
 @pytest.mark.parametrize(("method", "budget", "rule"), [
     ("chain", None, "follow"), ("ddtree", 64, "follow"), ("ddtree", 16, "tev"),
-    ("caddtree", 32, "follow"), ("exhaustive", 32, "tev")])
+    ("caddtree", 32, "follow"), ("exhaustive", 32, "tev"),
+    ("sampled-ddtree", 16, "rrsw")])  # at T = 0 its top-k fill, verified with follow
 def test_greedy_speculative_equals_autoregressive(bundle, prompts, method, budget, rule):
     for p in prompts[:2]:
         ar = generate(bundle, p, 40, method="ar")
@@ -235,12 +256,12 @@ def test_law_check_passes_for_ddtree_and_catches_a_wrong_temperature(bundle, pro
     T, n = 1.0, 300
     bin_of, probs = law_bins(bundle, prompts[3], T, n)
     assert probs.size >= 4
-    pf = _prefill(bundle, prompts[3], with_drafter=True)
+    pf = prefill(bundle, prompts[3], with_drafter=True)
 
     def samples(temperature, seed):
         rng = np.random.default_rng(seed)
-        return [_run(bundle, pf, 2, method="ddtree", rule="follow", budget=16,
-                     temperature=temperature, rng=rng).tokens for _ in range(n)]
+        return [run_from(bundle, pf, 2, method="ddtree", rule="follow", budget=16,
+                         temperature=temperature, rng=rng).tokens for _ in range(n)]
 
     _, p_ok, _ = law_test(samples(T, 1), bin_of, probs)
     _, p_bad, _ = law_test(samples(0.4, 2), bin_of, probs)   # a sampler at the wrong T
@@ -254,6 +275,76 @@ def test_round_statistics(bundle, prompts):
     assert all(x.tree_size == 64 for x in r.rounds)
     assert all(min(x.draft, x.build, x.verify, x.decide, x.commit) >= 0 for x in r.rounds)
     assert r.prefill_s > 0 and r.decode_s > 0
+
+
+# ---------------------------------------------------------------------------- the round loop
+def test_decode_runs_every_round_through_the_engine(bundle, prompts, monkeypatch):
+    """Each real-model round is one ``treespec_sim.engine.run_round`` call; its statistics are
+    the engine's stage timings (sub-steps moved between stages, the total kept)."""
+    seen, backends = [], []
+    run_round = engine.run_round
+
+    def spy(backend, *args, **kwargs):
+        rnd = run_round(backend, *args, **kwargs)
+        seen.append(rnd)
+        backends.append(backend)
+        return rnd
+
+    monkeypatch.setattr(engine, "run_round", spy)
+    r = decode(bundle, prompts[0], 24, method="ddtree", budget=16, temperature=1.0, seed=1)
+    assert len(seen) == len(r.rounds) >= 2
+    assert all(isinstance(be, ModelBackend) for be in backends)
+    for rnd, st in zip(seen, r.rounds, strict=True):
+        assert (st.tau, st.tree_size) == (rnd.sampled_tau, rnd.tree_size)
+        assert set(rnd.timings) == set(engine.STAGES)
+        assert st.total == pytest.approx(sum(rnd.timings.values()), rel=1e-9, abs=1e-12)
+    assert r.tokens == [t for rnd in seen for t in rnd.outcome.tokens][:24]
+    seen.clear()
+    assert decode(bundle, prompts[0], 8, method="ar").rounds and not seen  # no tree, no loop
+
+
+def test_model_backend_is_an_engine_backend(bundle, prompts):
+    be = ModelBackend(bundle)
+    assert isinstance(be, engine.Backend)
+    ctx = be.start(prompts[0])
+    assert isinstance(ctx, DecodeState) and ctx.last_token == int(prompts[0][-1])
+    assert be.context_length(ctx) == bundle.target.length == prompts[0].size - 1
+    rnd = engine.run_round(be, ctx, method="ddtree", budget=16, rng=np.random.default_rng(0))
+    # T = 0: one-hot rows, so the exact E[tau] of the tree is the sampled tau
+    assert rnd.expected_tau == rnd.sampled_tau
+    with pytest.raises(ValueError, match="uncommitted"):
+        be.draft(ctx)
+    ctx = engine.commit(be, ctx, rnd)
+    assert be.context_length(ctx) == bundle.target.length == prompts[0].size - 1 + rnd.sampled_tau
+    assert ctx.draft_cache.length == be.context_length(ctx)
+    with pytest.raises(TypeError, match="from a prompt"):
+        be.sample_context(np.random.default_rng(0))
+    be.start(prompts[1])                               # another sequence resets the KV cache
+    with pytest.raises(ValueError, match="stale"):
+        engine.run_round(be, ctx, method="ddtree", budget=16, rng=np.random.default_rng(0))
+
+
+def test_cost_aware_methods_read_costs_at_the_context_length(bundle, prompts):
+    class Recording:
+        """A latency model that records the context lengths it is read at."""
+
+        def __init__(self):
+            self.ells = []
+
+        def draft_cost(self, ell=None):
+            self.ells.append(ell)
+            return 1e-3
+
+        def verify_cost(self, n, ell=None):
+            self.ells.append(ell)
+            return 1e-3 + 1e-5 * np.asarray(n, dtype=np.float64)
+
+    cost = Recording()
+    r = decode(bundle, prompts[0], 16, method="caddtree", budget=16, cost=cost)
+    starts = prompts[0].size - 1 + np.concatenate([[0], np.cumsum([x.tau for x in r.rounds])])
+    # every read of a round is at its start (the cache length), in order
+    assert list(dict.fromkeys(cost.ells)) == starts[:-1].tolist()
+    assert r.tokens == generate(bundle, prompts[0], 16, method="ar")
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -337,8 +428,9 @@ def test_bad_requests_fail_before_generation(bundle, prompts, monkeypatch):
     cases = [
         (dict(method="nope"), "unknown method"),
         (dict(method="ddtree"), "needs a budget"),
-        (dict(method="chain", rule="rrsw"), "does not apply"),
-        (dict(method="sampled-ddtree", budget=8, rule="rrsw"), "needs T > 0"),
+        (dict(method="chain", rule="rrsw"), "not lossless"),
+        (dict(method="ar", rule="tev"), "not lossless"),
+        (dict(method="sampled-tree[2x4]", temperature=1.0, rule="tev"), "not lossless"),
         (dict(method="ar", temperature=-1.0), "temperature"),
     ]
     for kwargs, message in cases:

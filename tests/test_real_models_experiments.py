@@ -9,6 +9,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import real_models
+from real_models.backend import prefill
+from real_models.decode import run_from
 from real_models.exittrain import exit_targets, paired_bootstrap
 from real_models.experiments import caddtree_experiment, caddtree_table, record_traces, replay
 from real_models.profile import CPU_TINY
@@ -40,13 +42,12 @@ def test_replay_of_traces_reproduces_greedy_rounds(bundle, prompts):
 
 
 def test_exit_targets_carry_the_exit_mass(bundle, prompts):
-    from real_models.decode import _prefill, _run
-
     seen = []
 
-    def on_round(tree, fwd, context):
+    def on_round(rnd, state):
+        tree = rnd.tree
         for T in (0.0, 1.0):
-            rows = LogitsOracle(fwd.logits, T)
+            rows = LogitsOracle(state.forward.logits, T)
             w = exit_law(tree, rows)
             got = exit_targets(tree, rows, bundle.depth)
             inner = w[tree.depth < bundle.depth].sum()
@@ -55,9 +56,9 @@ def test_exit_targets_carry_the_exit_mass(bundle, prompts):
                 assert len(got) <= 1
         seen.append(tree.size)
 
-    pf = _prefill(bundle, prompts[0], with_drafter=True)
-    _run(bundle, pf, 12, method="ddtree", rule="follow", budget=16, temperature=1.0,
-         rng=np.random.default_rng(0), on_round=on_round)
+    pf = prefill(bundle, prompts[0], with_drafter=True)
+    run_from(bundle, pf, 12, method="ddtree", rule="follow", budget=16, temperature=1.0,
+             rng=np.random.default_rng(0), on_round=on_round)
     assert seen
 
 

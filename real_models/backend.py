@@ -1,0 +1,289 @@
+r"""The real-model backend: a loaded :class:`~real_models.bundle.Bundle` as a round-loop backend.
+
+:class:`ModelBackend` implements the :class:`treespec_sim.engine.Backend` protocol, so real
+models decode through the same :func:`treespec_sim.engine.run_round` as every synthetic world
+(research note §2.3–2.4)::
+
+    draft(ctx)                   drafter forward over [b, m × L] ──► log_q (L, V), float32
+                                 log-softmax of the logits (untempered, as DDTree builds its tree)
+    target_oracle(ctx, tree, T)  4-D tree mask + one target forward over the root and the nodes
+                                 ──► LogitsOracle (float64 rows at T, computed where read)
+    commit(ctx, outcome)         target KV cache compacted to the accepted path; the drafter's
+                                 context cache grows by the accepted nodes' hidden states
+    context_length(ctx)          the target cache length (where cost-aware methods read costs)
+    clock()                      perf_counter, after a CUDA synchronize on a GPU
+
+A sequence starts from a prompt, not from a sampled context: :func:`prefill` caches
+``prompt[:-1]`` (the prompt's last token is the first round's root, so every emitted token, the
+first included, comes out of a verifier) and :meth:`ModelBackend.start` turns the prefilled state
+into a :class:`DecodeState`, the ``ctx`` of the engine. The KV cache lives in the bundle's target,
+so a state is single-use and mutable: ``commit`` updates it in place and returns it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from treespec_sim import DraftTree
+from treespec_sim.verify.outcome import Outcome
+
+from ._deps import require
+from .bundle import Bundle
+from .drafter import DraftCache
+from .target import LogitsOracle, TreeForward
+
+torch = require("torch")
+
+__all__ = ["DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock", "prefill"]
+
+
+def clock(bundle: Bundle) -> float:
+    """Seconds (:func:`time.perf_counter`) after the bundle's device has finished its work."""
+    if bundle.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+@dataclass
+class Prefilled:
+    """The state right after a prefill; reusable (every :meth:`ModelBackend.start` restores it).
+
+    Attributes
+    ----------
+    prompt : ndarray int64 (P,)
+    root : int
+        ``prompt[-1]``: the first round's root (not cached).
+    target_snapshot : list
+        The target KV cache of ``prompt[:-1]`` (:meth:`TargetBackend.snapshot`).
+    draft_cache : DraftCache or None
+        The drafter's context cache of ``prompt[:-1]`` (None: prefilled without a drafter).
+    seconds : float
+        Wall time of the prefill.
+    """
+
+    prompt: np.ndarray
+    root: int
+    target_snapshot: list
+    draft_cache: DraftCache | None
+    seconds: float
+
+
+@torch.inference_mode()
+def prefill(bundle: Bundle, prompt, *, with_drafter: bool = True) -> Prefilled:
+    """Cache ``prompt[:-1]`` in the target (and the drafter's context cache).
+
+    Parameters
+    ----------
+    bundle : Bundle
+    prompt : sequence of int
+        At least 2 token ids (validated by :func:`real_models.decode.check_request`).
+    with_drafter : bool
+        Also fill the drafter's context cache (needed by every method but ``ar``).
+    """
+    prompt = np.asarray(prompt, dtype=np.int64)
+    if prompt.ndim != 1 or prompt.size < 2:
+        raise ValueError(f"prompt must be a 1-D sequence of at least 2 token ids; got shape "
+                         f"{prompt.shape}")
+    if with_drafter and bundle.drafter is None:
+        raise ValueError("with_drafter=True needs a drafter; the bundle was loaded without one")
+    t0 = clock(bundle)
+    feats = bundle.target.prefill(prompt[:-1], want_features=with_drafter)
+    dcache = None
+    if with_drafter:
+        dcache = DraftCache(len(bundle.drafter.layers))
+        pos = torch.arange(prompt.size - 1, device=bundle.device)[None]
+        bundle.drafter.extend_cache(dcache, feats, pos)
+    snap = bundle.target.snapshot()
+    return Prefilled(prompt, int(prompt[-1]), snap, dcache, clock(bundle) - t0)
+
+
+class Drafting:
+    """The drafter side of a round: block embedding, one block forward, log-probabilities.
+
+    Holds the block tensor ``[b, m, ..., m]`` and the target's embedding and LM head, so a
+    round only writes the root into position 0.
+    """
+
+    def __init__(self, bundle: Bundle) -> None:
+        if bundle.drafter is None:
+            raise ValueError("drafting needs a drafter; the bundle was loaded without one")
+        self.bundle = bundle
+        self.embed = bundle.target.model.get_input_embeddings()
+        self.head = bundle.target.model.get_output_embeddings()
+        self.block = torch.full((1, bundle.block_size), bundle.spec.mask_token_id,
+                                dtype=torch.long, device=bundle.device)
+
+    @torch.inference_mode()
+    def log_q(self, cache: DraftCache, root: int, start: int):
+        """``(log_q, logits)``: float32 numpy log-softmax (L, V) and the logits tensor (L, V).
+
+        ``root`` is the last committed token, ``start`` its position (the cached length).
+        """
+        self.block[0, 0] = root
+        emb = self.embed(self.block)
+        if self.bundle.spec.input_embedding_scale != 1.0:
+            emb = emb * self.bundle.spec.input_embedding_scale
+        hidden = self.bundle.drafter.draft(cache, emb, start)
+        logits = self.bundle.drafter.logits(hidden, self.head)[0].float()
+        return torch.log_softmax(logits, dim=-1).cpu().numpy(), logits
+
+
+@dataclass(eq=False)
+class DecodeState:
+    """The engine's ``ctx`` for one decoded sequence (mutable; see the module docstring).
+
+    Attributes
+    ----------
+    tokens : list of int
+        The prompt and every committed token; the last one is the next round's root.
+    draft_cache : DraftCache
+        The drafter's context cache (positions ``0 .. length - 1``).
+    forward : TreeForward or None
+        This round's verification forward (set by ``target_oracle``, cleared by ``commit``):
+        its logits and the context features the commit feeds the drafter.
+    split : dict
+        Seconds of this round's sub-steps that :class:`real_models.decode.RoundStats` moves
+        between stages: ``"mask"`` (built inside ``target_oracle``, counted as build),
+        ``"rows"`` (the oracle's set-up after the forward, counted as decide) and ``"extend"``
+        (the drafter cache update inside ``commit``, counted as draft).
+    """
+
+    tokens: list[int]
+    draft_cache: DraftCache
+    cache: object = None
+    forward: TreeForward | None = None
+    split: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def last_token(self) -> int:
+        """The root of the next round (the last committed token, not yet cached)."""
+        return self.tokens[-1]
+
+    @property
+    def length(self) -> int:
+        """Cached positions of the target and the drafter: every token but the root."""
+        return len(self.tokens) - 1
+
+
+class ModelBackend:
+    """A loaded bundle as a :class:`treespec_sim.engine.Backend` (see the module docstring).
+
+    Parameters
+    ----------
+    bundle : Bundle
+        With a drafter (the ``ar`` baseline of :func:`real_models.decode.decode` needs none and
+        does not use a backend).
+
+    Examples
+    --------
+    >>> be = ModelBackend(bundle)                                    # doctest: +SKIP
+    >>> ctx = be.start(prompt_ids)
+    >>> rnd = engine.run_round(be, ctx, method="ddtree", budget=64, rng=rng)
+    >>> ctx = engine.commit(be, ctx, rnd)
+    """
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self.target = bundle.target
+        self.drafting = Drafting(bundle)
+        self.depth = int(bundle.depth)
+        self.vocab_size = int(bundle.vocab_size)
+
+    # ------------------------------------------------------------------ contexts
+    def start(self, prompt) -> DecodeState:
+        """A fresh sequence from a :class:`Prefilled` state (restored, not consumed) or from
+        prompt ids (prefilled here)."""
+        pf = prompt if isinstance(prompt, Prefilled) else prefill(self.bundle, prompt)
+        if pf.draft_cache is None:
+            raise ValueError("this Prefilled state has no drafter cache (prefill(..., "
+                             "with_drafter=False) serves only the 'ar' baseline)")
+        self.target.restore(pf.target_snapshot)
+        # the prefilled drafter cache is shared between runs: copy its per-layer lists, so
+        # extending this sequence's cache never changes the prefilled one
+        dcache = copy.copy(pf.draft_cache)
+        dcache.keys, dcache.values = list(dcache.keys), list(dcache.values)
+        return DecodeState(pf.prompt.tolist(), dcache, self.target.cache)
+
+    def sample_context(self, rng: np.random.Generator) -> DecodeState:
+        """Not available: a real model starts from a prompt (:meth:`start`)."""
+        raise TypeError("a real-model backend has no context distribution to sample from; "
+                        "start a sequence from a prompt with ModelBackend.start(prompt_ids)")
+
+    def advance(self, ctx: DecodeState, tokens) -> DecodeState:
+        """Not available: a real model commits verified rounds (:meth:`commit`)."""
+        raise TypeError("a real-model backend advances by committing a verified round "
+                        "(treespec_sim.engine.commit(backend, ctx, round)), not by tokens")
+
+    def context_length(self, ctx: DecodeState) -> int:
+        """The target cache length: where cost-aware methods read a latency model."""
+        return ctx.length
+
+    def clock(self) -> float:
+        return clock(self.bundle)
+
+    def _check(self, ctx: DecodeState, *, verified: bool) -> None:
+        """``ctx`` is this bundle's live sequence, and has (``verified``) or has not yet had
+        this round's verification forward."""
+        if not isinstance(ctx, DecodeState):
+            raise ValueError(f"ctx must be a DecodeState from ModelBackend.start; got "
+                             f"{type(ctx).__name__}")
+        if verified and ctx.forward is None:
+            raise ValueError("commit needs this round's verification forward "
+                             "(target_oracle) first")
+        if not verified and ctx.forward is not None:
+            raise ValueError("ctx has an uncommitted verification forward: commit the round "
+                             "(treespec_sim.engine.commit) before drafting or verifying again")
+        if verified:
+            return  # the cache holds the tree block until the commit compacts it
+        # the KV cache is the bundle's: another sequence started since would decode from the
+        # wrong prefix, silently
+        if ctx.cache is not self.target.cache or self.target.length != ctx.length:
+            raise ValueError("ctx is stale: the bundle's KV cache has been reset or moved since "
+                             "this sequence's last commit (one sequence at a time per bundle)")
+
+    # ------------------------------------------------------------------ one round
+    def draft(self, ctx: DecodeState) -> np.ndarray:
+        """The drafter's log-marginals, float32 numpy (L, V), after ``ctx``."""
+        self._check(ctx, verified=False)
+        ctx.split = {}
+        return self.drafting.log_q(ctx.draft_cache, ctx.last_token, ctx.length)[0]
+
+    def target_oracle(self, ctx: DecodeState, tree: DraftTree, temperature: float
+                      ) -> LogitsOracle:
+        """One tree-attention forward over the root and the nodes; lazy rows at ``T``.
+
+        The target cache grows by ``n + 1`` entries until :meth:`commit` compacts it.
+        """
+        self._check(ctx, verified=False)
+        if tree.root_token != ctx.last_token:
+            raise ValueError(f"tree.token[0] = {tree.root_token} must be the last committed "
+                             f"token {ctx.last_token}")
+        t0 = self.clock()
+        mask = self.target.tree_mask(tree, ctx.length) if tree.size else None
+        t1 = self.clock()
+        ctx.forward = self.target.verify_forward(tree, want_features=True, mask=mask)
+        t2 = self.clock()
+        rows = LogitsOracle(ctx.forward.logits, temperature)
+        ctx.split["mask"] = t1 - t0
+        ctx.split["rows"] = self.clock() - t2
+        return rows
+
+    @torch.inference_mode()
+    def commit(self, ctx: DecodeState, outcome: Outcome) -> DecodeState:
+        """Keep the accepted path in the target cache; feed its features to the drafter."""
+        self._check(ctx, verified=True)
+        fwd = ctx.forward
+        start = ctx.length
+        nodes = [0, *outcome.path]
+        self.target.commit(start, nodes)
+        t0 = self.clock()
+        pos = torch.arange(start, start + len(nodes), device=self.bundle.device)[None]
+        self.bundle.drafter.extend_cache(ctx.draft_cache, fwd.features[:, nodes], pos)
+        ctx.split["extend"] = self.clock() - t0
+        ctx.tokens.extend(outcome.tokens)
+        ctx.forward = None
+        return ctx
