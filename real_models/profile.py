@@ -26,7 +26,8 @@ against the bundle it will be used with.
 ``--arch qwen3-4b`` / ``qwen3-8b`` profiles *randomly initialised* Qwen3-4B / Qwen3-8B
 targets with DFlash drafters of the published ``z-lab/Qwen3-{4B,8B}-DFlash-b16`` shapes, built
 from configs written here (no download): latency does not depend on weight values. Meant for a
-GPU (``--device cuda``, bfloat16); ``real_models/gpu_profile.sh`` runs both in one device slot.
+GPU (``--device cuda``, bfloat16); ``real_models/gpu_run.sh`` runs both in one device slot
+(``--small`` scales them down for its CPU rehearsal).
 """
 
 from __future__ import annotations
