@@ -85,7 +85,8 @@ OUTDIR="$(cd "$1" && pwd)"
 PY="${PYTHON:-python3}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-export PYTHONUNBUFFERED=1
+# nothing may reach for the network (the GPU machine has none): a hub look-up would hang
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$REHEARSE" -eq 1 ]; then
     # The GPU image has neither cvxpy nor clarabel: shadow both with packages that fail to
     # import, ahead of everything else on the path.

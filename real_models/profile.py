@@ -11,8 +11,8 @@ What is timed (median of ``--repeats`` after ``--warmup`` untimed calls, per cel
   synthetic ``log_q``; the mask is built before the clock starts, as decoding counts it as
   overhead). The KV cache is restored to the ``ℓ``-token prefill before every call.
 * **draft** ``C_d(ℓ)``: the drafter's block forward with log-softmax to host
-  (``_Drafting.log_q``) plus the context-cache update for ``ceil(block_size / 2)`` accepted
-  tokens, i.e. the draft stage of one round.
+  (``real_models.backend.Drafting.log_q``) plus the context-cache update for
+  ``ceil(block_size / 2)`` accepted tokens, i.e. the draft stage of one round.
 
 Each context's verification row is replaced by its monotone-convex least-squares fit
 (:func:`treespec_sim.cost.fit_monotone_convex`) and the result is a
