@@ -237,11 +237,9 @@ class ModelBackend:
         if not verified and ctx.forward is not None:
             raise ValueError("ctx has an uncommitted verification forward: commit the round "
                              "(treespec_sim.engine.commit) before drafting or verifying again")
-        if verified:
-            return  # the cache holds the tree block until the commit compacts it
         # the KV cache is the bundle's: another sequence started since would decode from the
-        # wrong prefix, silently
-        if ctx.cache is not self.target.cache or self.target.length != ctx.length:
+        # wrong prefix, silently (a restore or prefill replaces the cache object)
+        if ctx.cache is not self.target.cache:
             raise ValueError("ctx is stale: the bundle's KV cache has been reset or moved since "
                              "this sequence's last commit (one sequence at a time per bundle)")
 
@@ -249,6 +247,9 @@ class ModelBackend:
     def draft(self, ctx: DecodeState) -> np.ndarray:
         """The drafter's log-marginals, float32 numpy (L, V), after ``ctx``."""
         self._check(ctx, verified=False)
+        if self.target.length != ctx.length:
+            raise ValueError(f"ctx is stale: the bundle's KV cache holds {self.target.length} "
+                             f"positions, this sequence {ctx.length}")
         ctx.split = {}
         return self.drafting.log_q(ctx.draft_cache, ctx.last_token, ctx.length)[0]
 

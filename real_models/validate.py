@@ -33,7 +33,7 @@ import numpy as np
 
 from ._deps import require
 from .backend import prefill
-from .decode import latency_profile, run_from
+from .decode import check_request, decode, latency_profile, run_from
 
 torch = require("torch")
 
@@ -289,8 +289,6 @@ def _table(rep: Report, rows: list[dict], title: str) -> None:
 def run_methods(bundle, prompts, n_new: int, temperature: float, configs, seed: int,
                 cost=None):
     """Decode every prompt with every configuration; return {label: [DecodeResult, ...]}."""
-    from .decode import decode
-
     results = {}
     for label, method, budget, rule in configs:
         results[label] = [decode(bundle, p, n_new, method=method, budget=budget,
@@ -350,7 +348,6 @@ def main(argv=None) -> int:
                                  args.drafter or bundle_mod.TINY_DRAFTER, device=args.device,
                                  dtype=args.dtype)
         prompts = load_prompts(bundle, n_prompts, preset.prompt_tokens, args.prompts_file)
-        from .decode import check_request
         for p in prompts:
             check_request(bundle, p, n_new, "ddtree", None, 0.0, 64)
     except (ValueError, FileNotFoundError) as exc:
