@@ -109,12 +109,13 @@ class DenseLogMarginals(LazyLogMarginals):
     ----------
     log_q : array_like of float, shape (L, V)
         Validated like any ``log_q`` of the contract (no NaN, no positive entry, a finite
-        entry in every row); kept as float64.
+        entry in every row, rows summing to 1 in probability); kept as float64.
+    check_sums : bool, default True
+        ``False`` skips the row-sum check (scores that are not a drafter's probabilities).
     """
 
-    def __init__(self, log_q) -> None:
-
-        lp, row_max = check_log_q(log_q)
+    def __init__(self, log_q, *, check_sums: bool = True) -> None:
+        lp, row_max = check_log_q(log_q, check_sums=check_sums)
         lp = np.array(lp, dtype=np.float64)
         super().__init__(*lp.shape)
         self._lp = lp

@@ -24,9 +24,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .tree import DraftTree
+from .validation import as_float_array, row_sum_tolerance
 
 __all__ = ["ROW_SUM_TOL", "ArrayOracle", "TargetOracle", "as_oracle", "check_distribution_rows",
-           "dense_rows"]
+           "dense_rows", "same_tree"]
 
 #: Tolerance on |sum(row) - 1| for rows handed to the simulator (float64 inputs).
 ROW_SUM_TOL = 1e-9
@@ -44,14 +45,21 @@ class TargetOracle(Protocol):
     def edge_probs(self, tree: DraftTree) -> np.ndarray: ...
 
 
-def check_distribution_rows(rows: np.ndarray, name: str, *, tol: float = ROW_SUM_TOL,
-                            ) -> np.ndarray:
-    """Validate a 2-D array whose rows are probability vectors; return it as float64.
+def check_distribution_rows(rows, name: str, *, tol: float | None = None) -> np.ndarray:
+    """Validate a 2-D array whose rows are probability vectors; return it as float64,
+    each row renormalised to sum to 1.
+
+    ``rows`` may be numpy, a list or a torch tensor of any float dtype
+    (:func:`treespec_sim.validation.as_float_array`). ``tol`` defaults to the input dtype's
+    tolerance (:data:`treespec_sim.validation.ROW_SUM_TOL_BY_DTYPE`: a float32 softmax passes,
+    a row summing to 2 fails at every dtype).
 
     Raises ``ValueError`` naming ``name`` and the first offending row (and column) for NaN or
     infinite entries, negative entries, or rows that do not sum to 1 within ``tol``.
     """
-    arr = np.asarray(rows, dtype=np.float64)
+    raw, source = as_float_array(rows, name)
+    tol = row_sum_tolerance(source) if tol is None else tol
+    arr = np.asarray(raw, dtype=np.float64)
     if arr.ndim != 2:
         raise ValueError(f"{name} must be two-dimensional (rows x vocabulary); got shape "
                          f"{arr.shape}")
@@ -67,8 +75,11 @@ def check_distribution_rows(rows: np.ndarray, name: str, *, tol: float = ROW_SUM
     off = np.abs(sums - 1.0) > tol
     if off.any():
         r = int(np.flatnonzero(off)[0])
-        raise ValueError(f"{name}[{r}] sums to {float(sums[r])!r}, not 1 (tolerance {tol:g})")
-    return arr
+        raise ValueError(f"{name}[{r}] sums to {float(sums[r])!r}, not 1 (tolerance {tol:g} for "
+                         f"{source} input)")
+    # Renormalise in float64 so every verifier sees exact distributions (a float32 softmax is
+    # off by ~1e-7 per row); exact rows are returned as they are.
+    return arr / sums[:, None] if np.any(np.abs(sums - 1.0) > 1e-12) else arr
 
 
 class ArrayOracle:
@@ -99,13 +110,24 @@ class ArrayOracle:
 
 
 def as_oracle(target_rows, tree: DraftTree) -> TargetOracle:
-    """Wrap ``target_rows`` (array or oracle) for ``tree``; validate shapes."""
+    """Wrap ``target_rows`` (array or oracle) for ``tree``; validate shapes, and that an
+    oracle which knows its tree (a ``tree`` attribute) was built for this one."""
     if isinstance(target_rows, TargetOracle) and not isinstance(target_rows, np.ndarray):
         if target_rows.shape[0] != tree.n_nodes:
             raise ValueError(f"target_rows has {target_rows.shape[0]} rows but the tree has "
                              f"{tree.n_nodes} nodes (root included)")
+        built_for = getattr(target_rows, "tree", None)
+        if built_for is not None and not same_tree(built_for, tree):
+            raise ValueError("target_rows were built for another tree (same size, other "
+                             "parents or tokens); build them for this tree")
         return target_rows
     return ArrayOracle(target_rows, tree)
+
+
+def same_tree(a: DraftTree, b: DraftTree) -> bool:
+    """Whether two trees have the same parents and tokens (the root token included)."""
+    return a is b or (a.n_nodes == b.n_nodes and np.array_equal(a.parent, b.parent)
+                      and np.array_equal(a.token, b.token))
 
 
 def dense_rows(target_rows) -> np.ndarray:

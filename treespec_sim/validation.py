@@ -1,7 +1,25 @@
-"""Argument checks written once: drafter log-probabilities, budgets, root tokens.
+r"""Argument checks written once: arrays from real models, log-probabilities, budgets, tokens.
 
-Validation must not dominate the cost of a builder, so the log-probability check reads the
-array once (one row-wise maximum, which also propagates NaN) instead of scanning it several times.
+Inputs as real models give them
+-------------------------------
+Every array argument (drafter log-probabilities, target rows, proposals) may be a numpy array, a
+nested list or a torch tensor of any float dtype (``bfloat16`` and ``float16`` included, on any
+device). :func:`as_float_array` converts it once: ``float64`` and ``float32`` stay as they are
+(``float32`` is the precision DDTree's reference ranks the drafter's log-softmax in, and keeping
+it avoids a 3x slower selection), every other dtype becomes ``float64``.
+
+Sums are checked against a tolerance suited to the *input* dtype
+(:data:`ROW_SUM_TOL_BY_DTYPE`): a ``float32`` softmax over 32768 tokens sums to 1 within about
+``1e-6`` (``1e-3`` is accepted, also for its ``.double()``), a ``bfloat16`` one within about
+``1e-2`` (``3e-2`` accepted); a row that sums to 2 fails at every dtype.
+Target rows that pass are renormalised in ``float64`` before use
+(:func:`treespec_sim.rows.check_distribution_rows`). Drafter log-probabilities that pass are used
+as given (no per-row shift: that would move DDTree's cross-depth ties away from the reference's);
+rows that do not sum to 1 in probability -- raw or max-shifted logits -- are an error that says
+how to normalise them, never a silently different tree.
+
+Validation must not dominate the cost of a builder: the log-probability check reads the array
+once for the row maxima (which also propagate NaN) and once for the row sums.
 """
 
 from __future__ import annotations
@@ -10,37 +28,79 @@ import numbers
 
 import numpy as np
 
-__all__ = ["LOGPROB_POSITIVE_TOL", "check_budget", "check_log_q", "check_root_token"]
+__all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array", "check_budget",
+           "check_log_q", "check_root_token", "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
 
+#: Tolerance on ``|sum(row) - 1|`` by the dtype the caller handed in. ``float32``: a softmax
+#: over ~10^5 tokens accumulates ~1e-6 (worst case ~1e-3); ``float64`` gets the same, because a
+#: float64 input is often a float32 softmax converted afterwards (``.double()``) and keeps its
+#: error; 16-bit floats carry 8 (bfloat16) or 11 (float16) mantissa bits. Rows passing the check
+#: are renormalised in float64, so the tolerance decides only what is accepted.
+ROW_SUM_TOL_BY_DTYPE = {"float64": 1e-3, "float32": 1e-3, "float16": 3e-2, "bfloat16": 3e-2}
 
-def check_log_q(log_q, name: str = "log_q") -> tuple[np.ndarray, np.ndarray]:
+
+def row_sum_tolerance(source_dtype: str) -> float:
+    """The row-sum tolerance for an input of ``source_dtype`` (loosest for unknown dtypes)."""
+    return ROW_SUM_TOL_BY_DTYPE.get(source_dtype, ROW_SUM_TOL_BY_DTYPE["float16"])
+
+
+def as_float_array(x, name: str) -> tuple[np.ndarray, str]:
+    """``(array, source dtype name)``: numpy, list or torch input as a float numpy array.
+
+    ``float32``/``float64`` arrays are returned without a copy; torch tensors are detached and
+    moved to the CPU (``bfloat16``/``float16`` as ``float64``, since numpy has no ``bfloat16``);
+    integers and other floats become ``float64``.
+    """
+    if type(x).__module__.split(".")[0] == "torch":  # a tensor; torch itself is not imported
+        source = str(x.dtype).removeprefix("torch.")
+        t = x.detach().cpu()
+        if source not in ("float32", "float64"):
+            if not (t.is_floating_point() or source.startswith(("int", "uint", "bool"))):
+                raise ValueError(f"{name} must be a real float tensor; got dtype {x.dtype}")
+            t = t.double()
+        return t.numpy(), source
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a float array (numpy, list or torch); got "
+                         f"{type(x).__name__}: {exc}") from None
+    source = arr.dtype.name
+    if arr.dtype in (np.float32, np.float64):
+        return arr, source
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{name} must be a float array; got dtype {arr.dtype}")
+    return arr.astype(np.float64), source
+
+
+def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Validate drafter log-probabilities; return ``(array, row_max)``.
 
     Parameters
     ----------
     log_q : array_like of float, shape (L, V)
-        Log-probabilities at depths ``1..L``. ``-inf`` (probability 0) is allowed.
+        Log-probabilities at depths ``1..L`` (numpy, list or torch, any float dtype).
+        ``-inf`` (probability 0) is allowed.
+    check_sums : bool
+        Check that every row sums to 1 in probability (within the input dtype's tolerance).
 
     Returns
     -------
     lp : ndarray, shape (L, V)
-        float32 or float64 (other dtypes are converted to float64; no copy otherwise).
+        float32 or float64 (see the module docstring).
     row_max : ndarray of float64, shape (L,)
 
     Raises
     ------
     ValueError
-        Wrong shape, NaN, positive (or ``+inf``) entries, or a depth with no finite entry;
-        the message names ``name`` and the offending ``[depth_index, token]``.
+        Wrong shape, NaN, positive (or ``+inf``) entries, a depth with no finite entry, or a
+        row whose probabilities do not sum to 1 (logits instead of log-probabilities); the
+        message names ``name`` and the offending ``[depth_index, token]``.
     """
-    lp = np.asarray(log_q)
-    if lp.dtype not in (np.float32, np.float64):
-        if not (np.issubdtype(lp.dtype, np.floating) or np.issubdtype(lp.dtype, np.integer)):
-            raise ValueError(f"{name} must be a float array; got dtype {lp.dtype}")
-        lp = lp.astype(np.float64)
+    lp, source = as_float_array(log_q, name)
     if lp.ndim != 2 or lp.shape[0] < 1 or lp.shape[1] < 1:
         raise ValueError(f"{name} must have shape (L, V) with L, V >= 1; got {lp.shape}")
     row_max = lp.max(axis=1).astype(np.float64)
@@ -52,7 +112,8 @@ def check_log_q(log_q, name: str = "log_q") -> tuple[np.ndarray, np.ndarray]:
             t = int(np.flatnonzero(np.isnan(row))[0])
             raise ValueError(f"{name}[{d}, {t}] is NaN")
         t = int(np.argmax(row))
-        raise ValueError(f"{name}[{d}, {t}] = {float(row[t])!r} is a positive log-probability")
+        raise ValueError(f"{name}[{d}, {t}] = {float(row[t])!r} is a positive log-probability "
+                         "(logits? pass log_softmax(logits) instead)")
     if (row_max > 0).any():
         # Tiny positive rounding (within the tolerance) would let a child outscore its
         # parent; clamp it so path scores never increase with depth.
@@ -61,6 +122,17 @@ def check_log_q(log_q, name: str = "log_q") -> tuple[np.ndarray, np.ndarray]:
     dead = np.flatnonzero(np.isneginf(row_max))
     if dead.size:
         raise ValueError(f"{name}[{int(dead[0])}] has no finite entry (zero total probability)")
+    if check_sums:
+        sums = np.add.reduce(np.exp(lp), axis=1, dtype=np.float64)
+        tol = row_sum_tolerance(source)
+        off = np.flatnonzero(np.abs(sums - 1.0) > tol)
+        if off.size:
+            d = int(off[0])
+            raise ValueError(
+                f"{name}[{d}] sums to {float(sums[d])!r} in probability, not 1 (tolerance "
+                f"{tol:g} for {source} input): pass log-probabilities, e.g. "
+                "torch.log_softmax(logits, -1) or scipy.special.log_softmax(x, axis=1), not "
+                "logits or max-shifted logits")
     return lp, row_max
 
 
@@ -73,9 +145,13 @@ def check_budget(budget, name: str = "budget") -> int:
     return int(budget)
 
 
-def check_root_token(root_token, name: str = "root_token") -> int:
+def check_root_token(root_token, name: str = "root_token", *, vocab_size: int | None = None
+                     ) -> int:
+    """An integer token id ``>= -1`` (``-1``: unknown), below ``vocab_size`` when given."""
     if isinstance(root_token, bool) or not isinstance(root_token, numbers.Integral):
         raise ValueError(f"{name} must be an integer >= -1; got {root_token!r}")
     if root_token < -1:
         raise ValueError(f"{name} must be >= -1 (-1 = unknown); got {root_token}")
+    if vocab_size is not None and root_token >= vocab_size:
+        raise ValueError(f"{name} = {root_token} is outside the vocabulary (V = {vocab_size})")
     return int(root_token)

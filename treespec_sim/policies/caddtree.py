@@ -141,7 +141,7 @@ def budget_curve(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
     """DDTree at ``max_budget`` with its pop probabilities and round costs for every prefix."""
     lp, _ = check_log_q(log_q)
     max_budget = check_budget(max_budget, "max_budget")
-    root_token = check_root_token(root_token)
+    root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     tree = ddtree(lp, max_budget, root_token=root_token)
     p = path_probabilities(tree, lp)
     return BudgetCurve(tree, p, _costs(draft_cost, verify_cost, tree.size + 1))
@@ -184,7 +184,7 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
     """
     lp, row_max = check_log_q(log_q)
     max_budget = check_budget(max_budget, "max_budget")
-    root_token = check_root_token(root_token)
+    root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     if start_budget is None:
         b = max_budget
     else:

@@ -37,7 +37,8 @@ def chain(log_q, length: int | None = None, *, root_token: int = -1) -> DraftTre
     else:
         lp, _ = check_log_q(log_q)
         L = lp.shape[0]
-    root_token = check_root_token(root_token)
+    vocab = log_q.shape[1] if lp is None else lp.shape[1]
+    root_token = check_root_token(root_token, vocab_size=vocab)
     n = L if length is None else min(check_budget(length, "length"), L)
     parent = np.arange(-1, n, dtype=np.int64)
     token = np.empty(n + 1, dtype=np.int64)

@@ -56,14 +56,15 @@ _THRESHOLD_SLACK = 1e-9
 _RANKED_MIN_VOCAB = 4096
 
 
-def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
+def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True) -> DraftTree:
     r"""The DDTree draft tree: the ``budget`` best prefixes under the factorised surrogate.
 
     Parameters
     ----------
     log_q : array_like of float, shape (L, V), or LazyLogMarginals
-        Drafter log-probabilities at depths ``1..L`` (float32 or float64; ``-inf`` allowed).
-        Rows are used as given (not renormalised). A
+        Drafter log-probabilities at depths ``1..L`` (numpy, list or torch, any float dtype:
+        :mod:`treespec_sim.validation`; ``-inf`` allowed). Every row must sum to 1 in
+        probability (logits are refused, not silently ranked); rows are used as given. A
         :class:`~treespec_sim.marginals.LazyLogMarginals` is read through its per-depth top-``K``
         lists only (``K = min(B, V)``), without materialising it -- except below
         ``V = 4096``, where one pass over the dense array is cheaper; the tree is the same.
@@ -71,7 +72,11 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
         ``B``, the number of non-root nodes (``B = 0`` gives the root-only tree). If fewer
         than ``B`` prefixes exist, all of them are returned.
     root_token : int, optional
-        Token stored at the root (the last committed token); ``-1`` if unknown.
+        Token stored at the root (the last committed token), ``-1 <= root_token < V``; ``-1``
+        if unknown.
+    check_sums : bool, default True
+        ``False`` builds on any non-positive scores without checking that rows are
+        distributions (e.g. truncated rows in tests of the builder itself).
 
     Returns
     -------
@@ -92,14 +97,14 @@ def ddtree(log_q, budget: int, *, root_token: int = -1) -> DraftTree:
         log_q = log_q.dense()  # small V: one pass over the array is cheaper than ranking
     if isinstance(log_q, LazyLogMarginals):
         budget = check_budget(budget)
-        root_token = check_root_token(root_token)
+        root_token = check_root_token(root_token, vocab_size=log_q.shape[1])
         if budget == 0:
             return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
         return trusted_tree(parent, token, depth, root_token)
-    lp, row_max = check_log_q(log_q)
+    lp, row_max = check_log_q(log_q, check_sums=check_sums)
     budget = check_budget(budget)
-    root_token = check_root_token(root_token)
+    root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     if budget == 0:
         return DraftTree.root_only(root_token)
     parent, token, depth = build_nodes(lp, row_max, budget)

@@ -45,7 +45,7 @@ def dynamic_tree(log_q, budget: int, *, root_token: int = -1, top_k: int = 8) ->
     """
     lp, _ = check_log_q(log_q)
     budget = check_budget(budget)
-    root_token = check_root_token(root_token)
+    root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     if not isinstance(top_k, int | np.integer) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer; got {top_k!r}")
     if budget == 0:

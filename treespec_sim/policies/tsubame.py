@@ -50,7 +50,8 @@ def tsubame_shape(log_q, budget: int, *, planner: str = "ddtree", temperature: f
     if planner == "tempered" and temperature > 0 and temperature != 1.0:
         z = lp.astype(np.float64) / float(temperature)
         lp = z - np.logaddexp.reduce(z, axis=1, keepdims=True)
-    plan = ddtree(lp, check_budget(budget), root_token=check_root_token(root_token))
+    plan = ddtree(lp, check_budget(budget),
+                  root_token=check_root_token(root_token, vocab_size=lp.shape[1]))
     return DraftTree.from_parents_multiset(plan.parent, [plan.root_token] + [0] * plan.size)
 
 

@@ -25,6 +25,8 @@ class MarkovTargetOracle:
         The target kernel for the context's topic and the sampling temperature.
     node_tokens : ndarray of int64, shape (n+1,)
         The token at each node, with the root replaced by the context's last token.
+    tree : DraftTree, optional
+        The tree the rows are for; :func:`treespec_sim.rows.as_oracle` refuses them for another.
 
     Attributes
     ----------
@@ -32,8 +34,11 @@ class MarkovTargetOracle:
         ``(n+1, V)``.
     """
 
-    def __init__(self, kernel: SparseBoostKernel, node_tokens: np.ndarray) -> None:
+    def __init__(self, kernel: SparseBoostKernel, node_tokens: np.ndarray,
+                 tree: DraftTree | None = None) -> None:
         self.kernel = kernel
+        #: The tree the rows were built for (checked by :func:`treespec_sim.rows.as_oracle`).
+        self.tree = tree
         self.node_tokens = np.asarray(node_tokens, dtype=np.int64)
         self.node_tokens.flags.writeable = False
         self._rows: dict[int, np.ndarray] = {}

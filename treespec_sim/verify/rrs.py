@@ -23,8 +23,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._sampling import sample_categorical
-from ..rows import ROW_SUM_TOL, TargetOracle
+from ..rows import TargetOracle
 from ..tree import DraftTree
+from ..validation import as_float_array, row_sum_tolerance
 from .outcome import Outcome
 
 __all__ = ["acceptance_steps", "check_proposal", "rrs_expected_length", "rrs_round_law",
@@ -38,10 +39,13 @@ _ZERO_RESIDUAL = 1e-15
 def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> np.ndarray:
     """Validate the proposal rows of a sampled tree; return them as float64 (n+1, V).
 
-    Only rows of nodes that have children are read; each must be a distribution, and every
-    child's token must have positive proposal mass.
+    Only rows of nodes that have children are read; each must be a distribution (within the
+    input dtype's tolerance, :data:`treespec_sim.validation.ROW_SUM_TOL_BY_DTYPE`; renormalised
+    in float64), and every child's token must have positive proposal mass.
     """
-    arr = np.asarray(proposal, dtype=np.float64)
+    raw, source = as_float_array(proposal, "proposal")
+    tol = row_sum_tolerance(source)
+    arr = np.asarray(raw, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] != tree.n_nodes:
         raise ValueError(f"proposal must have shape (n+1, V) = ({tree.n_nodes}, V); got "
                          f"{arr.shape}")
@@ -54,10 +58,13 @@ def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> n
         r, c = np.argwhere(rows < 0)[0]
         raise ValueError(f"proposal[{inner[r]}, {c}] = {rows[r, c]} is negative")
     sums = rows.sum(axis=1)
-    off = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOL)
+    off = np.flatnonzero(np.abs(sums - 1.0) > tol)
     if off.size:
         raise ValueError(f"proposal[{inner[off[0]]}] sums to {float(sums[off[0]])!r}, not 1 "
-                         f"(tolerance {ROW_SUM_TOL:g})")
+                         f"(tolerance {tol:g} for {source} input)")
+    if np.any(np.abs(sums - 1.0) > 1e-12):  # copy only when there is something to fix
+        arr = arr.copy()
+        arr[inner] = rows / sums[:, None]
     if tree.size:
         if int(tree.token[1:].max()) >= arr.shape[1]:
             v = int(np.argmax(tree.token[1:] >= arr.shape[1])) + 1
