@@ -142,6 +142,9 @@ class DecodeState:
         The prompt and every committed token; the last one is the next round's root.
     draft_cache : DraftCache
         The drafter's context cache (positions ``0 .. length - 1``).
+    cache : transformers cache
+        The bundle's target KV cache this sequence lives in (a later ``start`` or prefill
+        replaces it, which makes this state stale: its rounds then raise ``ValueError``).
     forward : TreeForward or None
         This round's verification forward (set by ``target_oracle``, cleared by ``commit``):
         its logits and the context features the commit feeds the drafter.
