@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
     from .verify import Outcome
 
-__all__ = ["COLOR_BY", "tree", "tree_layout"]
+__all__ = ["COLOR_BY", "figure_legend", "tree", "tree_layout"]
 
 #: What :func:`tree` can colour nodes by -> the colour bar's label.
 COLOR_BY = {
@@ -290,6 +290,27 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
     ax.set_xlim(-0.7, width - 0.3)
     ax.set_ylim(-t.max_depth - (1.1 if outcome is not None else 0.5), 0.5)
     return ax
+
+
+def figure_legend(fig, handles: list, labels: list[str], *, title: str = "",
+                  fontsize: float = 8.0, max_cols: int = 5):
+    """One legend for a whole figure, below its panels and inside the canvas.
+
+    The figure must use constrained layout (``layout="constrained"``), which makes room for an
+    ``"outside lower center"`` legend. Columns and the title's line breaks are chosen from the
+    figure's width so that the legend never runs off the canvas (a ``tight_layout`` figure
+    legend is clipped or covers the panels).
+    """
+    import textwrap
+
+    width_in = fig.get_figwidth()
+    char_in = 0.6 * fontsize / 72          # a proportional font's average glyph width
+    entry_in = max((len(x) for x in labels), default=1) * char_in + 0.7   # + handle
+    ncol = max(1, min(max_cols, len(labels), int(0.95 * width_in // entry_in)))
+    if title:
+        title = textwrap.fill(title, width=max(20, int(0.95 * width_in / char_in)))
+    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol,
+                      fontsize=fontsize, title=title or None, title_fontsize=fontsize)
 
 
 def _has_display() -> bool:

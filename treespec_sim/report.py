@@ -9,6 +9,7 @@ documentation page (:func:`results_page`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from .calibrate import TOLERANCE, calibration_rows
 from .experiments.stochastic import CLAIMS, claims_table
 from .experiments.stochastic import plot_tau_vs_temperature as plot
 from .families import FAMILIES
+from .plot import figure_legend
 
 __all__ = ["FIGURES", "results_page", "summary_markdown", "write_figures"]
 
@@ -28,6 +30,49 @@ def _fam(rows: Sequence[dict], family: str) -> list[dict]:
 
 def _pct(x: float) -> str:
     return f"{100 * (x - 1):+.1f}%"
+
+
+# Pages that explain a result which does not go the way a paper (or our own theory) says.
+# Paths are from the repository root; results_page rewrites them relative to its page.
+UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-t--1)"
+TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
+#: What a table says under itself when one of its rows links a page.
+PAGE_NOTES = {
+    UNIVER_PAGE: "UniVer (reconstructed) is not ≥ RRSw in every world: conditioning on the drawn "
+                 "set loses to RRSw when the first-drawn child carries a deep subtree, as on "
+                 "DDTree-planned shapes. Why, and where it was measured: [`docs/theory/univer.md` "
+                 "§3–4](docs/theory/univer.md#4-synthetic-results-at-t--1) and the issue "
+                 "“UniVer that never falls below Traversal”.",
+    TSUBAME_PAGE: "What the Tsubame / sampled-chain claims are, where they held on the "
+                  "uncalibrated regimes, and their caveats: [`docs/theory/tsubame.md` §4]"
+                  "(docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic).",
+}
+#: Claims of the stochastic table with a published direction: label -> (sign of a - b
+#: claimed, lowest T it is claimed at, page that discusses it).
+CLAIM_DIRECTIONS = {
+    "Tsubame-RRSw vs deterministic tree": (+1, 0.0, TSUBAME_PAGE),
+    "Tsubame-RRSw vs corrected sampled chain": (+1, 0.0, TSUBAME_PAGE),
+    "Tsubame-RRSw vs Tsubame-RRS": (+1, 0.0, TSUBAME_PAGE),
+    "Tsubame-UniVer vs Tsubame-RRSw": (+1, 0.0, UNIVER_PAGE),
+    # DFlash PR #169: at high T a deterministic tree falls behind a sampled chain.
+    "deterministic tree vs corrected sampled chain": (-1, 1.0, TSUBAME_PAGE),
+}
+_CI = re.compile(r"\[([+-]?[\d.]+)%?, ([+-]?[\d.]+)%?\]")
+
+
+def _verdict(sign: int, low: float, high: float, page: str) -> str:
+    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not."""
+    if (low > 0 if sign > 0 else high < 0):
+        return "holds"
+    if (high < 0 if sign > 0 else low > 0):
+        return f"**reversed**, see {page}"
+    return f"not shown (CI spans 0), see {page}"
+
+
+def _notes(lines: Sequence[str]) -> list[str]:
+    """The notes of the pages that ``lines`` link, one paragraph each (empty if none)."""
+    text = "\n".join(lines)
+    return [x for page, note in PAGE_NOTES.items() if page in text for x in ("", note)]
 
 
 # ----------------------------------------------------------------------------- tables
@@ -69,7 +114,7 @@ def _ddtree_tables(rows: list[dict]) -> list[str]:
         out.append(f"T = {t:g}:")
         out.append("")
         out.append("| regime | chain (L) | " + " | ".join(f"DDTree B={b}" for b in budgets)
-                   + " | best B (tok/s) |")
+                   + " | best B (tok/s, cost model) |")
         out.append("|---|---|" + "---|" * len(budgets) + "---|")
         for regime in dict.fromkeys(r["regime"] for r in sub):
             rr = [r for r in sub if r["regime"] == regime]
@@ -137,20 +182,47 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
            "95% t-intervals:", ""]
     table = claims_table([r for r in rows if "taus" in r], b).splitlines()
     keep = [ln for ln in table[2:] if any(ln.startswith(f"| {c[0]} |") for c in claims)]
-    return out + table[:2] + keep + [""]
+    # A last column says whether each published direction holds; the rows that do not link
+    # the page that explains why.
+    head = [table[0] + " claimed | holds? |", table[1] + "---|---|"]
+    for i, ln in enumerate(keep):
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        claim = CLAIM_DIRECTIONS.get(cells[0])
+        ci = _CI.search(cells[4]) if len(cells) > 4 else None
+        if claim is None or ci is None or float(cells[3]) < claim[1]:
+            keep[i] = ln + " — | — |"
+            continue
+        sign, _, page = claim
+        keep[i] = (ln + f" {'a > b' if sign > 0 else 'a < b'} | "
+                   f"{_verdict(sign, float(ci[1]), float(ci[2]), page)} |")
+    return out + head + keep + _notes(keep) + [""]
 
 
 def _verifier_tables(rows: list[dict]) -> list[str]:
     out = ["## UniVer's and Traversal's gain over RRSw (same sampled trees)", "",
-           "UniVer reports +4.2–8.5%. Percentile-bootstrap 95% CI over contexts:", "",
-           "| regime | T | tree | verifier | E[τ] | vs RRSw |", "|---|---|---|---|---|---|"]
+           "UniVer reports +4.2–8.5% over RRSw; Traversal is never behind RRSw in any world "
+           "tried (`claim[traversal>=rrsw]`). Gains with the "
+           f"{interval_label(rows, 'verifiers')}:", "",
+           "| regime | T | tree | verifier | E[τ] | vs RRSw | against the claim |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
+        lo, hi = 100 * (r["rel_ci_low"] - 1), 100 * (r["rel_ci_high"] - 1)
+        if r["verifier"] == "univer":
+            note = ("**behind RRSw**" if hi < 0 else "below +4.2–8.5%" if hi < 4.2
+                    else "above +4.2–8.5%" if lo > 8.5 else "consistent (CI meets the range)")
+            if hi < 4.2:
+                note += f", see {UNIVER_PAGE}"
+        elif r["verifier"] == "traversal":
+            note = (f"**behind RRSw**, see {UNIVER_PAGE}" if hi < 0
+                    else "consistent (not behind)")
+        else:
+            note = "—"
         out.append(f"| {r['regime']} | {r['temperature']:g} | {r['method']} | {r['verifier']} "
                    f"| {r['tau_mean']:.3f} | {_pct(r['rel_to_baseline'])} "
-                   f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}] |")
-    return [*out, ""]
+                   f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}] | {note} |")
+    return [*out, *_notes(out), ""]
 
 
 def _run_size(record: dict, *, calibrated: bool) -> list[str]:
@@ -180,8 +252,11 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
              f"{len(rows)} result rows from {record.get('cells')} cells "
              f"({record.get('cells_skipped_on_resume', 0)} reused on resume), "
              f"{record.get('elapsed_s', 0):.0f} s, seed {record.get('seed')}, git "
-             f"{record.get('git_commit', '?')[:10]}. Throughput columns use "
-             f"`{record.get('cost_model')}` unless a table names another. Figures: "
+             f"{record.get('git_commit', '?')[:10]}. Every throughput (tok/s) is modelled, "
+             "not measured: E[τ] / (C_d + C_v(B + 1)), drafting plus one verification pass "
+             "over B + 1 tokens, timed by a latency preset of `treespec_sim.cost`; each table "
+             "names its preset (this run's default: "
+             f"`{record.get('cost_model')}`). Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
     calibration = _calibration_section(rows)
     lines += _run_size(record, calibrated=bool(calibration))
@@ -196,144 +271,259 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- figures
-def _grid(n: int, w: float = 4.4, h: float = 3.4):
+#: Exit causes as the figures spell them out (keys: the row columns ``lost_<cause>``).
+CAUSES = {
+    "uncovered": ("uncovered", "the target chose a token none of the node's children carry",
+                  "tab:red"),
+    "budget": ("budget", "exit at a leaf above the depth limit (the budget ran out)",
+               "tab:orange"),
+    "depth_cap": ("depth cap", "exit at a leaf at the drafter's depth L", "tab:gray"),
+}
+#: Figure-wide colours and line styles of the methods (one per method across figures).
+_STYLES = {"chain": ("black", ":"), "ddtree": ("tab:blue", "-"), "dynamic": ("tab:cyan", "--"),
+           "sampled-chain": ("tab:gray", ":"),
+           "sampled-chain-corrected": ("tab:brown", "-."),
+           "tsubame-rrs": ("tab:orange", "--"), "tsubame-rrsw": ("tab:red", "-"),
+           "tsubame-univer": ("tab:purple", "-"),
+           "tsubame-rrsw-tempered-plan": ("tab:pink", "--")}
+
+
+def interval_label(rows: Sequence[dict], family: str) -> str:
+    """What an interval of ``family``'s rows is: the statistic, the level, over how many what.
+
+    Reads the number of rounds from the rows and the unit from the family's grid
+    (:attr:`treespec_sim.families.DDTreeGrid.unit` and the others), e.g. ``"95% t-interval
+    over 64 contexts"``; the kind of interval follows :mod:`treespec_sim.stats`.
+    """
+    kind = {"ddtree": "t-interval", "stochastic": "t-interval",
+            "caddtree": "percentile-bootstrap interval",
+            "verifiers": "percentile-bootstrap interval"}.get(family, "interval")
+    grid = FAMILIES.get(family)
+    unit = grid.unit if grid is not None else "rounds"
+    counts = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
+    n = "/".join(map(str, counts)) if counts else "the"
+    if family == "caddtree":  # rounds are decoded in sequences; the bootstrap resamples those
+        return f"95% {kind} over {n} {unit} (resampled by sequence)"
+    return f"95% {kind} over {n} {unit}"
+
+
+def _figure(n: int, w: float = 4.4, h: float = 3.4):
+    """A constrained-layout grid of ``n`` panels (at most 4 a row); spare panels switched off.
+
+    Constrained layout keeps every label and an ``"outside ..."`` figure legend inside the
+    canvas (``tight_layout`` with a figure legend clips or overlaps it).
+    """
     import matplotlib.pyplot as plt
 
     cols = min(4, n)
     nrows = -(-n // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(w * cols, h * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(w * cols, h * nrows + 0.8), squeeze=False,
+                             layout="constrained")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    return fig, list(axes.flat)
+    return fig, list(axes.flat)[:n]
+
+
+def _budget_axis(ax, budgets: Sequence[int]) -> None:
+    """Log-2 budget axis ticked at the grid's budgets, written as numbers (not 2^k)."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(budgets))
+    if len(ticks) > 8:  # keep tick labels from colliding: the powers of two among them
+        ticks = [b for b in ticks if b & (b - 1) == 0] or ticks[::2]
+    ax.set_xticks(ticks, [str(b) for b in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("budget B (draft nodes)")
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot_tau_vs_budget(rows: list[dict], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    """Exact E[τ] vs budget per regime: DDTree (and dynamic) lines with interval bands per
+    temperature, the chain as a dotted level; one legend for the figure."""
+    from matplotlib.patches import Patch
 
     regimes = list(dict.fromkeys(r["regime"] for r in rows))
-    fig, axes = _grid(len(regimes))
-    for ax, regime in zip(axes, regimes, strict=False):
-        for t in sorted({r["temperature"] for r in rows}):
+    temps = sorted({r["temperature"] for r in rows})
+    colors = {t: f"C{i}" for i, t in enumerate(temps)}
+    fig, axes = _figure(len(regimes))
+    handles: dict[str, object] = {}
+    for ax, regime in zip(axes, regimes, strict=True):
+        for t in temps:
+            c = colors[t]
             for m, style in (("ddtree", "-"), ("dynamic", "--")):
                 pts = sorted((r for r in rows if r["regime"] == regime and r["method"] == m
                               and r["temperature"] == t), key=lambda r: r["budget"])
                 if not pts:
                     continue
                 x = [r["budget"] for r in pts]
-                line, = ax.plot(x, [r["tau_mean"] for r in pts], style, marker="o", ms=3,
-                                label=f"{m}, T={t:g}")
+                line, = ax.plot(x, [r["tau_mean"] for r in pts], style, color=c, marker="o",
+                                ms=3)
+                handles.setdefault(f"{m}, T = {t:g}", line)
                 ax.fill_between(x, [r["tau_ci_low"] for r in pts],
-                                [r["tau_ci_high"] for r in pts], color=line.get_color(),
-                                alpha=0.2)
+                                [r["tau_ci_high"] for r in pts], color=c, alpha=0.2, lw=0)
             for r in rows:
                 if r["regime"] == regime and r["method"] == "chain" and r["temperature"] == t:
-                    ax.axhline(r["tau_mean"], ls=":", color=line.get_color(),
-                               label=f"chain, T={t:g}")
-        ax.set_xscale("log", base=2)
+                    line = ax.axhline(r["tau_mean"], ls=":", color=c)
+                    handles.setdefault(f"chain (L = {r['budget']} nodes), T = {t:g}", line)
+        _budget_axis(ax, [r["budget"] for r in rows if r["method"] != "chain"])
         ax.set_title(regime, fontsize=10)
-        ax.set_xlabel("budget B")
-        ax.set_ylabel("E[τ]")
+        ax.set_ylabel("E[τ] (tokens per round)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles["shaded: " + interval_label(rows, "ddtree")] = Patch(color="0.5", alpha=0.3)
+    figure_legend(fig, list(handles.values()), list(handles))
+    _save(fig, path)
+
+
+def _by_depth_cause(r: dict) -> tuple[np.ndarray, bool]:
+    """``(D+1, 3)`` exit mass by depth and cause of a row, and whether the split is exact.
+
+    Rows with ``exit_by_depth_cause`` carry it. Older rows carry only ``exit_by_depth``; then
+    depth 0 (the root, an inner node) is ``uncovered`` and depth ``L`` (only leaves there) is
+    ``depth cap`` exactly, while the depths between mix ``uncovered`` and ``budget``: that
+    mass is returned in the ``uncovered`` column and flagged inexact.
+    """
+    if "exit_by_depth_cause" in r:
+        return np.asarray(r["exit_by_depth_cause"], dtype=np.float64), True
+    d = np.asarray(r["exit_by_depth"], dtype=np.float64)
+    out = np.zeros((d.size, 3))
+    out[:-1, 0] = d[:-1]
+    out[-1, 2] = d[-1]
+    return out, False
 
 
 def plot_lost_mass(rows: list[dict], path: Path) -> None:
-    """Exit law of DDTree by depth (stacked by budget) at T = 0 (or the lowest T)."""
-    import matplotlib.pyplot as plt
+    """Where DDTree loses target mass: stacked bars of exit mass per depth, by cause.
+
+    One panel per regime at the lowest temperature of the run and one budget (64 when the grid
+    has it, else its middle one); bar heights at a depth sum to the exit mass there, and all
+    bars of a panel sum to 1 (every target continuation leaves the tree somewhere).
+    """
+    from matplotlib.patches import Patch
 
     t0 = min(r["temperature"] for r in rows)
-    regimes = list(dict.fromkeys(r["regime"] for r in rows))
-    fig, axes = _grid(len(regimes))
-    for ax, regime in zip(axes, regimes, strict=False):
-        pts = sorted((r for r in rows if r["regime"] == regime and r["method"] == "ddtree"
-                      and r["temperature"] == t0 and "exit_by_depth" in r),
-                     key=lambda r: r["budget"])
-        if len(pts) > 3:  # the smallest, a middle and the largest budget stay readable
-            pts = [pts[0], pts[len(pts) // 2], pts[-1]]
-        for r in pts:
-            d = np.asarray(r["exit_by_depth"])
-            ax.plot(np.arange(d.size), d, marker=".", label=f"B={r['budget']} (unc "
-                    f"{r['lost_uncovered']:.2f}, bud {r['lost_budget']:.2f}, cap "
-                    f"{r['lost_depth_cap']:.2f})")
-        chain = [r for r in rows if r["regime"] == regime and r["method"] == "chain"
-                 and r["temperature"] == t0 and "exit_by_depth" in r]
-        for r in chain:
-            ax.plot(np.arange(len(r["exit_by_depth"])), r["exit_by_depth"], "k:",
-                    label="chain")
-        ax.set_title(f"{regime}, T={t0:g}: where the target leaves the tree", fontsize=9)
-        ax.set_xlabel("depth of the exit node")
+    budgets = sorted({r["budget"] for r in rows if r["method"] == "ddtree"})
+    b = 64 if 64 in budgets else budgets[len(budgets) // 2]
+    pts = [r for r in rows if r["method"] == "ddtree" and r["temperature"] == t0
+           and r["budget"] == b and ("exit_by_depth" in r or "exit_by_depth_cause" in r)]
+    if not pts:
+        return
+    fig, axes = _figure(len(pts), h=3.0)
+    exact_all = True
+    for ax, r in zip(axes, pts, strict=True):
+        table, exact = _by_depth_cause(r)
+        exact_all &= exact
+        depth = np.arange(table.shape[0])
+        bottom = np.zeros(depth.size)
+        for j, (key, (name, _, color)) in enumerate(CAUSES.items()):
+            label = name if exact or key != "uncovered" else "uncovered or budget"
+            ax.bar(depth, table[:, j], bottom=bottom, width=0.8, color=color,
+                   hatch=None if exact or key != "uncovered" else "//",
+                   label=f"{label}: {r[f'lost_{key}']:.2f}")
+            bottom += table[:, j]
+        ax.set_xticks(depth[:: 1 if depth.size <= 16 else 2])
+        ax.set_xlim(-0.6, depth[-1] + 0.6)
+        # Headroom above the tallest bar for the legend (bars start at 0, no margin there).
+        ax.set_ylim(0, max(float(bottom.max()), 1e-9) * 1.45)
+        ax.set_title(f"{r['regime']} · DDTree B = {b} · T = {t0:g}", fontsize=9)
+        ax.set_xlabel("depth of the node the target leaves at")
         ax.set_ylabel("exit mass")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=5.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7, title="total lost", title_fontsize=7, loc="upper right")
+    note = ("Each bar: the fraction of target continuations that leave the tree at that depth, "
+            f"mean over {'/'.join(sorted({str(r['rounds']) for r in pts}))} "
+            f"{FAMILIES['ddtree'].unit} (exact per context, no interval drawn). ")
+    if not exact_all:
+        note += ("Hatched: these rows record exit mass by depth only, so uncovered and budget "
+                 "are not split at inner depths. ")
+    labels = [f"{name}: {text}" for name, text, _ in CAUSES.values()]
+    figure_legend(fig, [Patch(color=c) for *_, c in CAUSES.values()], labels,
+                  title=note.strip(), max_cols=3)
+    _save(fig, path)
 
 
 def plot_throughput(rows: list[dict], path: Path) -> None:
-    """CaDDTree family: throughput vs fixed budget, each adaptive rule's choice marked."""
-    import matplotlib.pyplot as plt
+    """CaDDTree family: modelled throughput vs fixed budget, each adaptive rule's choice
+    marked; one panel per (regime, T, cost model), the cost model in the panel's title."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     panels = list(dict.fromkeys((r["regime"], r["temperature"], r["cost_model"]) for r in rows))
-    fig, axes = _grid(len(panels))
-    marks = {"ddtree-oracle": ("*", "tab:orange", 13), "caddtree": ("o", "tab:red", 10),
-             "longrun": ("s", "tab:green", 7), "exhaustive": ("x", "black", 7)}
-    for ax, (regime, t, cm) in zip(axes, panels, strict=False):
+    fig, axes = _figure(len(panels))
+    marks = {"ddtree-oracle": ("*", "tab:orange", 13, "best fixed B (oracle, after the fact)"),
+             "caddtree": ("o", "tab:red", 10, "CaDDTree (adaptive per round)"),
+             "longrun": ("s", "tab:green", 7, "long-run rule"),
+             "exhaustive": ("x", "black", 7, "exhaustive per-round optimum")}
+    for ax, (regime, t, cm) in zip(axes, panels, strict=True):
         sub = [r for r in rows if (r["regime"], r["temperature"], r["cost_model"])
                == (regime, t, cm)]
         fixed = sorted((r for r in sub if r["method"] == "ddtree"), key=lambda r: r["budget"])
         x = [r["budget"] for r in fixed]
-        ax.plot(x, [r["throughput_tok_s"] for r in fixed], color="tab:blue", label="DDTree")
+        ax.plot(x, [r["throughput_tok_s"] for r in fixed], color="tab:blue")
         ax.fill_between(x, [r["throughput_ci"][0] for r in fixed],
-                        [r["throughput_ci"][1] for r in fixed], color="tab:blue", alpha=0.2)
+                        [r["throughput_ci"][1] for r in fixed], color="tab:blue", alpha=0.2,
+                        lw=0)
         for r in sub:
             if r["method"] in marks:
-                m, c, s = marks[r["method"]]
+                m, c, s, _ = marks[r["method"]]
                 ax.plot([r["tree_size_mean"]], [r["throughput_tok_s"]], m, color=c, ms=s,
-                        mfc="none" if m in "os" else c,
-                        label=f"{r['method']} (B {r['tree_size_mean']:.0f})")
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{regime} · T={t:g} · {cm}", fontsize=9)
-        ax.set_xlabel("budget B")
-        ax.set_ylabel("tokens / s")
+                        mfc="none" if m in "os" else c)
+        _budget_axis(ax, x)
+        ax.set_title(f"{regime} · T = {t:g} · cost model {cm}", fontsize=9)
+        ax.set_ylabel("tokens / s (modelled)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles = [Line2D([], [], color="tab:blue", label="DDTree at fixed B"),
+               Patch(color="tab:blue", alpha=0.3,
+                     label="shaded: " + interval_label(rows, "caddtree")),
+               *(Line2D([], [], ls="", marker=m, color=c, ms=min(s, 9),
+                        mfc="none" if m in "os" else c, label=f"{lab} at its mean B")
+                 for m, c, s, lab in marks.values())]
+    figure_legend(fig, handles, [h.get_label() for h in handles], max_cols=3,
+                  title="tokens/s = E[τ] / (C_d + C_v(B + 1)) under the panel's latency preset "
+                        "(treespec_sim.cost)")
+    _save(fig, path)
 
 
 def plot_verifier_gains(rows: list[dict], path: Path) -> None:
+    """Gain in exact E[τ] over RRSw on the same sampled trees, with interval bars."""
     import matplotlib.pyplot as plt
 
     sub = [r for r in rows if not (r["verifier"] == "rrsw" and "greedy" not in r["method"])]
-    labels = [f"{r['regime']}\n{r['method'].split('[')[1].split(']')[0]}"
+    labels = [f"{r['regime']}, T = {r['temperature']:g}\n"
+              f"{r['method'].split('[')[1].split(']')[0].replace('x', ' wide × ')} deep"
               for r in sub if r["verifier"] == "traversal"]
-    arms = [("traversal", False), ("univer", False), ("univer", True)]
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels)), 3.8))
+    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer"),
+            ("univer", True, "UniVer on Greedy drafts")]
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.8 * len(labels)), 4.4), layout="constrained")
     width = 0.25
-    for j, (verifier, greedy) in enumerate(arms):
+    for j, (verifier, greedy, name) in enumerate(arms):
         pts = [r for r in sub if r["verifier"] == verifier and ("greedy" in r["method"]) == greedy]
         y = np.array([100 * (r["rel_to_baseline"] - 1) for r in pts])
         lo = y - np.array([100 * (r["rel_ci_low"] - 1) for r in pts])
         hi = np.array([100 * (r["rel_ci_high"] - 1) for r in pts]) - y
         ax.bar(np.arange(len(pts)) + (j - 1) * width, y, width, yerr=[lo, hi], capsize=2,
-               label=verifier + (" on Greedy drafts" if greedy else ""))
+               label=name)
     ax.axhspan(4.2, 8.5, color="gray", alpha=0.15, label="UniVer's reported +4.2–8.5%")
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(np.arange(len(labels)), labels, fontsize=7)
+    ax.set_xticks(np.arange(len(labels)), labels, fontsize=8)
     ax.set_ylabel("E[τ] gain over RRSw (%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ax.set_title("Verifiers on the same sampled trees\nbars: "
+                 + interval_label(sub, "verifiers") + " (paired)", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    # Below the axes: inside, it would cover the tallest interval bars.
+    handles, labels = ax.get_legend_handles_labels()
+    figure_legend(fig, handles, labels, max_cols=2)
+    _save(fig, path)
 
 
 def plot_tau_vs_temperature(rows: list[dict], path: Path) -> None:
-
+    """Stochastic family: E[τ] vs T per method (B = 64, or the grid's first budget)."""
     budgets = sorted({r["budget"] for r in rows if r["budget"]})
     plot(rows, path, 64 if 64 in budgets else (budgets[0] if budgets else 0))
 
@@ -404,8 +594,12 @@ def results_page(run_dir: Path, page: Path) -> str:
     figures = [f for f in record.get("figures", []) if (run_dir / f).exists()]
     for f in figures:
         head += [f"![{_FIGURE_TITLES.get(f, f)}]({rel}/{f})", ""]
-    # Drop the summary's own title line; keep the rest verbatim.
+    # Drop the summary's own title line; keep the rest verbatim but for its links into docs/,
+    # written from the repository root, which must be relative to the page to resolve.
     body = summary[1:] if summary and summary[0].startswith("# ") else summary
+    docs = Path(os.path.relpath(Path(__file__).resolve().parent.parent / "docs",
+                                page.resolve().parent)).as_posix()
+    body = [line.replace("](docs/", f"]({docs}/") for line in body]
     text = "\n".join(head + body).rstrip() + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)

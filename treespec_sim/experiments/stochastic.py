@@ -40,6 +40,7 @@ import numpy as np
 from ..cost import get_cost_model
 from ..engine import run_rounds
 from ..methods import get_method
+from ..plot import figure_legend
 from ..stats import mean_ci, throughput
 from ..synth import get_regime
 
@@ -157,7 +158,13 @@ def claims_table(rows: list[dict], budget: int) -> str:
 
 
 def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
-    """tau vs T per method, one panel per (regime, drafter), at ``budget``."""
+    """E[tau] vs T per method, one panel per (regime, drafter), at ``budget``.
+
+    Error bars are each method's 95% t-interval over the cell's contexts
+    (:func:`treespec_sim.stats.mean_ci`); the methods are drawn on the same contexts, so
+    differences are better read from the paired claims table than from overlapping bars.
+    One legend for the figure, below the panels and inside the canvas (constrained layout).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,11 +173,14 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
     panels = list(dict.fromkeys((r["regime"], r["drafter"]) for r in rows))
     cols = min(3, len(panels))
     nrows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows + 1.0),
+                             squeeze=False, layout="constrained")
     styles = {"chain": ("k", ":"), "ddtree": ("tab:blue", "-"), "dynamic": ("tab:cyan", "--"),
               "sampled-chain": ("tab:gray", ":"), "sampled-chain-corrected": ("tab:brown", "-."),
               "tsubame-rrs": ("tab:orange", "--"), "tsubame-rrsw": ("tab:red", "-"),
-              "tsubame-univer": ("tab:purple", "-")}
+              "tsubame-univer": ("tab:purple", "-"),
+              "tsubame-rrsw-tempered-plan": ("tab:pink", "--")}
+    handles: dict[str, object] = {}
     for ax, (regime, drafter) in zip(axes.flat, panels, strict=False):
         for method, (color, ls) in styles.items():
             sub = sorted((r for r in rows if r["regime"] == regime and r["drafter"] == drafter
@@ -179,18 +189,22 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
             if not sub:
                 continue
             t = [r["temperature"] for r in sub]
-            ax.errorbar(t, [r["tau_mean"] for r in sub],
-                        yerr=[[r["tau_mean"] - r["tau_ci_low"] for r in sub],
-                              [r["tau_ci_high"] - r["tau_mean"] for r in sub]],
-                        color=color, ls=ls, marker="o", ms=3, capsize=2, label=method)
+            art = ax.errorbar(t, [r["tau_mean"] for r in sub],
+                              yerr=[[r["tau_mean"] - r["tau_ci_low"] for r in sub],
+                                    [r["tau_ci_high"] - r["tau_mean"] for r in sub]],
+                              color=color, ls=ls, marker="o", ms=3, capsize=2)
+            verifiers = "/".join(dict.fromkeys(r["verifier"] for r in sub))
+            handles.setdefault(f"{method} ({verifiers})", art)
         ax.set_title(f"{regime} · drafter {drafter} · B = {budget}", fontsize=10)
         ax.set_xlabel("temperature T")
         ax.set_ylabel("E[τ] (tokens per round)")
+        ax.set_xticks(sorted({r["temperature"] for r in rows}))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    counts = "/".join(sorted({str(r["rounds"]) for r in rows if "rounds" in r})) or "the"
+    figure_legend(fig, list(handles.values()), list(handles), max_cols=4,
+                  title=f"method (verifier at T = 0 / T > 0); bars: 95% t-interval over "
+                  f"{counts} contexts (the same contexts for every method); chains have L nodes")
     fig.savefig(path, dpi=120)
     plt.close(fig)
