@@ -1,5 +1,8 @@
 """treespec_sim.plot.tree: one label per node, the accepted path, colours, errors."""
 
+import re
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -134,3 +137,44 @@ def test_bad_input_names_the_argument(small, kwargs, match):
         tree(t, **kwargs)
     with pytest.raises(ValueError, match="tree must be a DraftTree"):
         tree(PARENT)
+
+
+# ----------------------------------------------------------------------------- the docs
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _usage_block() -> str:
+    text = (DOCS / "usage.md").read_text()
+    start = text.index("## Look at a tree\n")
+    section = text[start: text.index("\n## ", start + 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+def test_usage_section_runs_and_matches_the_gallery_script():
+    namespace: dict = {}
+    exec(compile(_usage_block(), "usage.md", "exec"), namespace)
+    rnd, left, right = namespace["rnd"], namespace["left"], namespace["right"]
+    assert rnd.tree.size == 24 and rnd.outcome is not None
+    for ax in (left, right):
+        assert sum(x.get_gid() == GID_LABEL for x in ax.texts) == rnd.tree.n_nodes
+    # every line the docs show after their imports is a line of the gallery script's marked
+    # region, so the figure in the docs is what the code in the docs draws
+    script = (DOCS / "gallery.py").read_text()
+    region = script.split("# --- the code shown in docs/usage.md", 1)[1].split("    # ----", 1)[0]
+    region_lines = {line.strip() for line in region.splitlines()}
+    shown = _usage_block().split("\n\n", 2)[2]   # after the two import groups
+    missing = [ln for ln in shown.splitlines() if ln.strip() and ln.strip() not in region_lines]
+    assert not missing
+
+
+def test_gallery_script_writes_its_figure(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gallery", DOCS / "gallery.py")
+    gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gallery)
+    out = gallery.gallery(tmp_path / "g.png")
+    assert out.exists() and out.stat().st_size > 10_000
+    assert (DOCS / "figures" / "tree_gallery.png").exists()   # the committed one
