@@ -110,13 +110,18 @@ def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
 def test_resume_redoes_cells_whose_settings_changed(tmp_path):
     grid = DDTreeGrid(("tiny", "small"), budgets=(2, 4), temperatures=(0.0,), rounds=6)
     run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
-    # More rounds: the stored cells no longer match and must not be reused
     more = dataclasses.replace(grid, rounds=8)
+    # a finished run of other settings is never replaced, not even with --resume
+    with pytest.raises(ValueError, match="holds a finished run .* with other settings"):
+        run_plan(Plan((more,)), tmp_path, resume=True, progress=False, plot=False)
+    # an interrupted one (cells, no run record): cells of other settings are redone
+    (tmp_path / "run.json").unlink()
     rows = run_plan(Plan((more,)), tmp_path, resume=True, progress=False, plot=False)
     assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 0
     assert {r["rounds"] for r in rows} == {8}
     # Another regime list leaves the fingerprint (and the finished cells) alone
     wider = dataclasses.replace(more, regimes=("tiny", "small", "low-entropy"))
+    (tmp_path / "run.json").unlink()
     fresh = run_plan(Plan((wider,)), tmp_path, resume=True, progress=False, plot=False)
     assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 2
     assert _numbers(fresh)[: len(rows)] == _numbers(rows)
@@ -198,13 +203,10 @@ def test_cli_help_presets_and_errors(capsys, tmp_path):
                 "--workers", "--scheduler", "--cost-model"):
         assert opt in out
     assert {"paper", "quick", "ddtree", "caddtree", "stochastic", "verifiers"} <= set(PRESETS)
-    with pytest.raises(SystemExit):
-        main(["--regimes", "nope"])
+    assert main(["--regimes", "nope"]) == 2
     assert "unknown regime 'nope'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--resume"])
-    with pytest.raises(SystemExit):
-        main(["--config", str(tmp_path / "missing.toml")])
+    assert main(["--resume"]) == 2
+    assert main(["--config", str(tmp_path / "missing.toml")]) == 2
     assert "no such file" in capsys.readouterr().err
 
 

@@ -59,9 +59,19 @@ COLUMNS = (
 )
 
 
-def _tuple(x, cast=None) -> tuple:
+def _tuple(x, cast, key: str) -> tuple:
+    """``x`` (one value or a list) as a tuple of ``cast`` values; a bad value names ``key``."""
     items = tuple(x) if isinstance(x, list | tuple) else (x,)
-    return tuple(cast(v) for v in items) if cast else items
+    out = []
+    for v in items:
+        if cast in (int, float) and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"{key}: {v!r} is not a number")
+        if cast is int and isinstance(v, float) and not v.is_integer():
+            raise ValueError(f"{key}: {v!r} is not an integer")
+        if cast is str and not isinstance(v, str):
+            raise ValueError(f"{key}: {v!r} is not a string")
+        out.append(cast(v))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,8 @@ class DDTreeGrid:
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
                            ("temperatures", float)):
-            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast,
+                                                  f"{self.family}.{name}"))
         _check_regimes(self.regimes, self.family)
         for m in self.methods:
             if m not in ("chain", "ddtree", "dynamic"):
@@ -163,7 +174,8 @@ class CaDDTreeGrid:
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("temperatures", float), ("cost_models", str)):
-            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast,
+                                                  f"{self.family}.{name}"))
         _check_regimes(self.regimes, self.family)
         _check_temperatures(self.temperatures, self.family)
         _check_rounds(self.rounds, self.family)
@@ -198,7 +210,8 @@ class StochasticGrid:
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
                            ("budgets", int), ("methods", str)):
-            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast,
+                                                  f"{self.family}.{name}"))
         _check_regimes(self.regimes, self.family)
         for d in self.drafters:
             if d not in stochastic.DRAFTERS:
@@ -242,7 +255,8 @@ class VerifierGrid:
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
-            object.__setattr__(self, name, _tuple(getattr(self, name), cast))
+            object.__setattr__(self, name, _tuple(getattr(self, name), cast,
+                                                  f"{self.family}.{name}"))
         _check_regimes(self.regimes, self.family)
         _check_temperatures(self.temperatures, self.family, positive=True)
         _check_rounds(self.rounds, self.family)

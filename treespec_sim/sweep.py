@@ -252,12 +252,23 @@ def load_config(path: str | Path) -> Plan:
 
 
 # ------------------------------------------------------------------------------- running
+@functools.cache
+def _file_mode() -> int:
+    """The mode ``open()`` would give a new file: ``0o666`` less the process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file, then a rename), with the user's
+    normal file permissions (``mkstemp`` alone would leave them at 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -332,6 +343,10 @@ def _run_chunk(cells: list[Cell], settings: RunSettings,
     return out
 
 
+#: Seconds to wait for a dask scheduler before giving up with a one-line error.
+SCHEDULER_TIMEOUT_S = 10
+
+
 def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler: str | None,
              done: Callable[[Cell, list[dict]], None], progress: bool,
              save: Callable[[Cell, list[dict]], None] | None = None) -> None:
@@ -362,7 +377,13 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             except ImportError:
                 raise ValueError("--scheduler needs dask.distributed: pip install "
                                  "'treespec[dist]'") from None
-            with Client(scheduler) as client:
+            try:
+                client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                raise ValueError(f"--scheduler: cannot reach a dask scheduler at {scheduler} "
+                                 f"within {SCHEDULER_TIMEOUT_S} s ({type(exc).__name__})"
+                                 ) from None
+            with client:
                 futures = {client.submit(run_cell, c, settings, pure=False, key=c.key): c
                            for c in todo}
                 for fut in as_completed(futures):
@@ -392,11 +413,75 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             bar.stop()
 
 
+def _plan_record(plan: Plan) -> dict:
+    """What decides a run's numbers (compared when a folder already holds a run)."""
+    return json.loads(json.dumps(plan.to_dict(), default=str))
+
+
+def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
+    """Refuse an ``--out`` that would lose or silently replace a run; return the record of a
+    finished run there (to be resumed), or None.
+
+    ``out`` may be new or empty. A folder holding a finished run (``run.json``) of other
+    settings is refused; of the same settings, it needs ``--resume``. A folder holding cells of
+    an unfinished run needs ``--resume``. A file is refused.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} is a file, not a folder; name a new folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    record_path = out / "run.json"
+    if record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--out: {out} holds an unreadable run record {record_path} "
+                             f"({exc}); name a new folder") from None
+        what = (f"a finished run (preset {record.get('preset')!r}, {record.get('cells')} "
+                f"cells, started {record.get('started', '?')})")
+        if record.get("plan") != _plan_record(plan):
+            raise ValueError(f"--out: {out} holds {what} with other settings; name a new "
+                             "folder, or pass --resume with that run's settings")
+        if not resume:
+            raise ValueError(f"--out: {out} holds {what} with these settings; pass --resume "
+                             "to reuse it, or name a new folder")
+        return record
+    if (out / "cells").is_dir():
+        if not resume:
+            raise ValueError(f"--out: {out} holds the cells of an unfinished run; pass "
+                             "--resume to continue it, or name a new folder")
+        return None
+    raise ValueError(f"--out: {out} is a folder with other files in it; name a new or empty "
+                     "folder")
+
+
+def _load_cell(path: Path) -> list[dict] | None:
+    """A saved cell's rows, or None (with a warning, the file set aside) if it is corrupted."""
+    try:
+        rows = json.loads(path.read_text())
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ValueError("not a list of rows")
+        return rows
+    except (OSError, ValueError) as exc:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        print(f"warning: cell file {path} is corrupted ({exc}); set aside as {aside.name} "
+              "and recomputed", file=sys.stderr)
+        return None
+
+
 def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
              scheduler: str | None = None, plot: bool = True, progress: bool = True,
              preset: str | None = None) -> list[dict]:
-    """Run every cell of ``plan`` into ``out``; return the rows (in plan order)."""
+    """Run every cell of ``plan`` into ``out``; return the rows (in plan order).
+
+    ``out`` is checked first (:func:`check_out`): nothing finished is lost or silently
+    replaced. With ``resume``, finished cells are reused (a corrupted cell file is named, set
+    aside and recomputed) and an earlier run's figures are removed before new ones are drawn.
+    """
     out = Path(out)
+    previous = check_out(out, plan, resume=resume)
     settings = RunSettings(seed=plan.seed, cost_model=plan.cost_model)
     cells = plan.cells()
     started = time.time()
@@ -404,8 +489,9 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
     todo = []
     for cell in cells:
         path = _cell_path(out, cell, settings)
-        if resume and path.exists():
-            results[cell.key] = json.loads(path.read_text())
+        saved = _load_cell(path) if resume and path.exists() else None
+        if saved is not None:
+            results[cell.key] = saved
         else:
             todo.append(cell)
     skipped = len(cells) - len(todo)
@@ -433,6 +519,10 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
         "cost_models": _cost_provenance(plan),
     }
 
+    for name in (previous or {}).get("figures", []):  # never leave old figures beside new rows
+        stale = out / Path(name).name
+        if stale.suffix == ".png" and stale.is_file():
+            stale.unlink()
     record["figures"] = write_figures(rows, out) if plot else []
     record["elapsed_s"] = time.time() - started
     _atomic_write(out / "run.json", json.dumps(record, indent=1, default=str))
@@ -471,9 +561,10 @@ def print_table(rows: Sequence[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="treespec sweep (first rows per family; all in results.csv)")
-    for col in ("family", "regime", "method", "verifier", "T", "B", "tau", "tok/s"):
+    for col in ("family", "regime", "method", "verifier", "T", "B", "tau", "tok/s",
+                "cost model"):
         table.add_column(col, justify="left" if col in ("family", "regime", "method",
-                                                         "verifier") else "right")
+                                                         "verifier", "cost model") else "right")
     shown: dict[str, int] = {}
     for r in rows:
         fam = r.get("family", "")
@@ -483,13 +574,21 @@ def print_table(rows: Sequence[dict]) -> None:
         thr = r.get("throughput_tok_s")
         table.add_row(fam, r["regime"], r["method"], str(r.get("verifier", "")),
                       f"{r['temperature']:g}", str(r.get("budget", "")),
-                      f"{r['tau_mean']:.3f}", f"{thr:.0f}" if thr else "")
+                      f"{r['tau_mean']:.3f}", f"{thr:.0f}" if thr else "",
+                      str(r.get("cost_model", "")) if thr else "")
     Console(width=130).print(table)
 
 
 # ----------------------------------------------------------------------------------- CLI
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block; ``--help`` has it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="python -m treespec_sim.sweep",
         description="Run the comparisons of the four method families (DDTree budgets, "
                     "CaDDTree, Tsubame and sampled chains, UniVer/Traversal vs RRSw) on "
@@ -513,6 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the cells on an existing dask.distributed scheduler")
     ap.add_argument("--no-plot", action="store_true", help="do not draw the figures")
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    ap.add_argument("--debug", action="store_true",
+                    help="show the full traceback of an error instead of one line")
     return ap
 
 
@@ -533,30 +634,40 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.resume and args.out is None:
-        parser.error("--resume needs --out (the folder of the run to resume)")
-    if args.workers < 1:
-        parser.error(f"--workers must be >= 1; got {args.workers}")
     try:
-        plan = plan_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+        return _main(args)
+    except (ValueError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted; finished cells are saved (rerun with --resume)",
+              file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out (the folder of the run to resume)")
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1; got {args.workers}")
+    plan = plan_from_args(args)
     name = "config" if args.config else args.preset
     out = args.out or Path("runs") / (
         f"sweep-{name}-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%d-%H%M%S')}")
+    check_out(out, plan, resume=args.resume)  # before any work
     if not args.quiet:
         print(f"treespec sweep: {name!r}, {len(plan.cells())} cells "
               f"({', '.join(g.family for g in plan.grids)}) -> {out}")
-    try:
-        rows = run_plan(plan, out, resume=args.resume, workers=args.workers,
-                        scheduler=args.scheduler, plot=not args.no_plot,
-                        progress=not args.quiet, preset=name)
-    except ValueError as exc:
-        parser.error(str(exc))
+    rows = run_plan(plan, out, resume=args.resume, workers=args.workers,
+                    scheduler=args.scheduler, plot=not args.no_plot,
+                    progress=not args.quiet, preset=name)
     if not args.quiet:
         print_table(rows)
-        print(f"wrote {out / 'results.csv'}, {out / 'run.json'}, {out / 'summary.md'} and "
-              "the figures")
+        written = [out / "results.csv", out / "run.json", out / "summary.md"]
+        print(f"wrote {', '.join(map(str, written))}"
+              + ("" if args.no_plot else " and the figures"))
     return 0
 
 
