@@ -331,6 +331,7 @@ class _Tally:
     cov: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     by_depth: list = field(default_factory=list)
+    by_depth_cause: list = field(default_factory=list)
 
     def add(self, rnd: Round) -> None:
         decomp = rnd.exits
@@ -339,6 +340,7 @@ class _Tally:
         self.cov.append(decomp.coverage)
         self.lost.append(decomp.by_depth_cause.sum(axis=0))
         self.by_depth.append(decomp.by_depth)
+        self.by_depth_cause.append(decomp.by_depth_cause)
 
 
 def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
@@ -386,6 +388,7 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
             "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
             "lost_depth_cap": causes["depth_cap"],
             "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
+            "exit_by_depth_cause": np.mean(t.by_depth_cause, axis=0).tolist(),
             **throughput_columns(tau, size, cost, settings.cost_model),
         })
     return rows
