@@ -29,7 +29,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: The ``dtype`` names :func:`load` accepts.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "float64": torch.float64}
-_DTYPES = DTYPES  # the old private name, still imported by real_models.profile
 
 
 @dataclass

@@ -163,7 +163,7 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
     seed : int
     """
     transformers = require("transformers")
-    from .bundle import _DTYPES, Bundle, check_pair
+    from .bundle import DTYPES, Bundle, check_pair
     from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
     from .target import TargetBackend
 
@@ -172,7 +172,7 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
         arch = ARCHS[arch]
-    tdtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    tdtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")

@@ -21,7 +21,7 @@ def test_bring_your_own_drafter_and_target_runs_as_written(capsys):
     assert len(blocks) == 3
     namespace: dict = {}
     for code in blocks:
-        exec(compile(code, "usage.md", "exec"), namespace)  # noqa: S102 -- our own docs
+        exec(compile(code, "usage.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "wide_root" in out and "ddtree" in out
     # the user's world really ran through the loop: exact and lossless facts are consistent

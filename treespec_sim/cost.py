@@ -22,10 +22,10 @@ Models
     slopes do not decrease (:attr:`is_convex`).
 :class:`TabulatedCost`
     measured medians per context length, optionally replaced by their monotone + convex
-    least-squares fit (:func:`fit_monotone_convex`, cvxpy, as CaDDTree's ``cost_model.py`` does),
-    interpolated linearly across context lengths (clamped outside the measured range, and
-    :meth:`TabulatedCost.context_note` says so) and extended linearly past the last
-    measurement.
+    least-squares fit (:func:`fit_monotone_convex`: NNLS with scipy, equal to the cvxpy fit
+    CaDDTree's ``cost_model.py`` uses, which the tests keep as a cross-check), interpolated
+    linearly across context lengths (clamped outside the measured range, and
+    :meth:`TabulatedCost.context_note` says so) and extended linearly past the last measurement.
 :class:`TiledCost`
     cost jumps at every multiple of a tile size (GEMM tiles, kernel switches): not convex; the
     model where CaDDTree's greedy stop can be a strict local maximum.
