@@ -112,7 +112,7 @@ def test_resume_redoes_cells_whose_settings_changed(tmp_path):
     run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
     more = dataclasses.replace(grid, rounds=8)
     # a finished run of other settings is never replaced, not even with --resume
-    with pytest.raises(ValueError, match="holds a finished run .* with other settings"):
+    with pytest.raises(ValueError, match=r"holds a finished run .* with other settings"):
         run_plan(Plan((more,)), tmp_path, resume=True, progress=False, plot=False)
     # an interrupted one (cells, no run record): cells of other settings are redone
     (tmp_path / "run.json").unlink()
