@@ -96,3 +96,40 @@ def test_bfloat16_and_float16_log_probabilities_are_accepted():
     assert ddtree(torch.log_softmax(z, dim=-1), 24) == ddtree(
         torch.log_softmax(z, dim=-1).numpy(), 24)
     assert ddtree(log_softmax(_logits(V=512), axis=1).tolist(), 24).size == 24  # a list
+
+
+# ------------------------------------------------------------------------ small things
+def test_cost_models_print_in_one_short_line():
+    """Bullet: print(get_cost_model('a800-qwen3-8b')) printed 62,738 characters."""
+    from treespec_sim.cost import PRESETS, get_cost_model
+
+    for name in PRESETS:
+        text = repr(get_cost_model(name))
+        assert len(text) < 300 and "\n" not in text and name in text
+
+
+def test_latency_file_without_its_kind_names_what_is_missing(tmp_path):
+    """Bullet: a latency JSON without the model key gave `unknown latency model kind None`."""
+    from treespec_sim.cost import get_cost_model
+
+    path = tmp_path / "mine.json"
+    path.write_text('{"draft_s": 0.001, "floor_s": 0.005}')
+    with pytest.raises(ValueError, match=r"mine.json: latency model: no 'cost_model' key .*Latency files"):
+        get_cost_model(path)
+
+
+def test_clamped_or_ignored_context_length_warns():
+    from treespec_sim.cost import PiecewiseLinearCost, get_cost_model
+
+    table = get_cost_model("a800-qwen3-8b")
+    with pytest.warns(UserWarning, match="outside the measured range"):
+        table.verify_cost(8, 20000)
+    piecewise = PiecewiseLinearCost((1, 64), (0.01, 0.02), 0.001)
+    with pytest.warns(UserWarning, match="no context axis"):
+        piecewise.verify_cost(8, 4000)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table.verify_cost(8, 4000)  # inside the range: no warning
+        piecewise.verify_cost(8)  # no context given: nothing ignored

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -94,6 +95,33 @@ class LatencyModel(Protocol):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable description that :func:`cost_model_from_dict` reads back."""
         ...
+
+
+def describe(model) -> str:
+    """One line: a latency model's class, name, provenance, and what it covers."""
+    kind = type(model).__name__
+    if isinstance(model, TabulatedCost):
+        extent = (f"{model.node_counts[0]}..{model.node_counts[-1]} tokens at contexts "
+                  f"{list(model.context_lengths)}")
+    elif isinstance(model, PiecewiseLinearCost):
+        extent = f"{len(model.tokens)} knots {model.tokens[0]:g}..{model.tokens[-1]:g} tokens"
+    else:
+        extent = ""
+    prov = str(model.provenance)
+    prov = prov if len(prov) <= 60 else prov[:59].rstrip() + "…"
+    parts = [f"name={getattr(model, 'name', '?')!r}", f"provenance={prov!r}"]
+    if extent:
+        parts.append(extent)
+    parts.append(f"draft {1e3 * float(model.draft_cost()):.3g} ms, verify(1) "
+                 f"{1e3 * float(model.verify_cost(1)):.3g} ms")
+    parts.append("estimate" if model.estimate else "measured")
+    return f"{kind}({', '.join(parts)})"
+
+
+def _context_ignored(model) -> None:
+    # A model without a context axis answers the same at every context length; say so once.
+    warnings.warn(f"latency model {model.name!r} ({type(model).__name__}) has no context axis: "
+                  "the context length is ignored", UserWarning, stacklevel=3)
 
 
 def round_time(model: LatencyModel, budget, context_length: float = DEFAULT_CONTEXT_LENGTH):
@@ -198,6 +226,9 @@ class RooflineCost:
             raise ValueError(f"compute_slope_s ({hi}) must be >= floor_slope_s ({lo}): "
                              "a roofline's compute line is the steeper one")
 
+    def __repr__(self) -> str:
+        return describe(self)
+
     def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
         _context(context_length)
         return float(self.draft_s)
@@ -264,12 +295,16 @@ class PiecewiseLinearCost:
         tol = _SHAPE_TOL / float(np.diff(t).min())
         return bool(np.all(np.diff(np.diff(s) / np.diff(t)) >= -tol))
 
+    def __repr__(self) -> str:
+        return describe(self)
+
     def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
         _context(context_length)
         return float(self.draft_s)
 
     def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
-        _context(context_length)
+        if _context(context_length) != DEFAULT_CONTEXT_LENGTH:
+            _context_ignored(self)
         n = _tokens(n_tokens)
         return _scalar_or_array(_interp_extend(n, np.asarray(self.tokens),
                                                np.asarray(self.seconds)), n_tokens)
@@ -461,6 +496,9 @@ class TabulatedCost:
                     f"range [{lo}, {hi}]; the nearest measured curve is used (clamped)")
         return None
 
+    def __repr__(self) -> str:
+        return describe(self)
+
     def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
         _context(context_length)
         return float(self.draft_s)
@@ -471,7 +509,12 @@ class TabulatedCost:
         xs = np.asarray(self.node_counts, dtype=np.float64)
         ctx = np.asarray(self.context_lengths, dtype=np.float64)
         j = int(np.searchsorted(ctx, ell, side="right"))
-        if j == 0 or j == ctx.size:  # clamped
+        if j == 0 or j == ctx.size:  # clamped (exactly at a measured length is not clamped)
+            if ell != ctx[0 if j == 0 else -1]:
+                warnings.warn(f"latency model {self.name!r}: context length outside the "
+                              f"measured range [{self.context_lengths[0]}, "
+                              f"{self.context_lengths[-1]}]; the nearest measured curve is "
+                              "used (clamped)", UserWarning, stacklevel=2)
             row = np.asarray(self.verify_s[0 if j == 0 else -1])
             return _scalar_or_array(_interp_extend(n, xs, row), n_tokens)
         w = (ell - ctx[j - 1]) / (ctx[j] - ctx[j - 1])
@@ -535,12 +578,16 @@ class TiledCost:
         if not isinstance(self.tile_tokens, int | np.integer) or self.tile_tokens < 1:
             raise ValueError(f"tile_tokens must be a positive integer; got {self.tile_tokens!r}")
 
+    def __repr__(self) -> str:
+        return describe(self)
+
     def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
         _context(context_length)
         return float(self.draft_s)
 
     def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
-        _context(context_length)
+        if _context(context_length) != DEFAULT_CONTEXT_LENGTH:
+            _context_ignored(self)
         n = np.maximum(_tokens(n_tokens), 1.0)
         t = self.base_s + self.slope_s * n + self.step_s * np.ceil(n / self.tile_tokens)
         return _scalar_or_array(t, n_tokens)
@@ -590,6 +637,10 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
                              name=d.get("name", "tabulated"),
                              provenance=d.get("attribution", d.get("source", "unknown")),
                              estimate=bool(d.get("estimate", False)), meta=meta)
+    if kind is None:
+        raise ValueError("latency model: no 'cost_model' key (the kind: tabulated, piecewise, "
+                         "roofline, tiled) and no measurement table (draft_cost_s, node_counts, "
+                         "context_lengths, verify_cost_s); see docs/usage.md, 'Latency files'")
     if kind not in _KINDS:
         raise ValueError(f"cost_model: unknown latency model kind {kind!r}; known kinds: "
                          f"{', '.join(['tabulated', *sorted(_KINDS)])}")
@@ -614,7 +665,10 @@ def load_cost_model(path: str | Path) -> LatencyModel:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"path: {str(p)!r} is not valid JSON ({exc})") from None
-    return cost_model_from_dict(data)
+    try:
+        return cost_model_from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"{p}: {exc}") from None
 
 
 def save_cost_model(model: LatencyModel, path: str | Path) -> None:
