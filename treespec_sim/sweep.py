@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .cli import OneLineParser, add_debug
 from .cost import get_cost_model
 from .families import (
     COLUMNS,
@@ -580,13 +581,6 @@ def print_table(rows: Sequence[dict]) -> None:
 
 
 # ----------------------------------------------------------------------------------- CLI
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block; ``--help`` has it)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(
         prog="python -m treespec_sim.sweep",
@@ -612,8 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the cells on an existing dask.distributed scheduler")
     ap.add_argument("--no-plot", action="store_true", help="do not draw the figures")
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
-    ap.add_argument("--debug", action="store_true",
-                    help="show the full traceback of an error instead of one line")
+    add_debug(ap)
     return ap
 
 
