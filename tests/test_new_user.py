@@ -114,7 +114,8 @@ def test_latency_file_without_its_kind_names_what_is_missing(tmp_path):
 
     path = tmp_path / "mine.json"
     path.write_text('{"draft_s": 0.001, "floor_s": 0.005}')
-    with pytest.raises(ValueError, match=r"mine.json: latency model: no 'cost_model' key .*Latency files"):
+    with pytest.raises(ValueError,
+                       match=r"mine.json: latency model: no 'cost_model' key .*Latency files"):
         get_cost_model(path)
 
 

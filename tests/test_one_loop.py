@@ -23,6 +23,7 @@ from treespec_sim.families import (
     run_cell,
     world_for,
 )
+from treespec_sim.methods import uses_budget
 from treespec_sim.synth import make_world
 
 EXACT = 1e-12
@@ -97,7 +98,8 @@ def test_stochastic_family_equals_run_round():
     rng_ctx = np.random.default_rng([3, zlib.crc32(ctx_key.encode()), 0])
     contexts = [world.sample_context(rng_ctx) for _ in range(grid.rounds)]
     for r in rows:
-        budget = r["budget"]
+        budget = r["budget"] if uses_budget(r["method"]) else 0  # chains: the cell of budget 0
+        assert r["budget"] == (budget or world.depth)  # a chain's budget is its L nodes
         rng = np.random.default_rng([3, zlib.crc32(f"{ctx_key}|{budget}|{r['method']}".encode())])
         taus = [run_round(world, c, method=r["method"], budget=budget or None, temperature=0.6,
                           rng=rng, sample=False).expected_tau for c in contexts]

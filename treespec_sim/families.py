@@ -39,7 +39,7 @@ from .cost import get_cost_model, round_time
 from .engine import Round, run_round
 from .exits import EXIT_CAUSES
 from .experiments import budget_choice, stochastic, verifier_gain
-from .methods import get_method
+from .methods import get_method, uses_budget
 from .policies import k_ary_shape
 from .stats import mean_ci, throughput
 from .synth import REGIMES, make_world
@@ -230,7 +230,7 @@ class StochasticGrid:
                              f"got {self.vocab!r}")
 
     def cells(self) -> list[Cell]:
-        fixed = any(not get_method(m)[0].uses_budget for m in self.methods)
+        fixed = any(not uses_budget(m) for m in self.methods)
         out = []
         for r in self.regimes:
             for d in self.drafters:
@@ -419,7 +419,7 @@ def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
 def _run_stochastic(cell: Cell, settings: RunSettings) -> list[dict]:
     g: StochasticGrid = cell.grid
     methods = tuple(m for m in g.methods
-                    if get_method(m)[0].uses_budget == (cell.budget > 0))
+                    if uses_budget(m) == (cell.budget > 0))
     world = world_for(cell.regime, settings.seed, g.vocab or None, cell.option)
     rows = stochastic.run_cell(world, regime=cell.regime, drafter=cell.option,
                                temperature=cell.temperature, budget=cell.budget,

@@ -65,7 +65,8 @@ from .policies.tsubame import tsubame
 from .tree import DraftTree
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
-           "get_method", "lossless_rules", "method_names", "register", "resolve_rule"]
+           "get_method", "lossless_rules", "method_names", "register", "resolve_rule",
+           "uses_budget"]
 
 #: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for).
 SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
@@ -352,6 +353,12 @@ def get_method(name: str) -> tuple[Method, str]:
     if method is None or method.parametrised != bool(m and m.group(2) is not None):
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(method_names())}")
     return method, param
+
+
+def uses_budget(method: str) -> bool:
+    """Whether ``method``'s tree size is set by the budget (a chain always drafts ``L`` nodes:
+    its rows report ``budget = L``, the nodes it drafts, in every family)."""
+    return get_method(method)[0].uses_budget
 
 
 def lossless_rules(method: str | Method, temperature: float) -> tuple[str, ...]:

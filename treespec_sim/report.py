@@ -19,6 +19,7 @@ from .calibrate import TOLERANCE, calibration_rows
 from .experiments.stochastic import CLAIMS, claims_table
 from .experiments.stochastic import plot_tau_vs_temperature as plot
 from .families import FAMILIES
+from .methods import uses_budget
 from .plot import figure_legend
 
 __all__ = ["FIGURES", "results_page", "summary_markdown", "write_figures"]
@@ -173,7 +174,7 @@ def _caddtree_tables(rows: list[dict]) -> list[str]:
 
 def _stochastic_tables(rows: list[dict]) -> list[str]:
 
-    budgets = sorted({r["budget"] for r in rows if r["budget"]})
+    budgets = sorted({r["budget"] for r in rows if uses_budget(r["method"])})
     b = 64 if 64 in budgets else (budgets[0] if budgets else 0)
     have = {r["method"] for r in rows}
     claims = [c for c in CLAIMS if c[1] in have and c[2] in have]
@@ -524,7 +525,7 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
 
 def plot_tau_vs_temperature(rows: list[dict], path: Path) -> None:
     """Stochastic family: E[τ] vs T per method (B = 64, or the grid's first budget)."""
-    budgets = sorted({r["budget"] for r in rows if r["budget"]})
+    budgets = sorted({r["budget"] for r in rows if uses_budget(r["method"])})
     plot(rows, path, 64 if 64 in budgets else (budgets[0] if budgets else 0))
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..cost import get_cost_model
 from ..engine import run_rounds
-from ..methods import get_method
+from ..methods import uses_budget
 from ..plot import figure_legend
 from ..stats import mean_ci, throughput
 from ..synth import get_regime
@@ -87,10 +87,10 @@ def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: in
     for method in methods:
         rng = np.random.default_rng([seed, zlib.crc32(f"{key}|{method}".encode())])
         t0 = time.perf_counter()
-        uses_budget = get_method(method)[0].uses_budget
+        sized = uses_budget(method)
         per = [seq[0] for seq in run_rounds(
-            world, contexts=contexts, rng=rng, method=method, budget=budget if uses_budget
-            else None, temperature=temperature, sample=False, cost=cost,
+            world, contexts=contexts, rng=rng, method=method, budget=budget if sized else None,
+            temperature=temperature, sample=False, cost=cost,
             record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))]
         taus = np.array([p[0] for p in per])
         sizes = np.array([p[1] for p in per], dtype=np.float64)
@@ -99,7 +99,7 @@ def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: in
         thr = throughput(taus, seconds)
         rows.append({
             "regime": regime, "drafter": drafter, "method": method, "verifier": per[0][3],
-            "temperature": temperature, "budget": budget if uses_budget else 0,
+            "temperature": temperature, "budget": budget if sized else world.depth,
             "cost_model": cost_name, "rounds": rounds, "seed": seed,
             "tau_mean": ci.mean, "tau_ci_low": ci.low, "tau_ci_high": ci.high,
             "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
@@ -109,12 +109,17 @@ def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: in
     return rows
 
 
+def _at_budget(row: dict, budget: int) -> bool:
+    """A row at ``budget`` (chains, whatever their budget, stand beside every budget)."""
+    return row["budget"] == budget or not uses_budget(row["method"])
+
+
 def table(rows: list[dict], budget: int) -> str:
     """Markdown: tau and throughput per method at one budget (chains at their own length)."""
     lines = ["| regime | drafter | T | method | verifier | τ [95% CI] | nodes | tok/s | "
              "speedup |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["budget"] not in (0, budget):
+        if not _at_budget(r, budget):
             continue
         lines.append(f"| {r['regime']} | {r['drafter']} | {r['temperature']:g} | {r['method']} | "
                      f"{r['verifier']} | {r['tau_mean']:.2f} [{r['tau_ci_low']:.2f}, "
@@ -139,7 +144,7 @@ CLAIMS = (
 def claims_table(rows: list[dict], budget: int) -> str:
     """Paired differences in E[tau] (same contexts), mean and 95% t-interval, at ``budget``."""
     index = {(r["regime"], r["drafter"], r["temperature"], r["method"]): r for r in rows
-             if r["budget"] in (0, budget)}
+             if _at_budget(r, budget)}
     lines = ["| claim | regime | drafter | T | Δτ = a − b [95% CI] | relative |",
              "|---|---|---|---|---|---|"]
     cells = sorted({k[:3] for k in index})
@@ -184,7 +189,7 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
     for ax, (regime, drafter) in zip(axes.flat, panels, strict=False):
         for method, (color, ls) in styles.items():
             sub = sorted((r for r in rows if r["regime"] == regime and r["drafter"] == drafter
-                          and r["method"] == method and r["budget"] in (0, budget)),
+                          and r["method"] == method and _at_budget(r, budget)),
                          key=lambda r: r["temperature"])
             if not sub:
                 continue
