@@ -20,7 +20,8 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES
-from treespec_sim.verify.traversal import opportunities_with, round_law_from
+from treespec_sim.verify.traversal import opportunities_with, round_law_from, traversal_round_law
+from treespec_sim.verify.univer import NodeView
 
 __all__ = ["BUGGY_VARIANTS", "BuggyVariant", "reference_rrs_law"]
 
@@ -93,6 +94,18 @@ def _traversal_wrong_denominator(tree, rows, prop):
     return round_law_from(tree, opps)
 
 
+def _univer_chooser_peeks(tree, rows, prop):
+    """A step chooser that reads the node's drafted children: ``reverse`` when the second
+    draw has more target mass than the first, traversal otherwise (illegal: the step must be
+    fixed before the node's draws are looked at)."""
+    def choose(view: NodeView) -> str:
+        kids = tree.children(view.node)
+        if kids.size == 2 and view.target[tree.token[kids[1]]] > view.target[tree.token[kids[0]]]:
+            return "reverse"
+        return "traversal"
+    return traversal_round_law(tree, ArrayOracle(rows, tree), prop, step=choose)
+
+
 @dataclass(frozen=True)
 class BuggyVariant:
     """A drafting scheme paired with a verifier law that does not match it."""
@@ -136,4 +149,9 @@ BUGGY_VARIANTS: dict[str, BuggyVariant] = {v.name: v for v in [
                  "Traversal with denominator 1 - q(l) instead of Z + 1 - w"),
     BuggyVariant("traversal_on_greedy_draws", "greedy", _package_law("traversal"),
                  "Greedy drafts (top k-1 fixed) verified as sequential draws by Traversal"),
+    BuggyVariant("univer_on_greedy_draws", "greedy", _package_law("univer"),
+                 "Greedy drafts verified by the safe univer (Traversal steps at inner nodes)"),
+    BuggyVariant("univer_chooser_peeks", "without_replacement", _univer_chooser_peeks,
+                 "a step chooser that reads the node's drafted children (reverse iff the "
+                 "second draw has more target mass)"),
 ]}

@@ -32,13 +32,21 @@ from treespec_sim import DraftTree
 from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length
-from treespec_sim.verify.traversal import emission_weights, opportunities
+from treespec_sim.verify.traversal import emission_weights, opportunities, traversal_round_law
+from treespec_sim.verify.univer import (
+    CHOOSERS,
+    COIN,
+    NodeView,
+    enumerated_accepts,
+    two_child_accepts,
+)
 
 from . import budget, ot, tsubame
 from .block import block_round_law
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
 from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
 from .sampled import mean_length, round_law, target_law_from, two_level_shape
+from .switch import oracle_chooser, oracle_value, rule_value
 from .tree_lp import (
     TwoLevelWorld,
     conditional_ot_value,
@@ -119,14 +127,51 @@ class RandomWorld:
         return self._q[path]
 
 
+class SmallSupportWorld(RandomWorld):
+    """A :class:`RandomWorld` whose draft rows below the root put mass on ``support`` tokens
+    only, so that deep binary shapes can be enumerated tree by tree."""
+
+    def __init__(self, rng: np.random.Generator, vocab: int, support: int = 2, **kw):
+        super().__init__(rng, vocab, **kw)
+        self.support = support
+
+    def q(self, path: tuple[int, ...]) -> np.ndarray:
+        if path and path not in self._q:
+            row = super().q(path).copy()
+            drop = self.rng.choice(self.vocab, size=self.vocab - self.support, replace=False)
+            row[drop] = 0.0
+            self._q[path] = row / row.sum()
+        return super().q(path)
+
+
+def _shape(parent: list[int]) -> DraftTree:
+    return DraftTree.from_parents_multiset(parent, [-1] + [0] * (len(parent) - 1))
+
+
 #: Shapes the sampled-tree checks fill (tokens are placeholders).
 SHAPES = {
-    "one level, k=2": DraftTree.from_parents_multiset([-1, 0, 0], [-1, 0, 0]),
-    "one level, k=3": DraftTree.from_parents_multiset([-1, 0, 0, 0], [-1, 0, 0, 0]),
-    "chain of 3": DraftTree.from_parents_multiset([-1, 0, 1, 2], [-1, 0, 0, 0]),
+    "one level, k=2": _shape([-1, 0, 0]),
+    "one level, k=3": _shape([-1, 0, 0, 0]),
+    "chain of 3": _shape([-1, 0, 1, 2]),
     "2 x 2": two_level_shape(2, 2),
-    "unbalanced": DraftTree.from_parents_multiset([-1, 0, 0, 1, 3], [-1, 0, 0, 0, 0]),
+    "deep-first": _shape([-1, 0, 0, 1, 3]),
+    "deep-second": _shape([-1, 0, 0, 2, 3]),
+    "link + deep-second": _shape([-1, 0, 1, 1, 3, 4]),
+    "three children, middle deep": _shape([-1, 0, 0, 0, 2]),
 }
+#: Balanced binary tree of depth 3 (14 nodes): enumerated on :class:`SmallSupportWorld`.
+BINARY_3 = _shape([-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6])
+#: A DDTree-like shape: the deepest subtree under the first-drawn child.
+DDTREE_LIKE = _shape([-1, 0, 0, 0, 1, 1, 4, 2])
+#: Shape families the claims are stated for (checked on exactly these shapes).
+FAMILIES = {
+    "balanced": {k: SHAPES[k] for k in ("one level, k=2", "one level, k=3", "chain of 3",
+                                        "2 x 2")} | {"binary depth 3": BINARY_3},
+    "deep-first": {"deep-first": SHAPES["deep-first"], "ddtree-like": DDTREE_LIKE},
+    "deep-second": {k: SHAPES[k] for k in ("deep-second", "link + deep-second")},
+}
+#: The rules of the step family on sequential draws without replacement.
+STEP_RULES = ("traversal", "univer", "univer-guided", "univer-fixed")
 
 
 def _lossless_gap(world: RandomWorld, shape: DraftTree, scheme: str, law_fn) -> float:
@@ -294,7 +339,7 @@ def _chains_are_block(rng, size):
         tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
         prop = np.vstack([drafts, np.full((1, vocab), 1.0 / vocab)])
         ref = block_round_law(x, target, drafts)
-        for step in ("traversal", "univer"):
+        for step in STEP_RULES:
             got = RULES[step].round_law(tree, ArrayOracle(target, tree), prop)
             worst = max(worst, max_law_gap(got, ref))
         n += 1
@@ -338,7 +383,7 @@ def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
     rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
     prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
 
-    opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer")
+    opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer-fixed")
     return sum(w * values[tokens[v - 2]] for v, w, _ in emission_weights(opps) if v >= 2)
 
 
@@ -381,13 +426,16 @@ def _le_global_optimum(rng, size):
     n, worst = 0, 0.0
     shape = two_level_shape(2, 2)
     for w, p2, q2 in _two_level_worlds(rng, size):
-        for scheme, rules in (("without_replacement", ("rrsw", "traversal", "univer")),
-                              ("greedy", ("univer",))):
+        for scheme, rules in (("without_replacement", ("rrsw", *STEP_RULES)),
+                              ("greedy", ("univer-fixed",))):
             world = TwoLevelWorld(w.p(()), w.q(()), p2, q2, 2, 2, scheme)
             c1 = global_optimum(world)
             worst = max(worst, decomposed_optimum(world) - c1)
-            for rule in rules:
-                worst = max(worst, mean_length(shape, w.p, w.q, scheme=scheme, rule=rule) - c1)
+            for rule in rules:  # the step rules node by node (= the package: node_values)
+                got = (rule_value(shape, w, CHOOSERS[rule]) if rule in STEP_RULES
+                       and scheme == "without_replacement" else
+                       mean_length(shape, w.p, w.q, scheme=scheme, rule=rule))
+                worst = max(worst, got - c1)
         n += 1
     return n, worst
 
@@ -403,22 +451,6 @@ def _rrsw_le_c2(rng, size):
     return n, worst
 
 
-def _ge_rrsw(rule: str, scheme: str):
-    def run(rng, size):
-        """max over worlds and shapes of E[tau](RRSw) - E[tau](rule): <= 0 if the claim holds."""
-        n, worst = 0, 0.0
-        for _ in range(size):
-            for shape in SHAPES.values():
-                world = RandomWorld(rng, 4, alpha=float(rng.choice([0.3, 1.0, 3.0])))
-                base = mean_length(shape, world.p, world.q, scheme="without_replacement",
-                                   rule="rrsw")
-                got = mean_length(shape, world.p, world.q, scheme=scheme, rule=rule)
-                worst = max(worst, base - got)
-                n += 1
-        return n, worst
-    return run
-
-
 def _greedy_is_set_optimal(rng, size):
     """One level, Greedy drafts: UniVer's acceptance equals alpha* of the Greedy set law."""
     n, worst = 0, 0.0
@@ -427,10 +459,237 @@ def _greedy_is_set_optimal(rng, size):
     for p, q, k in _ot_instances(rng, size, vocab=5):
         lp = conditional_ot_value(p, set_law(q, k, "greedy"), np.ones(p.size))
         got = mean_length(shape_by_k[k], lambda path, p=p: p, lambda path, q=q: q,
-                          scheme="greedy", rule="univer") - 1.0
+                          scheme="greedy", rule="univer-fixed") - 1.0
         worst = max(worst, abs(got - lp))
         n += 1
     return n, worst
+
+
+# ----------------------------------------------------------------- UniVer's step choice
+def _fixed_step(step: str):
+    """A chooser that always takes ``step`` where it is defined (traversal elsewhere)."""
+    inner = step[len(COIN):] if step.startswith(COIN) else step
+
+    def choose(view: NodeView) -> str:
+        ok = inner in ("traversal", "conditional") or view.n_children == 2
+        return step if ok else "traversal"
+    return choose
+
+
+#: Every step of the family as a fixed rule (coin variants included).
+ALL_STEPS = ("traversal", "conditional", "reverse", "condrev",
+             *(COIN + st for st in ("traversal", "conditional", "reverse", "condrev")))
+
+
+def _chooser_law(chooser):
+    """Exact round law of the scaled recursion with ``chooser`` (input checks bypassed)."""
+    return lambda tree, rows, prop: traversal_round_law(tree, ArrayOracle(rows, tree), prop,
+                                                        step=chooser)
+
+
+def _world(rng: np.random.Generator, vocab: int) -> RandomWorld:
+    return RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0, 3.0])),
+                       zeros=bool(rng.random() < 0.3))
+
+
+def _every_step_lossless(rng, size):
+    """Every fixed step (and coin variant) is lossless on every shape in SHAPES."""
+    n, worst = 0, 0.0
+    for _ in range(max(1, size // 5)):
+        for shape in SHAPES.values():
+            world = _world(rng, 3)
+            for step in ALL_STEPS:
+                worst = max(worst, _lossless_gap(world, shape, "without_replacement",
+                                                 _chooser_law(_fixed_step(step))))
+                n += 1
+    return n, worst
+
+
+def _binary3_lossless(rng, size):
+    """Every rule of the step family, binary tree of depth 3 (draft rows below the root on
+    two tokens, so its 6 * 2^6 filled trees can be enumerated)."""
+    n, worst = 0, 0.0
+    for _ in range(max(1, size // 5)):
+        world = SmallSupportWorld(rng, 3, support=2, alpha=float(rng.choice([0.3, 1.0])),
+                                  zeros=True)
+        for rule in STEP_RULES:
+            worst = max(worst, _lossless_gap(world, BINARY_3, "without_replacement",
+                                             _package(rule)))
+            n += 1
+    return n, worst
+
+
+def _all_shapes() -> dict[str, DraftTree]:
+    return SHAPES | {"binary depth 3": BINARY_3, "ddtree-like": DDTREE_LIKE}
+
+
+def _safe_ge_traversal(rng, size):
+    """max over worlds and shapes of E[tau](traversal) - E[tau](univer): <= 0."""
+    n, worst = 0, 0.0
+    for _ in range(size):
+        for shape in _all_shapes().values():
+            world = _world(rng, 3 if shape.size > 8 else int(rng.choice([3, 4])))
+            worst = max(worst, rule_value(shape, world, CHOOSERS["traversal"])
+                        - rule_value(shape, world, CHOOSERS["univer"]))
+            n += 1
+    return n, worst
+
+
+def _closed_form_k2(rng, size):
+    """k = 2, leaf children: the O(V log V) closed forms equal enumeration over the draws."""
+    n, worst = 0, 0.0
+    for _ in range(20 * size):
+        vocab = int(rng.integers(2, 7))
+        q = rng.dirichlet(np.full(vocab, float(rng.choice([0.2, 1.0]))))
+        if vocab > 2 and rng.random() < 0.3:
+            q[rng.integers(vocab)] = 0.0
+            q /= q.sum()
+        s = 1.0 if rng.random() < 0.3 else float(rng.uniform(0.05, 1.0))
+        mu = s * rng.dirichlet(np.full(vocab, float(rng.choice([0.2, 1.0]))))
+        for step in ("traversal", "conditional", "reverse", "condrev"):
+            worst = max(worst, float(np.abs(two_child_accepts(mu, q, step)
+                                            - enumerated_accepts(mu, q, 2, step)).max()))
+        n += 1
+    return n, worst
+
+
+def _values_equal_package(rng, size):
+    """The node-by-node value recursion (proofs_check.switch) equals the package's exact
+    E[tau] averaged over every filled tree, for every rule and the exact switch."""
+    n, worst = 0, 0.0
+    for _ in range(max(1, size // 5)):
+        for shape in SHAPES.values():
+            world = _world(rng, 3)
+            for rule in STEP_RULES:
+                worst = max(worst, abs(rule_value(shape, world, CHOOSERS[rule])
+                                       - mean_length(shape, world.p, world.q,
+                                                     scheme="without_replacement", rule=rule)))
+            oracle = _chooser_law(oracle_chooser(shape, world))
+            law = round_law(shape, world.p, world.q, scheme="without_replacement",
+                            law_fn=oracle)
+            got = sum(len(k) * v for k, v in law.items())
+            worst = max(worst, abs(got - oracle_value(shape, world)))
+            n += 1
+    return n, worst
+
+
+def _coin_traversal_is_rrsw(rng, size):
+    """``coin+traversal`` at every node emits exactly RRSw's law (fixed drafted tokens)."""
+    n, worst = 0, 0.0
+    rrsw = _package("rrsw")
+    coin = _chooser_law(_fixed_step(COIN + "traversal"))
+    for _ in range(size):
+        for shape in SHAPES.values():
+            world = _world(rng, 3)
+            a = round_law(shape, world.p, world.q, scheme="without_replacement", law_fn=rrsw)
+            b = round_law(shape, world.p, world.q, scheme="without_replacement", law_fn=coin)
+            worst = max(worst, max_law_gap(a, b))
+            n += 1
+    return n, worst
+
+
+def _rules_le_switch(rng, size):
+    """Every realizable rule (and RRSw) <= the exact switch (the family's ceiling)."""
+    n, worst = 0, 0.0
+    rules = {**{r: CHOOSERS[r] for r in STEP_RULES}, "rrsw": _fixed_step(COIN + "traversal")}
+    for _ in range(max(1, size // 2)):
+        for shape in SHAPES.values():
+            world = _world(rng, 3)
+            ceiling = oracle_value(shape, world)
+            worst = max(worst, max(rule_value(shape, world, c) for c in rules.values())
+                        - ceiling)
+            n += 1
+    return n, worst
+
+
+def _traversal_below_rrsw(rng, size):
+    """Search: a world where Traversal < RRSw on root -> link -> {leaf, chain of 2}."""
+    n, best = 0, 0.0
+    shape = SHAPES["link + deep-second"]
+    for _ in range(3 * size):
+        world = _world(rng, 3)
+        best = max(best, mean_length(shape, world.p, world.q, scheme="without_replacement",
+                                     rule="rrsw")
+                   - mean_length(shape, world.p, world.q, scheme="without_replacement",
+                                 rule="traversal"))
+        n += 1
+        if best > 0.01:
+            break
+    return n, best
+
+
+class _DeepRows:
+    """Root rows given; every row below the root is ``deep`` (target, draft)."""
+
+    def __init__(self, p0: np.ndarray, q0: np.ndarray, deep: tuple[np.ndarray, np.ndarray]):
+        self.p0, self.q0, self.deep = p0, q0, deep
+
+    def p(self, path: tuple[int, ...]) -> np.ndarray:
+        return self.p0 if not path else self.deep[0]
+
+    def q(self, path: tuple[int, ...]) -> np.ndarray:
+        return self.q0 if not path else self.deep[1]
+
+
+def _no_rule_dominates(rng, size):
+    """Two worlds that agree on everything a verifier sees at the root (deep-second shape):
+    below the root, rows with p = q (world A) or with disjoint p and q (world B). For every
+    root step, even the exact switch below it falls short of max(Traversal, univer-fixed) in
+    one of the two worlds, so no rule choosing the root's step from what it sees dominates
+    both. The value is min over root steps of the larger shortfall (> 0: witness found)."""
+    shape = SHAPES["deep-second"]
+    trav, fixed = CHOOSERS["traversal"], CHOOSERS["univer-fixed"]
+    candidates = [(np.array([0.251, 0.512, 0.236]) / 0.999, np.array([0.159, 0.315, 0.526]))]
+    candidates += [(rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))) for _ in range(size)]
+    best, n = 0.0, 0
+    for p0, q0 in candidates:
+        same = rng.dirichlet(np.ones(3))
+        worlds = (_DeepRows(p0, q0, (same, same)),
+                  _DeepRows(p0, q0, (np.array([1.0, 0.0, 0.0]), np.array([0.0, 0.5, 0.5]))))
+        target = [max(rule_value(shape, w, trav), rule_value(shape, w, fixed)) for w in worlds]
+        shortfall = min(max(t - oracle_value(shape, w, root_step=step)
+                            for t, w in zip(target, worlds, strict=True))
+                        for step in ("traversal", "conditional", "reverse", "condrev"))
+        best = max(best, shortfall)
+        n += 1
+        if best > 0.01:
+            break
+    return n, best
+
+
+def _family_gap(family: str, rule: str, base: str, scheme: str = "without_replacement"):
+    def run(rng, size):
+        """max over worlds and the family's shapes of E[tau](base) - E[tau](rule)."""
+        n, worst = 0, 0.0
+        for _ in range(size):
+            for shape in FAMILIES[family].values():
+                world = _world(rng, 3 if shape.size > 6 else int(rng.choice([3, 4])))
+                got = (rule_value(shape, world, CHOOSERS[rule]) if scheme != "greedy" else
+                       mean_length(shape, world.p, world.q, scheme=scheme, rule=rule))
+                ref = rule_value(shape, world, _fixed_step(COIN + "traversal")
+                                 if base == "rrsw" else CHOOSERS[base])
+                worst = max(worst, ref - got)
+                n += 1
+        return n, worst
+    return run
+
+
+def _family_claims() -> list[Check]:
+    out = []
+    shapes = {f: ", ".join(FAMILIES[f]) for f in FAMILIES}
+    for family in FAMILIES:
+        for rule, base, scheme in (("traversal", "rrsw", "without_replacement"),
+                                   ("univer", "rrsw", "without_replacement"),
+                                   ("univer-guided", "rrsw", "without_replacement"),
+                                   ("univer-fixed", "rrsw", "without_replacement"),
+                                   ("univer-guided", "traversal", "without_replacement"),
+                                   ("univer-fixed", "rrsw", "greedy")):
+            name = f"{rule}{',greedy' if scheme == 'greedy' else ''}>={base}|{family}"
+            out.append(Check(name, "claim", EXACT_TOL,
+                             f"{rule} ({scheme} draws) >= {base} (sequential draws) in exact "
+                             f"E[tau], random worlds, shapes: {shapes[family]}",
+                             _family_gap(family, rule, base, scheme)))
+    return out
 
 
 CHECKS: list[Check] = [
@@ -443,14 +702,34 @@ CHECKS: list[Check] = [
           "E[tau] <= 1 + C_p for follow and tev on deterministic trees (saturated)",
           _coverage_bound),
     *[Check(f"lossless[{rule}]", "theorem", EXACT_TOL,
-            f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES",
-            _sampled_lossless(rule, scheme))
+            f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES "
+            "(one level k=2/3, chain, 2x2, deep-first, deep-second, link + deep-second, "
+            "three children)", _sampled_lossless(rule, scheme))
       for rule, scheme in (("rrs", "iid"), ("rrsw", "without_replacement"),
-                           ("traversal", "without_replacement"),
-                           ("univer", "without_replacement"))],
-    Check("lossless[univer,greedy]", "theorem", EXACT_TOL,
-          "univer on Greedy drafts (top k-1 + one sampled) emits the target's law",
-          _sampled_lossless("univer", "greedy")),
+                           *((r, "without_replacement") for r in STEP_RULES))],
+    Check("lossless[univer-fixed,greedy]", "theorem", EXACT_TOL,
+          "univer-fixed on Greedy drafts (top k-1 + one sampled) emits the target's law",
+          _sampled_lossless("univer-fixed", "greedy")),
+    Check("lossless[every step]", "theorem", EXACT_TOL,
+          "each fixed step (traversal, conditional, reverse, condrev, coin+each) on every "
+          "shape in SHAPES emits the target's law", _every_step_lossless),
+    Check("lossless[binary depth 3]", "theorem", EXACT_TOL,
+          "traversal, univer, univer-guided, univer-fixed on the binary tree of depth 3",
+          _binary3_lossless),
+    Check("univer>=traversal", "theorem", EXACT_TOL,
+          "the safe rule >= Traversal in exact E[tau] over the draws, every shape in SHAPES, "
+          "binary depth 3, DDTree-like", _safe_ge_traversal),
+    Check("k2_closed_form=enumeration", "theorem", EXACT_TOL,
+          "k = 2 leaf children: each step's closed-form accepted mass equals enumeration",
+          _closed_form_k2),
+    Check("node_values=package", "theorem", EXACT_TOL,
+          "node-by-node value recursion = package E[tau] over all filled trees (every rule, "
+          "and the exact switch run through the package)", _values_equal_package),
+    Check("coin+traversal=rrsw", "theorem", EXACT_TOL,
+          "coin+traversal at every node emits exactly RRSw's law", _coin_traversal_is_rrsw),
+    Check("rules<=exact_switch", "theorem", EXACT_TOL,
+          "rrsw, traversal and every univer rule <= the exact switch (test-only oracle)",
+          _rules_le_switch),
     Check("rrs_matches_reference", "theorem", EXACT_TOL,
           "the package's RRS/RRSw laws equal an independent loop implementation",
           _reference_agrees),
@@ -514,15 +793,13 @@ CHECKS: list[Check] = [
     Check("greedy_local_max[tiled]", "witness", EXACT_TOL,
           "a tiled (step) verify cost where CaDDTree's greedy stop is a strict local maximum",
           budget.step_counterexample_exists),
-    Check("traversal>=rrsw", "claim", EXACT_TOL,
-          "Traversal >= RRSw in E[tau] on the same draws (empirical in the literature)",
-          _ge_rrsw("traversal", "without_replacement")),
-    Check("univer>=rrsw", "claim", EXACT_TOL,
-          "UniVer (reconstruction) >= RRSw in E[tau], same sequential draws",
-          _ge_rrsw("univer", "without_replacement")),
-    Check("univer_greedy>=rrsw", "claim", EXACT_TOL,
-          "UniVer on Greedy drafts >= RRSw on sequential draws, same shape",
-          _ge_rrsw("univer", "greedy")),
+    Check("traversal<rrsw[link + deep-second]", "witness", EXACT_TOL,
+          "a world where Traversal < RRSw in E[tau] (root -> link -> {leaf, chain of 2})",
+          _traversal_below_rrsw),
+    Check("no_rule_dominates[traversal,univer-fixed]", "witness", EXACT_TOL,
+          "two worlds alike at the root where every root step (exact switch below) falls "
+          "short of max(Traversal, univer-fixed) in one of them", _no_rule_dominates),
+    *_family_claims(),
 ]
 
 

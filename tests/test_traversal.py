@@ -1,4 +1,5 @@
-"""Traversal and UniVer: losslessness by exact enumeration, reductions, sampling, bad input."""
+"""Traversal and the UniVer rules: losslessness by exact enumeration, reductions, sampling,
+bad input."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ EXACT_TOL = 1e-9
 
 @pytest.mark.parametrize("rule,scheme", [("traversal", "without_replacement"),
                                          ("univer", "without_replacement"),
-                                         ("univer", "greedy")])
+                                         ("univer-guided", "without_replacement"),
+                                         ("univer-fixed", "without_replacement"),
+                                         ("univer-fixed", "greedy")])
 @pytest.mark.parametrize("shape_name", list(SHAPES))
 def test_lossless_by_enumeration(rule, scheme, shape_name):
     """Mixture over every drafted tree of the exact round law, continued with target draws,
@@ -29,17 +32,18 @@ def test_lossless_by_enumeration(rule, scheme, shape_name):
         assert _lossless_gap(world, SHAPES[shape_name], scheme, _package(rule)) < EXACT_TOL
 
 
-@pytest.mark.parametrize("rule", ["traversal", "univer"])
+@pytest.mark.parametrize("rule", ["traversal", "univer", "univer-guided", "univer-fixed"])
 def test_wrong_scheme_is_caught(rule):
-    """i.i.d. draws (duplicates impossible to verify) and, for traversal, Greedy drafts break
-    losslessness: the same enumeration flags them."""
+    """Greedy drafts verified by a rule with Traversal steps, or drafts tempered differently
+    from the proposal the verifier is told, break losslessness: the same enumeration flags
+    them."""
     rng = np.random.default_rng(1)
     shape = SHAPES["2 x 2"]
     gaps = []
     for _ in range(3):
         world = RandomWorld(rng, 3)
         law = _package(rule)
-        bad_scheme = "greedy" if rule == "traversal" else "tempered"
+        bad_scheme = "tempered" if rule == "univer-fixed" else "greedy"
         gaps.append(_lossless_gap(world, shape, bad_scheme, law))
     assert max(gaps) > 1e-3
 
@@ -52,7 +56,7 @@ def test_chain_is_block_verification():
         x = [int(rng.choice(4, p=drafts[i])) for i in range(gamma)]
         tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
         prop = np.vstack([drafts, np.full((1, 4), 0.25)])
-        for rule in ("traversal", "univer"):
+        for rule in ("traversal", "univer", "univer-guided", "univer-fixed"):
             got = RULES[rule].round_law(tree, ArrayOracle(target, tree), prop)
             assert max_law_gap(got, block_round_law(x, target, drafts)) < EXACT_TOL
 
@@ -64,7 +68,7 @@ def test_expected_length_matches_round_law_and_samples():
     tree = DraftTree.from_parents([-1, 0, 0, 1, 1, 2], [-1, 0, 2, 1, 3, 0])
     rows = rng.dirichlet(np.ones(4), size=tree.n_nodes)
     prop = 0.5 * rows + 0.5 * rng.dirichlet(np.ones(4), size=tree.n_nodes)
-    for rule in ("traversal", "univer"):
+    for rule in ("traversal", "univer", "univer-guided", "univer-fixed"):
         law = RULES[rule].round_law(tree, ArrayOracle(rows, tree), prop)
         assert abs(sum(law.values()) - 1) < EXACT_TOL
         mean = sum(len(s) * p for s, p in law.items())
@@ -95,7 +99,7 @@ def test_traversal_one_level_equals_rrsw():
     assert abs(a - b) < EXACT_TOL
 
 
-@pytest.mark.parametrize("rule", ["traversal", "univer"])
+@pytest.mark.parametrize("rule", ["traversal", "univer", "univer-guided", "univer-fixed"])
 def test_bad_input(rule):
     tree = DraftTree.from_parents([-1, 0, 0], [0, 1, 2])
     rows = np.full((3, 3), 1 / 3)

@@ -32,7 +32,9 @@ __all__ = ["ARMS", "GainResult", "measure"]
 ARMS = (("rrsw", "sampled-tree", "rrsw"),
         ("traversal", "sampled-tree", "traversal"),
         ("univer", "sampled-tree", "univer"),
-        ("univer+greedy drafts", "greedy-tree", "univer"))
+        ("univer-guided", "sampled-tree", "univer-guided"),
+        ("univer-fixed", "sampled-tree", "univer-fixed"),
+        ("univer+greedy drafts", "greedy-tree", "univer-fixed"))
 
 
 @dataclass(frozen=True)

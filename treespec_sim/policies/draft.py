@@ -23,8 +23,8 @@ __all__ = ["MATCHING_RULES", "Draft"]
 #: drawn (and the ``T = 0`` top-k fill of a sampled policy).
 MATCHING_RULES = {
     "iid": ("rrs",),
-    "without_replacement": ("rrsw", "traversal", "univer"),
-    "greedy": ("univer",),
+    "without_replacement": ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
+    "greedy": ("univer-fixed",),
     "deterministic": ("follow", "tev"),
 }
 

@@ -19,10 +19,19 @@ Rules for sampled trees (``proposal[v]`` = the law ``v``'s children were drawn f
 ``"traversal"``
     Traversal verification (leaf to root, prefix acceptance weights), :mod:`.traversal`;
 ``"univer"``
-    UniVer, conditional OT with prefix scaling (a reconstruction), :mod:`.traversal`.
+    UniVer (a reconstruction), *safe* step choice: Traversal's recursion with the exact best
+    horizontal step at nodes whose children are all leaves; lossless and never below
+    ``"traversal"`` (:mod:`.univer`, ``docs/theory/univer.md``);
+``"univer-guided"``
+    UniVer with a value-guided step at every node (child weights = subtree sizes); lossless,
+    no guarantee;
+``"univer-fixed"``
+    the conditional step at every node (hold the first ``k-1`` draws; the earlier
+    reconstruction); lossless for sequential draws and for Greedy drafts.
 
-``"rrsw"``, ``"traversal"`` and ``"univer"`` all verify sequential draws without replacement in
-node order; ``"rrs"`` verifies i.i.d. draws.
+``"rrsw"``, ``"traversal"`` and the ``"univer*"`` rules verify sequential draws without
+replacement in node order (``"univer-fixed"`` also Greedy drafts); ``"rrs"`` verifies i.i.d.
+draws.
 
 ``expected_length`` is exact over the verifier's own randomness with the tree fixed. For the
 deterministic rules the round ends at node ``v`` with probability :math:`w(v)` (the exit law)
@@ -111,8 +120,13 @@ RULES: dict[str, VerifierRule] = {
     "rrsw": _rrs_rule("rrsw", True, "recursive rejection sampling without replacement (RSD)"),
     "traversal": _scaled_rule("traversal", "Traversal verification: post-order, prefix "
                               "acceptance weights (Weng et al. 2025)"),
-    "univer": _scaled_rule("univer", "UniVer reconstruction: conditional OT per node "
-                           "(Greedy plan given earlier draws) with prefix scaling"),
+    "univer": _scaled_rule("univer", "UniVer (reconstruction), safe: exact best horizontal "
+                           "step where all children are leaves, Traversal elsewhere; >= "
+                           "Traversal"),
+    "univer-guided": _scaled_rule("univer-guided", "UniVer (reconstruction), value-guided step "
+                                  "at every node (weights = subtree sizes); no guarantee"),
+    "univer-fixed": _scaled_rule("univer-fixed", "UniVer (reconstruction), conditional step at "
+                                 "every node (Greedy plan given earlier draws)"),
 }
 
 

@@ -50,7 +50,7 @@ earlier opportunity failed, so :math:`E[\tau] = \sum_j \prod_{i<j}(1 - c_i)\,c_j
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -58,6 +58,7 @@ from .._sampling import sample_categorical
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
+from .univer import CHOOSERS, COIN, NodeView, trials
 
 __all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "opportunities_with",
            "round_law_from", "traversal_expected_length", "traversal_round_law",
@@ -66,32 +67,10 @@ __all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "opportuniti
 #: Rejection or residual mass below this is treated as exactly zero (rounding of ``r == rho``).
 _ZERO_MASS = 1e-15
 
-#: Horizontal steps known to :func:`opportunities`.
-HORIZONTAL_STEPS = ("traversal", "univer")
+#: Rules (step choosers) known to :func:`opportunities`.
+HORIZONTAL_STEPS = tuple(CHOOSERS)
 
-
-def _point_mass(token: int, vocab: int) -> np.ndarray:
-    row = np.zeros(vocab)
-    row[token] = 1.0
-    return row
-
-
-def _trials(step: str, q: np.ndarray, kids: np.ndarray, tokens: np.ndarray
-            ) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(child node, trial proposal)`` in trial order for one node's children."""
-    if step == "traversal":
-        left = q.copy()
-        for child, x in zip(kids, tokens, strict=True):
-            yield int(child), left / left.sum()
-            left[x] = 0.0
-        return
-    # univer: condition on the earlier draws; the last draw is the only random one given them
-    held = tokens[:-1]
-    q_last = q.copy()
-    q_last[held] = 0.0
-    yield int(kids[-1]), q_last / q_last.sum()
-    for child, x in zip(kids[:-1], held, strict=True):
-        yield int(child), _point_mass(int(x), q.size)
+Opportunity = tuple[int, float, np.ndarray]
 
 
 def _exact_scale(z_mass: float, r_mass: float, rho_x: float) -> float:
@@ -99,54 +78,98 @@ def _exact_scale(z_mass: float, r_mass: float, rho_x: float) -> float:
     return min(1.0, z_mass / r_mass)
 
 
-def opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str
-                  ) -> Iterator[tuple[int, float, np.ndarray]]:
+def opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                  step: str | Callable[[NodeView], str]) -> Iterator[Opportunity]:
     """The run's emission opportunities in order: ``(node, chance, bonus law)``.
 
     Opportunity ``j`` emits ``node``'s path and a bonus drawn from ``bonus law`` with probability
     ``chance`` given that every earlier opportunity failed. The last opportunity is the root's,
     with chance 1. Opportunities that cannot occur (a visit with :math:`s = 0`) are skipped.
+    ``step`` is a rule name of :data:`HORIZONTAL_STEPS` or a chooser ``NodeView -> step``.
     """
     return opportunities_with(tree, oracle, proposal, step=step, scale_update=_exact_scale)
 
 
-def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *, step: str,
-                   scale_update) -> Iterator[tuple[int, float, np.ndarray]]:
-    # scale_update is a parameter only so proofs_check can run the known-buggy denominator
-    if step not in HORIZONTAL_STEPS:
-        raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
+def _subtree_sizes(tree: DraftTree) -> np.ndarray:
+    size = np.ones(tree.n_nodes, dtype=np.int64)
+    for v in range(tree.n_nodes - 1, 0, -1):
+        size[tree.parent[v]] += size[v]
+    return size
 
-    def visit(v: int, s: float, r: np.ndarray) -> Iterator[tuple[int, float, np.ndarray]]:
+
+def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
+    r"""Opportunities of "with probability ``scale`` run ``inner`` (a scale-1 run), else
+    nothing": emission ``j`` has absolute probability :math:`s\prod_{i<j}(1-c_i)c_j`, so its
+    chance given the earlier failures is that over :math:`1 - s + s\prod_{i<j}(1-c_i)`."""
+    survive = 1.0  # prod of (1 - c_i) of the inner run so far
+    for v, chance, law in inner:
+        left = 1.0 - scale + scale * survive
+        if left <= 0.0:
+            return
+        yield v, min(1.0, scale * survive * chance / left), law
+        survive *= 1.0 - chance
+
+
+def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                       step: str | Callable[[NodeView], str], scale_update
+                       ) -> Iterator[Opportunity]:
+    """:func:`opportunities` with the scale update as a parameter (for proofs_check's
+    known-buggy denominator)."""
+    if callable(step):
+        choose = step
+    elif step in CHOOSERS:
+        choose = CHOOSERS[step]
+    else:
+        raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
+    sizes = _subtree_sizes(tree)
+    paths = [(), *tree.paths()]
+
+    def visit(v: int, s: float, r: np.ndarray) -> Iterator[Opportunity]:
         kids = tree.children(v)
-        if kids.size:
-            for child, rho in _trials(step, proposal[v], kids, tree.token[kids]):
-                x = int(tree.token[child])
-                mu_x = s * r[x]
-                s_child = 1.0 if mu_x >= rho[x] else mu_x / rho[x]
-                if s_child > 0.0:
-                    yield from visit(child, s_child, np.asarray(oracle.row(child), np.float64))
-                if s_child >= 1.0:
-                    return  # a visit with s = 1 is never deleted: nothing after is reachable
-                diff = s * r - rho
-                resid = np.clip(diff, 0.0, None)
-                z_mass = float(resid.sum())
-                r_mass = float(np.clip(-diff, 0.0, None).sum())
-                if r_mass <= _ZERO_MASS:
-                    return  # rho <= mu everywhere: the trial could not fail
-                if z_mass <= _ZERO_MASS:
-                    if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
-                        raise FloatingPointError("root residual vanished while reachable")
-                    return  # no target mass left at v: v is deleted for sure
-                r = resid / z_mass
-                s = 1.0 if v == 0 else scale_update(z_mass, r_mass, float(rho[x]))
+        if not kids.size:
+            yield v, s, r
+            return
+        view = NodeView(v, paths[v], s, r, proposal[v], tuple(int(sizes[c]) for c in kids))
+        chosen = choose(view)
+        if chosen.startswith(COIN):
+            chosen = chosen[len(COIN):]
+            if s < 1.0:
+                yield from _coin(s, run(v, 1.0, r, kids, chosen))
+                return
+        yield from run(v, s, r, kids, chosen)
+
+    def run(v: int, s: float, r: np.ndarray, kids: np.ndarray, chosen: str
+            ) -> Iterator[Opportunity]:
+        tokens = tree.token[kids]
+        for pos, rho in trials(chosen, proposal[v], tokens):
+            child, x = int(kids[pos]), int(tokens[pos])
+            mu_x = s * r[x]
+            s_child = 1.0 if mu_x >= rho[x] else mu_x / rho[x]
+            if s_child > 0.0:
+                yield from visit(child, s_child, np.asarray(oracle.row(child), np.float64))
+            if s_child >= 1.0:
+                return  # a visit with s = 1 is never deleted: nothing after is reachable
+            diff = s * r - rho
+            resid = np.clip(diff, 0.0, None)
+            z_mass = float(resid.sum())
+            r_mass = float(np.clip(-diff, 0.0, None).sum())
+            if r_mass <= _ZERO_MASS:
+                return  # rho <= mu everywhere: the trial could not fail
+            if z_mass <= _ZERO_MASS:
+                if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
+                    raise FloatingPointError("root residual vanished while reachable")
+                return  # no target mass left at v: v is deleted for sure
+            r = resid / z_mass
+            s = 1.0 if v == 0 else scale_update(z_mass, r_mass, float(rho[x]))
         yield v, s, r
 
     yield from visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
 
 
 def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
-                     proposal: np.ndarray, *, step: str) -> Outcome:
-    """Sample one round (``step`` = ``"traversal"`` or ``"univer"``)."""
+                     proposal: np.ndarray, *, step: str | Callable[[NodeView], str]
+                     ) -> Outcome:
+    """Sample one round (``step``: a rule of :data:`HORIZONTAL_STEPS` or a chooser)."""
     for v, chance, bonus_law in opportunities(tree, oracle, proposal, step=step):
         if chance >= 1.0 or rng.random() < chance:
             return Outcome.from_path(tree, tree.path_nodes(v), sample_categorical(bonus_law, rng))
@@ -166,7 +189,7 @@ def emission_weights(opps: Iterator[tuple[int, float, np.ndarray]]
 
 
 def traversal_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
-                              step: str) -> float:
+                              step: str | Callable[[NodeView], str]) -> float:
     r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed."""
     opps = opportunities(tree, oracle, proposal, step=step)
     return sum(w * (1.0 + float(tree.depth[v])) for v, w, _ in emission_weights(opps))
@@ -186,6 +209,6 @@ def round_law_from(tree: DraftTree, opps: Iterator[tuple[int, float, np.ndarray]
 
 
 def traversal_round_law(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
-                        step: str) -> dict[tuple[int, ...], float]:
+                        step: str | Callable[[NodeView], str]) -> dict[tuple[int, ...], float]:
     """Exact law of the emitted tokens ``(path tokens..., bonus)`` for fixed drafted tokens."""
     return round_law_from(tree, opportunities(tree, oracle, proposal, step=step))

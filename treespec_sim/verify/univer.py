@@ -1,0 +1,350 @@
+r"""UniVer's horizontal steps and the per-node step choosers (``docs/theory/univer.md``).
+
+Node ``a`` is visited with scale :math:`s` and target :math:`r = p_a`, so the sub-probability
+target is :math:`\mu = s\,r`. Its ``k`` children :math:`x_1, \dots, x_k` were drawn
+sequentially without replacement from :math:`q = q_a`. A *step* fixes the order in which the
+children are tried and the law :math:`\rho` each trial is judged against; every step below is
+speculative sampling of a draw against the law it really has *given what came before*, so each
+is lossless given the past, and any choice among them that does not read the node's drafted
+children (or anything below them) is lossless:
+
+``traversal``
+    :math:`x_1, x_2, \dots` in draw order, :math:`\rho_i = q` renormalised off
+    :math:`x_{<i}` (Traversal verification, Weng et al., arXiv 2505.12398).
+``conditional``
+    hold :math:`T = x_{<k}`; try :math:`x_k` against :math:`q(\cdot \mid \notin T)`, then each
+    held child as a point mass (Hu et al.'s Greedy plan given ``T``, arXiv 2502.18779).
+``reverse`` (``k = 2``)
+    try :math:`x_2` against its marginal
+    :math:`m_2(y) = q(y) \sum_{a \ne y} u(a)`, :math:`u = q/(1-q)`, then :math:`x_1` against
+    :math:`\rho(a \mid x_2 = y) = u(a) / (U - u(y))`, :math:`U = \sum u`.
+``condrev`` (``k = 2``)
+    hold :math:`x_2`; try :math:`x_1` against :math:`u(a)/(U - u(x_2))`, then :math:`x_2` as a
+    point mass.
+``coin+STEP``
+    with probability :math:`s` run the node at scale 1 with ``STEP``, else delete it (emits
+    :math:`s\,P(\cdot \mid a)`, like every visit).
+
+A *chooser* maps what a verifier legally knows at the node (:class:`NodeView`: scale, target
+row, proposal, the shape; never the drafted children) to a step.
+
+Values. For leaf children the expected accepted mass of each step is exact in closed form for
+``k = 2`` (:func:`two_child_accepts`, :math:`O(V \log V)` by sorting ratios):
+
+.. math::
+    A^{\mathrm{trav}}_1 = \textstyle\sum_y \min(\mu, q),\quad
+    A^{\mathrm{trav}}_2 = \sum_a (q - \mu)_+(a)\,
+        \sum_y \min\!\Bigl(\frac{(\mu - q)_+(y)}{R},\ \frac{q(y)}{1 - q(a)}\Bigr),
+    \quad R = \textstyle\sum (q - \mu)_+,
+
+.. math::
+    A^{\mathrm{cond}}_1 = \textstyle\sum_a q(a)\,\mu(a),\quad
+    A^{\mathrm{cond}}_2 = \sum_a q(a) \sum_{y \ne a} \min\!\Bigl(\mu(y), \frac{q(y)}{1-q(a)}\Bigr),
+
+and ``reverse``/``condrev`` the same with :math:`(q, q/(1-q(a)))` replaced by
+:math:`(m_2, u/(U - u(y)))` and the positions swapped; ``coin+STEP`` is worth :math:`s` times
+``STEP`` at scale 1. For ``k >= 3`` the values are enumerated over the draws when the ordered
+tuples of the support number at most :data:`ENUM_LIMIT` (:func:`enumerated_accepts`).
+
+Choosers (rule names):
+
+``univer`` (safe)
+    exact argmax of the accepted mass where all of a node's children are leaves (ties and
+    unenumerable ``k >= 3`` nodes: traversal), traversal elsewhere. Lossless; :math:`E[\tau]
+    \ge` Traversal's on every tree and world (proof in ``docs/theory/univer.md`` §3).
+``univer-guided``
+    at every node, argmax of the expected accepted *weight* with child weights
+    :math:`w_i = ` size of child ``i``'s subtree (``1 +`` nodes below it). Lossless; no
+    dominance guarantee.
+``univer-fixed``
+    ``conditional`` at every node (the earlier reconstruction; exact for Greedy drafts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["CHOOSERS", "COIN", "ENUM_LIMIT", "STEPS", "NodeView", "choose_guided",
+           "choose_safe", "enumerated_accepts", "node_accepts", "step_value", "trials",
+           "two_child_accepts"]
+
+#: Horizontal steps (``coin+`` may prefix any of them).
+STEPS = ("traversal", "conditional", "reverse", "condrev")
+#: Prefix of a coin step: with probability ``s`` run the node at scale 1, else delete it.
+COIN = "coin+"
+#: Largest number of ordered child tuples a ``k >= 3`` node's values are enumerated over.
+ENUM_LIMIT = 720
+#: A step replaces traversal only if it is better by more than this (relative): ties and
+#: rounding go to traversal.
+TIE_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a verifier may base node ``node``'s step on: everything but its drafted children.
+
+    Attributes
+    ----------
+    node : int
+        Node id in the tree (the shape is fixed before the draws).
+    path : tuple of int
+        Tokens on the path to ``node`` (root excluded).
+    scale : float
+        Prefix acceptance probability :math:`s` of this visit.
+    target : ndarray (V,)
+        The node's target row :math:`r = p_a` (before any child is tried).
+    proposal : ndarray (V,)
+        The law :math:`q_a` the children were drawn from.
+    child_sizes : tuple of int
+        Nodes in each child's subtree (the child included), in draw order.
+    """
+
+    node: int
+    path: tuple[int, ...]
+    scale: float
+    target: np.ndarray
+    proposal: np.ndarray
+    child_sizes: tuple[int, ...]
+
+    @property
+    def n_children(self) -> int:
+        return len(self.child_sizes)
+
+    @property
+    def leaf_children(self) -> bool:
+        """Whether every child is a leaf (then the step values are exact)."""
+        return all(size == 1 for size in self.child_sizes)
+
+
+Chooser = Callable[[NodeView], str]
+
+
+# ----------------------------------------------------------------------------- trials
+def _point_mass(token: int, vocab: int) -> np.ndarray:
+    row = np.zeros(vocab)
+    row[token] = 1.0
+    return row
+
+
+def _sum_except(x: np.ndarray) -> np.ndarray:
+    r""":math:`\sum_{j \ne i} x_j` for every ``i``, without cancelling against a dominant entry."""
+    top = int(np.argmax(x))
+    rest = float(x.sum() - x[top]) if x.size < 2 else float(np.delete(x, top).sum())
+    out = (x[top] - x) + rest
+    out[top] = rest
+    return out
+
+
+def _odds(q: np.ndarray) -> np.ndarray:
+    """:math:`u = q/(1-q)` with :math:`1 - q(a)` as the mass of the other tokens (finite: a
+    node with two distinct draws has two tokens of positive mass)."""
+    return q / np.maximum(_sum_except(q), 1e-300)
+
+
+def trials(step: str, q: np.ndarray, tokens: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(child position, trial proposal)`` in trial order for one node's children.
+
+    ``tokens`` are the children's tokens in draw order; the proposals are the laws of the
+    tried child given everything tried or held before it (see the module docstring).
+    """
+    k = tokens.size
+    if step == "traversal" or k == 1:
+        left = q.copy()
+        for i, x in enumerate(tokens):
+            yield i, left / left.sum()
+            left[x] = 0.0
+        return
+    if step == "conditional":
+        q_last = q.copy()
+        q_last[tokens[:-1]] = 0.0
+        yield k - 1, q_last / q_last.sum()
+        for i in range(k - 1):
+            yield i, _point_mass(int(tokens[i]), q.size)
+        return
+    if k != 2 or step not in ("reverse", "condrev"):
+        raise ValueError(f"step {step!r} is not defined for {k} children")
+    u = _odds(q)
+    first_given_second = u.copy()
+    first_given_second[tokens[1]] = 0.0
+    first_given_second /= first_given_second.sum()
+    if step == "reverse":
+        m2 = q * _sum_except(u)
+        yield 1, m2 / m2.sum()
+        yield 0, first_given_second
+    else:  # condrev
+        yield 0, first_given_second
+        yield 1, _point_mass(int(tokens[1]), q.size)
+
+
+def node_accepts(mu: np.ndarray, tokens: np.ndarray, step: str, q: np.ndarray) -> np.ndarray:
+    r"""Accepted mass of each child (draw order) for fixed tokens: trial ``j`` visits its
+    child with scale :math:`\min(1, \mu_j(x)/\rho_j(x))` after the earlier trials failed."""
+    out = np.zeros(tokens.size)
+    reach = 1.0
+    cur = mu.astype(np.float64)
+    for pos, rho in trials(step, q, tokens):
+        x = int(tokens[pos])
+        s_c = 1.0 if cur[x] >= rho[x] else cur[x] / rho[x]
+        out[pos] = reach * s_c
+        if s_c >= 1.0:
+            break
+        diff = cur - rho
+        r_mass = float(np.clip(-diff, 0.0, None).sum())
+        if r_mass <= 1e-15:
+            break
+        reach *= 1.0 - s_c  # this draw's trial failed
+        cur = np.clip(diff, 0.0, None) / r_mass
+    return out
+
+
+def _ordered_draws(q: np.ndarray, k: int) -> Iterator[tuple[np.ndarray, float]]:
+    """Every ordered ``k``-tuple of sequential draws without replacement, with its probability."""
+    support = [int(x) for x in np.flatnonzero(q > 0)]
+    for tup in itertools.permutations(support, k):
+        prob, left = 1.0, q.copy()
+        for x in tup:
+            prob *= q[x] / left.sum()
+            left[x] = 0.0
+        yield np.array(tup), prob
+
+
+def n_ordered_draws(q: np.ndarray, k: int) -> int:
+    """Number of ordered ``k``-tuples of distinct tokens in ``q``'s support."""
+    n = int(np.count_nonzero(q > 0))
+    return math.perm(n, k) if k <= n else 0
+
+
+def enumerated_accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str) -> np.ndarray:
+    """Expected accepted mass per child position, enumerated over every ordered draw."""
+    total = np.zeros(k)
+    for tup, prob in _ordered_draws(q, k):
+        total += prob * node_accepts(mu, tup, step, q)
+    return total
+
+
+# ----------------------------------------------------------------------------- closed forms
+def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
+    r""":math:`F(c) = \sum_y \min(g(y), c\,h(y))` for every ``c`` (vectorised, sorted ratios)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(h > 0, g / np.where(h > 0, h, 1.0), np.inf)
+    order = np.argsort(t, kind="stable")
+    ts, gs, hs = t[order], g[order], h[order]
+    g_pre = np.concatenate([[0.0], np.cumsum(gs)])
+    h_suf = np.concatenate([np.cumsum(hs[::-1])[::-1], [0.0]])
+    idx = np.searchsorted(ts, c, side="right")
+    return g_pre[idx] + c * h_suf[idx]
+
+
+def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str) -> np.ndarray:
+    r"""Expected accepted mass ``(child 1, child 2)`` of ``step`` at a node with two leaf
+    children drawn without replacement from ``q``, target :math:`\mu = s\,r` (closed forms of
+    the module docstring; equal to :func:`enumerated_accepts`)."""
+    mu = np.asarray(mu, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if step in ("traversal", "conditional"):
+        first, cond = q, 1.0 / np.maximum(_sum_except(q), 1e-300)  # x1's law; c(a) for x2 | a
+        second_base = q
+    else:
+        u = _odds(q)
+        u_rest = _sum_except(u)
+        first = q * u_rest  # m2: law of x2
+        cond = 1.0 / np.maximum(u_rest, 1e-300)  # rho(a | x2 = y) = u(a) * cond[y]
+        second_base = u
+    if step in ("traversal", "reverse"):
+        a1 = float(np.minimum(mu, first).sum())
+        e = np.clip(first - mu, 0.0, None)
+        r_mass = float(e.sum())
+        a2 = 0.0
+        if r_mass > 1e-15:
+            mu2 = np.clip(mu - first, 0.0, None) / r_mass
+            nz = np.flatnonzero(e > 0)
+            a2 = float(np.dot(e[nz], _sum_min(mu2, second_base, cond[nz])))
+        out = np.array([a1, a2])
+    elif step in ("conditional", "condrev"):
+        held = np.dot(first, mu)
+        nz = np.flatnonzero(first > 0)
+        inner = (_sum_min(mu, second_base, cond[nz])
+                 - np.minimum(mu[nz], cond[nz] * second_base[nz]))
+        out = np.array([held, float(np.dot(first[nz], inner))])
+    else:
+        raise ValueError(f"step must be one of {STEPS}; got {step!r}")
+    # reverse (x2 tried first) and condrev (x2 held) computed x2's mass first
+    return out if step in ("traversal", "conditional") else out[::-1].copy()
+
+
+def _accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str) -> np.ndarray | None:
+    """Expected accepted mass per position, or None where it is not computed exactly."""
+    if k == 1:
+        return np.array([float(np.minimum(mu, q).sum())])
+    if k == 2:
+        return two_child_accepts(mu, q, step)
+    if step in ("traversal", "conditional") and n_ordered_draws(q, k) <= ENUM_LIMIT:
+        return enumerated_accepts(mu, q, k, step)
+    return None
+
+
+def step_value(view: NodeView, step: str, weights: np.ndarray) -> float | None:
+    r"""Expected accepted weight :math:`\sum_i w_i\,E[\text{mass accepted at child } i]` of
+    ``step`` at ``view`` (children as leaves); None where it is not computed."""
+    coin = step.startswith(COIN)
+    inner = step[len(COIN):] if coin else step
+    scale = 1.0 if coin else view.scale
+    acc = _accepts(scale * view.target, view.proposal, view.n_children, inner)
+    if acc is None:
+        return None
+    return (view.scale if coin else 1.0) * float(np.dot(weights, acc))
+
+
+def candidate_steps(k: int) -> tuple[str, ...]:
+    """The steps a chooser considers at a node with ``k`` children (traversal first)."""
+    base = STEPS if k == 2 else ("traversal", "conditional") if k >= 3 else ("traversal",)
+    return (*base, *(COIN + s for s in base))
+
+
+def _argmax(view: NodeView, weights: np.ndarray) -> str:
+    best_step = "traversal"
+    best = step_value(view, "traversal", weights)
+    if best is None:
+        return "traversal"
+    for step in candidate_steps(view.n_children)[1:]:
+        if step.startswith(COIN) and view.scale >= 1.0:
+            continue  # a coin at scale 1 is the step itself
+        val = step_value(view, step, weights)
+        if val is not None and val > best + TIE_TOL * (1.0 + abs(best)):
+            best_step, best = step, val
+    return best_step
+
+
+def choose_safe(view: NodeView) -> str:
+    """``univer``: the exact best step where all children are leaves, traversal elsewhere."""
+    if not view.leaf_children or view.n_children < 2:
+        return "traversal"
+    return _argmax(view, np.ones(view.n_children))
+
+
+def choose_guided(view: NodeView) -> str:
+    """``univer-guided``: best expected accepted weight, weights = child subtree sizes."""
+    if view.n_children < 2:
+        return "traversal"
+    return _argmax(view, np.asarray(view.child_sizes, dtype=np.float64))
+
+
+def _fixed(step: str) -> Chooser:
+    def choose(view: NodeView) -> str:
+        return step
+    choose.__name__ = f"always_{step}"
+    return choose
+
+
+#: Rule name -> chooser.
+CHOOSERS: dict[str, Chooser] = {
+    "traversal": _fixed("traversal"),
+    "univer": choose_safe,
+    "univer-guided": choose_guided,
+    "univer-fixed": _fixed("conditional"),
+}
