@@ -544,6 +544,8 @@ def _closed_form_k2(rng, size):
         if vocab > 2 and rng.random() < 0.3:
             q[rng.integers(vocab)] = 0.0
             q /= q.sum()
+        if np.count_nonzero(q) < 2:  # two draws without replacement need two tokens
+            continue
         s = 1.0 if rng.random() < 0.3 else float(rng.uniform(0.05, 1.0))
         mu = s * rng.dirichlet(np.full(vocab, float(rng.choice([0.2, 1.0]))))
         for step in ("traversal", "conditional", "reverse", "condrev"):
