@@ -488,8 +488,9 @@ def _chooser_law(chooser):
 
 
 def _world(rng: np.random.Generator, vocab: int) -> RandomWorld:
-    return RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0, 3.0])),
-                       zeros=bool(rng.random() < 0.3))
+    """Sharp to flat targets, drafters half-right (mix 0.5) or poor (mix 0.9), some zeros."""
+    return RandomWorld(rng, vocab, alpha=float(rng.choice([0.1, 0.3, 1.0, 3.0])),
+                       mix=float(rng.choice([0.5, 0.9])), zeros=bool(rng.random() < 0.3))
 
 
 def _every_step_lossless(rng, size):
@@ -616,6 +617,21 @@ def _traversal_below_rrsw(rng, size):
                                  rule="traversal"))
         n += 1
         if best > 0.01:
+            break
+    return n, best
+
+
+def _guided_below_traversal(rng, size):
+    """Search: a world where univer-guided < Traversal in E[tau] on the 2 x 2 shape."""
+    n, best = 0, 0.0
+    shape = SHAPES["2 x 2"]
+    for _ in range(20 * size):
+        world = RandomWorld(rng, 3, alpha=float(rng.choice([0.1, 1.0])), mix=0.9,
+                            zeros=bool(rng.random() < 0.5))
+        best = max(best, rule_value(shape, world, CHOOSERS["traversal"])
+                   - rule_value(shape, world, CHOOSERS["univer-guided"]))
+        n += 1
+        if best > 1e-3:
             break
     return n, best
 
@@ -801,6 +817,9 @@ CHECKS: list[Check] = [
     Check("no_rule_dominates[traversal,univer-fixed]", "witness", EXACT_TOL,
           "two worlds alike at the root where every root step (exact switch below) falls "
           "short of max(Traversal, univer-fixed) in one of them", _no_rule_dominates),
+    Check("univer-guided<traversal[2 x 2]", "witness", EXACT_TOL,
+          "a world where the value-guided rule < Traversal in E[tau] (it has no guarantee)",
+          _guided_below_traversal),
     *_family_claims(),
 ]
 

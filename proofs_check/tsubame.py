@@ -96,6 +96,7 @@ sampled_policies = (
     ("tsubame,wo,corrected", "without_replacement", "rrsw", "corrected"),
     ("tsubame,wo,corrected", "without_replacement", "traversal", "corrected"),
     ("tsubame,wo,corrected", "without_replacement", "univer", "corrected"),
+    ("tsubame,wo,corrected", "without_replacement", "univer-guided", "corrected"),
 )
 
 
