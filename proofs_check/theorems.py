@@ -609,7 +609,7 @@ def _traversal_below_rrsw(rng, size):
     """Search: a world where Traversal < RRSw on root -> link -> {leaf, chain of 2}."""
     n, best = 0, 0.0
     shape = SHAPES["link + deep-second"]
-    for _ in range(3 * size):
+    for _ in range(max(100, 3 * size)):  # stops at the first clear instance
         world = _world(rng, 3)
         best = max(best, mean_length(shape, world.p, world.q, scheme="without_replacement",
                                      rule="rrsw")
@@ -625,7 +625,7 @@ def _guided_below_traversal(rng, size):
     """Search: a world where univer-guided < Traversal in E[tau] on the 2 x 2 shape."""
     n, best = 0, 0.0
     shape = SHAPES["2 x 2"]
-    for _ in range(20 * size):
+    for _ in range(max(400, 20 * size)):  # stops at the first clear instance
         world = RandomWorld(rng, 3, alpha=float(rng.choice([0.1, 1.0])), mix=0.9,
                             zeros=bool(rng.random() < 0.5))
         best = max(best, rule_value(shape, world, CHOOSERS["traversal"])
