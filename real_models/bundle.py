@@ -18,7 +18,8 @@ from .target import TargetBackend, load_target_model
 
 torch = require("torch")
 
-__all__ = ["DTYPES", "TINY_DRAFTER", "TINY_TARGET", "Bundle", "check_pair", "load"]
+__all__ = ["DTYPES", "TINY_DRAFTER", "TINY_TARGET", "Bundle", "check_device", "check_pair",
+           "load"]
 
 _HERE = Path(__file__).resolve().parent
 #: The shipped tiny checkpoints (trained by ``python -m real_models.train``).
@@ -92,6 +93,60 @@ def _check_dir(path: Path, what: str) -> Path:
     return path
 
 
+def _available_devices() -> str:
+    out = ["'cpu'"]
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n:
+        out.append("'cuda'" + (f", 'cuda:0'..'cuda:{n - 1}'" if n > 1 else ", 'cuda:0'"))
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        out.append("'mps'")
+    return ", ".join(out)
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a ``torch.device``, checked against what this machine has.
+
+    Raises
+    ------
+    ValueError
+        ``device`` is not ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or ``'mps'`` (naming the value and
+        the devices available here), or names CUDA or MPS where it is not available, or a CUDA
+        index past ``torch.cuda.device_count()``.
+    """
+    what = ("device must be 'cpu', 'cuda', 'cuda:N' (N < torch.cuda.device_count()) or 'mps'; "
+            f"got {(str(device) if isinstance(device, torch.device) else device)!r}")
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"{what} (available here: {_available_devices()})") from None
+    else:
+        raise ValueError(f"{what} (available here: {_available_devices()})")
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(dev)!r}: CUDA is not available on this machine "
+                             f"(torch.cuda.is_available() is False, torch {torch.__version__}); "
+                             f"available here: {_available_devices()}")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"device {str(dev)!r}: this machine has {n} CUDA device(s); "
+                             f"available here: {_available_devices()}")
+        return dev
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"device 'mps': MPS is not available on this machine "
+                             f"(torch.backends.mps.is_available() is False); available here: "
+                             f"{_available_devices()}")
+        return dev
+    raise ValueError(f"{what} (available here: {_available_devices()})")
+
+
 def check_target_config(cfg: dict, where: str) -> None:
     """The target must be a Qwen3 causal LM with full attention."""
     arch = cfg.get("architectures") or []
@@ -163,6 +218,8 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
         ``dflash_config.target_layer_ids`` and ``dflash_config.mask_token_id``; safetensors
         weights). None loads the target alone (autoregressive decoding only).
     device : str or torch.device
+        ``'cpu'`` (default), ``'cuda'``, ``'cuda:N'`` or ``'mps'``; checked first (see
+        :func:`check_device`).
     dtype : str or torch.dtype, optional
         Default: the checkpoint's own dtype.
     block_size : int, optional
@@ -173,6 +230,7 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
     Bundle
     """
     transformers = require("transformers")
+    device = check_device(device)
     tdir = _check_dir(target_dir, "target")
     tcfg = _read_json(tdir / "config.json", "target")
     check_target_config(tcfg, str(tdir / "config.json"))
@@ -187,9 +245,6 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}; got {dtype!r}")
         dtype = DTYPES[dtype]
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
 
     model = load_target_model(tdir, device=device, dtype=dtype)
     dtype = next(model.parameters()).dtype

@@ -28,7 +28,8 @@ Commands::
     python -m real_models.exittrain collect --out runs/exittrain/data.npz
     python -m real_models.exittrain train --loss exit  --data ... --out-dir DIR
     python -m real_models.exittrain train --loss plain --data ... --out-dir DIR
-    python -m real_models.exittrain evaluate --drafters BASE DIR1 DIR2 --out results.json
+    python -m real_models.exittrain evaluate --drafters before= exit=DIR1 plain=DIR2 \
+        --out results.json
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.exits import edge_probabilities, reach_from_edges
 
 from ._deps import require
@@ -54,7 +56,7 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["collect", "evaluate", "exit_targets", "main", "train"]
+__all__ = ["build_parser", "collect", "evaluate", "exit_targets", "main", "train"]
 
 
 def _log(msg: str) -> None:
@@ -281,42 +283,139 @@ def results_table(res: dict, base: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real_models.exittrain",
-                                 description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect")
-    c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--seqs", type=int, default=320)
-    c.add_argument("--prompt-len", type=int, default=64)
-    c.add_argument("--gen-len", type=int, default=128)
-    c.add_argument("--budget", type=int, default=64)
-    c.add_argument("--temperature", type=float, default=0.0)
-    c.add_argument("--weight-temperature", type=float, default=None,
-                   help="temperature of the target rows in the exit law (default: --temperature)")
-    c.add_argument("--seed", type=int, default=0)
-    t = sub.add_parser("train")
-    t.add_argument("--data", type=Path, required=True)
-    t.add_argument("--loss", choices=("exit", "plain"), required=True)
-    t.add_argument("--out-dir", type=Path, required=True)
-    t.add_argument("--steps", type=int, default=600)
-    t.add_argument("--lr", type=float, default=3e-4)
-    t.add_argument("--batch", type=int, default=16)
-    t.add_argument("--anchors", type=int, default=8)
-    t.add_argument("--seed", type=int, default=0)
-    e = sub.add_parser("evaluate")
-    e.add_argument("--drafters", nargs="+", required=True,
-                   help="label=DIR pairs; the first is the baseline ('before')")
-    e.add_argument("--budgets", type=int, nargs="+", default=[16, 64])
-    e.add_argument("--prompts", type=int, default=32)
-    e.add_argument("--new-tokens", type=int, default=96)
-    e.add_argument("--temperature", type=float, default=0.0)
-    e.add_argument("--out", type=Path, default=None)
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m real_models.exittrain`` (commands collect, train, evaluate)."""
+    ap = OneLineParser(
+        prog="python -m real_models.exittrain",
+        description="ExitTrain: fine-tune the shipped tiny DFlash drafter on its own DDTree trees, "
+                    "weighted by the exit law (or, as the control, by its original objective), "
+                    "and compare tau before and after. Run 'collect', then 'train', then "
+                    "'evaluate'; 'COMMAND --help' lists each command's options.",
+        epilog="exit status: 0 done, 2 bad input")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True)
+    c = sub.add_parser("collect", help="decode training prompts with DDTree and save, per "
+                       "round, the anchor and the exit-law weights W",
+                       description="Decode training-split prompts with DDTree (the tiny models) "
+                                   "and save per round the anchor position and the sparse "
+                                   "exit-law weights W (an .npz for 'train').")
+    c.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
+                   help="where to write the collected rounds (required)")
+    c.add_argument("--seqs", type=int, metavar="N", default=320,
+                   help="training prompts to decode (default: %(default)s)")
+    c.add_argument("--prompt-len", type=int, metavar="N", default=64,
+                   help="tokens per prompt (default: %(default)s)")
+    c.add_argument("--gen-len", type=int, metavar="N", default=128,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    c.add_argument("--budget", type=int, metavar="B", default=64,
+                   help="DDTree node budget while decoding (default: %(default)s)")
+    c.add_argument("--temperature", type=float, metavar="T", default=0.0,
+                   help="decoding temperature (default: %(default)s)")
+    c.add_argument("--weight-temperature", type=float, metavar="T", default=None,
+                   help="temperature of the target rows in the exit law (default: "
+                        "--temperature)")
+    c.add_argument("--seed", type=int, default=0,
+                   help="seed of the prompt choice and the sampling (default: %(default)s)")
+    t = sub.add_parser("train", help="fine-tune a copy of the tiny drafter on collected rounds",
+                       description="Fine-tune a copy of the tiny drafter on the rounds of "
+                                   "'collect', with the exit-law loss or the plain control; "
+                                   "write the drafter and training.json to --out-dir.")
+    t.add_argument("--data", type=Path, metavar="FILE.npz", required=True,
+                   help="rounds written by 'collect' (required)")
+    t.add_argument("--loss", choices=("exit", "plain"), required=True,
+                   help="'exit' (weighted by the exit law) or 'plain' (the drafter's original "
+                        "objective, the control) (required)")
+    t.add_argument("--out-dir", type=Path, metavar="DIR", required=True,
+                   help="where to write the fine-tuned drafter (required)")
+    t.add_argument("--steps", type=int, default=600,
+                   help="optimiser steps (default: %(default)s)")
+    t.add_argument("--lr", type=float, default=3e-4,
+                   help="AdamW learning rate, 20-step warm-up (default: %(default)s)")
+    t.add_argument("--batch", type=int, metavar="N", default=16,
+                   help="sequences per step (default: %(default)s)")
+    t.add_argument("--anchors", type=int, metavar="N", default=8,
+                   help="rounds (anchors) per sequence per step (default: %(default)s)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed of the batch sampling (default: %(default)s)")
+    e = sub.add_parser("evaluate", help="tau of several drafters on the held-out prompts, with "
+                       "paired bootstrap CIs against the first",
+                       description="Decode the held-out prompts with DDTree and each drafter; "
+                                   "print tau per drafter and budget with 95% CIs, and the "
+                                   "paired difference to the first drafter.")
+    e.add_argument("--drafters", nargs="+", metavar="LABEL=DIR", required=True,
+                   help="drafters to compare, the first is the baseline ('before'); an empty "
+                        "DIR is the shipped tiny drafter, e.g. 'before=' (required)")
+    e.add_argument("--budgets", type=int, nargs="+", metavar="B", default=[16, 64],
+                   help="DDTree budgets (default: %(default)s)")
+    e.add_argument("--prompts", type=int, metavar="N", default=32,
+                   help="held-out prompts (default: %(default)s)")
+    e.add_argument("--new-tokens", type=int, metavar="N", default=96,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    e.add_argument("--temperature", type=float, metavar="T", default=0.0,
+                   help="decoding temperature (default: %(default)s)")
+    e.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                   help="write tau and the table as JSON here (default: print only)")
     for p in (c, t, e):
-        p.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+        p.add_argument("--threads", type=int, default=1,
+                       help="torch threads (default: %(default)s)")
+        add_debug(p)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # errors name the command, as argparse's own errors in its options do
+    command = OneLineParser(prog=f"{parser.prog} {args.cmd}", add_help=False)
+    return run(command, args, lambda args: _main(args, argv))
+
+
+def _at_least(args: argparse.Namespace, **lows) -> None:
+    for opt, low in lows.items():
+        values = getattr(args, opt)
+        for v in values if isinstance(values, list) else [values]:
+            if v is not None and not v >= low:
+                raise ValueError(f"--{opt.replace('_', '-')} must be >= {low}; got {v}")
+
+
+def _parse_drafters(items) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in items:
+        label, eq, path = item.partition("=")
+        if not eq or not label:
+            raise ValueError(f"--drafters takes LABEL=DIR pairs (an empty DIR is the shipped "
+                             f"tiny drafter, e.g. 'before='); got {item!r}")
+        if label in out:
+            raise ValueError(f"--drafters: label {label!r} given twice")
+        out[label] = Path(path) if path else TINY_DRAFTER
+    return out
+
+
+def _read_rounds(path: Path, batch: int) -> dict:
+    keys = ("seqs", "anchors", "w_round", "w_depth", "w_token", "w_mass", "meta")
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {path} does not exist (write it with 'collect')")
+    try:
+        with np.load(path) as z:
+            data = {k: z[k] for k in z.files}
+    except (ValueError, OSError, TypeError) as exc:
+        raise ValueError(f"--data {path}: not an .npz written by 'collect' ({exc})") from None
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError(f"--data {path}: not written by 'collect' (missing "
+                         f"{', '.join(missing)})")
+    n = len(np.unique(data["anchors"][:, 0])) if len(data["anchors"]) else 0
+    if batch > n:
+        raise ValueError(f"--batch {batch} is more than the {n} sequences with rounds in "
+                         f"{path}")
+    return data
+
+
+def _main(args: argparse.Namespace, argv) -> int:
+    _at_least(args, threads=1)
     if args.cmd == "collect":
+        _at_least(args, seqs=1, prompt_len=2, gen_len=1, budget=1, temperature=0.0,
+                  weight_temperature=0.0)
+        torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         data = collect(bundle, n_seqs=args.seqs, prompt_len=args.prompt_len,
                        gen_len=args.gen_len, budget=args.budget, temperature=args.temperature,
@@ -325,9 +424,12 @@ def main(argv=None) -> int:
         np.savez_compressed(args.out, **data)
         _log(f"wrote {args.out}: {len(data['anchors'])} rounds, {data['seqs'].shape} tokens")
     elif args.cmd == "train":
+        _at_least(args, steps=1, batch=1, anchors=1)
+        if not args.lr > 0:
+            raise ValueError(f"--lr must be > 0; got {args.lr}")
+        data = _read_rounds(args.data, args.batch)
+        torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
-        with np.load(args.data) as z:
-            data = {k: z[k] for k in z.files}
         model, info = train(bundle, data, loss=args.loss, steps=args.steps, lr=args.lr,
                             batch=args.batch, anchors_per_seq=args.anchors, seed=args.seed)
         cfg = json.loads((TINY_DRAFTER / "config.json").read_text())
@@ -338,10 +440,10 @@ def main(argv=None) -> int:
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
     else:
-        bundles = {}
-        for item in args.drafters:
-            label, _, path = item.partition("=")
-            bundles[label] = load(TINY_TARGET, Path(path) if path else TINY_DRAFTER)
+        _at_least(args, budgets=1, prompts=1, new_tokens=1, temperature=0.0)
+        drafters = _parse_drafters(args.drafters)
+        torch.set_num_threads(args.threads)
+        bundles = {label: load(TINY_TARGET, path) for label, path in drafters.items()}
         res = evaluate(bundles, budgets=tuple(args.budgets), n_prompts=args.prompts,
                        new_tokens=args.new_tokens, temperature=args.temperature)
         table = results_table(res, next(iter(bundles)))
@@ -355,7 +457,6 @@ def main(argv=None) -> int:
                                                     for k, d in res.items()},
                                             "table": table}, indent=1) + "\n")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

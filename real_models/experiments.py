@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim import DraftTree, engine
+from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
 from treespec_sim.policies.caddtree import prefix_tree
 from treespec_sim.synth import get_regime, make_world
@@ -49,7 +50,7 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["caddtree_experiment", "main", "record_traces", "replay"]
+__all__ = ["build_parser", "caddtree_experiment", "main", "record_traces", "replay"]
 
 CADDTREE_GRID = (4, 8, 16, 32, 64, 128, 256)
 
@@ -327,60 +328,144 @@ def _load_prompts(bundle, n: int):
     return load_prompts(bundle, n, 64)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real_models.experiments",
-                                 description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("caddtree")
-    c.add_argument("--cost", default=None, help="latency .json (default: the committed "
-                                                "real_models/profiles/cpu_tiny.json)")
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m real_models.experiments`` (caddtree, traces, simvsreal)."""
+    ap = OneLineParser(
+        prog="python -m real_models.experiments",
+        description="Experiments on the shipped tiny models: CaDDTree on measured costs "
+                    "('caddtree'), DDTree traces for the simulator ('traces'), and the "
+                    "simulator's prediction vs real decoding ('simvsreal'). 'COMMAND --help' "
+                    "lists each command's options.",
+        epilog="exit status: 0 done, 2 bad input")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True)
+    c = sub.add_parser("caddtree", help="throughput of DDTree budgets, CaDDTree and the "
+                       "exhaustive rule with a measured latency file, at T = 0",
+                       description="Greedy decoding of the held-out prompts with DDTree at "
+                                   "every budget of --grid, CaDDTree and the exhaustive rule "
+                                   "(with the latency file --cost) and autoregressive decoding; "
+                                   "prints throughput with paired bootstrap CIs.")
+    c.add_argument("--cost", metavar="FILE.json", default=None,
+                   help="latency file (default: the committed real_models/profiles/"
+                        "cpu_tiny.json)")
     c.add_argument("--allow-cost-mismatch", action="store_true",
-                   help="record a device/model mismatch as a warning instead of failing")
-    c.add_argument("--grid", type=int, nargs="+", default=list(CADDTREE_GRID))
-    c.add_argument("--prompts", type=int, default=32)
-    c.add_argument("--new-tokens", type=int, default=96)
-    c.add_argument("--repeats", type=int, default=1)
-    c.add_argument("--out", type=Path, default=None)
-    t = sub.add_parser("traces")
-    t.add_argument("--budget", type=int, default=256)
-    t.add_argument("--temperature", type=float, default=0.0)
-    t.add_argument("--prompts", type=int, default=32)
-    t.add_argument("--new-tokens", type=int, default=96)
-    t.add_argument("--out", type=Path, required=True)
-    s = sub.add_parser("simvsreal")
-    s.add_argument("--traces", type=Path, required=True)
-    s.add_argument("--budgets", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256])
-    s.add_argument("--no-fit", action="store_true")
-    s.add_argument("--out", type=Path, default=None)
+                   help="record a device/model mismatch of --cost as a warning instead of "
+                        "failing")
+    c.add_argument("--grid", type=int, nargs="+", metavar="B", default=list(CADDTREE_GRID),
+                   help="DDTree budgets; the largest is CaDDTree's and exhaustive's "
+                        "max_budget (default: %(default)s)")
+    c.add_argument("--prompts", type=int, metavar="N", default=32,
+                   help="held-out prompts (default: %(default)s)")
+    c.add_argument("--new-tokens", type=int, metavar="N", default=96,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    c.add_argument("--repeats", type=int, metavar="N", default=1,
+                   help="timed decodings per method and prompt; the median is kept "
+                        "(default: %(default)s)")
+    c.add_argument("--out", type=Path, metavar="DIR", default=None,
+                   help="write caddtree_real.md and .json here (default: print only)")
+    t = sub.add_parser("traces", help="record DDTree rounds (drafter rows, tree, target edge "
+                       "probabilities) for the simulator",
+                       description="Decode the held-out prompts with DDTree at --budget and "
+                                   "record per round the drafter's log_q, the tree and the "
+                                   "target's edge probabilities (an .npz for 'simvsreal').")
+    t.add_argument("--budget", type=int, metavar="B", default=256,
+                   help="DDTree budget of the traced trees (default: %(default)s)")
+    t.add_argument("--temperature", type=float, metavar="T", default=0.0,
+                   help="decoding temperature (default: %(default)s)")
+    t.add_argument("--prompts", type=int, metavar="N", default=32,
+                   help="held-out prompts (default: %(default)s)")
+    t.add_argument("--new-tokens", type=int, metavar="N", default=96,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    t.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
+                   help="where to write the traces (required)")
+    s = sub.add_parser("simvsreal", help="replay traces in the simulator and compare with real "
+                       "decoding at each budget",
+                       description="Replay the traces (tau(B) from the nested trees, exit-law "
+                                   "decomposition), decode the same prompts for real at each "
+                                   "budget, fit a synthetic regime, and report the errors.")
+    s.add_argument("--traces", type=Path, metavar="FILE.npz", required=True,
+                   help="traces written by 'traces' (required)")
+    s.add_argument("--budgets", type=int, nargs="+", metavar="B",
+                   default=[4, 8, 16, 32, 64, 128, 256],
+                   help="budgets to compare, up to the traced budget (default: %(default)s)")
+    s.add_argument("--no-fit", action="store_true",
+                   help="skip fitting a synthetic regime to the real tau")
+    s.add_argument("--out", type=Path, metavar="DIR", default=None,
+                   help="write simvsreal_T<T>.md and .json here (default: print only)")
     for p in (c, t, s):
-        p.add_argument("--device", default="cpu")
-        p.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
+        p.add_argument("--device", default="cpu",
+                       help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
+        p.add_argument("--threads", type=int, default=1,
+                       help="torch threads (default: %(default)s)")
+        add_debug(p)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # errors name the command, as argparse's own errors in its options do
+    command = OneLineParser(prog=f"{parser.prog} {args.cmd}", add_help=False)
+    return run(command, args, _main)
+
+
+def _at_least(args: argparse.Namespace, **lows) -> None:
+    for opt, low in lows.items():
+        values = getattr(args, opt)
+        for v in values if isinstance(values, list) else [values]:
+            if not v >= low:
+                raise ValueError(f"--{opt.replace('_', '-')} must be >= {low}; got {v}")
+
+
+def _read_traces(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"--traces {path} does not exist (write it with 'traces')")
+    what = f"--traces {path}: not an .npz written by 'traces'"
+    try:
+        with np.load(path) as z:
+            tr = {k: z[k] for k in z.files}
+        meta = json.loads(str(tr["meta"]))
+    except (ValueError, OSError, TypeError, KeyError) as exc:
+        raise ValueError(f"{what} ({exc})") from None
+    missing = [k for k in ("temperature", "L", "budget", "prompts", "new_tokens", "V")
+               if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise ValueError(f"{what} (its meta lacks {', '.join(missing)})")
+    return tr
+
+
+def _main(args: argparse.Namespace) -> int:
+    from .bundle import check_device
+
+    _at_least(args, threads=1)
+    if args.cmd == "caddtree":
+        _at_least(args, grid=1, prompts=1, new_tokens=1, repeats=1)
+    elif args.cmd == "traces":
+        _at_least(args, budget=1, temperature=0.0, prompts=1, new_tokens=1)
+    else:
+        _at_least(args, budgets=1)
+        traces = _read_traces(args.traces)
+    check_device(args.device)
     torch.set_num_threads(args.threads)
     bundle = load(device=args.device)
     if args.cmd == "caddtree":
         prompts = _load_prompts(bundle, args.prompts)
-        try:
-            run = caddtree_experiment(bundle, prompts, cost_path=args.cost or CPU_TINY,
-                                      grid=tuple(args.grid), new_tokens=args.new_tokens,
-                                      repeats=args.repeats,
-                                      cost_mismatch="warn" if args.allow_cost_mismatch
-                                      else "error")
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        table, rows = caddtree_table(run)
-        head = (f"T = 0, {run['prompts']} held-out prompts x {run['new_tokens']} new tokens, "
-                f"cost model {run['cost'].get('name')} ({args.cost or CPU_TINY}), "
+        res = caddtree_experiment(bundle, prompts, cost_path=args.cost or CPU_TINY,
+                                  grid=tuple(args.grid), new_tokens=args.new_tokens,
+                                  repeats=args.repeats,
+                                  cost_mismatch="warn" if args.allow_cost_mismatch
+                                  else "error")
+        table, rows = caddtree_table(res)
+        head = (f"T = 0, {res['prompts']} held-out prompts x {res['new_tokens']} new tokens, "
+                f"cost model {res['cost'].get('name')} ({args.cost or CPU_TINY}), "
                 f"device {args.device}, {torch.get_num_threads()} thread(s)")
-        text = head + "\n\n" + table + "".join(f"\n\nNote: {n}" for n in run["notes"])
+        text = head + "\n\n" + table + "".join(f"\n\nNote: {n}" for n in res["notes"])
         print(text)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "caddtree_real.md").write_text(text + "\n")
             (args.out / "caddtree_real.json").write_text(json.dumps(
-                {"rows": rows, "notes": run["notes"], "cost_file": str(args.cost or CPU_TINY),
-                 "cost": run["cost"], "stats": run["stats"], "grid": run["grid"],
+                {"rows": rows, "notes": res["notes"], "cost_file": str(args.cost or CPU_TINY),
+                 "cost": res["cost"], "stats": res["stats"], "grid": res["grid"],
                  "torch": torch.__version__}, indent=1) + "\n")
     elif args.cmd == "traces":
         prompts = _load_prompts(bundle, args.prompts)
@@ -390,13 +475,11 @@ def main(argv=None) -> int:
         np.savez_compressed(args.out, **tr)
         _log(f"wrote {args.out}: {len(tr['size'])} rounds")
     else:
-        simvsreal(bundle, args)
+        simvsreal(bundle, args, traces)
     return 0
 
 
-def simvsreal(bundle, args) -> None:
-    with np.load(args.traces) as z:
-        tr = {k: z[k] for k in z.files}
+def simvsreal(bundle, args, tr: dict) -> None:
     meta = json.loads(str(tr["meta"]))
     T, L = float(meta["temperature"]), int(meta["L"])
     budgets = [b for b in args.budgets if b <= meta["budget"]]

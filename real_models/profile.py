@@ -47,14 +47,16 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim.cli import OneLineParser, add_debug, run
+
 from ._deps import require
 from .backend import Drafting
 
 torch = require("torch")
 
-__all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "build_random_bundle", "check_profile",
-           "fit_document", "load_profile", "main", "model_signature", "profile_bundle",
-           "raw_document", "small_arch"]
+__all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "build_parser", "build_random_bundle",
+           "check_profile", "fit_document", "load_profile", "main", "model_signature",
+           "profile_bundle", "raw_document", "small_arch"]
 
 SCHEMA = "treespec-latency/1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -163,7 +165,7 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
     seed : int
     """
     transformers = require("transformers")
-    from .bundle import DTYPES, Bundle, check_pair
+    from .bundle import DTYPES, Bundle, check_device, check_pair
     from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
     from .target import TargetBackend
 
@@ -172,10 +174,10 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
         arch = ARCHS[arch]
+    if isinstance(dtype, str) and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}; got {dtype!r}")
     tdtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+    device = check_device(device)
     tcfg_d = dict(arch["target"], architectures=["Qwen3ForCausalLM"], model_type="qwen3")
     tcfg = transformers.Qwen3Config(**{k: v for k, v in tcfg_d.items()
                                        if k not in ("architectures", "model_type")})
@@ -612,77 +614,132 @@ def save_profile(bundle, result: ProfileResult, out, *, figure=None, name: str |
 
 
 # ------------------------------------------------------------------------------ CLI
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real_models.profile",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default=None, help="target directory (default: tiny)")
-    ap.add_argument("--drafter", default=None, help="drafter directory (default: tiny)")
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m real_models.profile``."""
+    from .bundle import DTYPES
+
+    ap = OneLineParser(
+        prog="python -m real_models.profile",
+        description="Measure the verification cost C_v(n, context) and the draft cost of a "
+                    "target + drafter pair and write a treespec-latency/1 file (monotone-convex "
+                    "fit of the medians, with metadata). With no arguments: the shipped tiny "
+                    "models on CPU, printed as JSON.",
+        epilog="exit status: 0 done, 1 the fit failed (the raw medians are kept in --out), "
+               "2 bad input")
+    ap.add_argument("--target", metavar="DIR", default=None,
+                    help="target checkpoint directory (default: the shipped tiny target)")
+    ap.add_argument("--drafter", metavar="DIR", default=None,
+                    help="drafter checkpoint directory (default: the shipped tiny drafter)")
     ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
-                    help="randomly initialised Qwen3 + DFlash drafter of published shapes")
+                    help="profile randomly initialised Qwen3 + DFlash drafter models of these "
+                         "published shapes instead of --target/--drafter (default: none)")
     ap.add_argument("--small", action="store_true",
                     help="with --arch: scaled-down shapes (small_arch) for CPU rehearsals")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default=None, help="default: checkpoint's (bfloat16 for --arch)")
-    ap.add_argument("--tokens", type=int, nargs="+", default=None,
-                    help="query-token counts (root included)")
-    ap.add_argument("--contexts", type=int, nargs="+", default=None)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
-    ap.add_argument("--time-budget", type=float, default=None, help="seconds")
-    ap.add_argument("--name", default=None)
-    ap.add_argument("--out", type=Path, default=None, help="latency .json to write")
-    ap.add_argument("--figure", type=Path, default=None, help="cost-vs-tokens .png")
-    args = ap.parse_args(argv)
+    ap.add_argument("--device", default="cpu",
+                    help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="model dtype (default: the checkpoint's; bfloat16 for --arch)")
+    ap.add_argument("--tokens", type=int, nargs="+", metavar="N", default=None,
+                    help="increasing query-token counts, root included (default: "
+                         f"{' '.join(map(str, CPU_NODE_COUNTS))} on CPU, "
+                         f"{' '.join(map(str, GPU_NODE_COUNTS))} on CUDA)")
+    ap.add_argument("--contexts", type=int, nargs="+", metavar="L", default=None,
+                    help="increasing cached context lengths (default: "
+                         f"{' '.join(map(str, CPU_CONTEXTS))} on CPU, "
+                         f"{' '.join(map(str, GPU_CONTEXTS))} on CUDA)")
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="untimed calls before each cell (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=7,
+                    help="timed calls per cell; the median is kept (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads on CPU (default: %(default)s)")
+    ap.add_argument("--time-budget", type=float, metavar="SECONDS", default=None,
+                    help="skip the context rows that would end past this many seconds "
+                         "(recorded as truncated; at least one row is measured) (default: no "
+                         "limit)")
+    ap.add_argument("--name", default=None,
+                    help="name stored in the latency file (default: DEVICE-TARGETDIR, or "
+                         "DEVICE-ARCH-random with --arch)")
+    ap.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                    help="latency file to write, updated after each context row (default: "
+                         "print the result as JSON)")
+    ap.add_argument("--figure", type=Path, metavar="FILE.png", default=None,
+                    help="cost-vs-tokens figure to draw (default: none)")
+    add_debug(ap)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    return run(parser, parser.parse_args(argv), _main)
+
+
+def _check_args(args: argparse.Namespace) -> torch.device:
+    """Every argument check, before any model is built or loaded; returns the device."""
+    from .bundle import check_device
+
     if args.arch and (args.target or args.drafter):
-        ap.error("--arch builds random models; do not combine it with --target/--drafter")
+        raise ValueError("--arch builds random models; do not combine it with "
+                         "--target/--drafter")
     if args.small and not args.arch:
-        ap.error("--small scales down an --arch; give --arch too")
-    if torch.device(args.device).type == "cpu":
+        raise ValueError("--small scales down an --arch; give --arch too")
+    for opt, values, low in (("--tokens", args.tokens, 1), ("--contexts", args.contexts, 2)):
+        if values is not None and (any(v < low for v in values)
+                                   or any(b <= a for a, b in itertools.pairwise(values))):
+            raise ValueError(f"{opt} must be increasing integers >= {low}; got "
+                             f"{' '.join(map(str, values))}")
+    for opt, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1),
+                            ("--threads", args.threads, 1)):
+        if value < low:
+            raise ValueError(f"{opt} must be >= {low}; got {value}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise ValueError(f"--time-budget must be > 0 seconds; got {args.time_budget}")
+    return check_device(args.device)
+
+
+def _main(args: argparse.Namespace) -> int:
+    device = _check_args(args)
+    if device.type == "cpu":
         torch.set_num_threads(args.threads)
-    gpu = torch.device(args.device).type == "cuda"
-    try:
-        if args.arch:
-            arch = small_arch(args.arch) if args.small else args.arch
-            bundle = build_random_bundle(arch, device=args.device,
-                                         dtype=args.dtype or "bfloat16")
-            label = f"{args.arch}-small" if args.small else args.arch
-            name = args.name or f"{torch.device(args.device).type}-{label}-random"
-        else:
-            from .bundle import TINY_DRAFTER, TINY_TARGET, load
+    gpu = device.type == "cuda"
+    if args.arch:
+        arch = small_arch(args.arch) if args.small else args.arch
+        bundle = build_random_bundle(arch, device=args.device, dtype=args.dtype or "bfloat16")
+        label = f"{args.arch}-small" if args.small else args.arch
+        name = args.name or f"{device.type}-{label}-random"
+    else:
+        from .bundle import TINY_DRAFTER, TINY_TARGET, load
 
-            bundle = load(args.target or TINY_TARGET, args.drafter or TINY_DRAFTER,
-                          device=args.device, dtype=args.dtype)
-            name = args.name
-        tokens = args.tokens or (GPU_NODE_COUNTS if gpu else CPU_NODE_COUNTS)
-        contexts = args.contexts or (GPU_CONTEXTS if gpu else CPU_CONTEXTS)
-        print(f"profiling {_model_name(bundle)} on {device_identity(bundle.device)}: "
-              f"{len(tokens)} token counts x {len(contexts)} contexts, "
-              f"{args.warmup} warm-up + {args.repeats} timed calls each", flush=True)
-        save = dict(figure=args.figure, name=name, warmup=args.warmup, repeats=args.repeats)
+        bundle = load(args.target or TINY_TARGET, args.drafter or TINY_DRAFTER,
+                      device=args.device, dtype=args.dtype)
+        name = args.name
+    tokens = args.tokens or (GPU_NODE_COUNTS if gpu else CPU_NODE_COUNTS)
+    contexts = args.contexts or (GPU_CONTEXTS if gpu else CPU_CONTEXTS)
+    print(f"profiling {_model_name(bundle)} on {device_identity(bundle.device)}: "
+          f"{len(tokens)} token counts x {len(contexts)} contexts, "
+          f"{args.warmup} warm-up + {args.repeats} timed calls each", flush=True)
+    save = dict(figure=args.figure, name=name, warmup=args.warmup, repeats=args.repeats)
 
-        def on_row(partial: ProfileResult) -> None:
-            # partial results survive a time limit that interrupts the later rows
-            try:
-                save_profile(bundle, partial, args.out, **save)
-                print(f"  saved {partial.meta['partial']} to {args.out}", flush=True)
-            except (ValueError, RuntimeError) as exc:
-                print(f"  warning: fit failed ({exc}); raw medians kept in {args.out}",
-                      flush=True)
+    def on_row(partial: ProfileResult) -> None:
+        # partial results survive a time limit that interrupts the later rows
+        try:
+            save_profile(bundle, partial, args.out, **save)
+            print(f"  saved {partial.meta['partial']} to {args.out}", flush=True)
+        except (ValueError, RuntimeError) as exc:
+            print(f"  warning: fit failed ({exc}); raw medians kept in {args.out}",
+                  flush=True)
 
-        res = profile_bundle(bundle, node_counts=tokens, context_lengths=contexts,
-                             warmup=args.warmup, repeats=args.repeats,
-                             time_budget_s=args.time_budget, progress=True,
-                             on_row=on_row if args.out else None)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    res = profile_bundle(bundle, node_counts=tokens, context_lengths=contexts,
+                         warmup=args.warmup, repeats=args.repeats,
+                         time_budget_s=args.time_budget, progress=True,
+                         on_row=on_row if args.out else None)
     if args.out:
         try:
             data = save_profile(bundle, res, args.out, **save)
         except (ValueError, RuntimeError) as exc:
-            print(f"error: the fit failed ({exc}); the raw medians are in {args.out} "
-                  f"(refit with real_models.profile.fit_document)", file=sys.stderr)
+            print(f"python -m real_models.profile: error: the fit failed ({exc}); the raw "
+                  f"medians are in {args.out} (refit with real_models.profile.fit_document)",
+                  file=sys.stderr)
             return 1
         print(f"wrote {args.out}" + (f" and {args.figure}" if args.figure else ""))
     else:
@@ -698,7 +755,6 @@ def main(argv=None) -> int:
         print(f"context {c} (fit, ms): {row}")
     print(f"draft stage {data['draft_cost_s'] * 1e3:.2f} ms; {res.seconds:.0f}s")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,14 +31,16 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim.cli import OneLineParser, add_debug, run
+
 from ._deps import require
 from .backend import prefill
 from .decode import check_request, decode, latency_profile, run_from
 
 torch = require("torch")
 
-__all__ = ["ALPHA", "CHECKS", "GREEDY_TIE_TOL", "TREE_LOGIT_TOL", "greedy_agreement", "law_bins",
-           "law_test", "main"]
+__all__ = ["ALPHA", "CHECKS", "GREEDY_TIE_TOL", "TREE_LOGIT_TOL", "build_parser",
+           "greedy_agreement", "law_bins", "law_test", "main"]
 
 #: Per-method false-alarm rate of the chi-square law check.
 ALPHA = 1e-3
@@ -102,10 +104,17 @@ def load_prompts(bundle, n: int, n_tokens: int, path: Path = PROMPTS_FILE) -> li
     if bundle.tokenizer is None:
         raise ValueError(f"target directory {bundle.target_dir} has no tokenizer; the "
                          f"validation prompts are text")
-    items = json.loads(path.read_text())["prompts"]
+    try:
+        items = json.loads(Path(path).read_text())["prompts"]
+        texts = [it["text"] for it in items]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"{path}: expected a JSON object with a 'prompts' list of "
+                         f"{{'text': ...}} objects") from None
     out = []
-    for it in items:
-        ids = bundle.tokenizer(it["text"], add_special_tokens=False)["input_ids"]
+    for text in texts:
+        ids = bundle.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= n_tokens:
             out.append(np.asarray(ids[:n_tokens], dtype=np.int64))
         if len(out) == n:
@@ -313,46 +322,100 @@ def summarize(results) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", type=Path, default=None, help="target checkpoint directory")
-    ap.add_argument("--drafter", type=Path, default=None, help="drafter checkpoint directory")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default=None, help="float32 (default: checkpoint dtype), "
-                    "bfloat16, float16, float64")
-    ap.add_argument("--quick", action="store_true", help="CI size (4 prompts, 48 tokens)")
-    ap.add_argument("--prompts", type=int, default=None)
-    ap.add_argument("--new-tokens", type=int, default=None)
-    ap.add_argument("--law-samples", type=int, default=None)
-    ap.add_argument("--temperature", type=float, default=1.0, help="T of the law check")
-    ap.add_argument("--prompts-file", type=Path, default=PROMPTS_FILE,
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m real_models.validate``."""
+    from .bundle import DTYPES
+
+    ap = OneLineParser(
+        prog="python -m real_models.validate",
+        description="Validate tree speculative decoding end to end on real models: tree rows "
+                    "equal sequential rows, greedy identity at T = 0, the two-token law at "
+                    "T > 0 (chi-square), and a tau / speed table. With no arguments: the "
+                    "shipped tiny models and their held-out prompts on CPU.",
+        epilog="exit status: 0 every check passed, 1 a check failed, 2 bad input")
+    ap.add_argument("--target", type=Path, metavar="DIR", default=None,
+                    help="target checkpoint directory (default: the shipped tiny target)")
+    ap.add_argument("--drafter", type=Path, metavar="DIR", default=None,
+                    help="drafter checkpoint directory (default: the shipped tiny drafter)")
+    ap.add_argument("--device", default="cpu",
+                    help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="model dtype (default: the checkpoint's)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"CI size: {PRESETS['quick'].prompts} prompts, "
+                         f"{PRESETS['quick'].new_tokens} new tokens, "
+                         f"{PRESETS['quick'].law_samples} law samples, budgets "
+                         f"{'/'.join(map(str, PRESETS['quick'].budgets))}, no T > 0 table "
+                         f"(default: {PRESETS['default'].prompts} prompts, "
+                         f"{PRESETS['default'].new_tokens} tokens, "
+                         f"{PRESETS['default'].law_samples} samples, budgets "
+                         f"{'/'.join(map(str, PRESETS['default'].budgets))})")
+    ap.add_argument("--prompts", type=int, metavar="N", default=None,
+                    help="held-out prompts to decode (default: the preset's)")
+    ap.add_argument("--new-tokens", type=int, metavar="N", default=None,
+                    help="tokens to generate per prompt (default: the preset's)")
+    ap.add_argument("--law-samples", type=int, metavar="N", default=None,
+                    help="two-token samples per method in the law check (default: the "
+                         "preset's)")
+    ap.add_argument("--temperature", type=float, metavar="T", default=1.0,
+                    help="temperature (> 0) of the law check and the T > 0 table "
+                         "(default: %(default)s)")
+    ap.add_argument("--prompts-file", type=Path, metavar="FILE.json", default=PROMPTS_FILE,
                     help="JSON with a 'prompts' list of {'text': ...} (default: the shipped "
                          "held-out prompts)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None, help="write the report (Markdown) here")
-    ap.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="base seed of the sampled decodings (default: %(default)s)")
+    ap.add_argument("--out", type=Path, metavar="FILE.md", default=None,
+                    help="write the report (Markdown) here, after every check (default: "
+                         "stdout only)")
+    ap.add_argument("--json", type=Path, metavar="FILE.json", default=None,
+                    help="write the results as JSON here, after every check (default: none)")
     ap.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS),
-                    help="run only these checks (default: all); 'tables' decodes as 'greedy'")
-    args = ap.parse_args(argv)
+                    metavar="CHECK",
+                    help=f"run only these checks, of {', '.join(CHECKS)}; 'tables' decodes as "
+                         f"'greedy' (default: all)")
+    add_debug(ap)
+    return ap
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    return run(parser, parser.parse_args(argv), _main)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Every argument check, before any model is loaded."""
+    from .bundle import check_device
+
+    for opt in ("prompts", "new_tokens", "law_samples"):
+        value = getattr(args, opt)
+        if value is not None and value < 1:
+            raise ValueError(f"--{opt.replace('_', '-')} must be >= 1; got {value}")
+    if not 0 < args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be > 0 (the law check samples at T > 0); got "
+                         f"{args.temperature:g}")
+    if not args.prompts_file.is_file():
+        raise FileNotFoundError(f"--prompts-file {args.prompts_file} does not exist")
+    check_device(args.device)
+
+
+def _main(args: argparse.Namespace) -> int:
     from . import bundle as bundle_mod
 
+    _check_args(args)
     torch.set_num_threads(1) if args.device == "cpu" else None
     preset = PRESETS["quick" if args.quick else "default"]
-    n_prompts = args.prompts or preset.prompts
-    n_new = args.new_tokens or preset.new_tokens
-    n_law = args.law_samples or preset.law_samples
+    n_prompts = preset.prompts if args.prompts is None else args.prompts
+    n_new = preset.new_tokens if args.new_tokens is None else args.new_tokens
+    n_law = preset.law_samples if args.law_samples is None else args.law_samples
     t_all = time.perf_counter()
     rep = Report()
-    try:
-        bundle = bundle_mod.load(args.target or bundle_mod.TINY_TARGET,
-                                 args.drafter or bundle_mod.TINY_DRAFTER, device=args.device,
-                                 dtype=args.dtype)
-        prompts = load_prompts(bundle, n_prompts, preset.prompt_tokens, args.prompts_file)
-        for p in prompts:
-            check_request(bundle, p, n_new, "ddtree", None, 0.0, 64)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    bundle = bundle_mod.load(args.target or bundle_mod.TINY_TARGET,
+                             args.drafter or bundle_mod.TINY_DRAFTER, device=args.device,
+                             dtype=args.dtype)
+    prompts = load_prompts(bundle, n_prompts, preset.prompt_tokens, args.prompts_file)
+    for p in prompts:
+        check_request(bundle, p, n_new, "ddtree", None, 0.0, 64)
 
     tol = TREE_LOGIT_TOL.get(str(bundle.dtype), 1e-3)
     tie_tol = GREEDY_TIE_TOL.get(str(bundle.dtype), 0.0)

@@ -33,10 +33,10 @@ def test_json_output_is_only_the_table():
     assert rows[0]["passed"] is True and rows[0]["instances"] > 0
 
 
-def test_bad_arguments():
-    with pytest.raises(SystemExit):
-        main(["--size", "0"])
-    with pytest.raises(SystemExit):
-        main(["--only", "no-such-theorem"])
+def test_bad_arguments(capsys):
+    assert main(["--size", "0"]) == 2
+    assert capsys.readouterr().err == "python -m proofs_check: error: --size must be >= 1; got 0\n"
+    assert main(["--only", "no-such-theorem"]) == 2
+    assert "no check matches --only 'no-such-theorem'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="size"):
         run_checks(size=0)
