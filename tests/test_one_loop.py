@@ -120,9 +120,10 @@ def test_verifier_family_equals_run_round():
                        sample=False)
         greedy = run_round(world, ctx, method="greedy-tree[2x2]", temperature=1.0, rng=rng,
                            sample=False)
-        for rule in ("rrsw", "traversal", "univer"):
+        for rule in ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"):
             got.setdefault(("sampled-tree[2x2]", rule), []).append(wr.expected_tau_under(rule))
-        got.setdefault(("sampled-tree[2x2]+greedy", "univer"), []).append(greedy.expected_tau)
+        got.setdefault(("sampled-tree[2x2]+greedy", greedy.rule), []).append(
+            greedy.expected_tau)
     for key, taus in got.items():
         assert rows[key]["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
 

@@ -232,7 +232,7 @@ def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
     r""":math:`F(c) = \sum_y \min(g(y), c\,h(y))` for every ``c`` (vectorised, sorted ratios)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(h > 0, g / np.where(h > 0, h, 1.0), np.inf)
-    order = np.argsort(t, kind="stable")
+    order = np.argsort(t)  # ties need no order: the sums at a tied boundary include all of them
     ts, gs, hs = t[order], g[order], h[order]
     g_pre = np.concatenate([[0.0], np.cumsum(gs)])
     h_suf = np.concatenate([np.cumsum(hs[::-1])[::-1], [0.0]])
