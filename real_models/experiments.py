@@ -43,7 +43,7 @@ from treespec_sim.synth import get_regime, make_world
 
 from ._deps import require
 from .backend import prefill
-from .bundle import load
+from .bundle import check_device, load
 from .decode import decode, resolve_cost, run_from
 from .profile import CPU_TINY
 from .validate import load_prompts
@@ -434,8 +434,6 @@ def _read_traces(path: Path) -> dict:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from .bundle import check_device
-
     _at_least(args, threads=1)
     if args.cmd == "caddtree":
         _at_least(args, grid=1, prompts=1, new_tokens=1, repeats=1)

@@ -48,9 +48,15 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cost import TabulatedCost, cost_model_from_dict
+from treespec_sim.policies import ddtree
 
+from . import bundle as bundle_mod
 from ._deps import require
 from .backend import Drafting
+from .bundle import DTYPES, Bundle, check_device, check_pair
+from .drafter import DFlashDrafter, DraftCache, parse_drafter_config, qwen3_config
+from .target import TargetBackend
 
 torch = require("torch")
 
@@ -165,10 +171,6 @@ def build_random_bundle(arch: str | dict, *, device="cuda", dtype="bfloat16", se
     seed : int
     """
     transformers = require("transformers")
-    from .bundle import DTYPES, Bundle, check_device, check_pair
-    from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
-    from .target import TargetBackend
-
     name = arch if isinstance(arch, str) else arch.get("name", "custom")
     if isinstance(arch, str):
         if arch not in ARCHS:
@@ -224,8 +226,6 @@ def _sync(device) -> None:
 
 def _profile_tree(n_nodes: int, depth: int, vocab: int):
     """A DDTree of ``n_nodes`` nodes from a fixed, moderately peaked synthetic ``log_q``."""
-    from treespec_sim.policies import ddtree
-
     rng = np.random.default_rng(1234)
     logits = rng.standard_normal((depth, vocab)) * 3.0
     log_q = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
@@ -310,8 +310,6 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
             break
         prompt = rng.integers(2, V, size=ell + 1)
         feats = target.prefill(prompt[:-1], want_features=True)
-        from .drafter import DraftCache
-
         dcache = DraftCache(len(bundle.drafter.layers))
         bundle.drafter.extend_cache(dcache, feats, torch.arange(ell, device=dev)[None])
         snap = target.snapshot()
@@ -420,8 +418,6 @@ def fit_document(data: dict):
 
     Works on any latency file that carries ``raw_verify_s`` (a finished one is refitted).
     """
-    from treespec_sim.cost import TabulatedCost
-
     keys = ("node_counts", "context_lengths", "raw_verify_s", "draft_cost_s")
     missing = [k for k in keys if k not in data]
     if missing:
@@ -508,8 +504,6 @@ def load_profile(path, bundle, *, on_mismatch: str = "error"):
     ``on_mismatch="warn"`` turns a :class:`ProfileMismatch` into a warning (returned and
     issued with :func:`warnings.warn`); a wrong schema always raises ``ValueError``.
     """
-    from treespec_sim.cost import cost_model_from_dict
-
     if on_mismatch not in ("error", "warn"):
         raise ValueError(f"on_mismatch must be 'error' or 'warn'; got {on_mismatch!r}")
     p = Path(path)
@@ -616,8 +610,6 @@ def save_profile(bundle, result: ProfileResult, out, *, figure=None, name: str |
 # ------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m real_models.profile``."""
-    from .bundle import DTYPES
-
     ap = OneLineParser(
         prog="python -m real_models.profile",
         description="Measure the verification cost C_v(n, context) and the draft cost of a "
@@ -676,8 +668,6 @@ def main(argv=None) -> int:
 
 def _check_args(args: argparse.Namespace) -> torch.device:
     """Every argument check, before any model is built or loaded; returns the device."""
-    from .bundle import check_device
-
     if args.arch and (args.target or args.drafter):
         raise ValueError("--arch builds random models; do not combine it with "
                          "--target/--drafter")
@@ -708,9 +698,8 @@ def _main(args: argparse.Namespace) -> int:
         label = f"{args.arch}-small" if args.small else args.arch
         name = args.name or f"{device.type}-{label}-random"
     else:
-        from .bundle import TINY_DRAFTER, TINY_TARGET, load
-
-        bundle = load(args.target or TINY_TARGET, args.drafter or TINY_DRAFTER,
+        bundle = bundle_mod.load(args.target or bundle_mod.TINY_TARGET,
+                                 args.drafter or bundle_mod.TINY_DRAFTER,
                       device=args.device, dtype=args.dtype)
         name = args.name
     tokens = args.tokens or (GPU_NODE_COUNTS if gpu else CPU_NODE_COUNTS)

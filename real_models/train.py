@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ._deps import require
+from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
 
 torch = require("torch")
 transformers = require("transformers")
@@ -250,8 +251,6 @@ def drafter_config(target_cfg, tok) -> dict:
 
 
 def train_drafter(target, seqs, feats, dcfg, args, rng, gen):
-    from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
-
     spec = parse_drafter_config(dcfg)
     model = DFlashDrafter(qwen3_config(dcfg), spec)
     model.init_weights(gen)

@@ -33,9 +33,12 @@ import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run
 
+from . import bundle as bundle_mod
 from ._deps import require
 from .backend import prefill
+from .bundle import DTYPES, check_device
 from .decode import check_request, decode, latency_profile, run_from
+from .target import logits_to_rows
 
 torch = require("torch")
 
@@ -205,8 +208,6 @@ def greedy_agreement(bundle, prompt, tokens, ref, tol: float) -> dict:
 
 # ---------------------------------------------------------------------------- check 3
 def exact_rows(bundle, context, temperature: float) -> np.ndarray:
-    from .target import logits_to_rows
-
     return logits_to_rows(bundle.target.sequential_logits(context)[-1:], temperature)[0]
 
 
@@ -324,8 +325,6 @@ def summarize(results) -> list[dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m real_models.validate``."""
-    from .bundle import DTYPES
-
     ap = OneLineParser(
         prog="python -m real_models.validate",
         description="Validate tree speculative decoding end to end on real models: tree rows "
@@ -385,8 +384,6 @@ def main(argv=None) -> int:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Every argument check, before any model is loaded."""
-    from .bundle import check_device
-
     for opt in ("prompts", "new_tokens", "law_samples"):
         value = getattr(args, opt)
         if value is not None and value < 1:
@@ -400,8 +397,6 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from . import bundle as bundle_mod
-
     _check_args(args)
     torch.set_num_threads(1) if args.device == "cpu" else None
     preset = PRESETS["quick" if args.quick else "default"]

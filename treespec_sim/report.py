@@ -39,9 +39,12 @@ UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-
 TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
 #: What a table says under itself when one of its rows links a page.
 PAGE_NOTES = {
-    UNIVER_PAGE: "UniVer (reconstructed) is not ≥ RRSw in every world: conditioning on the drawn "
-                 "set loses to RRSw when the first-drawn child carries a deep subtree, as on "
-                 "DDTree-planned shapes. Why, and where it was measured: [`docs/theory/univer.md` "
+    UNIVER_PAGE: "`univer` (safe step choice) is ≥ Traversal in expectation on every tree, but "
+                 "neither it nor Traversal is ≥ RRSw on every shape (witness: a deep subtree under "
+                 "the second-drawn child); `univer-fixed` (the fixed-order reconstruction) loses "
+                 "to RRSw when the first-drawn child carries the deep subtree, as on "
+                 "DDTree-planned shapes; `univer-guided` has no guarantee. What each rule "
+                 "guarantees and where each claim was checked: [`docs/theory/univer.md` "
                  "§3–4](docs/theory/univer.md#4-synthetic-results-at-t--1) and the issue "
                  "“UniVer that never falls below Traversal”.",
     TSUBAME_PAGE: "What the Tsubame / sampled-chain claims are, where they held on the "
@@ -201,8 +204,11 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
 
 def _verifier_tables(rows: list[dict]) -> list[str]:
     out = ["## UniVer's and Traversal's gain over RRSw (same sampled trees)", "",
-           "UniVer reports +4.2–8.5% over RRSw; Traversal is never behind RRSw in any world "
-           "tried (`claim[traversal>=rrsw]`). Gains with the "
+           "UniVer reports +4.2–8.5% over RRSw. Here `univer` is the safe per-node step choice "
+           "(≥ Traversal in expectation), `univer-guided` the value-guided one (no guarantee), "
+           "`univer-fixed` the earlier fixed-order reconstruction (the rule for Greedy drafts); "
+           "Traversal ≥ RRSw holds on balanced and deep-first shapes, not on every shape "
+           "(`python -m proofs_check`). Gains with the "
            f"{interval_label(rows, 'verifiers')}:", "",
            "| regime | T | tree | verifier | E[τ] | vs RRSw | against the claim |",
            "|---|---|---|---|---|---|---|"]
@@ -210,7 +216,7 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
         lo, hi = 100 * (r["rel_ci_low"] - 1), 100 * (r["rel_ci_high"] - 1)
-        if r["verifier"] == "univer":
+        if r["verifier"].startswith("univer"):
             note = ("**behind RRSw**" if hi < 0 else "below +4.2–8.5%" if hi < 4.2
                     else "above +4.2–8.5%" if lo > 8.5 else "consistent (CI meets the range)")
             if hi < 4.2:
