@@ -8,9 +8,9 @@ it reads the budget, and whether its trees are nested across budgets (so one tre
 budget gives every smaller budget exactly). :func:`treespec_sim.engine.run_round`, the sweep and
 the real-model decoder read only this table.
 
-======================================  ==================  ============================
+======================================  ==================  ===================================
 method                                  tokens              lossless rules (T > 0)
-======================================  ==================  ============================
+======================================  ==================  ===================================
 ``chain``                               argmax per depth    follow, tev
 ``ddtree``                              best-first top-B    follow, tev
 ``dynamic``                             EAGLE-2-like beam   follow, tev
@@ -18,13 +18,17 @@ method                                  tokens              lossless rules (T > 
 ``longrun``                             DDTree prefix       follow, tev
 ``sampled-chain``                       i.i.d. marginal     rrs
 ``sampled-chain-corrected``             i.i.d. correction   rrs
-``tsubame``                             DDTree shape, fill  rrsw, rrs, traversal, univer
-``tsubame-rrs`` / ``-rrsw`` / ``-univer``  fixed-rule Tsubame  rrs / rrsw / univer
-``tsubame-rrsw-tempered-plan``          tempered plan       rrsw
-``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer
-``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer
-``greedy-tree[WxD]``                    top W-1 + 1 draw    univer
-======================================  ==================  ============================
+``tsubame``                             DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
+``tsubame-rrs``                         i.i.d. fill         rrs
+``tsubame-rrsw`` / ``-univer``          fill w/o replacem.  rrsw, traversal, univer[-*]
+``tsubame-rrsw-tempered-plan``          tempered plan       rrsw, traversal, univer[-*]
+``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
+``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer[-*]
+``greedy-tree[WxD]``                    top W-1 + 1 draw    univer-fixed
+======================================  ==================  ===================================
+
+``univer[-*]``: ``univer`` (safe per-node step choice), ``univer-guided``, ``univer-fixed``
+(:mod:`treespec_sim.verify.univer`, ``docs/theory/univer.md``).
 
 At ``T = 0`` every sampled method takes the top-``k`` tokens of its proposals (the ``T -> 0``
 limit of its draws) and is verified with ``follow`` or ``tev``.
@@ -70,7 +74,8 @@ __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temper
 
 #: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for).
 SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
-                   "traversal": "without_replacement", "univer": "without_replacement"}
+                   "traversal": "without_replacement", "univer": "without_replacement",
+                   "univer-guided": "without_replacement", "univer-fixed": "without_replacement"}
 
 
 @dataclass(frozen=True)
@@ -277,7 +282,7 @@ def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
 
 # ----------------------------------------------------------------------------- the table
 _DET = ("follow", "tev")
-_SAMPLED = ("rrsw", "rrs", "traversal", "univer")
+_SAMPLED = ("rrsw", "rrs", "traversal", "univer", "univer-guided", "univer-fixed")
 
 #: The registry: method name -> :class:`Method`.
 METHODS: dict[str, Method] = {}
