@@ -39,6 +39,7 @@ from treespec_sim import DraftTree, engine
 from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
 from treespec_sim.policies.caddtree import prefix_tree
+from treespec_sim.stats import paired_bootstrap
 from treespec_sim.synth import get_regime, make_world
 
 from ._deps import require
@@ -57,10 +58,6 @@ CADDTREE_GRID = (4, 8, 16, 32, 64, 128, 256)
 
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _boot_idx(n: int, n_boot: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
 # ----------------------------------------------------------------------------- CaDDTree
@@ -117,8 +114,7 @@ def caddtree_table(run: dict, *, n_boot: int = 4000, seed: int = 0) -> tuple[str
     point = tok.sum(0) / sec.sum(0)
     fixed = [j for j, m in enumerate(names) if m.startswith("ddtree@")]
     oracle = fixed[int(np.argmax(point[fixed]))]
-    idx = _boot_idx(tok.shape[0], n_boot, seed)
-    boot = tok[idx].sum(1) / sec[idx].sum(1)                                   # (n_boot, M)
+    boot = paired_bootstrap(tok, sec, rng=np.random.default_rng(seed), n_boot=n_boot)  # (n_boot, M)
     j_cad, j_ar = names.index("caddtree"), names.index("ar")
     rows = []
     lines = [f"Oracle budget (best fixed budget after the fact): {names[oracle]}.", "",
@@ -486,7 +482,7 @@ def simvsreal(bundle, args, tr: dict) -> None:
     prompts = _load_prompts(bundle, n_p)
     real = real_runs(bundle, prompts, budgets=budgets, temperature=T,
                      new_tokens=int(meta["new_tokens"]))
-    idx = _boot_idx(n_p, 4000, 0)
+    boot_rng_seed = 0  # one stream for every budget: the same prompt resamples (paired)
     lines = [f"T = {T}; traces: {len(tr['size'])} rounds of DDTree at B = {meta['budget']} "
              f"over {n_p} held-out prompts x {meta['new_tokens']} tokens; real decoding: the "
              f"same prompts at each budget.", "",
@@ -496,7 +492,9 @@ def simvsreal(bundle, args, tr: dict) -> None:
     for j, B in enumerate(budgets):
         pr = _per_prompt_mean(rep["tau"][:, j], tr["prompt"], n_p)
         rr = _per_prompt_mean(real[B]["tau"], real[B]["prompt"], n_p)
-        bp, brl = pr[idx].mean(1), rr[idx].mean(1)
+        both = paired_bootstrap(np.column_stack([pr, rr]), n_boot=4000,
+                                rng=np.random.default_rng(boot_rng_seed))
+        bp, brl = both[:, 0], both[:, 1]
         d = bp - brl
         ci = lambda x: np.percentile(x, [2.5, 97.5])  # noqa: E731
         e = float(pr.mean() - rr.mean())
