@@ -45,11 +45,12 @@ import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.exits import edge_probabilities, reach_from_edges
+from treespec_sim.stats import mean_ci as stats_mean_ci
 
 from ._deps import require
 from .backend import prefill
 from .bundle import TINY_DRAFTER, TINY_TARGET, load
-from .decode import decode, run_from
+from .decode import run_from
 from .target import LogitsOracle
 from .train import load_corpus, target_features
 from .validate import load_prompts
@@ -102,15 +103,19 @@ def training_prompts(bundle, n: int, length: int, seed: int) -> list[np.ndarray]
     return out
 
 
-def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
+def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget,
             temperature: float, seed: int, weight_temperature: float | None = None) -> dict:
     """Decode training prompts with DDTree; per round: anchor position and sparse ``W``.
+
+    ``budget`` is one DDTree budget or a sequence of them (prompt ``i`` is decoded at
+    ``budget[i % len(budget)]``: the trees of a mix of inference-time budgets).
 
     Decoding runs at ``temperature``; the exit law that weights the loss uses the target's rows
     at ``weight_temperature`` (default: the same). At ``T = 0`` the rows are one-hot and ``W``
     is one token per round; at ``T = 1`` it spreads over every depth the target can exit at.
     """
     wt = temperature if weight_temperature is None else float(weight_temperature)
+    budgets = [int(budget)] if np.isscalar(budget) else [int(b) for b in budget]
     prompts = training_prompts(bundle, n_seqs, prompt_len, seed)
     L = bundle.depth
     seqs, anchors, entries = [], [], []
@@ -124,7 +129,8 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
             recs.append((state.length, w))
 
         pf = prefill(bundle, p, with_drafter=True)
-        res = run_from(bundle, pf, gen_len, method="ddtree", rule="follow", budget=budget,
+        res = run_from(bundle, pf, gen_len, method="ddtree", rule="follow",
+                       budget=budgets[si % len(budgets)],
                        temperature=temperature, rng=np.random.default_rng([seed, si]),
                        on_round=on_round)
         seq = np.concatenate([p, np.asarray(res.tokens[:gen_len], dtype=np.int64)])
@@ -141,17 +147,53 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget: int,
             "w_depth": np.asarray([f[1] for f in flat], dtype=np.int64),
             "w_token": np.asarray([f[2] for f in flat], dtype=np.int64),
             "w_mass": np.asarray([f[3] for f in flat], dtype=np.float32),
-            "meta": json.dumps({"budget": budget, "temperature": temperature,
+            "meta": json.dumps({"budget": budgets if len(budgets) > 1 else budgets[0],
+                                "temperature": temperature,
                                 "weight_temperature": wt, "seed": seed,
                                 "prompt_len": prompt_len, "gen_len": gen_len,
                                 "seconds": time.perf_counter() - t0})}
 
 
+LOSSES = ("exit", "plain", "combined")
+
+
+def plain_term(logp, labels):
+    r"""The drafter's ordinary loss (``real_models.train``): per-token mean cross-entropy to the
+    committed continuation, depth ``k`` weighted ``0.85^(k-1)`` (weights normalised to 1).
+
+    ``logp``: ``(..., L, V)`` log-probabilities; ``labels``: ``(..., L)`` token ids.
+    """
+    L = logp.shape[-2]
+    w = torch.tensor([0.85 ** k for k in range(L)], dtype=logp.dtype)
+    nll = -torch.gather(logp, -1, labels[..., None])[..., 0]
+    return (nll * w).sum() / (w.sum() * (nll.numel() // L))
+
+
+def exit_term(logp, W):
+    r"""The exit-weighted term: :math:`-\sum W\log q / \sum W`, a cross-entropy per unit of exit
+    mass (so on the same scale as :func:`plain_term`); 0 (with a graph) when ``W`` is all 0."""
+    z = W.sum()
+    return -(W * logp).sum() / z if z > 0 else logp.sum() * 0.0
+
+
+def drafter_loss(logp, labels, W, *, loss: str, exit_weight: float = 1.0):
+    r"""``plain``: :func:`plain_term`; ``exit``: :func:`exit_term` alone (the first ExitTrain);
+    ``combined``: ``plain_term + exit_weight * exit_term`` (the exit term *added* to the
+    drafter's ordinary loss)."""
+    if loss == "plain":
+        return plain_term(logp, labels)
+    if loss == "exit":
+        return exit_term(logp, W)
+    if loss == "combined":
+        return plain_term(logp, labels) + exit_weight * exit_term(logp, W)
+    raise ValueError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}")
+
+
 def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
-          anchors_per_seq: int, seed: int):
+          anchors_per_seq: int, seed: int, exit_weight: float = 1.0):
     """Fine-tune a copy of ``bundle.drafter``; return (drafter, log dict)."""
-    if loss not in ("exit", "plain"):
-        raise ValueError(f"loss must be 'exit' or 'plain'; got {loss!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}")
     spec = bundle.spec
     L, K = spec.depth, spec.block_size
     V = bundle.vocab_size
@@ -173,7 +215,6 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
         p.requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = np.random.default_rng(seed)
-    plain_w = torch.tensor([0.85 ** k for k in range(L)])
     N = seqs.shape[1]
     ctx_pos = torch.arange(N)[None]
     seq_ids = np.asarray(sorted(by_seq))
@@ -202,11 +243,9 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
         out = model.forward_train(emb, pos, h, ctx_pos.expand(b, -1), mask)
         out = out.view(b, A, K, -1)[:, :, 1:]
         logp = torch.log_softmax(model.logits(out, head).float(), dim=-1)   # (b, A, L, V)
-        if loss == "plain":
-            labels = torch.gather(x, 1, (a[:, :, None] + offs[1:]).reshape(b, -1)).view(b, A, L)
-            nll = -torch.gather(logp, -1, labels[..., None])[..., 0]          # (b, A, L)
-            total = (nll * plain_w).sum() / (plain_w.sum() * b * A)
-        else:
+        labels = torch.gather(x, 1, (a[:, :, None] + offs[1:]).reshape(b, -1)).view(b, A, L)
+        W = None
+        if loss != "plain":
             W = torch.zeros((b * A, L, V))
             for j, r in enumerate(rounds.reshape(-1)):
                 sl = order[starts[r]:starts[r + 1]]
@@ -215,8 +254,7 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
                       torch.from_numpy(data["w_token"][sl])] += torch.from_numpy(
                           data["w_mass"][sl])
             W = W.view(b, A, L, V)
-            z = W.sum()
-            total = -(W * logp).sum() / z if z > 0 else logp.sum() * 0.0
+        total = drafter_loss(logp, labels, W, loss=loss, exit_weight=exit_weight)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -226,26 +264,55 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
             _log(f"{loss} step {step}/{steps} loss {np.mean(losses[-50:]):.3f} "
                  f"({time.perf_counter() - t0:.0f}s)")
     model.eval()
-    return model, {"loss": loss, "steps": steps, "lr": lr, "batch": batch,
+    return model, {"loss": loss, "exit_weight": exit_weight if loss == "combined" else None,
+                   "steps": steps, "lr": lr, "batch": batch,
                    "anchors_per_sequence": anchors_per_seq, "seed": seed,
                    "final_loss": float(np.mean(losses[-50:])),
                    "seconds": time.perf_counter() - t0}
 
 
-def evaluate(bundles: dict, *, budgets=(16, 64), n_prompts: int = 32, new_tokens: int = 96,
-             temperature: float = 0.0, seed: int = 0) -> dict:
-    """τ per held-out prompt for each drafter and budget: ``{label: {B: [tau, ...]}}``."""
-    first = next(iter(bundles.values()))
-    prompts = load_prompts(first, n_prompts, 64)
+def validation_prompts(bundle, n: int, length: int, seed: int, skip: int) -> list[np.ndarray]:
+    """``n`` training-split windows from the files after the first ``skip`` that
+    :func:`training_prompts` (same ``seed``) takes: prompts of the training split that ``collect
+    --seqs skip`` did not decode, for choosing the exit weight (never the held-out prompts)."""
+    return training_prompts(bundle, skip + n, length, seed)[skip:]
+
+
+def expected_tau(tree, rows) -> float:
+    r"""Exact :math:`E[\tau]` of one round given its tree, under ``follow`` verification:
+    :math:`1 + \sum_{v \ne \mathrm{root}} P(v)` (THEORY §2; at ``T = 0`` the realised τ)."""
+    return float(reach_from_edges(tree, edge_probabilities(tree, rows)).sum())
+
+
+def evaluate(bundles: dict, *, prompts, budgets=(16, 64), new_tokens: int = 96,
+             temperature: float = 0.0, samples: int = 1, seed: int = 0) -> dict:
+    """τ per prompt for each drafter and budget: ``{label: {B: [tau, ...]}}``.
+
+    DDTree + ``follow``. A prompt's τ is the mean over its rounds of the round's exact expected
+    τ given its tree (:func:`expected_tau`; at ``T = 0`` the realised τ), averaged over
+    ``samples`` decodes with seeds ``(seed, i, s)``: at ``T = 1`` only the trajectory is random.
+    Every drafter sees the same prompts and seeds (paired).
+    """
     out: dict = {}
     for label, b in bundles.items():
         out[label] = {}
+        pfs = [prefill(b, p, with_drafter=True) for p in prompts]
         for B in budgets:
             taus = []
-            for i, p in enumerate(prompts):
-                r = decode(b, p, new_tokens, method="ddtree", budget=B,
-                           temperature=temperature, seed=seed + i)
-                taus.append(sum(x.tau for x in r.rounds) / len(r.rounds))
+            for i, pf in enumerate(pfs):
+                per = []
+                for s in range(samples):
+                    ets = []
+
+                    def on_round(rnd, state, ets=ets):
+                        ets.append(expected_tau(rnd.tree,
+                                                LogitsOracle(state.forward.logits, temperature)))
+
+                    run_from(b, pf, new_tokens, method="ddtree", rule="follow", budget=B,
+                             temperature=temperature, rng=np.random.default_rng([seed, i, s]),
+                             on_round=on_round)
+                    per.append(float(np.mean(ets)))
+                taus.append(float(np.mean(per)))
             out[label][B] = taus
             _log(f"evaluate {label} B={B}: tau {np.mean(taus):.3f}")
     return out
@@ -260,26 +327,31 @@ def paired_bootstrap(a, b, *, n_boot: int = 4000, seed: int = 0):
     return float(d.mean()), float(lo), float(hi)
 
 
-def mean_ci(x, *, n_boot: int = 4000, seed: int = 0):
-    x = np.asarray(x, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    boot = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return float(x.mean()), float(lo), float(hi)
+def _fmt(ci, signed: bool) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(ci.mean)} [{f.format(ci.low)}, {f.format(ci.high)}]"
 
 
-def results_table(res: dict, base: str) -> str:
-    lines = ["| drafter | B | τ [95% CI] | Δτ vs before [95% CI, paired] |",
-             "|---|---:|---|---|"]
+def results_table(res: dict, base: str, reference: str | None = None) -> str:
+    """τ per drafter and budget (95% t-interval over prompts) and the paired differences to
+    ``base`` and to ``reference`` (``treespec_sim.stats.mean_ci`` of the per-prompt
+    differences)."""
+    head = "| drafter | B | τ [95% CI] | Δτ vs " + base + " [95% CI, paired] |"
+    sep = "|---|---:|---|---|"
+    if reference:
+        head += " Δτ vs " + reference + " [95% CI, paired] |"
+        sep += "---|"
+    lines = [head, sep]
     for label, per_b in res.items():
         for B, taus in per_b.items():
-            m, lo, hi = mean_ci(taus)
-            if label == base:
-                rel = "—"
-            else:
-                d, dlo, dhi = paired_bootstrap(res[base][B], taus)
-                rel = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}]"
-            lines.append(f"| {label} | {B} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {rel} |")
+            row = f"| {label} | {B} | {_fmt(stats_mean_ci(np.asarray(taus)), False)} |"
+            for ref in [base] + ([reference] if reference else []):
+                if label == ref:
+                    row += " — |"
+                else:
+                    d = np.asarray(taus) - np.asarray(res[ref][B])
+                    row += f" {_fmt(stats_mean_ci(d), True)} |"
+            lines.append(row)
     return "\n".join(lines)
 
 
@@ -306,8 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per prompt (default: %(default)s)")
     c.add_argument("--gen-len", type=int, metavar="N", default=128,
                    help="tokens to generate per prompt (default: %(default)s)")
-    c.add_argument("--budget", type=int, metavar="B", default=64,
-                   help="DDTree node budget while decoding (default: %(default)s)")
+    c.add_argument("--budget", type=int, nargs="+", metavar="B", default=[64],
+                   help="DDTree node budget(s) while decoding; several: prompt i uses the "
+                        "(i mod n)-th (default: %(default)s)")
     c.add_argument("--temperature", type=float, metavar="T", default=0.0,
                    help="decoding temperature (default: %(default)s)")
     c.add_argument("--weight-temperature", type=float, metavar="T", default=None,
@@ -321,9 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "write the drafter and training.json to --out-dir.")
     t.add_argument("--data", type=Path, metavar="FILE.npz", required=True,
                    help="rounds written by 'collect' (required)")
-    t.add_argument("--loss", choices=("exit", "plain"), required=True,
-                   help="'exit' (weighted by the exit law) or 'plain' (the drafter's original "
-                        "objective, the control) (required)")
+    t.add_argument("--loss", choices=LOSSES, required=True,
+                   help="'exit' (the exit-law term alone), 'plain' (the drafter's original "
+                        "objective, the control) or 'combined' (plain + EXIT_WEIGHT x exit "
+                        "term, both per-token means) (required)")
+    t.add_argument("--exit-weight", type=float, metavar="LAMBDA", default=1.0,
+                   help="weight of the exit term in --loss combined (default: %(default)s)")
     t.add_argument("--out-dir", type=Path, metavar="DIR", required=True,
                    help="where to write the fine-tuned drafter (required)")
     t.add_argument("--steps", type=int, default=600,
@@ -347,7 +423,23 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--budgets", type=int, nargs="+", metavar="B", default=[16, 64],
                    help="DDTree budgets (default: %(default)s)")
     e.add_argument("--prompts", type=int, metavar="N", default=32,
-                   help="held-out prompts (default: %(default)s)")
+                   help="prompts (default: %(default)s)")
+    e.add_argument("--prompt-set", choices=("heldout", "validation"), default="heldout",
+                   help="'heldout': real_models/checkpoints/heldout_prompts.json (held-out "
+                        "files); 'validation': training-split windows that 'collect --seqs "
+                        "VAL_SKIP' did not decode, for choosing the exit weight "
+                        "(default: %(default)s)")
+    e.add_argument("--val-skip", type=int, metavar="N", default=400,
+                   help="--prompt-set validation: skip the first N training windows, those of "
+                        "'collect --seqs N' with the same --seed (default: %(default)s)")
+    e.add_argument("--seed", type=int, default=0,
+                   help="seed of the validation windows and of the decoding draws "
+                        "(default: %(default)s)")
+    e.add_argument("--samples", type=int, metavar="N", default=1,
+                   help="decodes per prompt (T > 0: τ is averaged over them; each round "
+                        "counts its exact expected τ given its tree) (default: %(default)s)")
+    e.add_argument("--reference", metavar="LABEL", default=None,
+                   help="also tabulate paired differences to this drafter (default: none)")
     e.add_argument("--new-tokens", type=int, metavar="N", default=96,
                    help="tokens to generate per prompt (default: %(default)s)")
     e.add_argument("--temperature", type=float, metavar="T", default=0.0,
@@ -424,14 +516,15 @@ def _main(args: argparse.Namespace, argv) -> int:
         np.savez_compressed(args.out, **data)
         _log(f"wrote {args.out}: {len(data['anchors'])} rounds, {data['seqs'].shape} tokens")
     elif args.cmd == "train":
-        _at_least(args, steps=1, batch=1, anchors=1)
+        _at_least(args, steps=1, batch=1, anchors=1, exit_weight=0.0)
         if not args.lr > 0:
             raise ValueError(f"--lr must be > 0; got {args.lr}")
         data = _read_rounds(args.data, args.batch)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         model, info = train(bundle, data, loss=args.loss, steps=args.steps, lr=args.lr,
-                            batch=args.batch, anchors_per_seq=args.anchors, seed=args.seed)
+                            batch=args.batch, anchors_per_seq=args.anchors, seed=args.seed,
+                            exit_weight=args.exit_weight)
         cfg = json.loads((TINY_DRAFTER / "config.json").read_text())
         model.save_pretrained(args.out_dir, cfg)
         info.update(data_meta=json.loads(str(data["meta"])), data_rounds=len(data["anchors"]),
@@ -440,17 +533,30 @@ def _main(args: argparse.Namespace, argv) -> int:
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
     else:
-        _at_least(args, budgets=1, prompts=1, new_tokens=1, temperature=0.0)
+        _at_least(args, budgets=1, prompts=1, new_tokens=1, temperature=0.0, samples=1,
+                  val_skip=0)
         drafters = _parse_drafters(args.drafters)
+        if args.reference is not None and args.reference not in drafters:
+            raise ValueError(f"--reference {args.reference!r} is not a --drafters label")
         torch.set_num_threads(args.threads)
         bundles = {label: load(TINY_TARGET, path) for label, path in drafters.items()}
-        res = evaluate(bundles, budgets=tuple(args.budgets), n_prompts=args.prompts,
-                       new_tokens=args.new_tokens, temperature=args.temperature)
-        table = results_table(res, next(iter(bundles)))
+        first = next(iter(bundles.values()))
+        if args.prompt_set == "heldout":
+            prompts = load_prompts(first, args.prompts, 64)
+        else:
+            prompts = validation_prompts(first, args.prompts, 64, args.seed, args.val_skip)
+        res = evaluate(bundles, prompts=prompts, budgets=tuple(args.budgets),
+                       new_tokens=args.new_tokens, temperature=args.temperature,
+                       samples=args.samples, seed=args.seed)
+        table = results_table(res, next(iter(bundles)), args.reference)
         print(table)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"temperature": args.temperature,
+                                            "prompt_set": args.prompt_set,
+                                            "samples": args.samples, "seed": args.seed,
+                                            "command": "python -m real_models.exittrain "
+                                                       + " ".join(argv or sys.argv[1:]),
                                             "new_tokens": args.new_tokens,
                                             "prompts": args.prompts,
                                             "tau": {k: {str(b): v for b, v in d.items()}

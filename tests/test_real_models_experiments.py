@@ -91,9 +91,9 @@ def test_exittrain_collect_and_train_steps(bundle, monkeypatch):
     assert data["seqs"].shape == (2, 88) and len(data["anchors"]) > 2
     assert np.all(data["w_mass"] == 1.0)            # T = 0: one first-miss token per round
     before = {k: v.clone() for k, v in bundle.drafter.state_dict().items()}
-    for loss in ("exit", "plain"):
+    for loss in ("exit", "plain", "combined"):
         model, info = et.train(bundle, data, loss=loss, steps=2, lr=1e-3, batch=2,
-                               anchors_per_seq=2, seed=0)
+                               anchors_per_seq=2, seed=0, exit_weight=0.5)
         assert np.isfinite(info["final_loss"]) and info["final_loss"] > 0
         changed = any(not np.allclose(before[k].numpy(), v.detach().numpy())
                       for k, v in model.state_dict().items() if k in before)
@@ -104,3 +104,58 @@ def test_exittrain_collect_and_train_steps(bundle, monkeypatch):
     with pytest.raises(ValueError, match="loss"):
         et.train(bundle, data, loss="other", steps=1, lr=1e-3, batch=2, anchors_per_seq=2,
                  seed=0)
+
+
+def test_combined_loss_is_plain_plus_weighted_exit_term():
+    import torch
+
+    from real_models.exittrain import drafter_loss, exit_term, plain_term
+
+    g = torch.Generator().manual_seed(0)
+    b, A, L, V = 2, 3, 7, 11
+    logits = torch.randn(b, A, L, V, generator=g)
+    labels = torch.randint(0, V, (b, A, L), generator=g)
+    W = torch.rand(b, A, L, V, generator=g) * (torch.rand(b, A, L, V, generator=g) < 0.1)
+
+    def grad(fn):
+        x = logits.clone().requires_grad_(True)
+        val = fn(torch.log_softmax(x, -1))
+        (gx,) = torch.autograd.grad(val, x)
+        return float(val.detach()), gx
+
+    vp, gp = grad(lambda lp: plain_term(lp, labels))
+    ve, ge = grad(lambda lp: exit_term(lp, W))
+    for lam in (0.0, 0.3, 3.0):
+        vc, gc = grad(lambda lp, lam=lam: drafter_loss(lp, labels, W, loss="combined",
+                                                       exit_weight=lam))
+        assert vc == pytest.approx(vp + lam * ve, rel=1e-6)
+        torch.testing.assert_close(gc, gp + lam * ge)
+    # lambda = 0 is the plain loss, which is real_models.train's weighted cross-entropy
+    lp = torch.log_softmax(logits, -1)
+    w = torch.tensor([0.85 ** k for k in range(L)])
+    ce = -torch.gather(lp, -1, labels[..., None])[..., 0]
+    ref = (ce * w).sum(-1).mean() / w.sum()
+    assert float(drafter_loss(lp, labels, W, loss="combined", exit_weight=0.0)) == \
+        pytest.approx(float(ref), rel=1e-6)
+    assert float(drafter_loss(lp, labels, W, loss="plain")) == pytest.approx(float(ref), rel=1e-6)
+    # both terms are per-token means: a uniform drafter scores log V on each
+    flat = torch.zeros(b, A, L, V) - np.log(V)
+    assert float(plain_term(flat, labels)) == pytest.approx(np.log(V), rel=1e-6)
+    assert float(exit_term(flat, W)) == pytest.approx(np.log(V), rel=1e-6)
+    with pytest.raises(ValueError, match="loss"):
+        drafter_loss(lp, labels, W, loss="other")
+
+
+def test_expected_tau_is_the_realised_tau_at_t0(bundle, prompts):
+    from real_models.exittrain import expected_tau
+
+    got = []
+
+    def on_round(rnd, state):
+        got.append((expected_tau(rnd.tree, LogitsOracle(state.forward.logits, 0.0)), rnd))
+
+    pf = prefill(bundle, prompts[0], with_drafter=True)
+    res = run_from(bundle, pf, 16, method="ddtree", rule="follow", budget=16, temperature=0.0,
+                   rng=np.random.default_rng(0), on_round=on_round)
+    assert len(got) == len(res.rounds)
+    np.testing.assert_allclose([e for e, _ in got], [r.tau for r in res.rounds])
