@@ -19,17 +19,22 @@ their nodes come from the same tree forward. At ``T = 0`` the target rows are on
 :math:`W` is one token: the target's next token after the deepest accepted node (the first
 miss).
 
-The control (``--loss plain``) fine-tunes for the same steps on the same rounds with the
+``--loss combined --exit-weight λ`` adds this term to the drafter's ordinary loss (below):
+``plain + λ · exit``, both per-token means (:func:`drafter_loss`); ``--loss exit`` is the term
+alone. The control (``--loss plain``) fine-tunes for the same steps on the same rounds with the
 drafter's original objective: cross-entropy to the committed (target) continuation at every
 depth ``1..L``, weights ``0.85^(k-1)`` (``real_models.train``). Only the weighting differs.
 
-Commands::
+Commands (docs/real_models.md, ExitTrain)::
 
-    python -m real_models.exittrain collect --out runs/exittrain/data.npz
-    python -m real_models.exittrain train --loss exit  --data ... --out-dir DIR
+    python -m real_models.exittrain collect --out runs/et2/data.npz --budget 16 64 256
+    python -m real_models.exittrain train --loss combined --exit-weight 0.1 --data ... --out-dir DIR
     python -m real_models.exittrain train --loss plain --data ... --out-dir DIR
-    python -m real_models.exittrain evaluate --drafters before= exit=DIR1 plain=DIR2 \
-        --out results.json
+    python -m real_models.exittrain evaluate --prompt-set validation --drafters base= c=DIR ...
+    python -m real_models.exittrain evaluate --drafters base= plain=DIR2 exittrain=DIR1 \
+        --reference plain --budgets 16 64 256 [--temperature 1 --samples 4] --out results.json
+    python -m real_models.exittrain collect --val-skip 400 --seqs 32 --out val.npz
+    python -m real_models.exittrain marginals --data val.npz --drafters base= plain=DIR2 ...
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["build_parser", "collect", "evaluate", "exit_targets", "main", "train"]
+__all__ = ["block_logp", "build_parser", "collect", "drafter_loss", "evaluate", "exit_targets",
+           "exit_term", "expected_tau", "main", "marginal_stats", "plain_term", "train",
+           "validation_prompts"]
 
 
 def _log(msg: str) -> None:
@@ -104,11 +111,13 @@ def training_prompts(bundle, n: int, length: int, seed: int) -> list[np.ndarray]
 
 
 def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget,
-            temperature: float, seed: int, weight_temperature: float | None = None) -> dict:
+            temperature: float, seed: int, weight_temperature: float | None = None,
+            val_skip: int | None = None) -> dict:
     """Decode training prompts with DDTree; per round: anchor position and sparse ``W``.
 
     ``budget`` is one DDTree budget or a sequence of them (prompt ``i`` is decoded at
-    ``budget[i % len(budget)]``: the trees of a mix of inference-time budgets).
+    ``budget[i % len(budget)]``: the trees of a mix of inference-time budgets). With
+    ``val_skip``, the prompts are :func:`validation_prompts` (for :func:`marginal_stats`).
 
     Decoding runs at ``temperature``; the exit law that weights the loss uses the target's rows
     at ``weight_temperature`` (default: the same). At ``T = 0`` the rows are one-hot and ``W``
@@ -116,7 +125,10 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget,
     """
     wt = temperature if weight_temperature is None else float(weight_temperature)
     budgets = [int(budget)] if np.isscalar(budget) else [int(b) for b in budget]
-    prompts = training_prompts(bundle, n_seqs, prompt_len, seed)
+    if val_skip is None:
+        prompts = training_prompts(bundle, n_seqs, prompt_len, seed)
+    else:
+        prompts = validation_prompts(bundle, n_seqs, prompt_len, seed, val_skip)
     L = bundle.depth
     seqs, anchors, entries = [], [], []
     t0 = time.perf_counter()
@@ -157,6 +169,30 @@ def collect(bundle, *, n_seqs: int, prompt_len: int, gen_len: int, budget,
 LOSSES = ("exit", "plain", "combined")
 
 
+def block_logp(model, spec, embed, head, x, h, a):
+    """The drafter's log-marginals for blocks anchored at ``a`` ``(b, A)`` in sequences ``x``
+    ``(b, N)`` with target features ``h``, all blocks in one pass (one attention mask), as in
+    ``real_models.train``; returns ``(logp (b, A, L, V), labels (b, A, L))``."""
+    b, A = a.shape
+    K = spec.block_size
+    L = K - 1
+    ctx_pos = torch.arange(x.shape[1])[None]
+    offs = torch.arange(K)
+    pos = (a[:, :, None] + offs).reshape(b, A * K)
+    tokens = torch.full((b, A, K), spec.mask_token_id, dtype=torch.long)
+    tokens[:, :, 0] = torch.gather(x, 1, a)
+    ctx_vis = (ctx_pos[:, None, :] < a.reshape(b, A, 1)).repeat_interleave(K, dim=1)
+    blk = torch.arange(A).repeat_interleave(K)
+    blk_vis = (blk[:, None] == blk[None, :]).expand(b, -1, -1)
+    mask = torch.cat([ctx_vis, blk_vis], dim=2)[:, None]
+    emb = embed(tokens.view(b, -1)) * spec.input_embedding_scale
+    out = model.forward_train(emb, pos, h, ctx_pos.expand(b, -1), mask)
+    out = out.view(b, A, K, -1)[:, :, 1:]
+    logp = torch.log_softmax(model.logits(out, head).float(), dim=-1)
+    labels = torch.gather(x, 1, (a[:, :, None] + offs[1:]).reshape(b, -1)).view(b, A, L)
+    return logp, labels
+
+
 def plain_term(logp, labels):
     r"""The drafter's ordinary loss (``real_models.train``): per-token mean cross-entropy to the
     committed continuation, depth ``k`` weighted ``0.85^(k-1)`` (weights normalised to 1).
@@ -195,7 +231,7 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}")
     spec = bundle.spec
-    L, K = spec.depth, spec.block_size
+    L = spec.depth
     V = bundle.vocab_size
     target = bundle.target.model
     seqs = torch.from_numpy(data["seqs"])
@@ -215,8 +251,6 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
         p.requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = np.random.default_rng(seed)
-    N = seqs.shape[1]
-    ctx_pos = torch.arange(N)[None]
     seq_ids = np.asarray(sorted(by_seq))
     losses = []
     t0 = time.perf_counter()
@@ -231,19 +265,7 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
         a = torch.from_numpy(anchors[rounds.reshape(-1), 1].reshape(b, A))
         x = seqs[idx]
         h = feats[idx]
-        offs = torch.arange(K)
-        pos = (a[:, :, None] + offs).reshape(b, A * K)
-        tokens = torch.full((b, A, K), spec.mask_token_id, dtype=torch.long)
-        tokens[:, :, 0] = torch.gather(x, 1, a)
-        ctx_vis = (ctx_pos[:, None, :] < a.reshape(b, A, 1)).repeat_interleave(K, dim=1)
-        blk = torch.arange(A).repeat_interleave(K)
-        blk_vis = (blk[:, None] == blk[None, :]).expand(b, -1, -1)
-        mask = torch.cat([ctx_vis, blk_vis], dim=2)[:, None]
-        emb = embed(tokens.view(b, -1)) * spec.input_embedding_scale
-        out = model.forward_train(emb, pos, h, ctx_pos.expand(b, -1), mask)
-        out = out.view(b, A, K, -1)[:, :, 1:]
-        logp = torch.log_softmax(model.logits(out, head).float(), dim=-1)   # (b, A, L, V)
-        labels = torch.gather(x, 1, (a[:, :, None] + offs[1:]).reshape(b, -1)).view(b, A, L)
+        logp, labels = block_logp(model, spec, embed, head, x, h, a)      # (b, A, L, V)
         W = None
         if loss != "plain":
             W = torch.zeros((b * A, L, V))
@@ -318,6 +340,52 @@ def evaluate(bundles: dict, *, prompts, budgets=(16, 64), new_tokens: int = 96,
     return out
 
 
+def marginal_stats(bundles: dict, data: dict) -> dict:
+    """What fine-tuning did to each drafter's marginals on collected rounds (teacher-forced).
+
+    Per drafter: mean log q of the target's token at the positions the round's tree hit (depths
+    before its first miss), at the first miss, and after it; the marginals' mean entropy (nats)
+    and top-1 accuracy over all depths. The first miss is the round's exit token at T = 0
+    (``data`` from ``collect`` at ``--temperature 0``).
+    """
+    first = next(iter(bundles.values()))
+    spec, L = first.spec, first.depth
+    target = first.target.model
+    seqs = torch.from_numpy(data["seqs"])
+    feats = target_features(target, seqs, list(spec.target_layer_ids))
+    anchors = data["anchors"]
+    miss = {int(r): int(d) for r, d in zip(data["w_round"], data["w_depth"],
+                                                     strict=True)}
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    out = {}
+    for label, bd in bundles.items():
+        model = bd.drafter.float().eval()
+        hit, at, after, ent, top1 = [], [], [], [], []
+        with torch.no_grad():
+            for s in range(seqs.shape[0]):
+                rs = np.flatnonzero(anchors[:, 0] == s)
+                if not rs.size:
+                    continue
+                a = torch.from_numpy(anchors[rs, 1])[None]
+                logp, labels = block_logp(model, spec, embed, head, seqs[s:s + 1],
+                                          feats[s:s + 1], a)
+                logp, labels = logp[0], labels[0]
+                lq = torch.gather(logp, -1, labels[..., None])[..., 0].numpy()
+                ent.extend((-(logp.exp() * logp).sum(-1)).numpy().ravel())
+                top1.extend((logp.argmax(-1) == labels).numpy().ravel())
+                for j, r in enumerate(rs):
+                    m = miss.get(int(r), L)
+                    hit.extend(lq[j, :m])
+                    if m < L:
+                        at.append(lq[j, m])
+                        after.extend(lq[j, m + 1:])
+        out[label] = {"logq_hit": float(np.mean(hit)), "logq_first_miss": float(np.mean(at)),
+                      "logq_after_miss": float(np.mean(after)), "entropy": float(np.mean(ent)),
+                      "top1": float(np.mean(top1))}
+        _log(f"marginals {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in out[label].items()))
+    return out
+
+
 def paired_bootstrap(a, b, *, n_boot: int = 4000, seed: int = 0):
     """Mean of ``b - a`` over prompts and its 95% percentile-bootstrap interval (paired)."""
     d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
@@ -388,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--temperature)")
     c.add_argument("--seed", type=int, default=0,
                    help="seed of the prompt choice and the sampling (default: %(default)s)")
+    c.add_argument("--val-skip", type=int, metavar="N", default=None,
+                   help="decode validation windows instead (those after the first N of "
+                        "'collect --seqs N'), for 'marginals' (default: training windows)")
     t = sub.add_parser("train", help="fine-tune a copy of the tiny drafter on collected rounds",
                        description="Fine-tune a copy of the tiny drafter on the rounds of "
                                    "'collect', with the exit-law loss or the plain control; "
@@ -446,7 +517,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decoding temperature (default: %(default)s)")
     e.add_argument("--out", type=Path, metavar="FILE.json", default=None,
                    help="write tau and the table as JSON here (default: print only)")
-    for p in (c, t, e):
+    m = sub.add_parser("marginals", help="what fine-tuning did to the drafters' marginals on "
+                       "collected rounds",
+                       description="Teacher-forced on the rounds of 'collect' (T = 0): mean log q "
+                                   "of the target's token before, at and after each round's "
+                                   "first miss, mean entropy and top-1 accuracy per drafter.")
+    m.add_argument("--data", type=Path, metavar="FILE.npz", required=True,
+                   help="rounds written by 'collect' (required)")
+    m.add_argument("--drafters", nargs="+", metavar="LABEL=DIR", required=True,
+                   help="drafters, as in 'evaluate' (required)")
+    m.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                   help="write the numbers as JSON here (default: print only)")
+    for p in (c, t, e, m):
         p.add_argument("--threads", type=int, default=1,
                        help="torch threads (default: %(default)s)")
         add_debug(p)
@@ -506,12 +588,13 @@ def _main(args: argparse.Namespace, argv) -> int:
     _at_least(args, threads=1)
     if args.cmd == "collect":
         _at_least(args, seqs=1, prompt_len=2, gen_len=1, budget=1, temperature=0.0,
-                  weight_temperature=0.0)
+                  weight_temperature=0.0, val_skip=0)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         data = collect(bundle, n_seqs=args.seqs, prompt_len=args.prompt_len,
                        gen_len=args.gen_len, budget=args.budget, temperature=args.temperature,
-                       seed=args.seed, weight_temperature=args.weight_temperature)
+                       seed=args.seed, weight_temperature=args.weight_temperature,
+                       val_skip=args.val_skip)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out, **data)
         _log(f"wrote {args.out}: {len(data['anchors'])} rounds, {data['seqs'].shape} tokens")
@@ -532,6 +615,18 @@ def _main(args: argparse.Namespace, argv) -> int:
                     base_drafter=str(TINY_DRAFTER.name), torch=torch.__version__)
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
+    elif args.cmd == "marginals":
+        data = _read_rounds(args.data, 1)
+        drafters = _parse_drafters(args.drafters)
+        torch.set_num_threads(args.threads)
+        bundles = {label: load(TINY_TARGET, path) for label, path in drafters.items()}
+        res = marginal_stats(bundles, data)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({
+                "data_meta": json.loads(str(data["meta"])),
+                "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+                "drafters": res}, indent=1) + "\n")
     else:
         _at_least(args, budgets=1, prompts=1, new_tokens=1, temperature=0.0, samples=1,
                   val_skip=0)

@@ -98,6 +98,9 @@ def test_exittrain_collect_and_train_steps(bundle, monkeypatch):
         changed = any(not np.allclose(before[k].numpy(), v.detach().numpy())
                       for k, v in model.state_dict().items() if k in before)
         assert changed
+    st = et.marginal_stats({"base": bundle}, data)["base"]
+    assert all(np.isfinite(v) for v in st.values())
+    assert 0 <= st["entropy"] <= np.log(bundle.vocab_size) and 0 <= st["top1"] <= 1
     # the shipped drafter itself is untouched
     assert all(np.array_equal(before[k].numpy(), v.numpy())
                for k, v in bundle.drafter.state_dict().items() if k in before)
