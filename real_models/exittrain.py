@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import edge_probabilities, reach_from_edges
 from treespec_sim.stats import mean_ci as stats_mean_ci
 
@@ -536,11 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # errors name the command, as argparse's own errors in its options do
-    command = OneLineParser(prog=f"{parser.prog} {args.cmd}", add_help=False)
-    return run(command, args, lambda args: _main(args, argv))
+    return run_subcommand(build_parser(), argv, lambda args: _main(args, argv))
 
 
 def _at_least(args: argparse.Namespace, **lows) -> None:

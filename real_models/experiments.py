@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim import DraftTree, engine
-from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
 from treespec_sim.policies.caddtree import prefix_tree
 from treespec_sim.stats import paired_bootstrap
@@ -397,11 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # errors name the command, as argparse's own errors in its options do
-    command = OneLineParser(prog=f"{parser.prog} {args.cmd}", add_help=False)
-    return run(command, args, _main)
+    return run_subcommand(build_parser(), argv, _main)
 
 
 def _at_least(args: argparse.Namespace, **lows) -> None:

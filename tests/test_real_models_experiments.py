@@ -18,6 +18,10 @@ from real_models.target import LogitsOracle
 from real_models.validate import load_prompts
 from treespec_sim.exits import exit_law
 
+# The committed CPU profile was measured with one thread (as the CLIs run by default); run with
+# one too, whichever other test modules this process imported first.
+pytest.importorskip("torch").set_num_threads(1)
+
 
 @pytest.fixture(scope="module")
 def bundle():

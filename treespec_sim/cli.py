@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-__all__ = ["OneLineParser", "add_debug", "run"]
+__all__ = ["OneLineParser", "add_debug", "run", "run_subcommand"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,3 +41,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace,
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def run_subcommand(parser: argparse.ArgumentParser, argv, body: Callable[[argparse.Namespace], int]
+                   ) -> int:
+    """Parse ``argv`` with a parser of subcommands (``dest="cmd"``) and :func:`run` ``body``,
+    its one-line errors naming the subcommand (``prog cmd: error: ...``), as argparse's own
+    errors in the subcommand's options do."""
+    args = parser.parse_args(argv)
+    command = OneLineParser(prog=f"{parser.prog} {args.cmd}", add_help=False)
+    return run(command, args, body)
