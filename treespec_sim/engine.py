@@ -46,12 +46,14 @@ from .verify import expected_length, verify
 from .verify.outcome import Outcome
 
 __all__ = [
+    "STAGES",
     "Backend",
     "DecodeResult",
     "MeanCI",
     "Round",
     "RoundRecord",
     "RoundsSummary",
+    "commit",
     "decode",
     "run_round",
     "run_rounds",
