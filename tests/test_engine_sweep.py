@@ -71,3 +71,97 @@ def test_unknown_method(world):
     with pytest.raises(ValueError, match="unknown method 'bfs'; known methods: chain, ddtree"):
         run_round(world, Context(0, 0), method="bfs", budget=4, rule="follow",
                   temperature=1.0, rng=np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------ worlds of a sweep cell
+EXACT = 1e-12
+
+
+def _world_grids():
+    from treespec_sim.families import CaDDTreeGrid, DDTreeGrid, StochasticGrid, VerifierGrid
+
+    return {
+        "ddtree": DDTreeGrid(("small",), methods=("chain", "ddtree", "dynamic"), budgets=(3, 8),
+                             temperatures=(1.0,), rounds=7),
+        "caddtree": CaDDTreeGrid(("small",), rounds=7, max_budget=24,
+                                 cost_models=("h200-qwen3-8b",)),
+        "stochastic": StochasticGrid(("small",), temperatures=(0.6,), budgets=(6,),
+                                     methods=("chain", "ddtree", "tsubame-rrsw"), rounds=7),
+        "verifiers": VerifierGrid(("small",), shapes=("2x2",), rounds=7),
+    }
+
+
+def _keyed(rows):
+    return {(r["method"], r["verifier"], r["budget"], r.get("cost_model")): r for r in rows}
+
+
+def _t_interval(values):
+    """The 95% t-interval of ``values`` by hand (scipy's t quantile, k - 1 dof)."""
+    from scipy import stats as sps
+
+    v = np.asarray(values, dtype=np.float64)
+    half = sps.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+    return v.mean() - half, v.mean() + half
+
+
+@pytest.mark.parametrize("family", ["ddtree", "caddtree", "stochastic", "verifiers"])
+def test_a_cell_of_three_worlds_pools_its_three_one_world_runs(family):
+    """World i of a cell at seed s is that cell run with worlds = 1 at seed s + i on its share
+    of the rounds; the row pools them, and its between-world interval is the t-interval over
+    the one-world means."""
+    import dataclasses
+
+    from treespec_sim.families import RunSettings, run_cell, world_shares
+
+    grid = _world_grids()[family]
+    shares = world_shares(grid.rounds, grid.worlds, 5)
+    assert [(s.seed, s.rounds) for s in shares] == [(5, 3), (6, 2), (7, 2)]
+    n = np.array([s.rounds for s in shares], dtype=np.float64)
+    for cell in grid.cells():
+        pooled = _keyed(run_cell(cell, RunSettings(seed=5)))
+        singles = []
+        for s in shares:
+            one = dataclasses.replace(grid, rounds=s.rounds, worlds=1)
+            cell1 = dataclasses.replace(cell, grid=one)
+            assert cell1.key == cell.key  # the key (and so every stream) ignores the worlds
+            singles.append(_keyed(run_cell(cell1, RunSettings(seed=s.seed))))
+        assert set(pooled) == set(singles[0])
+        for key, row in pooled.items():
+            assert row["worlds"] == 3 and row["rounds"] == grid.rounds
+            lo, hi = _t_interval(row["tau_world_means"])
+            assert (row["tau_world_ci_low"], row["tau_world_ci_high"]) == \
+                pytest.approx((lo, hi), abs=1e-12)
+            if key[0] == "ddtree-oracle":  # the oracle budget is chosen on the pooled rounds
+                continue
+            one = [sg[key] for sg in singles]
+            means = np.array([r["tau_mean"] for r in one])
+            assert row["tau_world_means"] == pytest.approx(means, abs=EXACT)
+            assert row["tau_mean"] == pytest.approx((n * means).sum() / n.sum(), abs=EXACT)
+            if family in ("ddtree", "caddtree"):  # throughput over every round of every world
+                seconds = np.array([r["round_time_s"] for r in one])
+                assert row["throughput_tok_s"] == pytest.approx(
+                    (n * means).sum() / (n * seconds).sum(), rel=1e-12)
+            if family == "ddtree":
+                for col in ("coverage_mean", "lost_uncovered", "lost_budget", "lost_depth_cap"):
+                    values = np.array([r[col] for r in one])
+                    assert row[col] == pytest.approx((n * values).sum() / n.sum(), abs=EXACT)
+            if family == "stochastic":  # the pooled contexts, world after world
+                taus = [t for r in one for t in r["taus"]]
+                assert row["taus"] == pytest.approx(taus, abs=EXACT)
+                assert (row["tau_ci_low"], row["tau_ci_high"]) == \
+                    pytest.approx(_t_interval(taus), abs=1e-12)
+            if family == "verifiers":  # each world's gain over RRSw is its one-world gain
+                rel = [r["rel_to_baseline"] for r in one]
+                assert row["rel_world_means"] == pytest.approx(rel, abs=EXACT)
+                lo, hi = _t_interval(rel)
+                assert (row["rel_world_ci_low"], row["rel_world_ci_high"]) == \
+                    pytest.approx((lo, hi), abs=1e-12)
+        if family == "caddtree":  # per-world throughput ratios to the (pooled) oracle budget
+            oracle = pooled[("ddtree-oracle", "follow", grid.max_budget, "h200-qwen3-8b")]
+            b = oracle["tree_size_mean"]
+            fixed = [sg[("ddtree", "follow", int(b), "h200-qwen3-8b")] for sg in singles]
+            for key, row in pooled.items():
+                if key[0] in ("caddtree", "exhaustive", "longrun"):
+                    want = [sg[key]["throughput_tok_s"] / f["throughput_tok_s"]
+                            for sg, f in zip(singles, fixed, strict=True)]
+                    assert row["rel_world_means"] == pytest.approx(want, rel=1e-12)

@@ -2,7 +2,9 @@
 
 The recomputations here share no code with the families beyond ``run_round`` itself: they
 rebuild every budget's tree (the families use the nested-budget fast path), compute their own
-means, and draw from the seeds each family documents.
+means, and draw from the seeds each family documents. The grids here have one world each;
+that a cell of several worlds pools exactly its one-world runs is checked in
+``test_engine_sweep.py``.
 """
 
 import zlib
@@ -38,7 +40,7 @@ def _rows(cell):
 def test_ddtree_family_equals_rebuilt_trees(temperature):
     """The nested fast path (one tree at the largest budget) equals trees rebuilt per budget."""
     grid = DDTreeGrid(("mid-entropy",), methods=("chain", "ddtree", "dynamic"),
-                      budgets=(3, 16, 40), temperatures=(temperature,), rounds=6)
+                      budgets=(3, 16, 40), temperatures=(temperature,), rounds=6, worlds=1)
     cell = grid.cells()[0]
     rows = _rows(cell)
     world = world_for("mid-entropy", 3)
@@ -64,7 +66,8 @@ def test_ddtree_family_equals_rebuilt_trees(temperature):
 
 
 def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
-    grid = CaDDTreeGrid(("small",), rounds=10, max_budget=24, cost_models=("h200-qwen3-8b",))
+    grid = CaDDTreeGrid(("small",), rounds=10, max_budget=24, cost_models=("h200-qwen3-8b",),
+                        worlds=1)
     cell = grid.cells()[0]
     rows = {r["budget"]: r for r in run_cell(cell, RunSettings(seed=3))
             if r["method"] == "ddtree"}
@@ -90,7 +93,8 @@ def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
 def test_stochastic_family_equals_run_round():
     grid = StochasticGrid(("small",), drafters=("corrected",), temperatures=(0.6,),
                           budgets=(6,), methods=("ddtree", "tsubame-rrsw", "tsubame-univer",
-                                                 "sampled-chain-corrected"), rounds=5)
+                                                 "sampled-chain-corrected"), rounds=5,
+                          worlds=1)
     settings = RunSettings(seed=3)
     rows = [r for c in grid.cells() for r in run_cell(c, settings)]
     world = world_for("small", 3, grid.vocab, "corrected")
@@ -108,7 +112,7 @@ def test_stochastic_family_equals_run_round():
 
 
 def test_verifier_family_equals_run_round():
-    grid = VerifierGrid(("small",), shapes=("2x2",), rounds=6)
+    grid = VerifierGrid(("small",), shapes=("2x2",), rounds=6, worlds=1)
     cell = grid.cells()[0]
     rows = {(r["method"], r["verifier"]): r for r in run_cell(cell, RunSettings(seed=3))}
     world = make_world("small", seed=3)

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treespec_sim.calibrate import CALIBRATED_REGIMES, CALIBRATION_FILE, calibration_rows
+from treespec_sim.calibrate import (
+    CALIBRATED_REGIMES,
+    CALIBRATION_FILE,
+    QUANTITIES,
+    QUANTITY_LABELS,
+    calibration_rows,
+)
 from treespec_sim.report import summary_markdown
 
 RECORD = {"preset": "test", "cells": 1, "seed": 0, "git_commit": "0" * 40,
@@ -36,7 +42,14 @@ def section(summary: str) -> list[str]:
     return lines[start:end]
 
 
+def _table(sec: list[str]) -> dict[str, list[str]]:
+    return {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]]
+            for ln in sec if ln.startswith("| ") and not ln.startswith("| regime")}
+
+
 def test_summary_has_a_calibration_section_for_calibrated_regimes(stored):
+    """Holds for the data file before and after the T = 1 fit (and for one mixing the two,
+    while a fit rewrites it regime by regime): a quantity a regime lacks is a dash."""
     rows = ddtree_rows("gsm8k") + ddtree_rows("mt-bench") + ddtree_rows("mid-entropy")
     summary = summary_markdown(rows, RECORD)
     assert summary.index("## Calibration") < summary.index("## DDTree across budgets")
@@ -44,29 +57,76 @@ def test_summary_has_a_calibration_section_for_calibrated_regimes(stored):
     text = "\n".join(sec)
     assert "docs/results/calibration.md" in text
     assert "python -m treespec_sim.calibrate" in text
-    table = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]]
-             for ln in sec if ln.startswith("| ") and not ln.startswith("| regime")}
+    assert "T = 0 and T = 1 are both calibrated" in text
+    assert "arXiv 2506.01939" in text and "0.672" in text
+    head = next(ln for ln in sec if ln.startswith("| regime"))
+    for q in QUANTITIES:
+        assert f"{QUANTITY_LABELS[q]} target" in head
+    assert "Qwen3-8B: ≈ 0 / 0.672" in head
+    table = _table(sec)
     assert set(table) == {"gsm8k", "mt-bench"}            # only the sweep's calibrated regimes
     for name, cells in table.items():
+        assert len(cells) == 2 * len(QUANTITIES) + 3
         e = stored["regimes"][name]
         t, a = e["target"], e["achieved"]
-        star = {q: "" if t[f"{q}_derivation"].startswith("published") else "*"
-                for q in ("chain", "ddtree64")}
-        assert cells[:4] == [f"{t['chain']:.2f}{star['chain']}",
-                             f"{a['chain']['mean']:.2f} ± {a['chain']['se']:.2f}",
-                             f"{t['ddtree64']:.2f}{star['ddtree64']}",
-                             f"{a['ddtree64']['mean']:.2f} ± {a['ddtree64']['se']:.2f}"]
-        assert cells[4].split()[0] == ("yes" if e["within_tolerance"] else "no")
+        for i, q in enumerate(QUANTITIES):
+            if q not in t:  # a regime not yet refitted at T = 1
+                assert cells[2 * i: 2 * i + 2] == ["—", "—"]
+                assert "not in the data file" in cells[-3]
+                continue
+            star = "" if t[f"{q}_derivation"].startswith("published") else "*"
+            worlds = a.get("per_world", {}).get(q)
+            each = f" ({' / '.join(f'{x:.2f}' for x in worlds)})" if worlds else ""
+            assert cells[2 * i: 2 * i + 2] == [
+                f"{t[q]:.2f}{star}", f"{a[q]['mean']:.2f} ± {a[q]['se']:.2f}{each}"]
+        if all(q in t for q in QUANTITIES):
+            assert cells[-3].split()[0] == ("yes" if e["within_tolerance"] else "no")
+        h = a.get("entropy_t1")
+        assert cells[-2] == (f"{h['median']:.3f} / {h['p80']:.3f}" if h else "—")
     assert table["gsm8k"][0] == "6.57" and table["gsm8k"][2] == "8.49"      # published
     assert table["mt-bench"][0].endswith("*") and table["mt-bench"][2] == "5.54"
+    if "ddtree64_t1" in stored["regimes"]["gsm8k"]["target"]:
+        assert table["gsm8k"][4] == "7.84"                                    # published, T = 1
 
 
-def test_summary_without_calibrated_regimes_has_no_calibration_section():
-    summary = summary_markdown(ddtree_rows("mid-entropy") + ddtree_rows("tiny"), RECORD)
-    assert "## Calibration" not in summary
-    assert "calibration.md" not in summary
-    assert "## DDTree across budgets" in summary
-    assert "## Calibration" not in summary_markdown([], RECORD)
+def _synthetic_entry(t1: bool) -> dict:
+    """One regime of a calibration file, with or without the T = 1 quantity."""
+    target = {"chain": 6.57, "chain_derivation": "published (DDTree Table 1)",
+              "ddtree64": 8.49, "ddtree64_derivation": "published (TEV Table 1)"}
+    achieved = {"chain": {"mean": 6.45, "se": 0.08, "n": 300},
+                "ddtree64": {"mean": 9.10, "se": 0.07, "n": 300},
+                "world_seeds": [100, 101, 102], "context_seed": 1, "contexts": 300}
+    if t1:
+        target.update(ddtree64_t1=7.84, ddtree64_t1_derivation="from MATH-500's ratio")
+        achieved.update(ddtree64_t1={"mean": 7.9012, "se": 0.0468, "n": 300},
+                        per_world={"chain": [6.1, 6.5, 6.75], "ddtree64": [9.0, 9.1, 9.2],
+                                   "ddtree64_t1": [7.8, 7.95, 7.95]},
+                        entropy_t1={"median": 0.0849, "p80": 0.5489, "share_below_0.05": 0.4267,
+                                    "share_above_1": 0.0258})
+    return {"family": "math-code", "target": target, "achieved": achieved,
+            "knobs": {"variant_noise": 0.3, "depth_sharpening": 0.0, "calibration": 0.15,
+                      "logit_scale": 5.0}, "within_tolerance": False}
+
+
+def test_calibration_section_shows_three_quantities_worlds_and_entropy():
+    from treespec_sim.report import _calibration_section
+
+    data = {"regimes": {"gsm8k": _synthetic_entry(True)}}
+    sec = _calibration_section(ddtree_rows("gsm8k"), data)
+    assert _table(sec) == {"gsm8k": [
+        "6.57", "6.45 ± 0.08 (6.10 / 6.50 / 6.75)",
+        "8.49", "9.10 ± 0.07 (9.00 / 9.10 / 9.20)",      # 7% above its target
+        "7.84*", "7.90 ± 0.05 (7.80 / 7.95 / 7.95)",
+        "no (DDTree@64 τ (T = 0))",
+        "0.085 / 0.549", "43%"]}
+    # a file from before the T = 1 fit: dashes, and the table says why
+    old = {"regimes": {"gsm8k": _synthetic_entry(False)}}
+    cells = _table(_calibration_section(ddtree_rows("gsm8k"), old))["gsm8k"]
+    assert cells[:4] == ["6.57", "6.45 ± 0.08", "8.49", "9.10 ± 0.07"]
+    assert cells[4:6] == ["—", "—"]
+    assert cells[6] == "no (DDTree@64 τ (T = 0)); not in the data file: DDTree@64 τ (T = 1)"
+    assert cells[7:] == ["—", "—"]
+    assert _calibration_section(ddtree_rows("tiny"), data) == []
 
 
 def test_calibration_rows_filter_and_order(stored):
@@ -81,7 +141,9 @@ def test_calibration_rows_filter_and_order(stored):
     assert alpaca["ddtree64_target"] == e["target"]["ddtree64"]
     assert not alpaca["ddtree64_published"]
     assert alpaca["ddtree64_mean"] == e["achieved"]["ddtree64"]["mean"]
-    assert alpaca["within"] == e["within_tolerance"]
+    if all(q in e["target"] for q in QUANTITIES):
+        assert alpaca["within"] == e["within_tolerance"]
+        assert not alpaca["ddtree64_t1_published"]                # derived from MT-Bench's
     assert calibration_rows({}, regimes=["alpaca"]) == []
 
 
@@ -313,3 +375,105 @@ def test_results_page_rewrites_doc_links_relative_to_the_page(tmp_path):
     rel = Path(os.path.relpath(docs, (tmp_path / "pages").resolve())).as_posix()
     assert f"[u]({rel}/theory/univer.md#a)" in text
     assert (tmp_path / "pages" / rel / "theory" / "univer.md").exists()
+
+
+# ----------------------------------------------------------------------------- worlds
+def _hand_t(values) -> tuple[float, float]:
+    from scipy import stats as sps
+
+    v = np.asarray(values, dtype=np.float64)
+    half = sps.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+    return float(v.mean() - half), float(v.mean() + half)
+
+
+def _row_of(lines: list[str], start: str) -> list[str]:
+    line = next(ln for ln in lines if ln.startswith(start))
+    return [c.strip() for c in line.split("|")[1:-1]]
+
+
+def test_tables_show_the_between_world_interval_beside_the_pooled_one(tmp_path):
+    from treespec_sim.families import CaDDTreeGrid, DDTreeGrid, StochasticGrid, VerifierGrid
+    from treespec_sim.sweep import Plan, run_plan
+
+    plan = Plan((DDTreeGrid(("small",), budgets=(2, 4), temperatures=(1.0,), rounds=9),
+                 CaDDTreeGrid(("small",), rounds=9, max_budget=16,
+                              cost_models=("h200-qwen3-8b",)),
+                 StochasticGrid(("small",), temperatures=(1.0,), budgets=(4,), rounds=9,
+                                methods=("ddtree", "tsubame-rrsw")),
+                 VerifierGrid(("small",), shapes=("2x2",), rounds=9)))
+    rows = run_plan(plan, tmp_path, progress=False, plot=False, preset="worlds-test")
+    lines = (tmp_path / "summary.md").read_text().splitlines()
+    text = "\n".join(lines)
+    # the note on the two intervals, and which kind each table shows
+    assert "**Two kinds of interval.**" in text
+    assert "2 with 3 worlds: the 97.5% t quantile is 4.30" in text
+    assert "each regime is 3 synthetic worlds (world seeds 0 to 2)" in text
+    assert "95% t-interval over the 9 contexts of its 3 worlds pooled" in text
+    assert "vs RRSw (pooled, bootstrap) | vs RRSw between worlds (t)" in text
+    assert "CaDDTree vs oracle (pooled, bootstrap) | CaDDTree vs oracle between worlds (t)" \
+        in text
+    assert "Δτ = a − b [95% CI, contexts pooled]" in text and "Δτ between worlds" in text
+    # DDTree: a pooled row and a between-world row per regime
+    dd = {r["budget"]: r for r in rows if r["family"] == "ddtree" and r["method"] == "ddtree"}
+    pooled, worlds = _row_of(lines, "| small |"), _row_of(lines, "| ↳ 3 worlds |")
+    r = dd[4]
+    assert pooled[3] == f"{r['tau_mean']:.2f} [{r['tau_ci_low']:.2f}, {r['tau_ci_high']:.2f}]"
+    lo, hi = _hand_t(r["tau_world_means"])
+    each = " / ".join(f"{x:.2f}" for x in r["tau_world_means"])
+    assert worlds[3] == f"[{lo:.2f}, {hi:.2f}] ({each})"
+    # verifiers: each world's gain, and the t-interval over them
+    v = next(r for r in rows if r["family"] == "verifiers" and r["verifier"] == "traversal")
+    cells = _row_of(lines, "| small | 1 | sampled-tree[2x2] | traversal |")
+    gains = [100 * (x - 1) for x in v["rel_world_means"]]
+    lo, hi = _hand_t(gains)
+    assert cells[6] == (f"{np.mean(gains):+.1f}% [{lo:+.1f}%, {hi:+.1f}%] ("
+                        + " / ".join(f"{g:+.1f}%" for g in gains) + ")")
+    # stochastic: the per-world paired differences
+    st = {r["method"]: r for r in rows if r["family"] == "stochastic"}
+    diff = np.subtract(st["tsubame-rrsw"]["tau_world_means"], st["ddtree"]["tau_world_means"])
+    lo, hi = _hand_t(diff)
+    cells = _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")
+    assert cells[6] == (f"{diff.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] ("
+                        + " / ".join(f"{d:+.2f}" for d in diff) + ")")
+    p_lo, _ = _hand_t(np.subtract(st["tsubame-rrsw"]["taus"], st["ddtree"]["taus"]))
+    if round(p_lo, 2) > 0:  # the claim (a > b) holds pooled: does it between worlds?
+        assert cells[-1] == ("holds, also between worlds" if round(lo, 2) > 0
+                             else "holds pooled; not shown between worlds")
+    else:
+        assert not cells[-1].startswith("holds")
+
+
+def test_a_claim_that_holds_pooled_only_says_so():
+    rows = stochastic_rows()
+    for r in rows:  # three worlds; Tsubame-RRSw - DDTree is +1.08 pooled, spread over worlds
+        r["tau_world_means"] = {"tsubame-rrsw": [3.6, 2.8, 3.0], "tsubame-univer": [2.6] * 3,
+                                "ddtree": [2.0, 2.1, 2.2]}[r["method"]]
+    lines = summary_markdown(rows, RECORD).splitlines()
+    cells = _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")
+    assert cells[6].startswith("+1.03 [") and cells[-1] == "holds pooled; not shown between worlds"
+    for r in rows:
+        r["tau_world_means"] = [x + 0.05 * i for i, x in enumerate([r["tau_mean"]] * 3)]
+    lines = summary_markdown(rows, RECORD).splitlines()
+    assert _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")[-1] == \
+        "holds, also between worlds"
+
+
+def test_interval_labels_say_pooled_over_worlds():
+    from treespec_sim.report import interval_label
+
+    assert interval_label([{"rounds": 63, "worlds": 3}], "ddtree") == \
+        "95% t-interval over 63 contexts pooled over 3 worlds"
+    assert interval_label([{"rounds": 96, "worlds": 3}], "caddtree") == \
+        ("95% percentile-bootstrap interval over 96 decoded rounds pooled over 3 worlds "
+         "(resampled by sequence)")
+
+
+def test_rows_of_one_world_say_so():
+    from treespec_sim.report import summary_markdown
+
+    base = ddtree_rows("tiny")
+    one = [dict(r, worlds=1, tau_world_means=[5.0], tau_world_ci_low=float("nan"),
+                tau_world_ci_high=float("nan")) for r in base]
+    text = summary_markdown(one, RECORD)
+    assert "| ↳ 1 world | (5.00) | one world (5.00) | |" in text
+    assert "One world per regime" in text and "Two kinds of interval" not in text

@@ -1,5 +1,6 @@
 """The sweep: plans, config validation, outputs, resume (also after a kill), workers, dask."""
 
+import csv
 import dataclasses
 import json
 import os
@@ -7,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from treespec_sim.families import (
@@ -31,7 +34,9 @@ def small_plan(seed: int = 0) -> Plan:
 
 def _numbers(rows):
     return [(r["family"], r["regime"], r["method"], r["temperature"], r.get("budget"),
-             r.get("cost_model"), r["tau_mean"], r.get("throughput_tok_s")) for r in rows]
+             r.get("cost_model"), r["tau_mean"], r.get("throughput_tok_s"), r["worlds"],
+             tuple(r["tau_world_means"]), r["tau_world_ci_low"], r["tau_world_ci_high"],
+             tuple(r.get("rel_world_means", ()))) for r in rows]
 
 
 @pytest.mark.parametrize("data, match", [
@@ -48,6 +53,11 @@ def _numbers(rows):
     ({"ddtree": {"regimes": ["tiny"]}, "cost_model": "tpu"}, "cost_model: unknown cost model"),
     ({"ddtree": 3}, r"\[ddtree\] must be a table"),
     ({"seed": 0}, "no family table"),
+    ({"ddtree": {"regimes": ["tiny"], "worlds": 0}}, "ddtree.worlds must be an integer >= 1"),
+    ({"caddtree": {"regimes": ["tiny"], "worlds": 1.5}}, "caddtree.worlds must be an integer"),
+    ({"stochastic": {"regimes": ["tiny"], "worlds": True}}, "stochastic.worlds must be an int"),
+    ({"verifiers": {"regimes": ["tiny"], "rounds": 4, "worlds": 5}},
+     r"verifiers.worlds must be at most verifiers.rounds .* got worlds=5, rounds=4"),
 ])
 def test_config_errors_name_the_key(data, match):
     with pytest.raises(ValueError, match=match):
@@ -75,8 +85,22 @@ def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
     assert tuple(header) == COLUMNS
     for col in ("regime", "method", "verifier", "temperature", "budget", "cost_model", "rounds",
                 "seed", "tau_mean", "tau_ci_low", "tau_ci_high", "tree_size_mean",
-                "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar"):
+                "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar", "worlds",
+                "tau_world_means", "tau_world_ci_low", "tau_world_ci_high", "rel_world_means",
+                "rel_world_ci_low", "rel_world_ci_high"):
         assert col in header
+    with open(tmp_path / "results.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == len(rows)
+    for r, line in zip(rows, table, strict=True):  # list columns are ';'-joined
+        assert int(line["worlds"]) == r["worlds"] == 3
+        assert [float(x) for x in line["tau_world_means"].split(";")] == \
+            pytest.approx(r["tau_world_means"], rel=1e-5)
+        if r["family"] in ("caddtree", "verifiers"):
+            assert len(line["rel_world_means"].split(";")) == 3
+            assert float(line["rel_world_ci_low"]) <= float(line["rel_world_ci_high"])
+        else:
+            assert line["rel_world_means"] == ""
     methods = {r["method"] for r in rows}
     for m in ("chain", "ddtree", "ddtree-oracle", "caddtree", "sampled-chain", "tsubame-rrsw"):
         assert m in methods
@@ -125,6 +149,86 @@ def test_resume_redoes_cells_whose_settings_changed(tmp_path):
     fresh = run_plan(Plan((wider,)), tmp_path, resume=True, progress=False, plot=False)
     assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 2
     assert _numbers(fresh)[: len(rows)] == _numbers(rows)
+    # Other worlds are other settings: refused when finished, redone when interrupted
+    fewer = dataclasses.replace(wider, worlds=2)
+    with pytest.raises(ValueError, match="with other settings"):
+        run_plan(Plan((fewer,)), tmp_path, resume=True, progress=False, plot=False)
+    (tmp_path / "run.json").unlink()
+    two = run_plan(Plan((fewer,)), tmp_path, resume=True, progress=False, plot=False)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["cells_skipped_on_resume"] == 0 and record["plan"]["ddtree"]["worlds"] == 2
+    assert {r["worlds"] for r in two} == {2}
+    assert {len(r["tau_world_means"]) for r in two} == {2}
+
+
+def test_world_shares_split_the_rounds_and_number_the_seeds():
+    from treespec_sim.families import world_shares
+
+    for rounds, worlds, seed, want in ((64, 3, 0, [22, 21, 21]), (96, 3, 4, [32, 32, 32]),
+                                       (4, 3, 1, [2, 1, 1]), (5, 1, 9, [5]),
+                                       (11, 4, 2, [3, 3, 3, 2])):
+        shares = world_shares(rounds, worlds, seed)
+        assert [s.rounds for s in shares] == want and sum(want) == rounds
+        assert [s.seed for s in shares] == [seed + i for i in range(worlds)]
+        assert [s.index for s in shares] == list(range(worlds))
+    for rounds, worlds, match in ((2, 3, "rounds must be an integer >= worlds"),
+                                  (6, 0, "worlds must be an integer >= 1"),
+                                  (6, True, "worlds must be an integer >= 1")):
+        with pytest.raises(ValueError, match=match):
+            world_shares(rounds, worlds, 0)
+
+
+def test_cell_fingerprint_includes_the_worlds():
+    from treespec_sim.families import RunSettings
+    from treespec_sim.sweep import _cell_path
+
+    grid = DDTreeGrid(("tiny",), rounds=6)
+    cell = grid.cells()[0]
+    other = dataclasses.replace(cell, grid=dataclasses.replace(grid, worlds=2))
+    assert cell.key == other.key
+    assert _cell_path(Path("o"), cell, RunSettings()) != _cell_path(Path("o"), other,
+                                                                     RunSettings())
+
+
+def test_world_interval_is_mean_ci_over_the_world_means():
+    from scipy import stats as sps
+
+    from treespec_sim.stats import mean_ci, t_quantile, world_ci, world_columns
+
+    means = [9.35, 9.93, 9.83]
+    ci = world_ci(means)
+    half = sps.t.ppf(0.975, 2) * np.std(means, ddof=1) / np.sqrt(3)
+    assert (ci.mean, ci.low, ci.high) == pytest.approx(
+        (np.mean(means), np.mean(means) - half, np.mean(means) + half), abs=1e-12)
+    assert ci == mean_ci(np.array(means))
+    assert t_quantile(2) == sps.t.ppf(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    cols = world_columns(means, prefix="rel")
+    assert cols == {"rel_world_means": means, "rel_world_ci_low": ci.low,
+                    "rel_world_ci_high": ci.high}
+    one = world_ci([3.0])
+    assert one.mean == 3.0 and np.isnan(one.low) and np.isnan(one.high)
+    for bad in ([], [1.0, np.nan], [[1.0, 2.0]]):
+        with pytest.raises(ValueError, match="world_means"):
+            world_ci(bad)
+
+
+def test_paper_preset_runs_three_worlds_at_full_vocabulary():
+    from treespec_sim.sweep import get_preset
+    from treespec_sim.synth import get_regime
+
+    for name in ("paper", "quick"):
+        plan = get_preset(name)
+        assert all(g.worlds >= 3 for g in plan.grids), name
+    grids = {g.family: g for g in get_preset("paper").grids}
+    assert set(grids) == {"ddtree", "caddtree", "stochastic", "verifiers"}
+    assert grids["ddtree"].temperatures == (0.0, 1.0)
+    assert grids["stochastic"].temperatures == (0.0, 0.6, 1.0)
+    assert grids["stochastic"].vocab == 0  # no cap: the regimes' own V
+    assert StochasticGrid(("tiny",)).vocab == 0
+    for g in grids.values():
+        for regime in g.regimes:
+            if regime in ("math500", "alpaca"):  # calibrated regimes are V = 32768
+                assert get_regime(regime).vocab_size == 32768
 
 
 def test_a_chunk_saves_every_cell_as_it_finishes(monkeypatch):
@@ -208,6 +312,10 @@ def test_cli_help_presets_and_errors(capsys, tmp_path):
     assert main(["--resume"]) == 2
     assert main(["--config", str(tmp_path / "missing.toml")]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert "--worlds" in out
+    assert main(["--preset", "quick", "--worlds", "0", "--out", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "worlds must be an integer >= 1" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_failing_cell_stops_a_multi_worker_sweep(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 from treespec_sim.families import DDTreeGrid
 from treespec_sim.sweep import Plan, main
 
-ARGS = ["--preset", "quick", "--regimes", "tiny", "--rounds", "2", "--quiet"]
+ARGS = ["--preset", "quick", "--regimes", "tiny", "--rounds", "3", "--quiet"]
 
 
 def _run(out, *extra):
@@ -37,9 +37,9 @@ def test_another_run_in_out_is_refused_and_left_intact(tmp_path, capsys):
     assert _run(out) == 0
     before = _snapshot(out)
     capsys.readouterr()
-    # other settings, with or without --resume
-    assert main([*ARGS, "--rounds", "3", "--out", str(out)]) == 2
-    assert main([*ARGS, "--rounds", "3", "--out", str(out), "--resume"]) == 2
+    # other settings (here: one world per regime instead of 3), with or without --resume
+    assert main([*ARGS, "--worlds", "1", "--out", str(out)]) == 2
+    assert main([*ARGS, "--worlds", "1", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
     assert "holds a finished run (preset 'quick'" in err and "other settings" in err
     assert "usage:" not in err and "Traceback" not in err
@@ -101,6 +101,14 @@ def test_files_have_the_users_normal_permissions(tmp_path):
         os.umask(mask)
     for p in [*out.rglob("*.json"), out / "results.csv", out / "summary.md"]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
+
+
+def test_more_worlds_than_rounds_is_one_line_naming_both(tmp_path, capsys):
+    assert main([*ARGS, "--worlds", "4", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "worlds must be at most" in err and "got worlds=4, rounds=3" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
 
 
 def test_bad_config_value_names_the_key(tmp_path, capsys):

@@ -22,6 +22,28 @@ Families
 ``verifiers``
     RRSw, Traversal and UniVer on the same sampled trees at ``T > 0``
     (:class:`VerifierGrid`, :mod:`treespec_sim.experiments.verifier_gain`).
+
+Worlds
+------
+A regime is a law over synthetic worlds, and one world's numbers scatter around the regime's
+by more than an interval over that world's contexts shows. Every grid has ``worlds`` (default
+3): a cell splits its ``rounds`` contexts over ``worlds`` worlds as evenly as possible (the
+first ``rounds % worlds`` worlds get one more), world ``i`` being
+``make_world(regime, seed + i)`` with ``seed`` the sweep's (:func:`world_shares`, the one place
+that split and those seeds are written). Within a world the family's own randomness
+convention applies with the world's seed in place of the sweep's, so world ``i`` of a cell is
+exactly that cell run with ``worlds = 1`` at seed ``seed + i`` on its share of the rounds.
+(Sweeps at seeds ``s`` and ``s + 1`` therefore share ``worlds - 1`` worlds: independent
+replicates need seeds ``worlds`` apart.)
+
+A row pools its per-context values over the worlds for the existing columns (``tau_mean``,
+``tau_ci_low/high``: the interval over every context of every world; throughput over every
+round; ``rel_ci_*`` resampling the pooled contexts) and adds the between-world summary
+(:func:`treespec_sim.stats.world_columns`): ``worlds``, ``tau_world_means`` (one mean per
+world) and ``tau_world_ci_low/high``, the t-interval over those means (``worlds - 1`` degrees
+of freedom); relative comparisons add ``rel_world_means`` and ``rel_world_ci_low/high`` (each
+world's ratio to the baseline and their t-interval). In ``results.csv`` the list columns are
+written ``;``-joined.
 """
 
 from __future__ import annotations
@@ -41,21 +63,23 @@ from .exits import EXIT_CAUSES
 from .experiments import budget_choice, stochastic, verifier_gain
 from .methods import get_method, uses_budget
 from .policies import k_ary_shape
-from .stats import mean_ci, throughput
+from .stats import mean_ci, throughput, world_columns
 from .synth import REGIMES, make_world
 from .verify import RULES
 
 __all__ = ["COLUMNS", "FAMILIES", "CaDDTreeGrid", "Cell", "DDTreeGrid", "RunSettings",
-           "StochasticGrid", "VerifierGrid", "cell_rng", "run_cell", "throughput_columns",
-           "world_for"]
+           "StochasticGrid", "VerifierGrid", "WorldShare", "cell_rng", "run_cell",
+           "throughput_columns", "world_for", "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
     "family", "regime", "method", "verifier", "drafter", "temperature", "budget", "cost_model",
-    "rounds", "seed", "tau_mean", "tau_ci_low", "tau_ci_high", "tree_size_mean",
+    "rounds", "seed", "tau_mean", "tau_ci_low", "tau_ci_high",
+    "worlds", "tau_world_means", "tau_world_ci_low", "tau_world_ci_high", "tree_size_mean",
     "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar",
     "lost_uncovered", "lost_budget", "lost_depth_cap",
-    "rel_to_baseline", "rel_ci_low", "rel_ci_high", "baseline", "wall_s",
+    "rel_to_baseline", "rel_ci_low", "rel_ci_high", "rel_world_means", "rel_world_ci_low",
+    "rel_world_ci_high", "baseline", "wall_s",
 )
 
 
@@ -116,6 +140,14 @@ def _check_rounds(rounds: int, family: str) -> None:
         raise ValueError(f"{family}.rounds must be an integer >= 2; got {rounds!r}")
 
 
+def _check_worlds(worlds: int, rounds: int, family: str) -> None:
+    if isinstance(worlds, bool) or not isinstance(worlds, int) or worlds < 1:
+        raise ValueError(f"{family}.worlds must be an integer >= 1; got {worlds!r}")
+    if rounds < worlds:
+        raise ValueError(f"{family}.worlds must be at most {family}.rounds (every world needs "
+                         f"a context); got worlds={worlds}, rounds={rounds}")
+
+
 def _check_budgets(budgets: tuple[int, ...], family: str) -> None:
     if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets):
         raise ValueError(f"{family}.budgets must be positive integers; got {budgets!r}")
@@ -133,6 +165,8 @@ class DDTreeGrid:
     budgets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     temperatures: tuple[float, ...] = (0.0, 1.0)
     rounds: int = 64
+    #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
+    worlds: int = 3
     rule: str = "follow"
 
     def __post_init__(self) -> None:
@@ -151,6 +185,7 @@ class DDTreeGrid:
         _check_budgets(self.budgets, self.family)
         _check_temperatures(self.temperatures, self.family)
         _check_rounds(self.rounds, self.family)
+        _check_worlds(self.worlds, self.rounds, self.family)
 
     def cells(self) -> list[Cell]:
         """One cell per (regime, T): every budget and method on the same contexts."""
@@ -169,6 +204,8 @@ class CaDDTreeGrid:
     temperatures: tuple[float, ...] = (0.0,)
     cost_models: tuple[str, ...] = ("a800-qwen3-8b", "h200-qwen3-8b")
     rounds: int = 128
+    #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
+    worlds: int = 3
     max_budget: int = 1024
     context_length: float = 1024.0
 
@@ -179,6 +216,7 @@ class CaDDTreeGrid:
         _check_regimes(self.regimes, self.family)
         _check_temperatures(self.temperatures, self.family)
         _check_rounds(self.rounds, self.family)
+        _check_worlds(self.worlds, self.rounds, self.family)
         for c in self.cost_models:
             try:
                 get_cost_model(c)
@@ -205,7 +243,10 @@ class StochasticGrid:
     budgets: tuple[int, ...] = (64,)
     methods: tuple[str, ...] = stochastic.DEFAULT_METHODS
     rounds: int = 32
-    vocab: int = 4096
+    #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
+    worlds: int = 3
+    #: Vocabulary cap of the drafter-variant worlds (0: none, the regime's own V).
+    vocab: int = 0
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
@@ -225,6 +266,7 @@ class StochasticGrid:
         _check_temperatures(self.temperatures, self.family)
         _check_budgets(self.budgets, self.family)
         _check_rounds(self.rounds, self.family)
+        _check_worlds(self.worlds, self.rounds, self.family)
         if not isinstance(self.vocab, int) or self.vocab < 0:
             raise ValueError(f"stochastic.vocab must be an integer >= 0 (0: no cap); "
                              f"got {self.vocab!r}")
@@ -252,6 +294,8 @@ class VerifierGrid:
     shapes: tuple[str, ...] = ("2x4", "3x3")
     temperatures: tuple[float, ...] = (1.0,)
     rounds: int = 48
+    #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
+    worlds: int = 3
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
@@ -260,6 +304,7 @@ class VerifierGrid:
         _check_regimes(self.regimes, self.family)
         _check_temperatures(self.temperatures, self.family, positive=True)
         _check_rounds(self.rounds, self.family)
+        _check_worlds(self.worlds, self.rounds, self.family)
         for s in self.shapes:
             parts = s.split("x")
             if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
@@ -279,6 +324,42 @@ FAMILIES = {g.family: g for g in (DDTreeGrid, CaDDTreeGrid, StochasticGrid, Veri
 
 
 # ------------------------------------------------------------------------------ running
+@dataclass(frozen=True)
+class WorldShare:
+    """One world of a cell: its index, its seed and how many of the cell's rounds it holds."""
+
+    index: int
+    seed: int
+    rounds: int
+
+
+def world_shares(rounds: int, worlds: int, seed: int) -> tuple[WorldShare, ...]:
+    """How a cell's ``rounds`` contexts are split over its ``worlds`` worlds.
+
+    World ``i`` (``0 <= i < worlds``) has seed ``seed + i`` and ``rounds // worlds`` contexts,
+    one more for the first ``rounds % worlds`` worlds. Every family takes its worlds from here.
+
+    Parameters
+    ----------
+    rounds : int
+        The cell's contexts (or decoded rounds), ``>= worlds``.
+    worlds : int
+        ``>= 1``.
+    seed : int
+        The sweep's seed.
+    """
+    if isinstance(worlds, bool) or not isinstance(worlds, int) or worlds < 1:
+        raise ValueError(f"worlds must be an integer >= 1; got {worlds!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < worlds:
+        raise ValueError(f"rounds must be an integer >= worlds ({worlds}); got {rounds!r}")
+    base, extra = divmod(rounds, worlds)
+    return tuple(WorldShare(i, seed + i, base + (i < extra)) for i in range(worlds))
+
+
+def _shares(cell: Cell, settings: RunSettings) -> tuple[WorldShare, ...]:
+    return world_shares(cell.grid.rounds, cell.grid.worlds, settings.seed)
+
+
 @functools.lru_cache(maxsize=6)  # worlds at V = 32768 hold ~0.5 GB of per-topic kernels each
 def world_for(regime: str, seed: int, vocab: int | None = None, drafter: str | None = None):
     """The (cached) world of a cell: ``make_world(regime, seed)``, or the regime with a
@@ -291,7 +372,8 @@ def world_for(regime: str, seed: int, vocab: int | None = None, drafter: str | N
 
 
 def cell_rng(seed: int, cell: Cell) -> np.random.Generator:
-    """The ``ddtree`` family's generator: ``default_rng([seed, crc32(cell.key)])``."""
+    """The ``ddtree`` family's generator of one world: ``default_rng([seed, crc32(cell.key)])``
+    with that world's seed."""
     return np.random.default_rng([seed, zlib.crc32(cell.key.encode())])
 
 
@@ -317,6 +399,7 @@ def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
     for r in rows:
         r.setdefault("family", cell.family)
         r.setdefault("seed", settings.seed)
+        r.setdefault("worlds", cell.grid.worlds)
         r["wall_s"] = wall / max(1, len(rows))
         r["cell"] = cell.key
     return rows
@@ -327,52 +410,63 @@ class _Tally:
     """Per-round facts of one (method, budget) label of the ddtree family."""
 
     tau: list = field(default_factory=list)
+    world: list = field(default_factory=list)
     size: list = field(default_factory=list)
     cov: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     by_depth: list = field(default_factory=list)
     by_depth_cause: list = field(default_factory=list)
 
-    def add(self, rnd: Round) -> None:
+    def add(self, rnd: Round, world: int) -> None:
         decomp = rnd.exits
         self.tau.append(rnd.expected_tau)
+        self.world.append(world)
         self.size.append(rnd.tree_size)
         self.cov.append(decomp.coverage)
         self.lost.append(decomp.by_depth_cause.sum(axis=0))
         self.by_depth.append(decomp.by_depth)
         self.by_depth_cause.append(decomp.by_depth_cause)
 
+    def world_means(self) -> list[float]:
+        tau, world = np.array(self.tau), np.array(self.world)
+        return [float(tau[world == w].mean()) for w in np.unique(world)]
+
 
 def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     """Every budget from one tree per context: DDTree's trees are nested, so the round at the
     largest budget gives each smaller budget's exact E[tau], coverage and exit law
-    (:meth:`treespec_sim.engine.Round.at_budget`)."""
+    (:meth:`treespec_sim.engine.Round.at_budget`). World after world (:func:`world_shares`),
+    each with its own :func:`cell_rng`."""
     g: DDTreeGrid = cell.grid
-    world = world_for(cell.regime, settings.seed)
-    rng = cell_rng(settings.seed, cell)
     budgets = sorted(g.budgets)
     labels = ([("chain", 0)] if "chain" in g.methods else []) \
         + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
     tally = {k: _Tally() for k in labels}
-    common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
-    for _ in range(g.rounds):
-        ctx = world.sample_context(rng)
-        if "ddtree" in g.methods:
-            if g.rule == "follow":
-                big = run_round(world, ctx, method="ddtree", budget=budgets[-1], nested=True,
-                                **common)
+    depth = 0
+    for share in _shares(cell, settings):
+        world = world_for(cell.regime, share.seed)
+        depth = world.depth
+        rng = cell_rng(share.seed, cell)
+        common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
+        w = share.index
+        for _ in range(share.rounds):
+            ctx = world.sample_context(rng)
+            if "ddtree" in g.methods:
+                if g.rule == "follow":
+                    big = run_round(world, ctx, method="ddtree", budget=budgets[-1],
+                                    nested=True, **common)
+                    for b in budgets:
+                        tally[("ddtree", b)].add(big.at_budget(b), w)
+                else:  # nested rounds know 'follow' only: rebuild at every budget
+                    for b in budgets:
+                        tally[("ddtree", b)].add(run_round(world, ctx, method="ddtree",
+                                                           budget=b, **common), w)
+            if "chain" in g.methods:
+                tally[("chain", 0)].add(run_round(world, ctx, method="chain", **common), w)
+            if "dynamic" in g.methods:
                 for b in budgets:
-                    tally[("ddtree", b)].add(big.at_budget(b))
-            else:  # nested rounds know 'follow' only: rebuild at every budget
-                for b in budgets:
-                    tally[("ddtree", b)].add(run_round(world, ctx, method="ddtree", budget=b,
-                                                       **common))
-        if "chain" in g.methods:
-            tally[("chain", 0)].add(run_round(world, ctx, method="chain", **common))
-        if "dynamic" in g.methods:
-            for b in budgets:
-                tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
-                                                    **common))
+                    tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
+                                                        **common), w)
     cost = get_cost_model(settings.cost_model)
     rows = []
     for (m, b), t in tally.items():
@@ -381,9 +475,10 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
         causes = dict(zip(EXIT_CAUSES, np.mean(t.lost, axis=0).tolist(), strict=True))
         rows.append({
             "regime": cell.regime, "method": m, "verifier": g.rule,
-            "temperature": cell.temperature, "budget": world.depth if m == "chain" else b,
+            "temperature": cell.temperature, "budget": depth if m == "chain" else b,
             "rounds": g.rounds, "tau_mean": ci.mean, "tau_ci_low": ci.low,
-            "tau_ci_high": ci.high, "tree_size_mean": float(size.mean()),
+            "tau_ci_high": ci.high, **world_columns(t.world_means()),
+            "tree_size_mean": float(size.mean()),
             "coverage_mean": float(np.mean(t.cov)),
             "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
             "lost_depth_cap": causes["depth_cap"],
@@ -403,10 +498,15 @@ def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str
 
 
 def _run_caddtree(cell: Cell, settings: RunSettings) -> list[dict]:
+    """Each world decodes its share of the rounds from ``default_rng([world seed, 7])``
+    (:func:`~treespec_sim.experiments.budget_choice.collect`); the rules are evaluated on the
+    pooled rounds, the bootstrap drawing from ``default_rng(seed)``."""
     g: CaDDTreeGrid = cell.grid
-    curves = budget_choice.collect(world_for(cell.regime, settings.seed), regime=cell.regime,
-                                   rounds=g.rounds, temperature=cell.temperature,
-                                   max_budget=g.max_budget, seed=settings.seed)
+    curves = budget_choice.pool([
+        budget_choice.collect(world_for(cell.regime, s.seed), regime=cell.regime,
+                              rounds=s.rounds, temperature=cell.temperature,
+                              max_budget=g.max_budget, seed=s.seed)
+        for s in _shares(cell, settings)])
     rows = []
     for name in g.cost_models:
         results = budget_choice.evaluate(curves, get_cost_model(name),
@@ -420,22 +520,24 @@ def _run_stochastic(cell: Cell, settings: RunSettings) -> list[dict]:
     g: StochasticGrid = cell.grid
     methods = tuple(m for m in g.methods
                     if uses_budget(m) == (cell.budget > 0))
-    world = world_for(cell.regime, settings.seed, g.vocab or None, cell.option)
-    rows = stochastic.run_cell(world, regime=cell.regime, drafter=cell.option,
-                               temperature=cell.temperature, budget=cell.budget,
-                               methods=methods, rounds=g.rounds, seed=settings.seed,
-                               cost_name=settings.cost_model)
+    shares = _shares(cell, settings)
+    rows = stochastic.run_cell(
+        [world_for(cell.regime, s.seed, g.vocab or None, cell.option) for s in shares],
+        seeds=[s.seed for s in shares], rounds=[s.rounds for s in shares], regime=cell.regime,
+        drafter=cell.option, temperature=cell.temperature, budget=cell.budget, methods=methods,
+        cost_name=settings.cost_model)
     for r in rows:
         r.pop("wall_s", None)
     return rows
 
 
 def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
-    g: VerifierGrid = cell.grid
     width, depth = (int(x) for x in cell.option.split("x"))
-    res = verifier_gain.measure(world_for(cell.regime, settings.seed), regime=cell.regime,
-                                width=width, depth=depth, temperature=cell.temperature,
-                                rounds=g.rounds, seed=settings.seed)
+    shares = _shares(cell, settings)
+    res = verifier_gain.measure([world_for(cell.regime, s.seed) for s in shares],
+                                regime=cell.regime, width=width, depth=depth,
+                                temperature=cell.temperature, rounds=[s.rounds for s in shares],
+                                seeds=[s.seed for s in shares])
     rows = []
     for label, method, rule in verifier_gain.ARMS:
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
@@ -443,8 +545,11 @@ def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
             "regime": cell.regime, "method": f"sampled-tree[{cell.option}]"
             + ("+greedy" if method == "greedy-tree" else ""), "verifier": rule,
             "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
-            "tau_mean": res.mean[label], "tree_size_mean": float(res.budget),
+            "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
+            "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
+            "tree_size_mean": float(res.budget),
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
-            "rel_ci_high": 1.0 + gain[2], "baseline": "rrsw",
+            "rel_ci_high": 1.0 + gain[2],
+            **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
         })
     return rows

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrate import TOLERANCE, calibration_rows
+from .calibrate import QUANTITIES, QUANTITY_LABELS, TOLERANCE, calibration_rows
 from .experiments.stochastic import CLAIMS, claims_table
 from .experiments.stochastic import plot_tau_vs_temperature as plot
 from .families import FAMILIES
 from .methods import uses_budget
 from .plot import figure_legend
+from .stats import t_quantile
 
 __all__ = ["FIGURES", "results_page", "summary_markdown", "write_figures"]
 
@@ -80,37 +81,107 @@ def _notes(lines: Sequence[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- tables
-def _calibration_section(rows: Sequence[dict]) -> list[str]:
-    """Target vs achieved of the sweep's calibrated regimes (empty if it has none)."""
+#: Published token entropy of Qwen3-8B at T = 1 (Wang et al. 2025, arXiv 2506.01939): more
+#: than half of the tokens near zero (median ~ 0 nats), 80th percentile 0.672 nats.
+QWEN3_ENTROPY = {"median": "≈ 0", "p80": "0.672", "share_below_0.05": "> 50%"}
 
-    cal = calibration_rows(regimes={r.get("regime") for r in rows})
+
+def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list[str]:
+    """Target vs achieved of the sweep's calibrated regimes (empty if it has none).
+
+    ``data`` is a parsed calibration file (default: the package's); rows of a file from
+    before the ``T = 1`` fit show a dash for the quantities it lacks.
+    """
+    cal = calibration_rows(data, regimes={r.get("regime") for r in rows})
     if not cal:
         return []
     tol = f"±{TOLERANCE:.0%}"
+    pub = QWEN3_ENTROPY
+    n = sorted({len(r.get("world_seeds") or []) for r in cal} - {0})
+    worlds = "/".join(map(str, n)) if n else "several"
     out = ["## Calibration", "",
-           "The regimes below are synthetic worlds fitted so that at T = 0 the argmax-chain τ "
-           "(L = 15) and DDTree's τ at B = 64 match published Qwen3-8B values. Achieved = mean "
-           "± s.e. over contexts on fresh seeds (not the fit's); `*` marks a target derived from "
-           "published ratios rather than published. Only T = 0 is calibrated. Derivations and "
-           "limitations: `docs/results/calibration.md`; re-check with "
+           "The regimes below are synthetic worlds fitted so that the argmax-chain τ (L = 15) and "
+           "DDTree's τ at B = 64 at T = 0, and DDTree's τ at B = 64 at T = 1, match published "
+           "Qwen3-8B values: T = 0 and T = 1 are both calibrated. Achieved = mean ± s.e. over "
+           f"the contexts of {worlds} fresh worlds pooled (not the fit's worlds), with each "
+           "world's mean in parentheses; `*` marks a target derived from published ratios "
+           "rather than published. The last columns set the target's token entropy at T = 1 "
+           "(along sampled "
+           "continuations) beside Qwen3-8B's as published by Wang et al. 2025 "
+           "(arXiv 2506.01939): more than half of the tokens near zero (median ≈ 0 nats) and an "
+           "80th percentile of 0.672 nats. Derivations and limitations: "
+           "`docs/results/calibration.md`; re-check with "
            "`python -m treespec_sim.calibrate --check` (stored table: `--table`).", "",
-           f"| regime | chain τ target | chain τ achieved ± se | DDTree@64 τ target | "
-           f"achieved ± se | within {tol} |", "|---|---|---|---|---|---|"]
+           "| regime | " + " | ".join(f"{QUANTITY_LABELS[q]} target | achieved ± se (per world)"
+                                     for q in QUANTITIES)
+           + f" | within {tol} | T = 1 token entropy median / p80, nats (Qwen3-8B: "
+           f"{pub['median']} / {pub['p80']}) | share < 0.05 nats (Qwen3-8B: "
+           f"{pub['share_below_0.05']}) |",
+           "|---|" + "---|---|" * len(QUANTITIES) + "---|---|---|"]
     for r in cal:
-        cells = []
-        for q in ("chain", "ddtree64"):
+        cells, off, missing = [], [], []
+        for q in QUANTITIES:
+            if f"{q}_target" not in r:
+                cells += ["—", "—"]
+                missing.append(QUANTITY_LABELS[q])
+                continue
             star = "" if r[f"{q}_published"] else "*"
+            worlds = " / ".join(f"{x:.2f}" for x in r.get(f"{q}_worlds") or [])
             cells += [f"{r[f'{q}_target']:.2f}{star}",
-                      f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}"]
-        off = [label for q, label in (("chain", "chain"), ("ddtree64", "DDTree@64"))
-               if not r[f"{q}_within"]]
+                      f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}"
+                      + (f" ({worlds})" if worlds else "")]
+            if not r[f"{q}_within"]:
+                off.append(QUANTITY_LABELS[q])
         ok = "yes" if not off else "no (" + ", ".join(off) + ")"
-        out.append(f"| {r['regime']} | " + " | ".join(cells) + f" | {ok} |")
+        if missing:
+            ok += "; not in the data file: " + ", ".join(missing)
+        h = r.get("entropy_t1") or {}
+        entropy = (f"{h['median']:.3f} / {h['p80']:.3f}" if "median" in h and "p80" in h
+                   else "—")
+        share = f"{h['share_below_0.05']:.0%}" if "share_below_0.05" in h else "—"
+        out.append(f"| {r['regime']} | " + " | ".join(cells) + f" | {ok} | {entropy} | "
+                   f"{share} |")
     return [*out, ""]
 
 
+def _finite(*xs: object) -> bool:
+    return all(isinstance(x, int | float) and np.isfinite(x) for x in xs)
+
+
+def _between_worlds(r: dict, *, prefix: str = "tau", pct: bool = False) -> str:
+    """A row's between-world interval and per-world values, e.g. ``[7.10, 7.80] (7.35 / 7.49 /
+    7.51)``; ``pct`` writes ratios as signed percentages. A dash without per-world values."""
+    means = r.get(f"{prefix}_world_means")
+    if not means:
+        return "—"
+    fmt = (lambda x: f"{100 * (x - 1):+.1f}%") if pct else (lambda x: f"{x:.2f}")
+    each = "(" + " / ".join(fmt(x) for x in means) + ")"
+    lo, hi = r.get(f"{prefix}_world_ci_low"), r.get(f"{prefix}_world_ci_high")
+    if not _finite(lo, hi):
+        return f"one world {each}"
+    head = f"{fmt(float(np.mean(means)))} " if pct else ""
+    return f"{head}[{fmt(lo)}, {fmt(hi)}] {each}"
+
+
+def _worlds(rows: Sequence[dict]) -> str:
+    """The rows' worlds per regime, e.g. ``"3"`` (``"?"`` for rows from before worlds)."""
+    return "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")})) or "?"
+
+
+def _pooled(rows: Sequence[dict]) -> str:
+    """``" pooled over 3 worlds"`` (empty for rows from before worlds)."""
+    k = _worlds(rows)
+    return "" if k == "?" else f" pooled over {k} worlds"
+
+
 def _ddtree_tables(rows: list[dict]) -> list[str]:
-    out = ["## DDTree across budgets (exact E[τ], 95% CI over contexts)", ""]
+    k = _worlds(rows)
+    counts = "/".join(sorted({str(r["rounds"]) for r in rows if r.get("rounds")})) or "the"
+    out = ["## DDTree across budgets (exact E[τ])", "",
+           f"Per regime, two rows. The first: the mean and its 95% t-interval over the {counts} "
+           f"contexts of its {k} worlds pooled. The second (↳ {k} worlds): the 95% t-interval "
+           f"over the {k} per-world means (k − 1 degrees of freedom), then those means in "
+           "parentheses; the chain shows its means only.", ""]
     temps = sorted({r["temperature"] for r in rows})
     budgets = sorted({r["budget"] for r in rows if r["method"] != "chain"})
     for t in temps:
@@ -133,10 +204,17 @@ def _ddtree_tables(rows: list[dict]) -> list[str]:
             cells.append(f"{best['budget']} ({best['throughput_tok_s']:.0f}, "
                          f"{best['cost_model']})" if best else "—")
             out.append(f"| {regime} | " + " | ".join(cells) + " |")
+            if any(r.get("tau_world_means") for r in rr):
+                means = (chain or {}).get("tau_world_means")
+                worlds = ["(" + " / ".join(f"{x:.2f}" for x in means) + ")" if means else "—"]
+                worlds += [_between_worlds(dd[b]) if b in dd else "—" for b in budgets]
+                n = len(next(r["tau_world_means"] for r in rr if r.get("tau_world_means")))
+                out.append(f"| ↳ {n} world{'s' * (n > 1)} | " + " | ".join(worlds) + " | |")
         out.append("")
     out += ["Where target mass is lost (exit law, DDTree; fractions of a round's target "
             "continuations that leave the tree at an inner node = uncovered, at a leaf below "
-            "the depth cap = budget, at the depth cap):", "",
+            f"the depth cap = budget, at the depth cap; means over the contexts of {k} worlds "
+            "pooled):", "",
             "| regime | T | B | uncovered | budget | depth cap | coverage C_p |",
             "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -148,11 +226,17 @@ def _ddtree_tables(rows: list[dict]) -> list[str]:
 
 
 def _caddtree_tables(rows: list[dict]) -> list[str]:
+    k = _worlds(rows)
     out = ["## Does CaDDTree match DDTree at the oracle budget?", "",
            "Throughput relative to DDTree at the best fixed budget of the grid, chosen after the "
-           "fact on the same rounds (paired bootstrap 95% CI over decoded sequences):", "",
-           "| regime | T | cost model | oracle B | CaDDTree mean B | CaDDTree vs oracle | "
-           "exhaustive vs oracle | long-run vs oracle |", "|---|---|---|---|---|---|---|---|"]
+           f"fact on the same rounds pooled over {k} worlds. *CaDDTree vs oracle*: the pooled "
+           "ratio with its paired percentile-bootstrap 95% interval (decoded sequences of all "
+           f"worlds resampled); *between worlds*: the mean of the {k} per-world ratios with their "
+           "95% t-interval (k − 1 degrees of freedom), then each world's ratio:", "",
+           "| regime | T | cost model | oracle B | CaDDTree mean B | CaDDTree vs oracle "
+           "(pooled, bootstrap) | CaDDTree vs oracle between worlds (t) | "
+           "exhaustive vs oracle | long-run vs oracle |",
+           "|---|---|---|---|---|---|---|---|---|"]
     keys = dict.fromkeys((r["regime"], r["temperature"], r["cost_model"]) for r in rows)
     wins = total = 0
     for regime, t, cm in keys:
@@ -168,10 +252,11 @@ def _caddtree_tables(rows: list[dict]) -> list[str]:
             f"| {regime} | {t:g} | {cm} | {orc['tree_size_mean']:.0f} | "
             f"{cad['tree_size_mean']:.0f} | {_pct(cad['rel_to_baseline'])} "
             f"[{_pct(cad['rel_ci_low'])}, {_pct(cad['rel_ci_high'])}] | "
+            f"{_between_worlds(cad, prefix='rel', pct=True)} | "
             + (f"{_pct(exh['rel_to_baseline'])} | " if exh else "— | ")
             + (f"{_pct(lr['rel_to_baseline'])} |" if lr else "— |"))
-    out += ["", f"CaDDTree matches (CI reaches 0%) or beats the oracle budget in {wins} of "
-                f"{total} (regime, T, cost model) cells.", ""]
+    out += ["", f"CaDDTree matches (pooled CI reaches 0%) or beats the oracle budget in {wins} "
+                f"of {total} (regime, T, cost model) cells.", ""]
     return out
 
 
@@ -181,9 +266,13 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
     b = 64 if 64 in budgets else (budgets[0] if budgets else 0)
     have = {r["method"] for r in rows}
     claims = [c for c in CLAIMS if c[1] in have and c[2] in have]
+    k = _worlds(rows)
     out = ["## Sampled trees at T > 0: does Tsubame reverse the sampled-chain advantage?", "",
-           f"Paired differences of exact E[τ] on shared contexts, B = {b} (chains: L nodes); "
-           "95% t-intervals:", ""]
+           f"Paired differences of exact E[τ] on shared contexts, B = {b} (chains: L nodes). "
+           f"First the 95% t-interval over the contexts of {k} worlds pooled (the verdict in the "
+           f"last column reads this one, and says when a claim that holds on it also holds on "
+           f"the next); then the 95% t-interval over the {k} per-world differences (k − 1 "
+           "degrees of freedom) and each world's difference:", ""]
     table = claims_table([r for r in rows if "taus" in r], b).splitlines()
     keep = [ln for ln in table[2:] if any(ln.startswith(f"| {c[0]} |") for c in claims)]
     # A last column says whether each published direction holds; the rows that do not link
@@ -197,8 +286,14 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
             keep[i] = ln + " — | — |"
             continue
         sign, _, page = claim
-        keep[i] = (ln + f" {'a > b' if sign > 0 else 'a < b'} | "
-                   f"{_verdict(sign, float(ci[1]), float(ci[2]), page)} |")
+        verdict = _verdict(sign, float(ci[1]), float(ci[2]), page)
+        world = _CI.search(cells[6]) if len(cells) > 6 else None
+        if verdict == "holds" and world is not None:
+            # the pooled interval ignores world-to-world variation: say whether it survives it
+            verdict = ("holds, also between worlds"
+                       if _verdict(sign, float(world[1]), float(world[2]), page) == "holds"
+                       else "holds pooled; not shown between worlds")
+        keep[i] = ln + f" {'a > b' if sign > 0 else 'a < b'} | {verdict} |"
     return out + head + keep + _notes(keep) + [""]
 
 
@@ -208,10 +303,13 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
            "(≥ Traversal in expectation), `univer-guided` the value-guided one (no guarantee), "
            "`univer-fixed` the earlier fixed-order reconstruction (the rule for Greedy drafts); "
            "Traversal ≥ RRSw holds on balanced and deep-first shapes, not on every shape "
-           "(`python -m proofs_check`). Gains with the "
-           f"{interval_label(rows, 'verifiers')}:", "",
-           "| regime | T | tree | verifier | E[τ] | vs RRSw | against the claim |",
-           "|---|---|---|---|---|---|---|"]
+           "(`python -m proofs_check`). *vs RRSw*: the ratio of pooled means with the "
+           f"{interval_label(rows, 'verifiers')} (paired); *between worlds*: the mean of the "
+           f"per-world gains with their 95% t-interval ({_worlds(rows)} worlds, k − 1 degrees "
+           "of freedom), then each world's gain. The last column reads the pooled interval.", "",
+           "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
+           "vs RRSw between worlds (t) | against the claim |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
@@ -228,24 +326,59 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
             note = "—"
         out.append(f"| {r['regime']} | {r['temperature']:g} | {r['method']} | {r['verifier']} "
                    f"| {r['tau_mean']:.3f} | {_pct(r['rel_to_baseline'])} "
-                   f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}] | {note} |")
+                   f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}] | "
+                   f"{_between_worlds(r, prefix='rel', pct=True)} | {note} |")
     return [*out, *_notes(out), ""]
 
 
-def _run_size(record: dict, *, calibrated: bool) -> list[str]:
-    """How much data stands behind every interval: rounds per cell, one world per regime."""
+def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[str]:
+    """How much data stands behind every interval (rounds per cell, worlds per regime), and
+    what the two kinds of interval mean."""
     plan = record.get("plan") or {}
-    parts = [f"{plan[f]['rounds']} {grid.unit} per {f} cell" for f, grid in FAMILIES.items()
-             if isinstance(plan.get(f), dict) and "rounds" in plan[f]]
-    if not parts:
+    fams = {f: plan[f] for f in FAMILIES if isinstance(plan.get(f), dict) and "rounds" in plan[f]}
+    worlds = sorted({int(p.get("worlds", 1)) for p in fams.values()}
+                    or {int(r["worlds"]) for r in rows if r.get("worlds")})
+    if not worlds:
         return []
-    text = (f"Run size: {', '.join(parts)}. Each regime is one synthetic world (world seed "
-            f"{record.get('seed')}); the intervals are over contexts or sequences of that world "
-            "only, not over worlds.")
-    if calibrated:
-        text += (" A calibrated regime's numbers therefore scatter around its calibrated means "
-                 "(which average three other worlds) by more than the intervals show.")
-    return [text, ""]
+    k = "/".join(map(str, worlds))
+    out = []
+    if fams:
+        parts = [f"{p['rounds']} {FAMILIES[f].unit} per {f} cell" for f, p in fams.items()]
+        seed = record.get("seed")
+        seeds = (f"world seed {seed}" if worlds == [1] else
+                 f"world seeds {seed} to {seed + max(worlds) - 1}" if isinstance(seed, int)
+                 else "")
+        text = (f"Run size: {', '.join(parts)}; each regime is {k} synthetic "
+                f"world{'s' * (worlds != [1])} ({seeds}), every cell's rounds split evenly over "
+                "them.")
+        if calibrated:
+            text += (" A calibrated regime's numbers scatter around its calibrated means "
+                     "(measured on three other worlds) as any world's do; the between-world "
+                     "intervals below show by how much.")
+        out += [text, ""]
+    if max(worlds) < 2:
+        note = ("**Intervals.** One world per regime: every interval is over that world's "
+                "contexts (or decoded sequences) only, not over worlds; another world would give "
+                "other numbers by more than the intervals show.")
+    else:
+        note = ("**Two kinds of interval.** *Pooled*: over every context (or decoded sequence) "
+                f"of the {k} worlds of a regime together, a t-interval or a paired percentile "
+                "bootstrap (`treespec_sim.stats`); it says how precisely these worlds' mean is "
+                "known, not how far another draw of worlds would move it, so it is narrow. "
+                f"*Between worlds*: the t-interval over the {k} per-world means (or per-world "
+                f"ratios and differences), with k − 1 degrees of freedom "
+                f"({_dof_note(max(worlds))}); it is wide, and honest about world-to-world "
+                "variation: a claim about a regime, rather than about these worlds, should hold "
+                "on it. Each table names the interval it shows.")
+    return [*out, note, ""]
+
+
+def _dof_note(k: int) -> str:
+    """``"2 with 3 worlds: the 97.5% t quantile is 4.30"``: why the between-world interval is
+    wide."""
+    if k < 2:
+        return "none with one world"
+    return f"{k - 1} with {k} worlds: the 97.5% t quantile is {t_quantile(k - 1):.2f}"
 
 
 def summary_markdown(rows: Sequence[dict], record: dict) -> str:
@@ -266,7 +399,7 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
              f"`{record.get('cost_model')}`). Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
     calibration = _calibration_section(rows)
-    lines += _run_size(record, calibrated=bool(calibration))
+    lines += _run_size(record, rows, calibrated=bool(calibration))
     lines += calibration
     sections = (("ddtree", _ddtree_tables), ("caddtree", _caddtree_tables),
                 ("stochastic", _stochastic_tables), ("verifiers", _verifier_tables))
@@ -298,9 +431,10 @@ _STYLES = {"chain": ("black", ":"), "ddtree": ("tab:blue", "-"), "dynamic": ("ta
 def interval_label(rows: Sequence[dict], family: str) -> str:
     """What an interval of ``family``'s rows is: the statistic, the level, over how many what.
 
-    Reads the number of rounds from the rows and the unit from the family's grid
+    Reads the number of rounds and of worlds from the rows and the unit from the family's grid
     (:attr:`treespec_sim.families.DDTreeGrid.unit` and the others), e.g. ``"95% t-interval
-    over 64 contexts"``; the kind of interval follows :mod:`treespec_sim.stats`.
+    over 64 contexts pooled over 3 worlds"``; the kind of interval follows
+    :mod:`treespec_sim.stats` (these are the pooled intervals, not the between-world ones).
     """
     kind = {"ddtree": "t-interval", "stochastic": "t-interval",
             "caddtree": "percentile-bootstrap interval",
@@ -309,9 +443,11 @@ def interval_label(rows: Sequence[dict], family: str) -> str:
     unit = grid.unit if grid is not None else "rounds"
     counts = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
     n = "/".join(map(str, counts)) if counts else "the"
+    worlds = sorted({int(r["worlds"]) for r in rows if r.get("worlds")})
+    pooled = f" pooled over {'/'.join(map(str, worlds))} worlds" if worlds else ""
     if family == "caddtree":  # rounds are decoded in sequences; the bootstrap resamples those
-        return f"95% {kind} over {n} {unit} (resampled by sequence)"
-    return f"95% {kind} over {n} {unit}"
+        return f"95% {kind} over {n} {unit}{pooled} (resampled by sequence)"
+    return f"95% {kind} over {n} {unit}{pooled}"
 
 
 def _figure(n: int, w: float = 4.4, h: float = 3.4):
@@ -445,7 +581,7 @@ def plot_lost_mass(rows: list[dict], path: Path) -> None:
         ax.legend(fontsize=7, title="total lost", title_fontsize=7, loc="upper right")
     note = ("Each bar: the fraction of target continuations that leave the tree at that depth, "
             f"mean over {'/'.join(sorted({str(r['rounds']) for r in pts}))} "
-            f"{FAMILIES['ddtree'].unit} (exact per context, no interval drawn). ")
+            f"{FAMILIES['ddtree'].unit}{_pooled(pts)} (exact per context, no interval drawn). ")
     if not exact_all:
         note += ("Hatched: these rows record exit mass by depth only, so uncovered and budget "
                  "are not split at inner depths. ")

@@ -17,6 +17,20 @@ Every interval treespec reports is one of three kinds, always at 95% unless aske
 **Throughput** (:func:`throughput`)
     The renewal-reward ratio :math:`\sum_r \tau_r / \sum_r D_r` (tokens per second), never the
     mean of per-round ratios.
+
+Pooled and between-world intervals
+----------------------------------
+A synthetic regime is a *law* over worlds (:func:`treespec_sim.synth.make_world` with a seed),
+and the sweep runs several worlds per regime. Two intervals answer two questions:
+
+*pooled* (:func:`mean_ci` or :func:`paired_bootstrap` over every context of every world)
+    how precisely these particular worlds' mean is known; it ignores that another draw of
+    worlds would give other numbers, so it is too narrow for a statement about the regime;
+*between-world* (:func:`world_ci`)
+    the t-interval over the per-world means (one unit per world, ``k - 1`` degrees of freedom):
+    the regime's mean over worlds, honest about world-to-world variation and wide with few
+    worlds (with 3 worlds the t quantile is 4.30). Relative comparisons use the same interval
+    over per-world ratios or differences (:func:`world_columns`).
 """
 
 from __future__ import annotations
@@ -27,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEVEL", "N_BOOT", "MeanCI", "mean_ci", "paired_bootstrap", "throughput"]
+__all__ = ["LEVEL", "N_BOOT", "MeanCI", "mean_ci", "paired_bootstrap", "t_quantile", "throughput",
+           "world_ci", "world_columns"]
 
 #: Confidence level of every interval treespec reports.
 LEVEL = 0.95
@@ -46,6 +61,16 @@ class MeanCI:
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
+
+
+def t_quantile(dof: int, *, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``dof`` degrees of freedom (the
+    half-width of a t-interval in standard errors: 4.30 for 2 dof at 95%)."""
+    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
+        raise ValueError(f"dof must be an integer >= 1; got {dof!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level!r}")
+    return _t_quantile(level, dof)
 
 
 def _t_quantile(level: float, dof: int) -> float:
@@ -84,6 +109,45 @@ def mean_ci(units: np.ndarray | Sequence[np.ndarray], *, level: float = LEVEL) -
     se = math.sqrt(float((resid ** 2).sum()) / (k - 1) / k) / sizes.mean()
     half = _t_quantile(level, k - 1) * se
     return MeanCI(mean, mean - half, mean + half)
+
+
+def world_ci(world_means: np.ndarray | Sequence[float], *, level: float = LEVEL) -> MeanCI:
+    """Between-world interval: :func:`mean_ci` with each world one unit of one value.
+
+    Parameters
+    ----------
+    world_means : array (k,)
+        One value per world (a mean over that world's contexts, or a per-world ratio or
+        difference of such means); finite.
+    level : float
+
+    Returns
+    -------
+    MeanCI
+        The unweighted mean of the ``k`` values (the pooled mean when the worlds hold equally
+        many contexts) and its t-interval with ``k - 1`` degrees of freedom; ``nan`` bounds
+        for a single world.
+    """
+    means = np.asarray(world_means, dtype=np.float64)
+    if means.ndim != 1 or means.size == 0:
+        raise ValueError(f"world_means must be a non-empty 1-D sequence; got shape "
+                         f"{means.shape}")
+    if not np.all(np.isfinite(means)):
+        raise ValueError(f"world_means must be finite; got {means.tolist()}")
+    return mean_ci(means, level=level)
+
+
+def world_columns(world_means: np.ndarray | Sequence[float], *, prefix: str = "tau",
+                  level: float = LEVEL) -> dict[str, object]:
+    """The between-world columns of a sweep row (one naming for every family).
+
+    ``{prefix}_world_means`` (list of the per-world values), ``{prefix}_world_ci_low`` and
+    ``{prefix}_world_ci_high`` (:func:`world_ci`); ``prefix`` is ``"tau"`` for E[tau] and
+    ``"rel"`` for a ratio to the row's baseline.
+    """
+    ci = world_ci(world_means, level=level)
+    return {f"{prefix}_world_means": [float(x) for x in np.asarray(world_means, dtype=float)],
+            f"{prefix}_world_ci_low": ci.low, f"{prefix}_world_ci_high": ci.high}
 
 
 def paired_bootstrap(numer: np.ndarray, denom: np.ndarray | None = None, *,

@@ -8,8 +8,11 @@ calibrated ones are not installed):
   decomposition of where target mass is lost;
 * ``caddtree`` -- CaDDTree vs DDTree at the oracle budget (and the exhaustive and long-run rules)
   under the A800 and H200 latency presets;
-* ``stochastic`` -- Tsubame vs deterministic trees vs sampled chains across ``T``;
+* ``stochastic`` -- Tsubame vs deterministic trees vs sampled chains at ``T = 0, 0.6, 1`` (the
+  regimes' own vocabulary, ``V = 32768`` for the calibrated ones);
 * ``verifiers`` -- UniVer and Traversal vs RRSw on the same sampled trees.
+
+Each regime runs on 3 synthetic worlds in every family.
 
 Other presets: ``quick`` (under a minute), and one per family (``ddtree``, ``caddtree``,
 ``stochastic``, ``verifiers``); ``--config FILE.toml`` for custom grids (validated before any
@@ -26,6 +29,11 @@ work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
     per-claim tables with confidence intervals; ``tau_vs_budget.png``,
     ``lost_mass_by_depth.png``, ``throughput_vs_budget.png``, ``tau_vs_temperature.png``,
     ``verifier_gains.png``.
+
+Every cell runs on ``worlds`` synthetic worlds per regime (default 3, seeds ``seed + i``;
+``--worlds`` replaces every family's), its ``rounds`` split over them
+(:func:`treespec_sim.families.world_shares`); rows carry the pooled interval over contexts and
+the between-world one.
 
 Cells run sequentially, on ``--workers N`` local processes, or on an existing dask.distributed
 cluster (``--scheduler ADDRESS``). Each cell's randomness depends only on the seed and its key,
@@ -131,34 +139,39 @@ def _pick(regimes: tuple[str, ...], wanted: Sequence[str]) -> tuple[str, ...]:
 
 
 def _paper() -> Plan:
+    """Every family on 3 worlds per regime at the regimes' own V (32768 for the calibrated
+    ones); rounds are multiples of 3, so every world holds as many contexts as the others."""
     regimes = _paper_regimes()
     three = _pick(regimes, ("math500", "mt-bench", "alpaca"))
     return Plan((
         DDTreeGrid(regimes, budgets=(16, 32, 64, 128, 256, 512), temperatures=(0.0, 1.0),
-                   rounds=64),
-        CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96),
-        StochasticGrid(three, drafters=("corrected",), budgets=(64,), rounds=32),
-        VerifierGrid(three, shapes=("2x4",), rounds=48),
+                   rounds=63, worlds=3),
+        CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96,
+                     worlds=3),
+        StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
+                       budgets=(64,), rounds=33, worlds=3, vocab=0),
+        VerifierGrid(three, shapes=("2x4",), rounds=48, worlds=3),
     ))
 
 
 def _quick() -> Plan:
+    """The paper's comparisons in miniature: 3 worlds per regime too, a few rounds each."""
     two = _pick(_paper_regimes(), ("math500", "alpaca"))[:2]
     return Plan((
-        DDTreeGrid(two, budgets=(16, 64, 256), temperatures=(0.0, 1.0), rounds=8),
+        DDTreeGrid(two, budgets=(16, 64, 256), temperatures=(0.0, 1.0), rounds=9, worlds=3),
         CaDDTreeGrid(two[:1], cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=12,
-                     max_budget=512),
-        StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=8),
-        VerifierGrid(("small",), shapes=("2x2",), rounds=8),
+                     max_budget=512, worlds=3),
+        StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=9, worlds=3),
+        VerifierGrid(("small",), shapes=("2x2",), rounds=9, worlds=3),
     ))
 
 
 #: Named presets: name -> (description, factory). Factories run lazily (regimes may be fitted
 #: after import).
 PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
-    "paper": ("all four families on the calibrated regimes (the default; <= 5 min on 2 cores "
-              "with --workers 2)", _paper),
-    "quick": ("a small version of every family (under a minute)", _quick),
+    "paper": ("all four families on the calibrated regimes, 3 worlds per regime, V = 32768 "
+              "(the default; <= 5 min on 2 cores with --workers 2)", _paper),
+    "quick": ("a small version of every family, 3 worlds per regime (under a minute)", _quick),
     "ddtree": ("DDTree and the chain, 8 budgets x T in {0, 1}, 64 rounds",
                lambda: Plan((DDTreeGrid(_paper_regimes(), methods=("chain", "ddtree", "dynamic"),
                                         budgets=(8, 16, 32, 64, 128, 256, 512, 1024),
@@ -552,9 +565,17 @@ def _write_results(out: Path, rows: Sequence[dict]) -> None:
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()
-                         if k in COLUMNS})
+        writer.writerow({k: _csv_value(v) for k, v in r.items() if k in COLUMNS})
     _atomic_write(out / "results.csv", buf.getvalue())
+
+
+def _csv_value(v: object) -> object:
+    """A cell of ``results.csv``: floats to 6 significant digits, lists ``;``-joined."""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, list | tuple):
+        return ";".join(str(_csv_value(x)) for x in v)
+    return v
 
 
 def print_table(rows: Sequence[dict]) -> None:
@@ -596,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
                     help="replace every family's regimes")
     ap.add_argument("--rounds", type=int, help="replace every family's rounds per cell")
+    ap.add_argument("--worlds", type=int,
+                    help="replace every family's worlds per regime (seeds seed + i; the rounds "
+                         "are split over them; default: the preset's, 3 in every preset)")
     ap.add_argument("--seed", type=int, help="seed for worlds and cells (default 0)")
     ap.add_argument("--cost-model", help="latency preset or .json file for throughput columns")
     ap.add_argument("--out", type=Path,
@@ -619,6 +643,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             changes["regimes"] = tuple(args.regimes)
         if args.rounds is not None:
             changes["rounds"] = args.rounds
+        if args.worlds is not None:
+            changes["worlds"] = args.worlds
         grids.append(dataclasses.replace(g, **changes) if changes else g)
     return Plan(tuple(grids), seed=plan.seed if args.seed is None else args.seed,
                 cost_model=args.cost_model or plan.cost_model)

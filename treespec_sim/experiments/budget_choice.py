@@ -27,7 +27,11 @@ renewal-reward ratio :math:`\sum \tau / \sum D` (tokens per second). The rules:
 
 Every rule is evaluated on the same rounds (paired); intervals follow
 :mod:`treespec_sim.stats`: percentile-bootstrap intervals of throughput ratios and t-intervals
-of :math:`\tau`, both over decoded sequences (the unit of independence).
+of :math:`\tau`, both over decoded sequences (the unit of independence). Rounds of several
+worlds (:func:`pool`) are pooled for those intervals, and each world's own :math:`\tau` and
+throughput ratio to the oracle budget also give the between-world t-interval
+(:func:`treespec_sim.stats.world_ci`); the long-run rule starts afresh in every world (a world
+is its own deployment), and the oracle budget is the best one on the pooled rounds.
 
 The rounds come from :func:`treespec_sim.engine.run_rounds` (DDTree, ``nested=True``); this
 module is the ``caddtree`` family of the sweep (``python -m treespec_sim.sweep --preset
@@ -36,6 +40,7 @@ caddtree``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +48,7 @@ import numpy as np
 from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel
 from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
-from ..stats import mean_ci, paired_bootstrap
+from ..stats import mean_ci, paired_bootstrap, world_columns
 
 __all__ = [
     "BUDGET_GRID",
@@ -53,6 +58,7 @@ __all__ = [
     "chosen_budgets",
     "collect",
     "evaluate",
+    "pool",
     "result_rows",
     "results_table",
 ]
@@ -68,7 +74,8 @@ class RoundCurves:
     """Per-round, per-budget facts of one regime (cost-independent).
 
     ``surrogate[r, B]`` and ``tau[r, B]`` for ``B = 0..max_budget`` (rounds with fewer
-    prefixes are padded with their last value); ``sequence[r]`` labels the decoded sequence.
+    prefixes are padded with their last value); ``sequence[r]`` labels the decoded sequence and
+    ``world[r]`` the world it was decoded in (``None``: one world).
     """
 
     regime: str
@@ -76,10 +83,18 @@ class RoundCurves:
     surrogate: np.ndarray
     tau: np.ndarray
     sequence: np.ndarray
+    world: np.ndarray | None = None
 
     @property
     def max_budget(self) -> int:
         return self.tau.shape[1] - 1
+
+    @property
+    def worlds(self) -> np.ndarray:
+        """The world of every round (zeros when the curves come from one world)."""
+        if self.world is None:
+            return np.zeros(self.tau.shape[0], dtype=np.int64)
+        return self.world
 
 
 def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
@@ -90,9 +105,10 @@ def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
     One :func:`~treespec_sim.engine.run_round` per round (DDTree at ``max_budget``,
     ``nested=True``); each round commits its sampled ``follow`` outcome so the next context
     follows the target's law. Contexts and outcomes draw from ``default_rng([seed, 7])``.
+    ``rounds`` may be 1 (one world's share of a cell; :func:`pool` joins the worlds).
     """
-    if rounds < 2:
-        raise ValueError(f"rounds must be >= 2; got {rounds}")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
     width = max_budget + 1
 
     def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +132,34 @@ def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
     return RoundCurves(regime, float(temperature), surrogate, tau, sequence)
 
 
+def pool(parts: Sequence[RoundCurves]) -> RoundCurves:
+    """The rounds of several worlds (one :func:`collect` each) as one set of curves.
+
+    Sequence labels are renumbered so that no two worlds share one; ``world[r]`` is the index
+    of the part round ``r`` came from.
+    """
+    if not parts:
+        raise ValueError("parts must hold at least one world's curves")
+    first = parts[0]
+    for p in parts[1:]:
+        if (p.regime, p.temperature, p.max_budget) != (first.regime, first.temperature,
+                                                        first.max_budget):
+            raise ValueError("parts must share regime, temperature and max_budget; got "
+                             f"{(p.regime, p.temperature, p.max_budget)} and "
+                             f"{(first.regime, first.temperature, first.max_budget)}")
+    sequence, offset = [], 0
+    for p in parts:
+        _, relabelled = np.unique(p.sequence, return_inverse=True)
+        sequence.append(relabelled + offset)
+        offset += int(relabelled.max()) + 1
+    world = np.concatenate([np.full(p.tau.shape[0], i, dtype=np.int64)
+                            for i, p in enumerate(parts)])
+    return RoundCurves(first.regime, first.temperature,
+                       np.concatenate([p.surrogate for p in parts]),
+                       np.concatenate([p.tau for p in parts]),
+                       np.concatenate(sequence).astype(np.int64), world)
+
+
 @dataclass(frozen=True)
 class RuleResult:
     """Throughput of one rule on one (regime, cost model), with paired comparisons."""
@@ -132,6 +176,8 @@ class RuleResult:
     speedup_vs_ar: float
     vs_oracle: tuple[float, float, float]  # ratio to ddtree-oracle, CI low, CI high
     vs_longrun: tuple[float, float, float]
+    tau_worlds: tuple[float, ...] = ()  # mean tau in each world
+    vs_oracle_worlds: tuple[float, ...] = ()  # each world's throughput ratio to the oracle
 
 
 def chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: float
@@ -145,11 +191,14 @@ def chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: floa
         "caddtree": np.array([first_non_increase(t) for t in theta]),
         "exhaustive": np.argmax(theta, axis=1),
     }
-    policy = LongRunPolicy(draft_cost=cost.draft_cost(context_length),
-                           verify_cost=lambda n: cost.verify_cost(n, context_length),
-                           max_budget=curves.max_budget)
     longrun = np.empty(len(theta), dtype=np.int64)
+    worlds = curves.worlds
     for r in range(len(theta)):
+        if r == 0 or worlds[r] != worlds[r - 1]:
+            # every world is its own deployment: the running throughput starts afresh
+            policy = LongRunPolicy(draft_cost=cost.draft_cost(context_length),
+                                   verify_cost=lambda n: cost.verify_cost(n, context_length),
+                                   max_budget=curves.max_budget)
         longrun[r] = policy.choose_from(np.diff(curves.surrogate[r]), round_cost)
         policy.observe(curves.tau[r, longrun[r]], round_cost[longrun[r]])
     picks["longrun"] = longrun
@@ -182,6 +231,10 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
     tau_ci = [mean_ci([tokens[curves.sequence == i, j] for i in ids])
               for j in range(tokens.shape[1])]
     ar = 1.0 / float(cost.verify_cost(1, context_length))
+    worlds = curves.worlds
+    in_world = [worlds == w for w in np.unique(worlds)]
+    tau_worlds = np.array([tokens[m].mean(axis=0) for m in in_world])  # (worlds, rules)
+    point_worlds = np.array([tokens[m].sum(axis=0) / seconds[m].sum(axis=0) for m in in_world])
     out = []
     for j, name in enumerate(names):
         lo, hi = np.percentile(boot[:, j], [2.5, 97.5])
@@ -196,7 +249,10 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
             tau_ci=(tau_ci[j].low, tau_ci[j].high),
             round_time_s=float(seconds[:, j].mean()), throughput=float(point[j]),
             ci=(float(lo), float(hi)), speedup_vs_ar=float(point[j] / ar),
-            vs_oracle=rel[0], vs_longrun=rel[1]))
+            vs_oracle=rel[0], vs_longrun=rel[1],
+            tau_worlds=tuple(float(x) for x in tau_worlds[:, j]),
+            vs_oracle_worlds=tuple(float(x) for x in point_worlds[:, j]
+                                   / point_worlds[:, i_oracle])))
     return out
 
 
@@ -223,10 +279,16 @@ def _rel(x: tuple[float, float, float]) -> str:
 def result_rows(results: list[RuleResult], *, temperature: float, max_budget: int,
                 rounds: int) -> list[dict]:
     """The sweep's row form of :func:`evaluate`'s results (``treespec_sim.families.COLUMNS``
-    keys plus ``throughput_ci`` and ``vs_longrun``); fixed budgets are method ``ddtree``."""
+    keys plus ``throughput_ci`` and ``vs_longrun``); fixed budgets are method ``ddtree``.
+
+    ``tau_world_*`` and ``rel_world_*`` are the between-world columns
+    (:func:`treespec_sim.stats.world_columns`) of the mean tau and of the throughput ratio to
+    the oracle budget, when the results carry per-world values."""
     rows = []
     for r in results:
         fixed = r.method.startswith("ddtree@")
+        worlds = {**world_columns(r.tau_worlds),
+                  **world_columns(r.vs_oracle_worlds, prefix="rel")} if r.tau_worlds else {}
         rows.append({
             "family": "caddtree", "regime": r.regime,
             "method": "ddtree" if fixed else r.method, "verifier": "follow",
@@ -238,6 +300,6 @@ def result_rows(results: list[RuleResult], *, temperature: float, max_budget: in
             "throughput_tok_s": r.throughput, "speedup_vs_ar": r.speedup_vs_ar,
             "rel_to_baseline": r.vs_oracle[0], "rel_ci_low": r.vs_oracle[1],
             "rel_ci_high": r.vs_oracle[2], "baseline": "ddtree-oracle",
-            "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun),
+            "throughput_ci": list(r.ci), "vs_longrun": list(r.vs_longrun), **worlds,
         })
     return rows

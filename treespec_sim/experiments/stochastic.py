@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ from ..cost import get_cost_model
 from ..engine import run_rounds
 from ..methods import uses_budget
 from ..plot import figure_legend
-from ..stats import mean_ci, throughput
+from ..stats import mean_ci, throughput, world_ci, world_columns
 from ..synth import get_regime
 
 __all__ = ["CLAIMS", "DEFAULT_METHODS", "DRAFTERS", "claims_table", "drafter_spec",
@@ -71,27 +72,42 @@ DEFAULT_METHODS = ("chain", "ddtree", "sampled-chain", "sampled-chain-corrected"
                    "tsubame-rrsw", "tsubame-univer")
 
 
-def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: int,
-             methods: tuple[str, ...], rounds: int, seed: int, cost_name: str) -> list[dict]:
-    """Every method on the same ``rounds`` contexts, one :func:`run_round` each; one row per
-    method (``taus`` holds the per-context exact E[tau], for paired comparisons)."""
+def run_cell(worlds: Sequence, *, seeds: Sequence[int], rounds: Sequence[int], regime: str,
+             drafter: str, temperature: float, budget: int, methods: tuple[str, ...],
+             cost_name: str) -> list[dict]:
+    """Every method on the same contexts, one :func:`run_round` each; one row per method.
+
+    World ``i`` (``worlds[i]``, seed ``seeds[i]``) gives ``rounds[i]`` contexts; the row pools
+    them (``tau_mean`` and its t-interval over every context, throughput over every round) and
+    adds the between-world columns (:func:`treespec_sim.stats.world_columns`). ``taus`` holds
+    the per-context exact E[tau], world after world, for paired comparisons.
+    """
+    if not (len(worlds) == len(seeds) == len(rounds) >= 1):
+        raise ValueError(f"worlds, seeds and rounds must have the same length >= 1; got "
+                         f"{len(worlds)}, {len(seeds)}, {len(rounds)}")
     cost = get_cost_model(cost_name)
-    # contexts depend on (regime, drafter, T) only: every method and budget sees the same ones,
-    # so differences between methods are paired
+    # contexts depend on (regime, drafter, T) and the world's seed only: every method and
+    # budget sees the same ones, so differences between methods are paired
     ctx_key = f"{regime}|{drafter}|{temperature!r}"
     key = f"{ctx_key}|{budget}"
-    rng_ctx = np.random.default_rng([seed, zlib.crc32(ctx_key.encode()), 0])
-    contexts = [world.sample_context(rng_ctx) for _ in range(rounds)]
+    contexts = []
+    for world, seed, n in zip(worlds, seeds, rounds, strict=True):
+        rng_ctx = np.random.default_rng([seed, zlib.crc32(ctx_key.encode()), 0])
+        contexts.append([world.sample_context(rng_ctx) for _ in range(n)])
     ar_seconds = float(cost.verify_cost(1))
+    depth = worlds[0].depth
     rows = []
     for method in methods:
-        rng = np.random.default_rng([seed, zlib.crc32(f"{key}|{method}".encode())])
         t0 = time.perf_counter()
         sized = uses_budget(method)
-        per = [seq[0] for seq in run_rounds(
-            world, contexts=contexts, rng=rng, method=method, budget=budget if sized else None,
-            temperature=temperature, sample=False, cost=cost,
-            record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))]
+        per_world = []
+        for world, seed, cs in zip(worlds, seeds, contexts, strict=True):
+            rng = np.random.default_rng([seed, zlib.crc32(f"{key}|{method}".encode())])
+            per_world.append([seq[0] for seq in run_rounds(
+                world, contexts=cs, rng=rng, method=method,
+                budget=budget if sized else None, temperature=temperature, sample=False,
+                cost=cost, record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))])
+        per = [p for part in per_world for p in part]
         taus = np.array([p[0] for p in per])
         sizes = np.array([p[1] for p in per], dtype=np.float64)
         seconds = np.array([p[2] for p in per])
@@ -99,9 +115,10 @@ def run_cell(world, *, regime: str, drafter: str, temperature: float, budget: in
         thr = throughput(taus, seconds)
         rows.append({
             "regime": regime, "drafter": drafter, "method": method, "verifier": per[0][3],
-            "temperature": temperature, "budget": budget if sized else world.depth,
-            "cost_model": cost_name, "rounds": rounds, "seed": seed,
+            "temperature": temperature, "budget": budget if sized else depth,
+            "cost_model": cost_name, "rounds": int(sum(rounds)), "seed": seeds[0],
             "tau_mean": ci.mean, "tau_ci_low": ci.low, "tau_ci_high": ci.high,
+            **world_columns([float(np.mean([p[0] for p in part])) for part in per_world]),
             "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
             "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
             "wall_s": time.perf_counter() - t0, "taus": taus.tolist(),
@@ -116,8 +133,8 @@ def _at_budget(row: dict, budget: int) -> bool:
 
 def table(rows: list[dict], budget: int) -> str:
     """Markdown: tau and throughput per method at one budget (chains at their own length)."""
-    lines = ["| regime | drafter | T | method | verifier | τ [95% CI] | nodes | tok/s | "
-             "speedup |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| regime | drafter | T | method | verifier | τ [95% t-CI, contexts pooled] | "
+             "nodes | tok/s | speedup |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not _at_budget(r, budget):
             continue
@@ -142,11 +159,14 @@ CLAIMS = (
 
 
 def claims_table(rows: list[dict], budget: int) -> str:
-    """Paired differences in E[tau] (same contexts), mean and 95% t-interval, at ``budget``."""
+    """Paired differences in E[tau] (same contexts) at ``budget``: the mean and 95% t-interval
+    over the contexts pooled over the cell's worlds, then the t-interval over the per-world
+    differences (``k - 1`` degrees of freedom; only with ``tau_world_means`` in the rows)."""
     index = {(r["regime"], r["drafter"], r["temperature"], r["method"]): r for r in rows
              if _at_budget(r, budget)}
-    lines = ["| claim | regime | drafter | T | Δτ = a − b [95% CI] | relative |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| claim | regime | drafter | T | Δτ = a − b [95% CI, contexts pooled] | relative | "
+             "Δτ between worlds [95% t, k − 1 dof] |",
+             "|---|---|---|---|---|---|---|"]
     cells = sorted({k[:3] for k in index})
     for label, a, b in CLAIMS:
         for regime, drafter, t in cells:
@@ -158,15 +178,28 @@ def claims_table(rows: list[dict], budget: int) -> str:
             d = mean_ci(np.asarray(ra["taus"]) - np.asarray(rb["taus"]))
             lines.append(f"| {label} | {regime} | {drafter} | {t:g} | {d.mean:+.2f} "
                          f"[{d.low:+.2f}, {d.high:+.2f}] | "
-                         f"{100 * d.mean / rb['tau_mean']:+.1f}% |")
+                         f"{100 * d.mean / rb['tau_mean']:+.1f}% | {_world_diff(ra, rb)} |")
     return "\n".join(lines)
+
+
+def _world_diff(ra: dict, rb: dict) -> str:
+    """``a - b`` between worlds: the t-interval over per-world differences, then each world's."""
+    wa, wb = ra.get("tau_world_means"), rb.get("tau_world_means")
+    if not wa or not wb or len(wa) != len(wb):
+        return "—"
+    diff = np.asarray(wa) - np.asarray(wb)
+    each = " / ".join(f"{x:+.2f}" for x in diff)
+    if diff.size < 2:
+        return f"one world ({each})"
+    ci = world_ci(diff)
+    return f"{ci.mean:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}] ({each})"
 
 
 def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
     """E[tau] vs T per method, one panel per (regime, drafter), at ``budget``.
 
-    Error bars are each method's 95% t-interval over the cell's contexts
-    (:func:`treespec_sim.stats.mean_ci`); the methods are drawn on the same contexts, so
+    Error bars are each method's 95% t-interval over the cell's contexts, pooled over its
+    worlds (:func:`treespec_sim.stats.mean_ci`); the methods are drawn on the same contexts, so
     differences are better read from the paired claims table than from overlapping bars.
     One legend for the figure, below the panels and inside the canvas (constrained layout).
     """
@@ -208,8 +241,11 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int) -> None:
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     counts = "/".join(sorted({str(r["rounds"]) for r in rows if "rounds" in r})) or "the"
+    worlds = "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")}))
+    pooled = f" pooled over {worlds} worlds" if worlds else ""
     figure_legend(fig, list(handles.values()), list(handles), max_cols=4,
                   title=f"method (verifier at T = 0 / T > 0); bars: 95% t-interval over "
-                  f"{counts} contexts (the same contexts for every method); chains have L nodes")
+                  f"{counts} contexts{pooled} (the same contexts for every method); chains "
+                  "have L nodes")
     fig.savefig(path, dpi=120)
     plt.close(fig)
