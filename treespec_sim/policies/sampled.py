@@ -7,57 +7,209 @@ order ``"rrs"``, ``"rrsw"``, ``"traversal"`` and ``"univer"`` rely on.
 ``"iid"``
     i.i.d. draws (verify with ``"rrs"``);
 ``"without_replacement"``
-    a sequential sample without replacement, by Gumbel-top-k: the top ``k`` of
-    :math:`\log q + G` sorted by the perturbed key is exactly that sample in its draw order
-    (research note ``verification_theory.md`` §3); verify with ``"rrsw"``, ``"traversal"`` or
-    ``"univer"``;
+    a sequential sample without replacement: draw ``i`` from ``q`` renormalised over the tokens
+    not drawn before (the law of Gumbel-top-``k`` in its key order, research note
+    ``verification_theory.md`` §3); verify with ``"rrsw"``, ``"traversal"`` or ``"univer"``;
 ``"greedy"``
     Hu et al. (ICLR 2025): the top ``k - 1`` tokens of ``q`` (descending, ties by id) and one draw
     from ``q`` renormalised off them; verify with ``"univer"`` only.
+
+How a draw is made
+------------------
+Every draw is an inverse-CDF draw, one uniform per drawn token: ``u`` picks the token whose
+interval of the cumulative mass (tokens in index order) holds ``u`` times the total. A law is
+prepared once (:class:`PreparedLaw`: block sums over ``sqrt V`` blocks, ``O(V)``), then each
+draw costs ``O(sqrt V)``: find the block, then the token inside it. Drawing without replacement
+takes the drawn token out of the mass left -- its block re-summed from the tokens that remain,
+never by subtraction -- so the next draw is an inverse-CDF draw on the mass left, stepping over
+the drawn tokens' intervals: exactly successive sampling without replacement, in draw order.
+Each node costs ``O(k sqrt V)``, where the Gumbel-top-``k`` this replaces drew ``V`` Gumbels and
+partitioned ``V`` keys per node (~5 ms a node at ``V = 32768``).
+
+One code path serves every ``V`` (the small-world exact-enumeration tests run the sampler the
+sweeps run) and everything is float64.
+
+Laws are prepared once per distinct law: a DFlash marginal (:class:`MarginalProposal`) ignores
+the parent, so one law per *depth* that has inner nodes; a conditional :data:`ProposalFn` is a
+function of ``(depth, parent_token)``, so one law per distinct pair. The draft's proposal is a
+:class:`~treespec_sim.policies.draft.ProposalRows` over those laws (never an ``(n+1, V)`` array).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ..validation import check_budget, check_root_token
-from .draft import MATCHING_RULES, Draft
+from .draft import MATCHING_RULES, Draft, ProposalRows
 
-__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "ProposalFn", "SampledDraft",
-           "fill_shape", "fill_tree", "k_ary_shape", "marginal_proposal", "sampled_chain",
-           "tempered"]
+__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "PreparedLaw",
+           "ProposalFn", "ProposalRows", "SampledDraft", "draw_children", "fill_shape",
+           "fill_tree", "k_ary_shape", "marginal_proposal", "sampled_chain", "tempered"]
 
 #: ``proposal(depth, parent_token) -> (V,)``: the law the children at ``depth`` (1..L) of a node
 #: whose token is ``parent_token`` are drawn from. A DFlash drafter's marginal ignores the
-#: parent; a conditional correction (Markov head, pairwise selector) does not.
+#: parent; a conditional correction (Markov head, pairwise selector) does not. It must be a
+#: function of its arguments (the fill calls it once per distinct pair).
 ProposalFn = Callable[[int, int], np.ndarray]
 
 SAMPLING_SCHEMES = ("iid", "without_replacement", "greedy")
 
 
-def _draw_children(q: np.ndarray, log_q: np.ndarray, k: int, scheme: str,
-                   rng: np.random.Generator) -> np.ndarray:
-    support = int(np.count_nonzero(q > 0))
-    if scheme != "iid" and k > support:
-        raise ValueError(f"width {k} exceeds the proposal's support ({support} tokens) under "
-                         f"scheme {scheme!r}")
+# ----------------------------------------------------------------------------- one law
+@dataclass(frozen=True, eq=False)
+class PreparedLaw:
+    """A law over ``0..V-1`` prepared for repeated inverse-CDF draws.
+
+    Tokens are cut into ``ceil(V / B)`` consecutive blocks of ``B = ceil(sqrt(V))``; a draw
+    finds its block on the cumulative block masses, then its token on the cumulative sum of
+    that one block, so it costs ``O(sqrt V)`` and preparing costs one ``O(V)`` pass with only
+    ``O(sqrt V)`` new memory (fresh large arrays, not arithmetic, dominate at ``V = 32768``).
+
+    Attributes
+    ----------
+    q : ndarray float64 (V,)
+        The weights (need not sum to 1: draws are from ``q / q.sum()``).
+    block : int
+        ``B``.
+    block_mass : ndarray float64 (ceil(V / B),)
+        ``q`` summed over each block.
+    block_cdf : ndarray float64 (ceil(V / B),)
+        Cumulative sum of ``block_mass``.
+    support : int
+        Tokens with positive mass.
+    """
+
+    q: np.ndarray
+    block: int
+    block_mass: np.ndarray
+    block_cdf: np.ndarray
+    support: int
+    _top: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, q) -> PreparedLaw:
+        """Prepare ``q`` (float64 (V,), non-negative, finite positive total): ``O(V)``."""
+        q = np.asarray(q, dtype=np.float64)
+        if q.ndim != 1 or q.size < 1:
+            raise ValueError(f"a law must be a non-empty 1-D array; got shape {q.shape}")
+        block = math.isqrt(q.size - 1) + 1  # ceil(sqrt(V))
+        mass = np.add.reduceat(q, np.arange(0, q.size, block))
+        cdf = np.cumsum(mass)
+        if not (cdf[-1] > 0 and math.isfinite(cdf[-1])):
+            raise ValueError(f"a law needs a finite positive total mass; got {cdf[-1]!r}")
+        return cls(q, block, mass, cdf, int(np.count_nonzero(q > 0)))
+
+    def top(self, k: int) -> np.ndarray:
+        """The ``k`` most likely tokens, best first, ties to the smaller id (cached)."""
+        out = self._top.get(k)
+        if out is None:
+            out = _top_k(self.q, k) if k > 0 else np.empty(0, dtype=np.int64)
+            out.flags.writeable = False
+            self._top[k] = out
+        return out
+
+
+def _last_positive(w: np.ndarray) -> int:
+    return int(np.flatnonzero(w > 0)[-1])
+
+
+class _Remaining:
+    """The mass of one node's law not drawn yet: inverse-CDF draws that skip drawn tokens.
+
+    Drawing token ``x`` zeroes it and re-sums its block from the tokens left (a sum of
+    non-negative terms, never ``mass - q[x]``): after drawing a token of mass ``1 - 1e-6``
+    (common at shallow depths, more so at ``T < 1``) a subtraction would leave the next draw's
+    law with a relative error of ~``1e-10``; the re-sum keeps it at a few ulps.
+    """
+
+    def __init__(self, law: PreparedLaw) -> None:
+        self.law = law
+        self.mass = law.block_mass
+        self.cdf = law.block_cdf
+        self.drawn: dict[int, list[int]] = {}  # block -> offsets drawn in it
+
+    def _block(self, b: int) -> np.ndarray:
+        lo = b * self.law.block
+        w = self.law.q[lo: lo + self.law.block]
+        gone = self.drawn.get(b)
+        if gone:
+            w = w.copy()
+            w[gone] = 0.0
+        return w
+
+    def draw(self, u: float) -> int:
+        """The token whose interval of the cumulative mass left (index order) holds
+        ``u`` times that mass; never a drawn or zero-mass token."""
+        cdf = self.cdf
+        t = u * float(cdf[-1])
+        b = int(np.searchsorted(cdf, t, side="right"))
+        if b >= cdf.size:  # u * total rounded up to total
+            b = _last_positive(self.mass)
+        if b > 0:
+            t -= float(cdf[b - 1])
+        w = self._block(b)
+        i = int(np.searchsorted(np.cumsum(w), t, side="right"))
+        if i >= w.size:  # the block's own sum rounded below t
+            i = _last_positive(w)
+        return b * self.law.block + i
+
+    def remove(self, x: int) -> None:
+        """Take token ``x`` out of the mass left."""
+        b, off = divmod(x, self.law.block)
+        if self.mass is self.law.block_mass:
+            self.mass = self.mass.copy()
+        self.drawn.setdefault(b, []).append(off)
+        self.mass[b] = self._block(b).sum()
+        self.cdf = np.cumsum(self.mass)
+
+
+def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generator
+                  ) -> np.ndarray:
+    r"""``k`` children drawn from ``law`` under ``scheme``, in draw order: int64 (k,).
+
+    ``"iid"``: ``k`` independent inverse-CDF draws. ``"without_replacement"``: draw ``i`` is
+    an inverse-CDF draw on the mass not drawn before (stepping over the drawn tokens'
+    intervals), so the ordered tuple has probability
+    :math:`\prod_i q(x_i) / (1 - \sum_{j<i} q(x_j))` (successive sampling; the law of
+    Gumbel-top-``k`` in key order). ``"greedy"``: :meth:`PreparedLaw.top` ``k - 1`` held, then
+    one draw from the rest. One uniform per draw (``rng.random(k)``, or one for greedy);
+    ``O(k sqrt V)`` in all.
+
+    Raises
+    ------
+    ValueError
+        ``k`` exceeds the law's support under a scheme without replacement.
+    """
+    if scheme not in SAMPLING_SCHEMES:
+        raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
+    if scheme != "iid" and k > law.support:
+        raise ValueError(f"width {k} exceeds the proposal's support ({law.support} tokens) "
+                         f"under scheme {scheme!r}")
+    left = _Remaining(law)
     if scheme == "iid":
-        return rng.choice(q.size, size=k, p=q)
-    if scheme == "without_replacement":
-        keys = log_q + rng.gumbel(size=q.size)
-        top = np.argpartition(-keys, k - 1)[:k]
-        return top[np.argsort(-keys[top], kind="stable")]
-    held = np.lexsort((np.arange(q.size), -q))[: k - 1]
-    rest = q.copy()
-    rest[held] = 0.0
-    last = rng.choice(q.size, p=rest / rest.sum())
-    return np.append(held, last)
+        return np.array([left.draw(u) for u in rng.random(k).tolist()], dtype=np.int64)
+    if scheme == "greedy":
+        held = law.top(k - 1)
+        for x in held.tolist():
+            left.remove(x)
+        return np.append(held, left.draw(rng.random())).astype(np.int64)
+    out = np.empty(k, dtype=np.int64)
+    for n, u in enumerate(rng.random(k).tolist()):
+        out[n] = x = left.draw(u)
+        if n + 1 < k:
+            left.remove(x)
+    return out
 
 
+# ----------------------------------------------------------------------------- shapes
 def k_ary_shape(width: int, depth: int, root_token: int = -1) -> DraftTree:
     """Full ``width``-ary tree of the given depth (``width + width^2 + ...`` nodes), tokens 0."""
     width, depth = check_budget(width, "width"), check_budget(depth, "depth")
@@ -74,7 +226,7 @@ def k_ary_shape(width: int, depth: int, root_token: int = -1) -> DraftTree:
 
 
 def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.Generator
-               ) -> tuple[DraftTree, np.ndarray]:
+               ) -> tuple[DraftTree, ProposalRows]:
     """Draw every node's children of ``shape`` under ``scheme``.
 
     Parameters
@@ -83,35 +235,40 @@ def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.G
         Only ``parent`` (and the root token) are used.
     proposal_rows : ndarray float64 (L, V)
         Row ``d``: the law the children of a depth-``d`` node are drawn from; ``L`` must exceed
-        the depth of every inner node.
+        the depth of every inner node. Copied (the result must not change with the input).
     scheme : {"iid", "without_replacement", "greedy"}
     rng : numpy.random.Generator
 
     Returns
     -------
     tree : DraftTree
-    proposal : ndarray float64 (n+1, V)
-        ``proposal[v] = proposal_rows[depth(v)]`` (clipped to the last row for deepest leaves).
+    proposal : ProposalRows (n+1, V)
+        ``proposal[v] = proposal_rows[depth(v)]`` (clipped to the last row for deepest leaves);
+        the ``L`` rows stored once.
     """
     if scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
-    rows = np.asarray(proposal_rows, dtype=np.float64)
+    rows = np.array(proposal_rows, dtype=np.float64)
     if rows.ndim != 2:
         raise ValueError(f"proposal_rows must be 2-D (L, V); got shape {rows.shape}")
+    rows.flags.writeable = False
     inner = np.unique(shape.parent[1:])
     if inner.size and int(shape.depth[inner].max()) >= rows.shape[0]:
         raise ValueError(f"proposal_rows has {rows.shape[0]} rows but the shape has inner nodes "
                          f"at depth {int(shape.depth[inner].max())}")
-    with np.errstate(divide="ignore"):
-        log_rows = np.log(rows)
+    laws: dict[int, PreparedLaw] = {}
     token = shape.token.copy()
+    kids_of = shape.child_lists
     for v in inner:
-        kids = shape.children(int(v))
         d = int(shape.depth[v])
-        token[kids] = _draw_children(rows[d], log_rows[d], kids.size, scheme, rng)
+        if d not in laws:
+            laws[d] = PreparedLaw.of(rows[d])
+        kids = kids_of[int(v)]
+        token[kids] = draw_children(laws[d], kids.size, scheme, rng)
     build = DraftTree.from_parents_multiset if scheme == "iid" else DraftTree.from_parents
     tree = build(shape.parent, token)
-    proposal = rows[np.minimum(shape.depth, rows.shape[0] - 1)]
+    proposal = ProposalRows(tuple(rows), np.minimum(shape.depth, rows.shape[0] - 1),
+                            rows.shape[1])
     return tree, proposal
 
 
@@ -119,35 +276,91 @@ def fill_shape(shape: DraftTree, proposal_rows, *, scheme: str, rng: np.random.G
 SampledDraft = Draft
 
 
+# ----------------------------------------------------------------------------- proposals
 def tempered(row, temperature: float) -> np.ndarray:
-    r"""The law :math:`q^{1/T} / \sum q^{1/T}` (float64), computed in log space.
+    r"""The law :math:`q^{1/T} / \sum q^{1/T}` (float64, a new array), computed in log space.
 
     ``temperature`` must be ``> 0``: at ``T = 0`` sampling is the argmax, which is not a law a
     ratio verifier can use (sampled policies switch to deterministic top-k tokens there).
     """
-    t = float(temperature)
-    if not (t > 0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be finite and > 0 to temper a proposal; got "
-                         f"{temperature!r}")
+    t = _check_positive_temperature(temperature)
     q = np.asarray(row, dtype=np.float64)
     if t == 1.0:
         return q / q.sum()
     with np.errstate(divide="ignore"):
-        z = np.log(q) / t
+        z = np.log(q)
+    return _softmax_inplace(z, t)
+
+
+def _check_positive_temperature(temperature: float) -> float:
+    t = float(temperature)
+    if not (t > 0 and math.isfinite(t)):
+        raise ValueError(f"temperature must be finite and > 0 to temper a proposal; got "
+                         f"{temperature!r}")
+    return t
+
+
+def _softmax_inplace(z: np.ndarray, t: float) -> np.ndarray:
+    """``softmax(z / t)`` written over ``z`` (a fresh float64 array owned by the caller)."""
+    if t != 1.0:
+        z /= t
     z -= z.max()
-    out = np.exp(z)
-    return out / out.sum()
+    np.exp(z, out=z)
+    z /= z.sum()
+    return z
 
 
-def marginal_proposal(log_q) -> ProposalFn:
-    """The DFlash proposal: the depth-``d`` marginal, whatever the parent (``log_q`` (L, V))."""
-    q = np.exp(np.asarray(log_q, dtype=np.float64))
-    q /= q.sum(axis=1, keepdims=True)
+@dataclass(frozen=True, eq=False)
+class MarginalProposal:
+    """The DFlash proposal: the depth-``d`` marginal, whatever the parent.
 
-    def proposal(depth: int, parent_token: int) -> np.ndarray:
-        return q[depth - 1]
+    A :data:`ProposalFn` (``proposal(depth, parent_token)`` is the normalised marginal of
+    ``depth``) that also says it ignores the parent, so :func:`fill_tree` prepares one law per
+    depth instead of one per node. Rows are computed on first use, tempered straight from the
+    log-probabilities (one ``exp`` per used depth), and cached read-only.
 
-    return proposal
+    Attributes
+    ----------
+    log_q : array_like (L, V) or LazyLogMarginals
+        Drafter log-marginals at depths ``1..L`` (a lazy object is materialised on first use).
+    """
+
+    log_q: Any
+    _laws: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def depth(self) -> int:
+        """``L``."""
+        return int(np.shape(self.log_q)[0])
+
+    def law(self, depth: int, temperature: float = 1.0) -> np.ndarray:
+        """``softmax(log_q[depth - 1] / T)``: float64 (V,), read-only, cached per (depth, T)."""
+        t = _check_positive_temperature(temperature)
+        key = (int(depth), t)
+        q = self._laws.get(key)
+        if q is None:
+            if not 1 <= key[0] <= self.depth:
+                raise ValueError(f"depth must be in [1, {self.depth}]; got {depth!r}")
+            row = self._log_rows[key[0] - 1]
+            q = _softmax_inplace(row / t if t != 1.0 else row.copy(), 1.0)  # one new array
+            q.flags.writeable = False
+            self._laws[key] = q
+        return q
+
+    def __call__(self, depth: int, parent_token: int) -> np.ndarray:
+        return self.law(depth, 1.0)
+
+    @cached_property
+    def _log_rows(self) -> np.ndarray:
+        lq = self.log_q
+        return np.asarray(lq.dense() if isinstance(lq, LazyLogMarginals) else lq,
+                          dtype=np.float64)
+
+
+def marginal_proposal(log_q) -> MarginalProposal:
+    """The DFlash proposal: the depth-``d`` marginal, whatever the parent (``log_q`` (L, V) or
+    a :class:`~treespec_sim.marginals.LazyLogMarginals`)."""
+    return MarginalProposal(log_q)
 
 
 def _top_k(q: np.ndarray, k: int) -> np.ndarray:
@@ -160,6 +373,7 @@ def _top_k(q: np.ndarray, k: int) -> np.ndarray:
     return cand[np.lexsort((cand, -q[cand]))][:k]
 
 
+# ----------------------------------------------------------------------------- the fill
 def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
               rng: np.random.Generator, temperature: float = 1.0, cap_to_support: bool = True
               ) -> Draft:
@@ -168,6 +382,11 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     Node ``v``'s children are drawn from ``tempered(proposal(depth(v) + 1, token(v)), T)`` --
     after ``v``'s own token is drawn, so a conditional proposal sees the sampled ancestors
     (condition C2 of ``docs/theory/tsubame.md``), and with fresh randomness (C3).
+
+    Each distinct law is tempered and prepared once (:class:`PreparedLaw`, ``O(V)``): per depth
+    for a :class:`MarginalProposal`, per ``(depth, parent token)`` for any other proposal (a
+    :data:`ProposalFn` is a function of those two). Then each node costs ``O(k log V)``
+    (:func:`draw_children`).
 
     Parameters
     ----------
@@ -180,6 +399,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         Must match the verifier (C4): ``"iid"`` with ``"rrs"``; ``"without_replacement"`` with
         ``"rrsw"``, ``"traversal"`` or ``"univer"``; ``"greedy"`` with ``"univer"``.
     rng : numpy.random.Generator
+        One uniform per drawn token (none at ``T = 0``).
     temperature : float
         Sampling temperature ``T >= 0``. At ``T = 0`` every node gets the top-``k`` tokens of its
         proposal, deterministically (the ``T -> 0`` limit of Gumbel-top-k), and the result must
@@ -192,18 +412,24 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     Returns
     -------
     SampledDraft
-        The tree (children in draw order), the exact proposal rows (None at ``T = 0``), the
-        scheme (``"deterministic"`` at ``T = 0``) and the temperature.
+        The tree (children in draw order, nodes numbered breadth-first), the exact proposal as
+        :class:`~treespec_sim.policies.draft.ProposalRows` (each distinct law once; zero rows
+        for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
+        temperature.
     """
     if scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
     t = float(temperature)
     if not (t >= 0 and math.isfinite(t)):
         raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
+    marginal = isinstance(proposal, MarginalProposal)
     kids_of = shape.child_lists
     parent = [-1]
     token = [int(shape.token[0])]
-    rows: dict[int, np.ndarray] = {}
+    law_of = [-1]                       # output node -> index into laws (-1: a leaf)
+    laws: list[PreparedLaw] = []
+    law_index: dict[Any, int] = {}      # depth (marginal) or (depth, parent token) -> index
+    raw: dict[Any, np.ndarray] = {}     # the same keys at T = 0: the untempered row
     # (node in shape, node in output); BFS so a node's token exists before its children draw
     queue = [(0, 0)]
     head = 0
@@ -214,36 +440,44 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         if kids.size == 0:
             continue
         depth = int(shape.depth[src]) + 1
-        q_raw = np.asarray(proposal(depth, token[dst]), dtype=np.float64)
+        key = depth if marginal else (depth, token[dst])
         if t == 0.0:
+            q_raw = raw.get(key)
+            if q_raw is None:
+                q_raw = np.asarray(proposal(depth, token[dst]), dtype=np.float64)
+                raw[key] = q_raw
             k = min(kids.size, int(np.count_nonzero(q_raw > 0)))
             drawn = _top_k(q_raw, k)
         else:
-            q = tempered(q_raw, t)
-            support = int(np.count_nonzero(q > 0))
+            r = law_index.get(key)
+            if r is None:
+                q = proposal.law(depth, t) if marginal else \
+                    tempered(proposal(depth, token[dst]), t)
+                q.flags.writeable = False
+                r = law_index[key] = len(laws)
+                laws.append(PreparedLaw.of(q))
+            law = laws[r]
             k = kids.size
-            if scheme != "iid" and k > support:
+            if scheme != "iid" and k > law.support:
                 if not cap_to_support:
                     raise ValueError(f"width {k} at depth {depth} exceeds the proposal's support "
-                                     f"({support} tokens) under scheme {scheme!r}")
-                k = support
-            with np.errstate(divide="ignore"):
-                drawn = _draw_children(q, np.log(q), k, scheme, rng)
-            rows[dst] = q
+                                     f"({law.support} tokens) under scheme {scheme!r}")
+                k = law.support
+            drawn = draw_children(law, k, scheme, rng)
+            law_of[dst] = r
         for child_src, x in zip(kids[:k], drawn, strict=True):
             parent.append(dst)
             token.append(int(x))
+            law_of.append(-1)
             queue.append((int(child_src), len(parent) - 1))
     build = DraftTree.from_parents_multiset if (scheme == "iid" and t > 0) else \
         DraftTree.from_parents
     tree = build(parent, token)
     if t == 0.0:
         return Draft(tree, None, "deterministic", None)
-    vocab = next(iter(rows.values())).size if rows else 1
-    out = np.zeros((tree.n_nodes, vocab))
-    for v, q in rows.items():
-        out[v] = q
-    return Draft(tree, out, scheme, t)
+    vocab = laws[0].q.size if laws else 1
+    rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab)
+    return Draft(tree, rows, scheme, t)
 
 
 def sampled_chain(proposal: ProposalFn, length: int, *, rng: np.random.Generator,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tree import DraftTree
-from ..validation import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q
 from .ddtree import ddtree
 from .sampled import ProposalFn, SampledDraft, fill_tree, marginal_proposal
 
@@ -42,16 +42,18 @@ def tsubame_shape(log_q, budget: int, *, planner: str = "ddtree", temperature: f
     """Pass 1: DDTree's tree at ``budget`` (on the planner's scores) with the tokens erased.
 
     The result is a shape: ``parent`` and child counts only (tokens set to 0, root kept); it
-    depends on draft-side information only (condition C1).
+    depends on draft-side information only (condition C1). A
+    :class:`~treespec_sim.marginals.LazyLogMarginals` goes to DDTree as is (ranked, not
+    materialised) unless the ``"tempered"`` planner has to rescale it.
     """
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}; got {planner!r}")
-    lp, _ = check_log_q(log_q)
+    lp = log_q  # ddtree validates it, and ranks a LazyLogMarginals without materialising it
     if planner == "tempered" and temperature > 0 and temperature != 1.0:
-        z = lp.astype(np.float64) / float(temperature)
+        arr, _ = check_log_q(log_q)
+        z = arr.astype(np.float64) / float(temperature)
         lp = z - np.logaddexp.reduce(z, axis=1, keepdims=True)
-    plan = ddtree(lp, check_budget(budget),
-                  root_token=check_root_token(root_token, vocab_size=lp.shape[1]))
+    plan = ddtree(lp, check_budget(budget), root_token=root_token)  # ddtree checks the token
     return DraftTree.from_parents_multiset(plan.parent, [plan.root_token] + [0] * plan.size)
 
 
@@ -83,7 +85,9 @@ def tsubame(log_q, budget: int, *, rng: np.random.Generator, scheme: str = "with
     Returns
     -------
     SampledDraft
-        Tree, exact proposal rows (None at ``T = 0``), scheme and temperature; its
+        Tree, exact proposal rows (a :class:`~treespec_sim.policies.draft.ProposalRows` with
+        one law per depth for the default marginal proposal, per ``(depth, parent token)`` for
+        a conditional one; None at ``T = 0``), scheme and temperature; its
         ``verify``/``expected_length`` refuse a rule that does not match the draws.
     """
     shape = tsubame_shape(log_q, budget, planner=planner, temperature=temperature,

@@ -155,8 +155,10 @@ def verify(tree: DraftTree, target_rows, *, rule: str, rng: np.random.Generator,
     rule : str
         One of :data:`RULES`.
     rng : numpy.random.Generator
-    proposal : ndarray float64 (n+1, V), optional
-        For sampled trees: row ``v`` = the law ``v``'s children were drawn from.
+    proposal : ndarray float64 (n+1, V) or ProposalRows, optional
+        For sampled trees: row ``v`` = the law ``v``'s children were drawn from (a sampled
+        builder's :class:`~treespec_sim.policies.draft.ProposalRows` is read row by row, never
+        densified).
 
     Returns
     -------

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._sampling import sample_categorical
+from ..policies.draft import ProposalRows
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from ..validation import as_float_array, row_sum_tolerance
@@ -36,13 +37,22 @@ __all__ = ["acceptance_steps", "check_proposal", "rrs_expected_length", "rrs_rou
 _ZERO_RESIDUAL = 1e-15
 
 
-def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> np.ndarray:
+def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool
+                   ) -> np.ndarray | ProposalRows:
     """Validate the proposal rows of a sampled tree; return them as float64 (n+1, V).
 
     Only rows of nodes that have children are read; each must be a distribution (within the
     input dtype's tolerance, :data:`treespec_sim.validation.ROW_SUM_TOL_BY_DTYPE`; renormalised
     in float64), and every child's token must have positive proposal mass.
+
+    A :class:`~treespec_sim.policies.draft.ProposalRows` (what sampled builders return) is
+    checked law by law -- each distinct law once, not once per node -- and returned as a
+    ``ProposalRows`` (renormalised laws replaced), never densified: the verifiers read it row by
+    row. The same conditions raise the same messages, naming the first inner node that reads
+    the offending law.
     """
+    if isinstance(proposal, ProposalRows):
+        return _check_proposal_rows(proposal, tree, without_replacement=without_replacement)
     raw, source = as_float_array(proposal, "proposal")
     tol = row_sum_tolerance(source)
     arr = np.asarray(raw, dtype=np.float64)
@@ -76,10 +86,68 @@ def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool) -> n
             v = int(zero[0]) + 1
             raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
                              f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
+    _check_siblings(tree, without_replacement)
+    return arr
+
+
+def _check_siblings(tree: DraftTree, without_replacement: bool) -> None:
     if without_replacement and tree.has_duplicate_siblings:
         raise ValueError("tree has duplicate siblings, impossible for draws without "
                          "replacement; verify i.i.d.-drawn trees with rule 'rrs'")
-    return arr
+
+
+def _check_proposal_rows(proposal: ProposalRows, tree: DraftTree, *,
+                         without_replacement: bool) -> ProposalRows:
+    """:func:`check_proposal` of a :class:`ProposalRows`: ``O(R V + n)`` for ``R`` laws."""
+    if proposal.shape[0] != tree.n_nodes:
+        raise ValueError(f"proposal must have shape (n+1, V) = ({tree.n_nodes}, V); got "
+                         f"{proposal.shape}")
+    tol = row_sum_tolerance("float64")
+    inner = np.unique(tree.parent[1:])
+    used = proposal.row_of[inner]
+    if (used < 0).any():  # an inner node reading a zero row
+        v = int(inner[np.argmax(used < 0)])
+        raise ValueError(f"proposal[{v}] sums to 0.0, not 1 (tolerance {tol:g} for float64 "
+                         "input)")
+    laws = list(proposal.laws)
+    fixed = False
+    # first inner node of each used law, in node order (so errors name the node a dense
+    # check would name first)
+    uniq, first = np.unique(used, return_index=True)
+    for r, i in sorted(zip(uniq.tolist(), first.tolist(), strict=True), key=lambda p: p[1]):
+        q, v = laws[r], int(inner[i])
+        lo, total = q.min(), q.sum()  # NaN propagates through both; +-inf through the sum
+        if not (np.isfinite(lo) and np.isfinite(total)):
+            c = int(np.flatnonzero(~np.isfinite(q))[0])
+            raise ValueError(f"proposal[{v}, {c}] = {q[c]} is not finite")
+        if lo < 0:
+            c = int(np.flatnonzero(q < 0)[0])
+            raise ValueError(f"proposal[{v}, {c}] = {q[c]} is negative")
+        if abs(total - 1.0) > tol:
+            raise ValueError(f"proposal[{v}] sums to {float(total)!r}, not 1 (tolerance "
+                             f"{tol:g} for float64 input)")
+        if abs(total - 1.0) > 1e-12:
+            laws[r] = q / total
+            fixed = True
+    out = proposal.with_laws(laws) if fixed else proposal
+    if tree.size:
+        tok = tree.token[1:]
+        if int(tok.max()) >= out.vocab_size:
+            v = int(np.argmax(tok >= out.vocab_size)) + 1
+            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the proposal's "
+                             f"vocabulary (V = {out.vocab_size})")
+        law_of_parent = out.row_of[tree.parent[1:]]
+        mass = np.empty(tok.size)
+        for r in np.unique(law_of_parent).tolist():
+            sel = law_of_parent == r
+            mass[sel] = out.laws[r][tok[sel]]
+        zero = np.flatnonzero(mass <= 0)
+        if zero.size:
+            v = int(zero[0]) + 1
+            raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
+                             f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
+    _check_siblings(tree, without_replacement)
+    return out
 
 
 def acceptance_steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_replacement: bool
