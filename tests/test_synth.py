@@ -349,6 +349,62 @@ def test_target_rows_are_distributions_and_match_dense(small, temperature):
                                       k.row(2))
 
 
+# ---------------------------------------------------------------------- logit scale, tempering
+@pytest.mark.parametrize("alpha", [1.0, 2.5, 7.0])
+def test_world_tempering_is_exact_for_every_temperature(alpha):
+    """``p_T = softmax(alpha l / T)`` from the raw logits, ``p_T ∝ p_1^(1/T)`` normalised
+    exactly, and the T = 0 law is the argmax, for a small world with ``logit_scale = alpha``."""
+    w = make_world(dataclasses.replace(get_regime("small"), logit_scale=alpha), seed=3)
+    for z in range(w.n_topics):
+        logits = dense_logits(w.background + w.spec.topic_strength * w.topic_vectors[z],
+                              w.succ, w.boost)
+        p1 = w.target_kernel(z, 1.0).dense()
+        np.testing.assert_allclose(p1, dense_law(alpha * logits, 1.0), rtol=1e-9)
+        for t in (0.1, 0.3, 0.6, 1.0, 1.7):
+            pt = w.target_kernel(z, t).dense()
+            ref = p1 ** (1.0 / t)
+            ref /= ref.sum(axis=1, keepdims=True)
+            np.testing.assert_allclose(pt, ref, rtol=1e-8, atol=1e-300)
+            np.testing.assert_allclose(pt.sum(axis=1), 1.0, atol=1e-12)
+        greedy = w.target_kernel(z, 0.0).dense()
+        np.testing.assert_array_equal(greedy, np.eye(w.vocab_size)[np.argmax(logits, axis=1)])
+        # T -> 0: the mass of the argmax rises to 1 (rows without a tie at the top)
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > 1e-9
+        masses = [(w.target_kernel(z, t).dense() * greedy).sum(axis=1)[clear]
+                  for t in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003)]
+        assert np.all(np.diff(np.stack(masses), axis=0) >= -1e-12)
+        gap = (top2[:, 1] - top2[:, 0])[clear].min()
+        t_small = alpha * gap / 50.0            # every runner-up below exp(-50) relative
+        np.testing.assert_allclose(w.target_kernel(z, t_small).dense()[clear], greedy[clear],
+                                   atol=w.vocab_size * np.exp(-50.0))
+
+
+def test_logit_scale_moves_no_argmax_and_not_the_drafter():
+    base = get_regime("small")
+    a = make_world(base, seed=4)
+    b = make_world(dataclasses.replace(base, logit_scale=6.0), seed=4)
+    for z in range(a.n_topics):
+        np.testing.assert_array_equal(a.target_kernel(z, 0.0).argmax(np.arange(8)),
+                                      b.target_kernel(z, 0.0).argmax(np.arange(8)))
+        # sharper at T = 1: the argmax holds more mass
+        top = a.target_kernel(z, 0.0).argmax(np.arange(8))
+        assert np.all(b.target_kernel(z, 1.0).dense()[np.arange(8), top]
+                      >= a.target_kernel(z, 1.0).dense()[np.arange(8), top] - 1e-12)
+    ctx = Context(0, 3)
+    np.testing.assert_array_equal(a.draft(ctx), b.draft(ctx))
+    # contexts: the first token is drawn from the unscaled background, so the topics and
+    # first draws agree; only the burn-in steps follow the (sharper) target
+    with pytest.raises(ValueError, match="logit_scale"):
+        dataclasses.replace(base, logit_scale=0.0)
+
+
+def test_logit_scale_one_keeps_the_old_context_stream(small):
+    """At ``logit_scale = 1`` the prompt CDF is the T = 1 kernel's own (bit-identical stream)."""
+    cdf = small.target_kernel(0, 1.0)._cdf()
+    assert small._prompt_cdf(0) is cdf
+
+
 def test_target_rows_oracle_and_edge_probs_agree(small):
     rng = np.random.default_rng(1)
     for temperature in (0.0, 0.7, 1.0):

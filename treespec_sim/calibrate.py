@@ -2,29 +2,31 @@ r"""Calibrated regimes: synthetic worlds fitted to published acceptance lengths.
 
 ``python -m treespec_sim.calibrate`` fits eight named regimes, one per benchmark of the DDTree and
 CaDDTree papers (``math500, gsm8k, aime25, humaneval, mbpp, livecodebench, mt-bench, alpaca``), so
-that at ``T = 0`` two measured quantities match the published Qwen3-8B values:
+that three measured quantities match the published Qwen3-8B values:
 
-* the argmax-chain :math:`\tau` (DFlash's own draft, ``L = 15``), and
-* DDTree's :math:`\tau` at ``B = 64``: the exact :math:`E[\tau]` of the fixed tree under
-  predraw-and-follow (:func:`treespec_sim.verify.expected_length`, rule ``"follow"``).
+* the argmax-chain :math:`\tau` at ``T = 0`` (DFlash's own draft, ``L = 15``),
+* DDTree's :math:`\tau` at ``B = 64``, ``T = 0``: the exact :math:`E[\tau]` of the fixed tree
+  under predraw-and-follow (:func:`treespec_sim.verify.expected_length`, rule ``"follow"``), and
+* DDTree's :math:`\tau` at ``B = 64``, ``T = 1``: the same exact quantity against the target
+  sampled at ``T = 1``.
 
-Both are means over contexts drawn as :func:`treespec_sim.engine.run_rounds` draws them with
+All are means over contexts drawn as :func:`treespec_sim.engine.run_rounds` draws them with
 ``rounds_per_sequence=1`` (:meth:`~treespec_sim.synth.World.sample_context`), with the bonus
 token counted.
 
 Targets
 -------
 :data:`PUBLISHED` holds the numbers (THEORY §6; research note §5(a)); :func:`derive_targets` turns
-them into one (chain, DDTree@64) pair per regime. Where a value is not published it is derived
-from the published ones by a documented ratio (``docs/results/calibration.md`` and each target's
-``derivation`` string).
+them into one (chain, DDTree@64, DDTree@64 at T = 1) triple per regime. Where a value is not
+published it is derived from the published ones by a documented ratio
+(``docs/results/calibration.md`` and each target's ``derivation`` string).
 
 Model and fitted knobs
 ----------------------
 Each regime is a :class:`~treespec_sim.synth.RegimeSpec` (``V = 32768``, ``L = 15``, 8192 word
 classes of 4 surface variants) on one of two *families* of fixed knobs (:data:`FAMILIES`: a
 low-entropy target for math and code, a higher-entropy one for chat), plus two fitted drafter
-knobs (:data:`FITTED_KNOBS`):
+knobs and one fitted target knob (:data:`FITTED_KNOBS`):
 
 ``variant_noise`` (both families)
     the drafter's error on the within-class variant weights: near-miss drafts whose right token
@@ -37,6 +39,14 @@ knobs (:data:`FITTED_KNOBS`):
     the temperature of the drafter's logits. A flatter drafter lowers DDTree's gain over the
     chain (and moves the chain a little, so ``variant_noise`` is refitted to the chain at every
     trial).
+``logit_scale`` (both families)
+    the target's logit scale ``alpha`` (:class:`~treespec_sim.synth.RegimeSpec`): how peaked the
+    target is at ``T = 1``. It moves no argmax, so it changes the ``T = 0`` quantities only
+    through the contexts (drawn from the ``T = 1`` target); it sets DDTree@64 at ``T = 1``.
+
+The ``T = 0`` knobs and ``alpha`` are fitted in alternation: the ``T = 0`` knobs on contexts
+drawn with the current ``alpha``, then ``alpha`` on the same contexts, until ``alpha`` moves by
+less than 2% (at most :data:`MAX_PASSES` passes).
 
 Each fit is a 1-D monotone root find (secant steps to a bracket, then the Illinois variant of
 regula falsi) on common random numbers: the same worlds and contexts for every trial value, so
@@ -48,14 +58,17 @@ Every seed is fixed (:data:`FIT_WORLD_SEEDS`, :data:`FIT_CONTEXT_SEED`, :data:`E
 :data:`EVAL_CONTEXT_SEED`). The *achieved* values written to the data file are measured afterwards
 on fresh world seeds and a fresh context stream by :func:`evaluate`, which runs the one round
 loop (:func:`treespec_sim.engine.run_round` with methods ``chain`` and ``ddtree``, exact
-``follow`` :math:`E[\tau]`). ``--check`` re-measures the stored fit on yet another seed. The
-fit's inner objective scores DDTree@64 through the same loop and the chain by its closed form
-(the first depth where the drafter's argmax leaves the target's greedy continuation; a test
-checks it against ``run_round``).
+``follow`` :math:`E[\tau]`), with the per-world means beside the pooled ones and the
+target's token-entropy quantiles at ``T = 1``
+(:func:`~treespec_sim.synth.diagnostics.token_entropies`). ``--check`` re-measures the stored fit
+on yet another seed. The fit's inner objective scores DDTree@64 through the same loop and the
+chain by its closed form (the first depth where the drafter's argmax leaves the target's greedy
+continuation; a test checks it against ``run_round``).
 
 Command line::
 
     python -m treespec_sim.calibrate                       # fit all 8, write the data file
+    python -m treespec_sim.calibrate --workers 2           # regimes in parallel processes
     python -m treespec_sim.calibrate --regimes gsm8k alpaca --contexts 2000
     python -m treespec_sim.calibrate --check               # re-evaluate the stored fit
     python -m treespec_sim.calibrate --table               # print the stored fit
@@ -73,6 +86,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +95,7 @@ import numpy as np
 from .cli import OneLineParser, add_debug, run
 from .engine import run_round
 from .synth import World, make_world
-from .synth.diagnostics import greedy_continuation
+from .synth.diagnostics import greedy_continuation, token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec
 
 __all__ = [
@@ -114,11 +128,17 @@ BUDGET = 64
 TOLERANCE = 0.05
 #: The fitted knobs of each family: ``variant_noise`` sets the chain, the family's *tree knob*
 #: sets DDTree@64 (all drafter-only: the target and the contexts never change in a fit).
-FITTED_KNOBS = {"math-code": ("variant_noise", "depth_sharpening"),
-                "chat": ("variant_noise", "calibration")}
+FITTED_KNOBS = {"math-code": ("variant_noise", "depth_sharpening", "logit_scale"),
+                "chat": ("variant_noise", "calibration", "logit_scale")}
+#: The calibrated quantities, in table order, with their labels.
+QUANTITIES = ("chain", "ddtree64", "ddtree64_t1")
+QUANTITY_LABELS = {"chain": "chain τ (T = 0)", "ddtree64": "DDTree@64 τ (T = 0)",
+                   "ddtree64_t1": "DDTree@64 τ (T = 1)"}
+#: Most alternations of the T = 0 knobs and ``logit_scale`` in one regime's fit.
+MAX_PASSES = 3
 #: Search intervals of the fitted knobs.
 KNOB_BOUNDS = {"variant_noise": (0.0, 3.0), "depth_sharpening": (-0.95, 2.0),
-               "calibration": (0.1, 1.0)}
+               "calibration": (0.1, 1.0), "logit_scale": (1.0, 40.0)}
 #: Per family: (tree knob, DDTree@64 increasing in it?, does the chain depend on it?, step).
 _TREE_KNOB = {"math-code": ("depth_sharpening", True, False, 0.3),
               "chat": ("calibration", False, True, 0.05)}
@@ -129,39 +149,50 @@ EVAL_WORLD_SEEDS = (100, 101, 102)
 EVAL_CONTEXT_SEED = 31415926
 CHECK_WORLD_SEEDS = (200, 201, 202)
 CHECK_CONTEXT_SEED = 27182818
-DEFAULT_CONTEXTS = 3600
+DEFAULT_CONTEXTS = 3000
 
 # ---------------------------------------------------------------------- published numbers
 #: Published Qwen3-8B numbers at T = 0 (H200, batch 1, HF; tau counts the bonus token).
 #: ``chain``: DFlash tau (DDTree Table 1); ``ddtree64``: DDTree tau at B = 64 (TEV Table 1);
 #: ``dflash_speedup`` and ``ddtree_speedup`` (best B) from DDTree Table 1 and its project page.
 #: ``None`` = not published. Sources: ``../shared/THEORY.md`` §6 and the research note §5(a).
+#: ``ddtree64_t1``: DDTree tau at B = 64 and T = 1 (TEV Table 1).
 PUBLISHED: dict[str, dict[str, float | None]] = {
-    "math500": {"chain": 7.79, "ddtree64": 9.76, "dflash_speedup": 5.56,
+    "math500": {"chain": 7.79, "ddtree64": 9.76, "ddtree64_t1": 8.17, "dflash_speedup": 5.56,
                 "ddtree_speedup": 7.52},
-    "gsm8k": {"chain": 6.57, "ddtree64": 8.49, "dflash_speedup": 4.78, "ddtree_speedup": 6.75},
-    "aime25": {"chain": 7.39, "ddtree64": None, "dflash_speedup": 5.32, "ddtree_speedup": 7.0},
-    "humaneval": {"chain": 6.61, "ddtree64": 8.01, "dflash_speedup": 4.84,
+    "gsm8k": {"chain": 6.57, "ddtree64": 8.49, "ddtree64_t1": 7.84, "dflash_speedup": 4.78,
+              "ddtree_speedup": 6.75},
+    "aime25": {"chain": 7.39, "ddtree64": None, "ddtree64_t1": None, "dflash_speedup": 5.32,
+               "ddtree_speedup": 7.0},
+    "humaneval": {"chain": 6.61, "ddtree64": 8.01, "ddtree64_t1": 7.06, "dflash_speedup": 4.84,
                   "ddtree_speedup": 6.9},
-    "mbpp": {"chain": None, "ddtree64": None, "dflash_speedup": None, "ddtree_speedup": 6.4},
-    "livecodebench": {"chain": None, "ddtree64": None, "dflash_speedup": None,
-                      "ddtree_speedup": 7.1},
-    "mt-bench": {"chain": None, "ddtree64": 5.54, "dflash_speedup": 2.56,
+    "mbpp": {"chain": None, "ddtree64": None, "ddtree64_t1": None, "dflash_speedup": None,
+             "ddtree_speedup": 6.4},
+    "livecodebench": {"chain": None, "ddtree64": None, "ddtree64_t1": None,
+                      "dflash_speedup": None, "ddtree_speedup": 7.1},
+    "mt-bench": {"chain": None, "ddtree64": 5.54, "ddtree64_t1": 5.03, "dflash_speedup": 2.56,
                  "ddtree_speedup": 4.10},
-    "alpaca": {"chain": 3.12, "ddtree64": None, "dflash_speedup": 2.07, "ddtree_speedup": 3.36},
+    "alpaca": {"chain": 3.12, "ddtree64": None, "ddtree64_t1": None, "dflash_speedup": 2.07,
+               "ddtree_speedup": 3.36},
 }
 #: Datasets with both taus published (the reference set of every derivation ratio).
 _REFERENCE = ("math500", "gsm8k", "humaneval")
+#: Where the T = 1 value is not published: the published dataset of the same kind whose
+#: T = 1 / T = 0 DDTree@64 ratio is applied to the regime's T = 0 target.
+T1_NEAREST = {"aime25": "math500", "mbpp": "humaneval", "livecodebench": "humaneval",
+              "alpaca": "mt-bench"}
 
 
 @dataclass(frozen=True)
 class Target:
-    """The two calibration targets of a regime and where they come from."""
+    """The three calibration targets of a regime and where they come from."""
 
     chain: float
     ddtree64: float
     chain_derivation: str
     ddtree64_derivation: str
+    ddtree64_t1: float
+    ddtree64_t1_derivation: str
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -184,7 +215,10 @@ def derive_targets(published: dict[str, dict[str, float | None]] | None = None
     * Alpaca (chain published): DDTree@64 = chain · a · (3.36 / 2.07);
     * MT-Bench (DDTree@64 published): chain = DDTree@64 / (a · (4.10 / 2.56));
     * MBPP, LiveCodeBench (only the DDTree speedup published): DDTree@64 = m · speedup,
-      chain = DDTree@64 / g.
+      chain = DDTree@64 / g;
+    * DDTree@64 at ``T = 1`` where it is not published: the regime's DDTree@64 target times the
+      published ``T = 1 / T = 0`` ratio of the nearest published dataset (:data:`T1_NEAREST`:
+      AIME25 from MATH-500, MBPP and LiveCodeBench from HumanEval, Alpaca from MT-Bench).
 
     Parameters
     ----------
@@ -222,14 +256,23 @@ def derive_targets(published: dict[str, dict[str, float | None]] | None = None
             chain_v = dd_v / g
             d_src = f"m x DDTree best-B speedup = {m:.4f} x {p['ddtree_speedup']:g}"
             c_src = f"DDTree@64 / g = {dd_v:.4f} / {g:.4f}"
-        out[name] = Target(round(float(chain_v), 3), round(float(dd_v), 3), c_src, d_src)
+        t1_v = p["ddtree64_t1"]
+        t1_src = "published (TEV Table 1, DDTree at B = 64, T = 1)"
+        if t1_v is None:
+            ref_pub = pub[T1_NEAREST[name]]
+            ratio = ref_pub["ddtree64_t1"] / ref_pub["ddtree64"]
+            t1_v = dd_v * ratio
+            t1_src = (f"DDTree@64 x {_DATASET[T1_NEAREST[name]]}'s T1/T0 ratio = {dd_v:.4f} x "
+                      f"({ref_pub['ddtree64_t1']:g} / {ref_pub['ddtree64']:g})")
+        out[name] = Target(round(float(chain_v), 3), round(float(dd_v), 3), c_src, d_src,
+                           round(float(t1_v), 3), t1_src)
     return out
 
 
 # ---------------------------------------------------------------------- families (fixed knobs)
 _COMMON: dict[str, object] = dict(
     vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness_spread=1.0,
-    zipf_exponent=0.9, topic_strength=1.0, topic_density=1.0, context_burn_in=4, mismatch=0.0,
+    zipf_exponent=0.9, topic_strength=1.0, topic_density=1.0, context_burn_in=1, mismatch=0.0,
     boost_noise=0.1, topic_awareness=1.0, degradation=0.0, junk=0.02, correction_quality=0.5,
     variants=4)
 
@@ -241,12 +284,14 @@ _COMMON: dict[str, object] = dict(
 #: little leverage there), and the DDTree gain set by the drafter's ``calibration`` (its logit
 #: temperature: a flatter drafter spreads its budget over siblings that rarely pay). Both
 #: families draw contexts the way a benchmark's
-#: many prompts are diverse: ``context_burn_in = 4`` (a long T = 1 burn-in ends on the few
-#: cycles of the greedy map) and a dense topic term (``topic_density = 1``), so that each of the
-#: 32 topics has its own successor order. With the sparse topics of the older regimes, greedy
-#: paths of different contexts merge onto a few hundred word classes and one world's chain tau
-#: was measured 4-5% away from another's; with these knobs the world-to-world spread is at
-#: most about 2% (within the noise of 10 worlds).
+#: many prompts are diverse: the first token from the unscaled background, then
+#: ``context_burn_in = 1`` step of the target (a long T = 1 burn-in of the sharp, fitted target
+#: ends on the few cycles of its greedy map: with 4 steps at ``logit_scale = 5`` the per-world
+#: DDTree@64 means spread by about 3.5% between worlds, with 1 step by no more than the noise
+#: of 300 contexts per world), and a dense topic term (``topic_density = 1``), so that each of
+#: the 32 topics has its own successor order (with the sparse topics of the older regimes,
+#: greedy paths of different contexts merged onto a few hundred word classes and one world's
+#: chain tau was 4-5% away from another's).
 FAMILIES: dict[str, dict[str, object]] = {
     "math-code": dict(_COMMON, sharpness=4.0, successor_decay=2.0, calibration=0.15,
                       variant_spread=2.0),
@@ -256,8 +301,8 @@ _FAMILY_OF = {"math500": "math-code", "gsm8k": "math-code", "aime25": "math-code
               "humaneval": "math-code", "mbpp": "math-code", "livecodebench": "math-code",
               "mt-bench": "chat", "alpaca": "chat"}
 #: Starting values of the fitted knobs per family.
-_START = {"math-code": {"variant_noise": 0.45, "depth_sharpening": 0.0},
-          "chat": {"variant_noise": 0.55, "calibration": 0.35}}
+_START = {"math-code": {"variant_noise": 0.45, "depth_sharpening": 0.0, "logit_scale": 5.0},
+          "chat": {"variant_noise": 0.55, "calibration": 0.35, "logit_scale": 4.5}}
 _DATASET = {"math500": "MATH-500", "gsm8k": "GSM8K", "aime25": "AIME25",
             "humaneval": "HumanEval", "mbpp": "MBPP", "livecodebench": "LiveCodeBench",
             "mt-bench": "MT-Bench", "alpaca": "Alpaca"}
@@ -283,8 +328,8 @@ def base_spec(name: str, **knobs: float) -> RegimeSpec:
     values = dict(_START[fam])
     values.update(knobs)
     target = derive_targets()[name]
-    desc = (f"{_DATASET[name]} (Qwen3-8B, T = 0): fitted to chain tau {target.chain:g}, "
-            f"DDTree@64 tau {target.ddtree64:g}")
+    desc = (f"{_DATASET[name]} (Qwen3-8B): fitted to chain tau {target.chain:g} and DDTree@64 "
+            f"tau {target.ddtree64:g} at T = 0, DDTree@64 tau {target.ddtree64_t1:g} at T = 1")
     params = dict(FAMILIES[fam])
     params.update(values)
     return RegimeSpec(name=name, description=desc, **params)
@@ -311,15 +356,35 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Chain and DDTree@64 tau of one spec on given world seeds and a context stream."""
+    """The three calibrated taus of one spec on given world seeds and a context stream.
+
+    Attributes
+    ----------
+    chain, ddtree64, ddtree64_t1 : Estimate
+        Pooled over every context of every world (mean ± s.e. over contexts).
+    world_seeds : tuple of int
+    per_world : dict of str to tuple of float
+        Per quantity, the mean of each world (in ``world_seeds`` order): the world-to-world
+        spread the pooled s.e. does not show.
+    entropy_t1 : dict of str to float
+        Quantiles of the target's token entropy at ``T = 1`` along sampled continuations
+        (:func:`~treespec_sim.synth.diagnostics.token_entropies`): ``median``, ``p80``,
+        ``share_below_0.05`` and ``share_above_1`` (nats); empty when not measured.
+    """
 
     chain: Estimate
     ddtree64: Estimate
+    ddtree64_t1: Estimate
     world_seeds: tuple[int, ...]
+    per_world: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    entropy_t1: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"chain": self.chain.to_dict(), "ddtree64": self.ddtree64.to_dict(),
-                "world_seeds": list(self.world_seeds)}
+        out: dict[str, object] = {q: getattr(self, q).to_dict() for q in QUANTITIES}
+        out["world_seeds"] = list(self.world_seeds)
+        out["per_world"] = {q: [round(x, 4) for x in v] for q, v in self.per_world.items()}
+        out["entropy_t1"] = {k: round(v, 4) for k, v in self.entropy_t1.items()}
+        return out
 
 
 def _check_positive_int(value: object, name: str) -> int:
@@ -333,14 +398,20 @@ def _split(n: int, k: int) -> list[int]:
     return [n // k + (i < n % k) for i in range(k)]
 
 
+#: Tokens per context of the entropy diagnostic (its rows are dense: O(V) each).
+_ENTROPY_STEPS = 4
+
+
 def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
-             rng: np.random.Generator, budget: int = BUDGET) -> Evaluation:
-    r"""Measure the argmax-chain and DDTree :math:`\tau` of ``spec`` at ``T = 0``.
+             rng: np.random.Generator, budget: int = BUDGET,
+             entropy_contexts: int = 300) -> Evaluation:
+    r"""Measure the argmax-chain and DDTree :math:`\tau` of ``spec`` (``T = 0``, and ``T = 1``).
 
     The ordinary code path: for each world seed, ``make_world(spec, seed)``; contexts from
     ``world.sample_context(rng)`` (as ``run_rounds`` with ``rounds_per_sequence=1``); the
     ``chain`` policy (``L`` nodes) and ``ddtree`` (``budget`` nodes) on ``world.draft(ctx)``;
-    exact :math:`E[\tau]` with rule ``"follow"`` on ``world.target_oracle(ctx, tree, 0)``.
+    exact :math:`E[\tau]` with rule ``"follow"`` on ``world.target_oracle(ctx, tree, T)``, at
+    ``T = 0`` for both and at ``T = 1`` for DDTree (on the same contexts).
 
     Parameters
     ----------
@@ -350,8 +421,11 @@ def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
     world_seeds : sequence of int
         Non-empty.
     rng : numpy.random.Generator
-        Draws the contexts.
+        Draws the contexts (and the entropy diagnostic's continuations, after them).
     budget : int, default 64
+    entropy_contexts : int, default 300
+        Contexts (the first ones of each world, spread over the worlds) whose ``T = 1``
+        continuations measure the token-entropy quantiles; 0 skips the diagnostic.
 
     Returns
     -------
@@ -366,40 +440,62 @@ def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     budget = _check_positive_int(budget, "budget")
-    ch, dd = [], []
+    if isinstance(entropy_contexts, bool) or not isinstance(entropy_contexts, int) \
+            or entropy_contexts < 0:
+        raise ValueError(f"entropy_contexts must be a non-negative integer; got "
+                         f"{entropy_contexts!r}")
+    values: dict[str, list[np.ndarray]] = {q: [] for q in QUANTITIES}
+    entropy_sets = []
+    worlds_ctx = []
     for seed, n in zip(seeds, _split(contexts, len(seeds)), strict=True):
         world = make_world(spec, seed=seed)
-        for _ in range(n):
-            ctx = world.sample_context(rng)
-            ch.append(_tau(world, ctx, "chain", None))
-            dd.append(_tau(world, ctx, "ddtree", budget))
-    return Evaluation(Estimate.of(np.array(ch)), Estimate.of(np.array(dd)), seeds)
+        cs = [world.sample_context(rng) for _ in range(n)]
+        worlds_ctx.append((world, cs))
+        values["chain"].append(np.array([_tau(world, c, "chain", None) for c in cs]))
+        values["ddtree64"].append(np.array([_tau(world, c, "ddtree", budget) for c in cs]))
+        values["ddtree64_t1"].append(np.array([_tau(world, c, "ddtree", budget, 1.0)
+                                               for c in cs]))
+    for (world, cs), k in zip(worlds_ctx, _split(entropy_contexts, len(seeds)), strict=True):
+        if k:
+            entropy_sets.append(token_entropies(world, cs[:k], _ENTROPY_STEPS, rng))
+    entropy: dict[str, float] = {}
+    if entropy_sets:
+        h = np.concatenate(entropy_sets)
+        entropy = {"median": float(np.median(h)), "p80": float(np.quantile(h, 0.8)),
+                   "share_below_0.05": float(np.mean(h < 0.05)),
+                   "share_above_1": float(np.mean(h > 1.0))}
+    return Evaluation(*(Estimate.of(np.concatenate(values[q])) for q in QUANTITIES), seeds,
+                      {q: tuple(float(v.mean()) for v in values[q]) for q in QUANTITIES},
+                      entropy)
 
 
-def _tau(world: World, ctx, method: str, budget: int | None) -> float:
-    """Exact T = 0 ``follow`` E[tau] of one round (:func:`treespec_sim.engine.run_round`)."""
-    return run_round(world, ctx, method=method, budget=budget, rule="follow", temperature=0.0,
-                     rng=_NO_DRAWS, sample=False).expected_tau
+def _tau(world: World, ctx, method: str, budget: int | None, temperature: float = 0.0
+         ) -> float:
+    """Exact ``follow`` E[tau] of one round (:func:`treespec_sim.engine.run_round`).
 
+    Deterministic trees verified exactly draw nothing from their rng (``sample=False``).
+    """
+    return run_round(world, ctx, method=method, budget=budget, rule="follow",
+                     temperature=temperature, rng=_NO_DRAWS, sample=False).expected_tau
 
-#: Deterministic methods at T = 0 without a sampled outcome draw nothing from their rng.
+#: Deterministic methods verified exactly (no sampled outcome) draw nothing from their rng.
 _NO_DRAWS = np.random.default_rng(0)
 
 
 # ---------------------------------------------------------------------- fast fit objective
 class _FitSet:
-    """Fixed worlds and contexts for the fits of one family (common random numbers).
+    """Fixed worlds and contexts for one pass of a regime's fit (common random numbers).
 
-    The fitted knobs are drafter-only, so the target, the contexts and the target's greedy
-    continuations are computed once per family and shared by its regimes; each trial rebuilds
-    only the drafter (sharing the target kernels). The chain is scored by comparing the per-depth
+    The contexts are drawn once, from the spec's target at ``T = 1`` (with its
+    ``logit_scale``), and the target's greedy continuations computed once; each trial rebuilds
+    only the drafter and shares the target kernels (cached by effective temperature, so a trial
+    ``logit_scale`` is safe). The chain is scored by comparing the per-depth
     argmax of the drafter's marginals (``drafter.argmax_marginals``) with the greedy
     continuation: that is the chain's exact ``E[tau]`` at ``T = 0`` (junk and
     ``depth_sharpening`` are monotone per row, so ``world.draft`` has the same argmax up to
     rounding ties, and :func:`evaluate` re-measures on the full path anyway). DDTree@64 is
     scored by ``expected_length`` as in :func:`evaluate`.
-    Chain trials are remembered, keyed by the knobs the chain depends on, so a family's regimes
-    share its chain curve.
+    Chain trials are remembered, keyed by the knobs the chain depends on.
     """
 
     def __init__(self, spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
@@ -421,7 +517,6 @@ class _FitSet:
             self.greedy.append(np.stack([greedy_continuation(w, c, spec.depth) for c in cs]))
         self.trials = 0
         self.chain_points: dict[tuple[float, tuple[tuple[str, float], ...]], float] = {}
-        self.fitted_tree_knob: list[float] = []
 
     def _worlds(self, knobs: dict[str, float]) -> list[World]:
         spec = dataclasses.replace(self.spec, **knobs)
@@ -448,13 +543,17 @@ class _FitSet:
         self.chain_points[key] = out = float(np.mean(taus))
         return out
 
-    def ddtree_tau(self, knobs: dict[str, float], n: int) -> float:
-        """DDTree@64 tau with ``knobs`` on the first ``n`` contexts (spread over the worlds)."""
+    def ddtree_tau(self, knobs: dict[str, float], n: int, temperature: float = 0.0) -> float:
+        """DDTree@64 tau with ``knobs`` on the first ``n`` contexts (spread over the worlds).
+
+        ``knobs`` may include ``logit_scale``: the contexts stay those drawn with the fit set's
+        own ``logit_scale`` (the outer alternation of :func:`fit_regime` re-draws them).
+        """
         taus = []
         worlds = self._worlds(knobs)
         for w, cs, k in zip(worlds, self.contexts, _split(n, len(worlds)), strict=True):
             for c in cs[:k]:
-                taus.append(_tau(w, c, "ddtree", BUDGET))
+                taus.append(_tau(w, c, "ddtree", BUDGET, temperature))
         return float(np.mean(taus))
 
     def guess_variant_noise(self, target: float, other: dict[str, float], default: float,
@@ -561,47 +660,29 @@ def _solve_monotone(f: Callable[[float], float], target: float, x0: float,
 
 
 # ---------------------------------------------------------------------- the fit
-def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
-               log: Callable[[str], None] = print, fitset: _FitSet | None = None
-               ) -> dict[str, object]:
-    """Fit one regime and measure it on fresh seeds; returns its data-file entry.
+def _fit_t0(fitset: _FitSet, target: Target, fam: str, values: dict[str, float], n_dd: int,
+            log: Callable[[str], None]) -> tuple[float, float, float, float]:
+    """Fit the ``T = 0`` knobs on ``fitset`` from the start ``values``.
 
     ``variant_noise`` is fitted to the chain target; the family's tree knob to the DDTree@64
     target. Where the chain does not depend on the tree knob (``depth_sharpening``) the two
     are 1-D fits in turn; where it does (``calibration``) the tree-knob fit is the outer loop
     and every trial refits ``variant_noise`` to the chain first.
 
-    Parameters
-    ----------
-    name : str
-        One of :data:`CALIBRATED_REGIMES`.
-    contexts : int
-        Contexts of the chain fit and of the fresh evaluation; the DDTree fit uses half.
-    log : callable
-        Progress sink (one line per call).
-    fitset : optional
-        The family's shared fit worlds (built here when omitted).
+    Returns
+    -------
+    variant_noise, tree knob, chain tau, DDTree@64 tau : float
+        The fitted knobs and the fit set's values there.
     """
-    name = _check_regime_name(name)
-    contexts = _check_positive_int(contexts, "contexts")
-    t0 = time.perf_counter()
-    target = derive_targets()[name]
-    fam = _FAMILY_OF[name]
-    start = _START[fam]
     knob, increasing, chain_depends, tree_step = _TREE_KNOB[fam]
-    log(f"[{name}] family {fam}; targets chain {target.chain:g}, DDTree@64 {target.ddtree64:g}")
-    if fitset is None:
-        fitset = _FitSet(base_spec(name), contexts=contexts, world_seeds=FIT_WORLD_SEEDS,
-                         context_seed=FIT_CONTEXT_SEED)
-    trials0 = fitset.trials
-    n_dd = max(1, contexts // 2)
     fits: dict[float | None, tuple[float, float]] = {}
 
     def fit_chain(t: float | None) -> tuple[float, float]:
         other = {knob: t} if chain_depends else {}
         log(f"  variant_noise -> chain tau{f' ({knob} = {t:.4f})' if chain_depends else ''}")
         roots = [(k, v[0]) for k, v in fits.items() if k is not None]
-        x0, step = fitset.guess_variant_noise(target.chain, other, start["variant_noise"], roots)
+        x0, step = fitset.guess_variant_noise(target.chain, other, values["variant_noise"],
+                                              roots)
         vn, ch, _ = _solve_monotone(lambda x: fitset.chain_tau(x, other), target.chain, x0,
                                     KNOB_BOUNDS["variant_noise"], increasing=False, step=step,
                                     log=log)
@@ -614,34 +695,89 @@ def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
 
     if not chain_depends:
         fit_chain(None)
-    log(f"  {knob} -> DDTree@64 tau")
-    x0 = fitset.fitted_tree_knob[-1] if fitset.fitted_tree_knob else start[knob]
-    t_fit, dd_fit, _ = _solve_monotone(dd_at, target.ddtree64, x0, KNOB_BOUNDS[knob],
+    log(f"  {knob} -> DDTree@64 tau (T = 0)")
+    t_fit, dd_fit, _ = _solve_monotone(dd_at, target.ddtree64, values[knob], KNOB_BOUNDS[knob],
                                        increasing=increasing, step=tree_step, log=log)
-    fitset.fitted_tree_knob.append(float(t_fit))
     vn, chain_fit = fits[t_fit if chain_depends else None]
-    knobs = {"variant_noise": vn, knob: float(t_fit)}
+    return vn, float(t_fit), chain_fit, dd_fit
+
+
+def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
+               log: Callable[[str], None] = print, start: dict[str, float] | None = None
+               ) -> dict[str, object]:
+    """Fit one regime and measure it on fresh seeds; returns its data-file entry.
+
+    Passes of (``T = 0`` knobs by :func:`_fit_t0`, then ``logit_scale`` to DDTree@64 at
+    ``T = 1``) on contexts drawn with the current ``logit_scale``, until a pass moves
+    ``logit_scale`` by less than 2% or :data:`MAX_PASSES` passes are done.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`CALIBRATED_REGIMES`.
+    contexts : int
+        Contexts of the chain fit and of the fresh evaluation; the DDTree fits use half.
+    log : callable
+        Progress sink (one line per call).
+    start : dict, optional
+        Starting values of the fitted knobs (e.g. the stored fit); missing ones from the
+        family's defaults.
+    """
+    name = _check_regime_name(name)
+    contexts = _check_positive_int(contexts, "contexts")
+    t0 = time.perf_counter()
+    target = derive_targets()[name]
+    fam = _FAMILY_OF[name]
+    knob = _TREE_KNOB[fam][0]
+    values = dict(_START[fam])
+    values.update({k: float(v) for k, v in (start or {}).items() if k in FITTED_KNOBS[fam]})
+    log(f"[{name}] family {fam}; targets chain {target.chain:g}, DDTree@64 {target.ddtree64:g} "
+        f"(T = 0), {target.ddtree64_t1:g} (T = 1); start {values}")
+    n_dd = max(1, contexts // 2)
+    passes: list[dict[str, object]] = []
+    trials = 0
+    for p in range(1, MAX_PASSES + 1):
+        fitset = _FitSet(base_spec(name, **values), contexts=contexts,
+                         world_seeds=FIT_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED)
+        log(f" pass {p}: contexts drawn with logit_scale {values['logit_scale']:.4f}")
+        vn, t_fit, chain_fit, dd_fit = _fit_t0(fitset, target, fam, values, n_dd, log)
+        values.update({"variant_noise": vn, knob: t_fit})
+        alpha0 = values["logit_scale"]
+        log("  logit_scale -> DDTree@64 tau (T = 1)")
+        alpha, t1_fit, _ = _solve_monotone(
+            lambda a, fs=fitset: fs.ddtree_tau({**values, "logit_scale": a}, n_dd, 1.0),
+            target.ddtree64_t1, alpha0, KNOB_BOUNDS["logit_scale"], increasing=True,
+            step=0.1 * alpha0, log=log)
+        values["logit_scale"] = float(alpha)
+        trials += fitset.trials
+        passes.append({"contexts_logit_scale": round(alpha0, 6), **{
+            k: round(v, 6) for k, v in values.items()}, "chain": round(chain_fit, 4),
+            "ddtree64": round(dd_fit, 4), "ddtree64_t1": round(t1_fit, 4)})
+        if abs(alpha - alpha0) <= 0.02 * alpha0:
+            break
+    knobs = {k: values[k] for k in FITTED_KNOBS[fam]}
     spec = base_spec(name, **knobs)
     fit_s = time.perf_counter() - t0
-    trials = fitset.trials - trials0
-    log(f"  fitted variant_noise {vn:.5f}, {knob} {t_fit:.5f} in {trials} trials, "
-        f"{fit_s:.0f} s; evaluating on fresh seeds")
+    log(f"  fitted {knobs} in {len(passes)} pass(es), {trials} trials, {fit_s:.0f} s; "
+        f"evaluating on fresh seeds")
     ev = evaluate(spec, contexts=contexts, world_seeds=EVAL_WORLD_SEEDS,
                   rng=np.random.default_rng(EVAL_CONTEXT_SEED))
-    ok = _within(ev.chain.mean, target.chain) and _within(ev.ddtree64.mean, target.ddtree64)
+    ok = all(_within(getattr(ev, q).mean, getattr(target, q)) for q in QUANTITIES)
     total_s = time.perf_counter() - t0
-    log(f"  achieved chain {ev.chain.mean:.3f} ± {ev.chain.se:.3f}, DDTree@64 "
-        f"{ev.ddtree64.mean:.3f} ± {ev.ddtree64.se:.3f} ({'within' if ok else 'OUTSIDE'} "
-        f"±{TOLERANCE:.0%}); {total_s:.0f} s")
+    log("  achieved " + ", ".join(f"{q} {getattr(ev, q).mean:.3f} ± {getattr(ev, q).se:.3f}"
+                                   for q in QUANTITIES)
+        + f" ({'within' if ok else 'OUTSIDE'} ±{TOLERANCE:.0%}); {total_s:.0f} s")
+    last = passes[-1]
     return {
         "description": spec.description,
         "family": fam,
         "knobs": spec.knobs(),
         "fitted": knobs,
         "target": target.to_dict(),
-        "fit": {"chain": round(chain_fit, 4), "ddtree64": round(dd_fit, 4),
-                "world_seeds": list(fitset.world_seeds), "context_seed": fitset.context_seed,
-                "contexts_chain": fitset.n_contexts, "contexts_ddtree64": n_dd,
+        "fit": {"chain": last["chain"], "ddtree64": last["ddtree64"],
+                "ddtree64_t1": last["ddtree64_t1"], "passes": passes,
+                "world_seeds": list(FIT_WORLD_SEEDS), "context_seed": FIT_CONTEXT_SEED,
+                "contexts_chain": contexts, "contexts_ddtree64": n_dd,
                 "trials": trials, "seconds": round(fit_s, 1)},
         "achieved": {**ev.to_dict(), "context_seed": EVAL_CONTEXT_SEED, "contexts": contexts},
         "within_tolerance": ok,
@@ -671,27 +807,52 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def _print_flush(line: str) -> None:
+    """Progress sink of worker processes (unbuffered, so parallel fits interleave by line)."""
+    print(line, flush=True)
+
+
 def fit(regimes: Sequence[str] = CALIBRATED_REGIMES, *, contexts: int = DEFAULT_CONTEXTS,
-        out: Path | str = CALIBRATION_FILE, log: Callable[[str], None] = print) -> dict:
-    """Fit ``regimes`` and write them (merged with the others already in ``out``) to ``out``."""
+        out: Path | str = CALIBRATION_FILE, log: Callable[[str], None] = print,
+        workers: int = 1) -> dict:
+    """Fit ``regimes`` and write them (merged with the others already in ``out``) to ``out``.
+
+    Each regime starts from its stored fit in ``out`` where there is one. The file is
+    rewritten (atomically) after every finished regime, so an interrupted run keeps what it
+    finished. ``workers > 1`` fits regimes in that many processes (progress lines from worker
+    processes go to stdout).
+    """
     names = [_check_regime_name(r) for r in regimes]
     contexts = _check_positive_int(contexts, "contexts")
+    workers = _check_positive_int(workers, "workers")
     t0 = time.perf_counter()
     data = _load(Path(out))
     entries = dict(data.get("regimes", {}))
-    fitsets: dict[str, _FitSet] = {}
-    for name in names:
-        fam = _FAMILY_OF[name]
-        if fam not in fitsets:
-            fitsets[fam] = _FitSet(base_spec(name), contexts=contexts,
-                                   world_seeds=FIT_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED)
-        entries[name] = fit_regime(name, contexts=contexts, log=log, fitset=fitsets[fam])
+    starts = {n: dict(entries[n].get("fitted", {})) for n in names if n in entries}
+    if workers == 1:
+        for name in names:
+            entries[name] = fit_regime(name, contexts=contexts, log=log, start=starts.get(name))
+            data = _write(Path(out), entries, t0)
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(names))) as pool:
+            futures = {pool.submit(fit_regime, name, contexts=contexts, log=_print_flush,
+                                   start=starts.get(name)): name for name in names}
+            for fut in as_completed(futures):
+                entries[futures[fut]] = fut.result()
+                data = _write(Path(out), entries, t0)
+    log(f"wrote {out} ({len(names)} regime(s) fitted in {time.perf_counter() - t0:.0f} s)")
+    return data
+
+
+def _write(path: Path, entries: dict[str, dict], t0: float) -> dict:
+    """Write the calibration file with ``entries`` (atomic replace); returns its content."""
     ordered = {r: entries[r] for r in CALIBRATED_REGIMES if r in entries}
     data = {
-        "format": 1,
+        "format": 2,
         "about": ("Calibrated regimes of treespec_sim (python -m treespec_sim.calibrate). "
-                  "Targets: Qwen3-8B, T = 0, argmax-chain tau (L = 15) and DDTree tau at "
-                  "B = 64 (exact E[tau], rule follow). 'achieved' is measured on fresh seeds."),
+                  "Targets: Qwen3-8B, argmax-chain tau (L = 15, T = 0) and DDTree tau at "
+                  "B = 64 (exact E[tau], rule follow) at T = 0 and T = 1. 'achieved' is "
+                  "measured on fresh seeds."),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": "python -m treespec_sim.calibrate " + " ".join(sys.argv[1:]),
         "git_commit": _git_commit(),
@@ -707,12 +868,10 @@ def fit(regimes: Sequence[str] = CALIBRATED_REGIMES, *, contexts: int = DEFAULT_
         "last_run_seconds": round(time.perf_counter() - t0, 1),
         "regimes": ordered,
     }
-    path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
-    log(f"wrote {path} ({len(names)} regime(s) fitted in {time.perf_counter() - t0:.0f} s)")
     return data
 
 
@@ -720,6 +879,10 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = 1000,
           path: Path | str = CALIBRATION_FILE, seed: int = CHECK_CONTEXT_SEED,
           log: Callable[[str], None] = print) -> dict[str, Evaluation]:
     """Re-evaluate the stored fit on fresh seeds (no refit) and print target vs achieved.
+
+    One line per regime: per quantity the target, the stored achieved value and the new one
+    (mean ± s.e. over contexts, pooled over :data:`CHECK_WORLD_SEEDS`), then the per-world
+    means of the new evaluation and whether all three are within :data:`TOLERANCE`.
 
     Returns the new evaluations; ``ValueError`` if a regime is unknown or not in the file.
     """
@@ -732,23 +895,25 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = 1000,
             raise ValueError(f"regime {r!r} is not in the calibration file {path}")
     contexts = _check_positive_int(contexts, "contexts")
     out: dict[str, Evaluation] = {}
-    log(f"{'regime':<14} {'chain tgt':>9} {'stored':>15} {'now':>15}  "
-        f"{'DD@64 tgt':>9} {'stored':>15} {'now':>15}  ok")
+    short = {"chain": "chain", "ddtree64": "DD@64 T0", "ddtree64_t1": "DD@64 T1"}
+    log(f"{'regime':<14} " + "  ".join(f"{short[q] + ' tgt':>12} {'stored':>12} {'now':>12}"
+                                       for q in QUANTITIES) + "  ok  per-world now (T1)")
     for r in names:
         e = stored[r]
         spec = RegimeSpec(**e["knobs"])
         ev = evaluate(spec, contexts=contexts, world_seeds=CHECK_WORLD_SEEDS,
-                      rng=np.random.default_rng(seed))
+                      rng=np.random.default_rng(seed), entropy_contexts=0)
         out[r] = ev
         t, a = e["target"], e["achieved"]
-        ok = _within(ev.chain.mean, t["chain"]) and _within(ev.ddtree64.mean, t["ddtree64"])
+        ok = all(_within(getattr(ev, q).mean, t[q]) for q in QUANTITIES if q in t)
 
-        def pm(d: dict) -> str:
-            return f"{d['mean']:.2f} ± {d['se']:.2f}"
+        def pm(d: dict | None) -> str:
+            return "-" if d is None else f"{d['mean']:.2f} ± {d['se']:.2f}"
 
-        log(f"{r:<14} {t['chain']:>9.2f} {pm(a['chain']):>15} "
-            f"{pm(ev.chain.to_dict()):>15}  {t['ddtree64']:>9.2f} {pm(a['ddtree64']):>15} "
-            f"{pm(ev.ddtree64.to_dict()):>15}  {'yes' if ok else 'NO'}")
+        cells = [f"{t.get(q, math.nan):>12.2f} {pm(a.get(q)):>12} "
+                 f"{pm(getattr(ev, q).to_dict()):>12}" for q in QUANTITIES]
+        worlds = " ".join(f"{x:.2f}" for x in ev.per_world["ddtree64_t1"])
+        log(f"{r:<14} " + "  ".join(cells) + f"  {'yes' if ok else 'NO '}  {worlds}")
     return out
 
 
@@ -766,11 +931,12 @@ def calibration_rows(data: dict | None = None, regimes: Iterable[str] | None = N
     Returns
     -------
     list of dict
-        Keys ``regime``, ``family``; per quantity ``q`` in ``("chain", "ddtree64")``:
+        Keys ``regime``, ``family``; per quantity ``q`` in :data:`QUANTITIES`:
         ``q_target``, ``q_published`` (the target is published, not derived), ``q_mean``,
-        ``q_se``, ``q_n``, ``q_within`` (achieved mean within :data:`TOLERANCE` of the target);
-        ``within`` (both), ``world_seeds``, ``context_seed`` (of the achieved values) and
-        ``knobs`` (the regime's full knob dict).
+        ``q_se``, ``q_n``, ``q_within`` (achieved mean within :data:`TOLERANCE` of the target),
+        ``q_worlds`` (per-world means); ``within`` (all three), ``world_seeds``,
+        ``context_seed`` (of the achieved values), ``entropy_t1`` (token-entropy quantiles at
+        ``T = 1``) and ``knobs`` (the regime's full knob dict).
     """
     if data is None:
         data = _load(CALIBRATION_FILE)
@@ -783,16 +949,20 @@ def calibration_rows(data: dict | None = None, regimes: Iterable[str] | None = N
             continue
         t, a = e["target"], e["achieved"]
         row: dict[str, object] = {"regime": name, "family": e["family"]}
-        for q in ("chain", "ddtree64"):
+        for q in QUANTITIES:
+            if q not in t or q not in a:        # a file from before the T = 1 fit
+                continue
             row[f"{q}_target"] = t[q]
             row[f"{q}_published"] = t[f"{q}_derivation"].startswith("published")
             row[f"{q}_mean"] = a[q]["mean"]
             row[f"{q}_se"] = a[q]["se"]
             row[f"{q}_n"] = a[q]["n"]
             row[f"{q}_within"] = _within(a[q]["mean"], t[q])
-        row["within"] = bool(row["chain_within"] and row["ddtree64_within"])
+            row[f"{q}_worlds"] = list(a.get("per_world", {}).get(q, []))
+        row["within"] = all(row.get(f"{q}_within", False) for q in QUANTITIES)
         row["world_seeds"] = list(a.get("world_seeds", []))
         row["context_seed"] = a.get("context_seed")
+        row["entropy_t1"] = dict(a.get("entropy_t1", {}))
         row["knobs"] = e["knobs"]
         out.append(row)
     return out
@@ -800,20 +970,25 @@ def calibration_rows(data: dict | None = None, regimes: Iterable[str] | None = N
 
 def calibration_table(data: dict) -> str:
     """The stored fit as a Markdown table (target vs achieved ± s.e., fitted knobs)."""
-    rows = ["| regime | family | chain τ target | chain τ achieved | DDTree@64 τ target | "
-            "DDTree@64 τ achieved | variant_noise | depth_sharpening | calibration |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    head = " | ".join(f"{QUANTITY_LABELS[q]} target | achieved ± se (per world)"
+                      for q in QUANTITIES)
+    rows = [f"| regime | family | {head} | variant_noise | depth_sharpening | calibration | "
+            "logit_scale |", "|---|---|" + "---|---|" * len(QUANTITIES) + "---|---|---|---|"]
     for r in calibration_rows(data):
         k = r["knobs"]
         cells = []
-        for q in ("chain", "ddtree64"):
+        for q in QUANTITIES:
+            if f"{q}_target" not in r:
+                cells.append("- | -")
+                continue
             star = "" if r[f"{q}_published"] else "*"
             flag = "" if r[f"{q}_within"] else " (outside ±5%)"
+            worlds = " / ".join(f"{x:.2f}" for x in r[f"{q}_worlds"])
             cells.append(f"{r[f'{q}_target']:.2f}{star} | "
-                         f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}{flag}")
-        rows.append(f"| {r['regime']} | {r['family']} | {cells[0]} | {cells[1]} | "
+                         f"{r[f'{q}_mean']:.2f} ± {r[f'{q}_se']:.2f}{flag} ({worlds})")
+        rows.append(f"| {r['regime']} | {r['family']} | " + " | ".join(cells) + " | "
                     f"{k['variant_noise']:.4f} | {k['depth_sharpening']:.4f} | "
-                    f"{k['calibration']:.3f} |")
+                    f"{k['calibration']:.3f} | {k.get('logit_scale', 1.0):.3f} |")
     return "\n".join(rows)
 
 
@@ -822,7 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(
         prog="python -m treespec_sim.calibrate",
         description="Fit the calibrated regimes (synthetic worlds whose chain tau and DDTree@64 "
-                    "tau at T = 0 match published Qwen3-8B values) and write the data file; "
+                    "tau at T = 0, and DDTree@64 tau at T = 1, match published Qwen3-8B "
+                    "values) and write the data file; "
                     "or --check the stored fit on a fresh seed; or print it as a --table.",
         epilog="exit status: 0 done, 2 bad input")
     ap.add_argument("--regimes", nargs="+", metavar="NAME", default=list(CALIBRATED_REGIMES),
@@ -838,6 +1014,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--file", type=Path, default=CALIBRATION_FILE,
                     help="calibration data file: a fit writes it, --check and --table read it "
                          "(default: the package's treespec_sim/data/calibration.json)")
+    ap.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="fit regimes in N processes (default: %(default)s)")
     ap.add_argument("--table", action="store_true",
                     help="print the stored fit as a Markdown table and exit")
     add_debug(ap)
@@ -861,7 +1039,7 @@ def _main(args: argparse.Namespace) -> int:
         check(args.regimes, contexts=1000 if args.contexts is None else args.contexts,
               path=args.file, seed=args.seed)
     else:
-        fit(args.regimes, out=args.file,
+        fit(args.regimes, out=args.file, workers=args.workers,
             contexts=DEFAULT_CONTEXTS if args.contexts is None else args.contexts)
     return 0
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .world import Context, World
 
-__all__ = ["argmax_mass_profile", "chain_tau", "mean_chain_tau"]
+__all__ = ["argmax_mass_profile", "chain_tau", "mean_chain_tau", "token_entropies"]
 
 
 def greedy_continuation(world: World, ctx: Context, n_tokens: int) -> np.ndarray:
@@ -49,3 +49,39 @@ def mean_chain_tau(world: World, n_contexts: int, rng: np.random.Generator
 def argmax_mass_profile(world: World, ctx: Context) -> np.ndarray:
     """``max_b q_d(b)`` for ``d = 1..L``: float64 (L,) (falls with depth in a DFlash-like world)."""
     return np.exp(world.draft(ctx).max(axis=1))
+
+
+def token_entropies(world: World, contexts, steps: int, rng: np.random.Generator,
+                    temperature: float = 1.0) -> np.ndarray:
+    """Entropies (nats) of the target's next-token laws along sampled continuations.
+
+    From each context, ``steps`` tokens are sampled from the target at ``temperature`` and the
+    entropy of the law each of them was drawn from is recorded: the per-token generation
+    entropy that Wang et al. (2025, arXiv 2506.01939) measured for Qwen3-8B (more than half of
+    the tokens near 0 nats, 80th percentile 0.672 nats at ``T = 1``).
+
+    Parameters
+    ----------
+    world : World
+    contexts : sequence of Context
+    steps : int
+        Tokens per context (``>= 1``).
+    rng : numpy.random.Generator
+    temperature : float, default 1.0
+
+    Returns
+    -------
+    ndarray of float64, shape (len(contexts) * steps,)
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
+        raise ValueError(f"steps must be a positive integer; got {steps!r}")
+    out = []
+    for ctx in contexts:
+        k = world.target_kernel(ctx.topic, temperature)
+        x = ctx.last_token
+        for _ in range(int(steps)):
+            p = k.row(x)
+            nz = p[p > 0]
+            out.append(float(-(nz * np.log(nz)).sum()))
+            x = k.sample(x, rng)
+    return np.asarray(out, dtype=np.float64)

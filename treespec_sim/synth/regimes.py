@@ -8,7 +8,7 @@ and three ``V = 32768``, ``L = 15`` worlds from low to high entropy.
 Target knobs (see :mod:`treespec_sim.synth.world` for the formulas)
     ``vocab_size`` V, ``depth`` L, ``n_topics``, ``successors`` s, ``sharpness``,
     ``sharpness_spread``, ``successor_decay``, ``zipf_exponent``, ``topic_strength``,
-    ``topic_density``, ``context_burn_in``.
+    ``topic_density``, ``context_burn_in``, ``logit_scale``.
 Drafter knobs (see :mod:`treespec_sim.synth.drafter`)
     ``mismatch``, ``boost_noise``, ``topic_awareness``, ``calibration``, ``degradation``,
     ``junk``, ``correction_quality``, ``variant_noise``, ``depth_sharpening``.
@@ -103,6 +103,15 @@ class RegimeSpec:
         raised to the power ``beta_d = 1 + depth_sharpening (d - 1) / (L - 1)`` and
         renormalised (0 = unchanged; ``> 0`` = more confident deep, ``< 0`` = flatter deep). It
         never moves a row's argmax (see :mod:`treespec_sim.synth.drafter`).
+    logit_scale : float
+        ``alpha > 0``: the target's logits are multiplied by ``alpha`` before tempering, so its
+        law at temperature ``T`` is ``softmax(alpha * l / T)`` (a target knob; the drafter does
+        not see it). It sets how peaked the target is at ``T = 1`` -- how much of its mass the
+        junk floor, the surface variants and the runner-up successors hold -- without moving
+        any argmax, so the target's greedy (``T = 0``) law is the same for every ``alpha``.
+        Real language models are near-deterministic at most positions even at ``T = 1``;
+        the calibrated regimes fit ``alpha`` to the published ``T = 1`` acceptance length
+        (:mod:`treespec_sim.calibrate`).
     """
 
     name: str
@@ -129,6 +138,7 @@ class RegimeSpec:
     variant_spread: float = 1.0
     variant_noise: float = 0.0
     depth_sharpening: float = 0.0
+    logit_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -159,6 +169,7 @@ class RegimeSpec:
                      "correction_quality"):
             _real(self, name, lo=0.0, hi=1.0)
         _real(self, "calibration", lo=0.0, lo_open=True)
+        _real(self, "logit_scale", lo=0.0, lo_open=True)
         _real(self, "depth_sharpening", lo=-1.0, lo_open=True)
 
     def knobs(self) -> dict[str, object]:

@@ -9,9 +9,11 @@ A first-order Markov chain over ``V`` tokens, conditioned on a per-sequence topi
     \\ell(b \\mid a, z) &= \\mathrm{base}_z[b] + \\mathrm{boost}[a, j]
         \\ \\text{if } b = \\mathrm{succ}[a, j], \\text{ else } \\mathrm{base}_z[b], \\\\
     \\mathrm{base}_z &= \\mathrm{bg} + \\mathrm{topic\\_strength} \\cdot \\mathrm{topic}[z], \\\\
-    p_T(b \\mid a, z) &= \\mathrm{softmax}_b\\big(\\ell(b \\mid a, z) / T\\big),
+    p_T(b \\mid a, z) &= \\mathrm{softmax}_b\\big(\\alpha\\, \\ell(b \\mid a, z) / T\\big),
         \\qquad p_0 = e_{\\arg\\max_b \\ell(b \\mid a, z)} \\ (\\text{ties: smallest index}).
 
+* ``alpha = logit_scale`` sets how peaked the law is at ``T = 1`` without moving any argmax
+  (see *Entropy at T = 1* below).
 * ``bg[perm[r]] = -zipf_exponent * log(r + 1)``: Zipf log-weights over a random permutation.
 * ``topic[z]``: standard Gaussian entries on a random support of density ``topic_density``.
 * ``succ[a]``: ``s`` distinct uniformly random tokens. Boosts are set through *target log-odds*
@@ -29,6 +31,30 @@ trees profit from siblings. The three large named regimes use ``m = 4``.
 
 All rows are exact and cheap at ``V = 32768``: see :class:`~treespec_sim.synth.kernel.
 SparseBoostKernel`. Target kernels are cached per ``(topic, temperature)``.
+
+Entropy at T = 1
+----------------
+A language model is near-deterministic at most positions even at ``T = 1`` (more than half of
+Qwen3-8B's reasoning tokens have entropy near zero; the 80th percentile is 0.67 nats), and its
+acceptance length loses only 8-16% from ``T = 0`` to ``T = 1``. Four knobs shape the synthetic
+target's row entropies at ``T = 1``; each acts on one kind of mass the argmax hides at ``T = 0``:
+
+* ``sharpness`` -- the *floor*: first-successor log-odds against the whole background, so the
+  mass of the Zipf/topic background (junk continuations) is about ``exp(-alpha sharpness)``.
+* ``successor_decay`` -- the *forks*: the log-odds gaps between a row's alternative successor
+  classes are ``Exp`` with this mean, so a share of rows (small gaps) have two or three near-tied
+  continuations that lead to *different* futures, and most rows have one clear winner.
+* ``variant_spread`` -- the *surface variants*: within a word class, tokens are near-synonyms
+  whose futures rejoin; their log-weights have this spread.
+* ``logit_scale`` (``alpha``) -- one factor on all of these: at ``alpha = 1`` the rows are flat
+  at ``T = 1`` (the old worlds: median entropy 1.6 nats, DDTree@64 tau about a quarter of the
+  published ``T = 1`` value); the calibration fits ``alpha`` (about 4-6) to the published
+  ``T = 1`` DDTree@64 tau, which leaves a majority of near-deterministic rows and a minority of
+  forks (``docs/results/calibration.md`` lists the entropy quantiles next to the published
+  ones).
+
+Tempering is exact for every ``T``: ``p_T ∝ p_1^{1/T}`` (``T > 0``), and ``T = 0`` is the
+argmax law, the ``T -> 0`` limit (ties to the smallest token index).
 
 The drafter
 -----------
@@ -126,6 +152,7 @@ class World:
         self.boost = boost
         self.drafter = drafter
         self._kernels: OrderedDict[tuple[int, float], SparseBoostKernel] = OrderedDict()
+        self._prompt_cdfs: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -148,8 +175,13 @@ class World:
 
     # ------------------------------------------------------------------ kernels
     def target_kernel(self, topic: int, temperature: float = 1.0) -> SparseBoostKernel:
-        """The target's transition kernel for ``topic`` at ``temperature`` (cached, LRU)."""
-        t = check_temperature(temperature)
+        """The target's transition kernel for ``topic`` at ``temperature`` (cached, LRU).
+
+        Its logits are ``logit_scale * l`` (``spec.logit_scale``), so the kernel is built at the
+        effective temperature ``temperature / logit_scale``: ``p_T = softmax(alpha l / T)``,
+        ``p_T ∝ p_1^{1/T}`` for every ``T > 0`` and the argmax law at ``T = 0``.
+        """
+        t = check_temperature(temperature) / self.spec.logit_scale
         topic = self._check_topic(topic)
         key = (topic, t)
         k = self._kernels.get(key)
@@ -193,6 +225,7 @@ class World:
         """
         if not isinstance(other, World):
             raise ValueError(f"other must be a World; got {type(other).__name__}")
+        # ``logit_scale`` may differ: kernels are cached by their effective temperature.
         same = (self.seed == other.seed and self.spec.topic_strength == other.spec.topic_strength
                 and np.array_equal(self.background, other.background)
                 and np.array_equal(self.topic_vectors, other.topic_vectors)
@@ -210,19 +243,35 @@ class World:
     def sample_context(self, rng: np.random.Generator) -> Context:
         """Draw a context: topic uniform; last token from the ``T = 1`` target chain.
 
-        The last token is a draw from the topic's background law ``softmax(base_z)`` followed by
-        ``spec.context_burn_in`` steps of the ``T = 1`` target chain (approximately its
-        stationary law; the background jump in every row makes the chain mix quickly).
+        The last token is a draw from the topic's background law ``softmax(base_z)`` (unscaled:
+        ``logit_scale`` does not apply to it) followed by ``spec.context_burn_in`` steps of the
+        ``T = 1`` target chain.
         """
         _check_rng(rng)
         topic = int(rng.integers(self.n_topics))
         k = self.target_kernel(topic, 1.0)
-        cdf = k._cdf()
+        # The first token stands for a benchmark's diverse prompts: it is drawn from the
+        # *unscaled* background softmax(base_z) (the kernel at T = logit_scale), so that a
+        # sharp target (large logit_scale) does not collapse every context onto the few
+        # most frequent tokens; the burn-in then follows the target at T = 1.
+        cdf = self._prompt_cdf(topic)
         x = int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"),
                     self.vocab_size - 1))
         for _ in range(self.spec.context_burn_in):
             x = k.sample(x, rng)
         return Context(topic=topic, last_token=x, position=self.spec.context_burn_in + 1)
+
+    def _prompt_cdf(self, topic: int) -> np.ndarray:
+        """CDF of ``softmax(base_z)`` (cached per topic; the T = 1 kernel's own at alpha = 1)."""
+        cdf = self._prompt_cdfs.get(topic)
+        if cdf is None:
+            if self.spec.logit_scale == 1.0:
+                cdf = self.target_kernel(topic, 1.0)._cdf()
+            else:
+                base = self.background + self.spec.topic_strength * self.topic_vectors[topic]
+                cdf = np.cumsum(np.exp(base - base.max()))
+            self._prompt_cdfs[topic] = cdf
+        return cdf
 
     def advance(self, ctx: Context, tokens: Sequence[int] | np.ndarray) -> Context:
         """Commit ``tokens`` after ``ctx``: ``last_token = tokens[-1]``, ``position += len``."""
