@@ -76,6 +76,8 @@ class _ClassTable:
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
 _LAZY_CACHE = 4         # ClassLogMarginals, O(L V / m) floats each; a round reuses one context
+#: Parent-independent parts of the correction proposal, (topic, last token, depth) -> (V,).
+_CONDITIONAL_CACHE = 64
 _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats each
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
@@ -143,6 +145,7 @@ class BlockDiffusionDrafter:
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._lazy: OrderedDict[tuple[int, int], ClassLogMarginals] = OrderedDict()
         self._sharpen_sums: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._conditional_shared: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()
 
     @property
     def vocab_size(self) -> int:
@@ -344,37 +347,68 @@ class BlockDiffusionDrafter:
 
     def _sharpened(self, mu: np.ndarray, depth: int | None = None) -> np.ndarray:
         """``sharpen_{beta_d}(mu_d)`` for every depth (``mu`` (L, V)) or one ``depth``: a copy."""
-        if depth is None:
-            rows, betas = mu.copy(), self.beta
-        else:
-            rows, betas = mu[depth - 1][None].copy(), self.beta[depth - 1: depth]
-        for i in np.flatnonzero(betas != 1.0):
-            r = rows[i]
-            with np.errstate(divide="ignore"):
-                np.log(r, out=r)
-            r *= betas[i]
-            r -= r.max()
-            np.exp(r, out=r)
-            r /= r.sum()
-        return rows if depth is None else rows[0]
+        if depth is not None:
+            return _sharpen_row(mu[depth - 1], self.beta[depth - 1])
+        return np.stack([_sharpen_row(row, beta) for row, beta in zip(mu, self.beta,
+                                                                       strict=True)])
+
+    def _marginal_row(self, topic: int, last_token: int, depth: int) -> np.ndarray:
+        """``mu_depth`` (before sharpening and junk), float64 (V,), read-only or fresh.
+
+        In a word-class world from the cached class chain, ``w * h_depth[c(.)]`` in ``O(V)``
+        (bit-identical to the row of :meth:`marginals`, without building all ``L`` rows).
+        """
+        if self._classes is None:
+            return self.marginals(topic, last_token)[depth - 1]
+        lazy = self.lazy_log_marginals(topic, last_token)
+        return self._class_table(int(topic)).w * lazy._h[depth - 1][self._cls_of]
 
     def conditional(self, topic: int, last_token: int, depth: int, parent_token: int
                     ) -> np.ndarray:
         """The correction proposal ``q̂_d(. | parent_token)``, float64 (V,), sums to 1."""
+        # q̂ = (1 - kappa) q_d + kappa ((1 - j) ((1 - eta) Q[a] + eta u) + j / V) with
+        # Q[a] = pi_a u + sum_j c_aj e_succ[a, j]: everything but the parent's share of u and
+        # its s sparse corrections is the same for every parent of a (context, depth), so it is
+        # computed once (a Tsubame fill asks for ~20 parents per context) and cached.
         d = depth - 1
         j = self.junk[d]
         eta = self.eta[d]
-        k = self.kernel(topic)
-        q = self._sharpened(self.marginals(topic, last_token), depth) * (1.0 - j)
-        q += j / self.vocab_size
-        cond = k.row(parent_token)
-        if eta:
-            cond *= 1.0 - eta
-            cond += eta * k.base_law
-        cond *= 1.0 - j
-        cond += j / self.vocab_size
         kappa = self.correction_quality
-        return (1.0 - kappa) * q + kappa * cond
+        k = self.kernel(topic)
+        key = (int(topic), int(last_token), int(depth))
+        shared = self._conditional_shared.get(key)
+        if shared is None:
+            q = _sharpen_row(self._marginal_row(topic, last_token, depth), self.beta[d])
+            q *= 1.0 - j
+            q += j / self.vocab_size
+            shared = (1.0 - kappa) * q
+            shared += kappa * (1.0 - j) * eta * k.base_law
+            shared += kappa * j / self.vocab_size
+            shared.flags.writeable = False
+            self._conditional_shared[key] = shared
+            if len(self._conditional_shared) > _CONDITIONAL_CACHE:
+                self._conditional_shared.popitem(last=False)
+        else:
+            self._conditional_shared.move_to_end(key)
+        scale = kappa * (1.0 - j) * (1.0 - eta)
+        a = int(parent_token)
+        out = shared + (scale * float(k.base_mass[a])) * k.base_law
+        if k.n_successors:
+            out[k.succ[a]] += scale * k.correction[a]     # a row's successors are distinct
+        return out
+
+
+def _sharpen_row(row: np.ndarray, beta: float) -> np.ndarray:
+    """``row ** beta`` renormalised (log domain), a fresh float64 array; a copy if beta == 1."""
+    r = np.array(row, dtype=np.float64)
+    if beta != 1.0:
+        with np.errstate(divide="ignore"):
+            np.log(r, out=r)
+        r *= beta
+        r -= r.max()
+        np.exp(r, out=r)
+        r /= r.sum()
+    return r
 
 
 def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
