@@ -132,6 +132,36 @@ def test_verifier_family_equals_run_round():
         assert rows[key]["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
 
 
+def test_verifier_family_on_tsubame_trees_equals_run_round():
+    """``tsubameB`` cells: every rule on the same ``tsubame-rrsw`` tree of each round, gains
+    over RRSw and over Traversal the ratios of those means; no Greedy-draft arm."""
+    grid = VerifierGrid(("small",), shapes=("tsubame6",), rounds=6, worlds=1)
+    cell = grid.cells()[0]
+    assert cell.budget == 6
+    rows = {(r["method"], r["verifier"]): r for r in run_cell(cell, RunSettings(seed=3))}
+    assert not any("greedy" in m for m, _ in rows)
+    world = make_world("small", seed=3)
+    rng = np.random.default_rng(3 + 1)
+    got: dict = {}
+    for _ in range(grid.rounds):
+        ctx = world.sample_context(rng)
+        rnd = run_round(world, ctx, method="tsubame-rrsw", budget=6, rule="rrsw",
+                        temperature=1.0, rng=rng, sample=False)
+        for rule in ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"):
+            got.setdefault(rule, []).append(rnd.expected_tau_under(rule))
+    for rule, taus in got.items():
+        row = rows[("tsubame-rrsw[B=6]", rule)]
+        assert row["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+        assert row["rel_to_baseline"] == pytest.approx(np.mean(taus) / np.mean(got["rrsw"]))
+        if rule.startswith("univer"):
+            assert row["rel_traversal"] == pytest.approx(
+                np.mean(taus) / np.mean(got["traversal"]))
+            assert row["rel_traversal_ci_low"] <= row["rel_traversal"] \
+                <= row["rel_traversal_ci_high"]
+    with pytest.raises(ValueError, match=r"verifiers\.shapes.*tsubameB"):
+        VerifierGrid(("small",), shapes=("tsubame",))
+
+
 def test_calibration_chain_objective_equals_run_round():
     """The fit's closed-form chain objective is the chain's exact E[tau] from run_round."""
     spec = calibrate.base_spec("gsm8k")

@@ -47,7 +47,7 @@ def _numbers(rows):
     ({"caddtree": {"regimes": ["tiny"], "cost_models": ["tpu"]}},
      "caddtree.cost_models: unknown cost model 'tpu'"),
     ({"stochastic": {"regimes": ["tiny"], "drafters": ["great"]}}, "unknown drafter 'great'"),
-    ({"verifiers": {"regimes": ["tiny"], "shapes": ["2by2"]}}, "not WIDTHxDEPTH"),
+    ({"verifiers": {"regimes": ["tiny"], "shapes": ["2by2"]}}, "not a verifier tree: WIDTHxDEPTH"),
     ({"ddtree": {"budgets": [4]}}, "needs 'regimes'"),
     ({"ddtree": {"regimes": ["tiny"], "rounds": 1}}, "ddtree.rounds must be an integer >= 2"),
     ({"ddtree": {"regimes": ["tiny"]}, "cost_model": "tpu"}, "cost_model: unknown cost model"),

@@ -62,7 +62,6 @@ from .engine import Round, run_round
 from .exits import EXIT_CAUSES
 from .experiments import budget_choice, stochastic, verifier_gain
 from .methods import get_method, uses_budget
-from .policies import k_ary_shape
 from .stats import mean_ci, throughput, world_columns
 from .synth import REGIMES, make_world
 from .verify import RULES
@@ -79,7 +78,8 @@ COLUMNS = (
     "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar",
     "lost_uncovered", "lost_budget", "lost_depth_cap",
     "rel_to_baseline", "rel_ci_low", "rel_ci_high", "rel_world_means", "rel_world_ci_low",
-    "rel_world_ci_high", "baseline", "wall_s",
+    "rel_world_ci_high", "baseline", "rel_traversal", "rel_traversal_ci_low",
+    "rel_traversal_ci_high", "wall_s",
 )
 
 
@@ -285,7 +285,12 @@ class StochasticGrid:
 
 @dataclass(frozen=True)
 class VerifierGrid:
-    """RRSw vs Traversal vs UniVer on the same sampled ``width``-ary trees at ``T > 0``."""
+    """RRSw vs Traversal vs UniVer on the same sampled trees at ``T > 0``.
+
+    ``shapes``: ``"WxD"`` (full ``W``-ary trees of depth ``D``, e.g. ``"2x5"``: binary depth 5,
+    as in the UniVer paper) or ``"tsubameB"`` (Tsubame's ``B``-node DDTree-shaped trees); see
+    :func:`treespec_sim.experiments.verifier_gain.parse_tree`.
+    """
 
     family: ClassVar[str] = "verifiers"
     #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
@@ -306,17 +311,17 @@ class VerifierGrid:
         _check_rounds(self.rounds, self.family)
         _check_worlds(self.worlds, self.rounds, self.family)
         for s in self.shapes:
-            parts = s.split("x")
-            if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
-                raise ValueError(f"verifiers.shapes: {s!r} is not WIDTHxDEPTH (e.g. '2x4')")
+            try:
+                verifier_gain.parse_tree(s)
+            except ValueError as exc:
+                raise ValueError(f"verifiers.shapes: {exc}") from None
 
     def cells(self) -> list[Cell]:
         out = []
         for r in self.regimes:
             for t in self.temperatures:
                 for s in self.shapes:
-                    w, d = (int(x) for x in s.split("x"))
-                    out.append(Cell(self, r, t, k_ary_shape(w, d).size, s))
+                    out.append(Cell(self, r, t, verifier_gain.parse_tree(s).nodes, s))
         return out
 
 
@@ -532,18 +537,23 @@ def _run_stochastic(cell: Cell, settings: RunSettings) -> list[dict]:
 
 
 def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
-    width, depth = (int(x) for x in cell.option.split("x"))
+    tree = verifier_gain.parse_tree(cell.option)
     shares = _shares(cell, settings)
     res = verifier_gain.measure([world_for(cell.regime, s.seed) for s in shares],
-                                regime=cell.regime, width=width, depth=depth,
+                                regime=cell.regime, tree=tree,
                                 temperature=cell.temperature, rounds=[s.rounds for s in shares],
                                 seeds=[s.seed for s in shares])
     rows = []
+    name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
+            else f"tsubame-rrsw[B={tree.budget}]")
     for label, method, rule in verifier_gain.ARMS:
+        if label not in res.mean:           # no such arm on this tree (Greedy drafts)
+            continue
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
+        trav = res.gain_vs_traversal.get(label)
         rows.append({
-            "regime": cell.regime, "method": f"sampled-tree[{cell.option}]"
-            + ("+greedy" if method == "greedy-tree" else ""), "verifier": rule,
+            "regime": cell.regime, "method": name + ("+greedy" if method == "greedy-tree"
+                                                      else ""), "verifier": rule,
             "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
             "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
             "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
@@ -551,5 +561,7 @@ def _run_verifiers(cell: Cell, settings: RunSettings) -> list[dict]:
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
             "rel_ci_high": 1.0 + gain[2],
             **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
+            **({"rel_traversal": 1.0 + trav[0], "rel_traversal_ci_low": 1.0 + trav[1],
+                "rel_traversal_ci_high": 1.0 + trav[2]} if trav else {}),
         })
     return rows

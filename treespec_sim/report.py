@@ -9,6 +9,7 @@ documentation page (:func:`results_page`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -297,6 +298,16 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
     return out + head + keep + _notes(keep) + [""]
 
 
+def _missing(value: object) -> bool:
+    """An empty cell: absent, empty (a CSV round trip) or NaN."""
+    if value is None or value == "":
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
 def _verifier_tables(rows: list[dict]) -> list[str]:
     out = ["## UniVer's and Traversal's gain over RRSw (same sampled trees)", "",
            "UniVer reports +4.2–8.5% over RRSw. Here `univer` is the safe per-node step choice "
@@ -306,10 +317,14 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
            "(`python -m proofs_check`). *vs RRSw*: the ratio of pooled means with the "
            f"{interval_label(rows, 'verifiers')} (paired); *between worlds*: the mean of the "
            f"per-world gains with their 95% t-interval ({_worlds(rows)} worlds, k − 1 degrees "
-           "of freedom), then each world's gain. The last column reads the pooled interval.", "",
+           "of freedom), then each world's gain; *vs Traversal*: a UniVer rule against "
+           "Traversal on the same trees (pooled, paired bootstrap). Trees: `sampled-tree[WxD]` "
+           "full W-ary trees of depth D (the UniVer paper's balanced trees), "
+           "`tsubame-rrsw[B=..]` Tsubame's DDTree-shaped trees. The last column reads the "
+           "pooled interval.", "",
            "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
-           "vs RRSw between worlds (t) | against the claim |",
-           "|---|---|---|---|---|---|---|---|"]
+           "vs RRSw between worlds (t) | vs Traversal (pooled) | against the claim |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
@@ -324,10 +339,13 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
                     else "consistent (not behind)")
         else:
             note = "—"
+        trav = ("—" if _missing(r.get("rel_traversal")) else
+                f"{_pct(float(r['rel_traversal']))} [{_pct(float(r['rel_traversal_ci_low']))}, "
+                f"{_pct(float(r['rel_traversal_ci_high']))}]")
         out.append(f"| {r['regime']} | {r['temperature']:g} | {r['method']} | {r['verifier']} "
                    f"| {r['tau_mean']:.3f} | {_pct(r['rel_to_baseline'])} "
                    f"[{_pct(r['rel_ci_low'])}, {_pct(r['rel_ci_high'])}] | "
-                   f"{_between_worlds(r, prefix='rel', pct=True)} | {note} |")
+                   f"{_between_worlds(r, prefix='rel', pct=True)} | {trav} | {note} |")
     return [*out, *_notes(out), ""]
 
 

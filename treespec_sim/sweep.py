@@ -146,11 +146,14 @@ def _paper() -> Plan:
     return Plan((
         DDTreeGrid(regimes, budgets=(16, 32, 64, 128, 256, 512), temperatures=(0.0, 1.0),
                    rounds=63, worlds=3),
-        CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96,
-                     worlds=3),
+        CaDDTreeGrid(regimes, temperatures=(0.0, 1.0),
+                     cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96, worlds=3),
         StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
                        budgets=(64,), rounds=33, worlds=3, vocab=0),
-        VerifierGrid(three, shapes=("2x4",), rounds=48, worlds=3),
+        # UniVer where its paper measured it (balanced binary depth 5) and on the trees a
+        # tree drafter builds (Tsubame at B = 64), at T = 0.6 and 1
+        VerifierGrid(three, shapes=("2x5", "tsubame64"), temperatures=(0.6, 1.0), rounds=36,
+                     worlds=3),
     ))
 
 
@@ -162,7 +165,7 @@ def _quick() -> Plan:
         CaDDTreeGrid(two[:1], cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=12,
                      max_budget=512, worlds=3),
         StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=9, worlds=3),
-        VerifierGrid(("small",), shapes=("2x2",), rounds=9, worlds=3),
+        VerifierGrid(("small",), shapes=("2x2", "tsubame8"), rounds=9, worlds=3),
     ))
 
 
