@@ -49,8 +49,10 @@ PAGE_NOTES = {
                  "guarantees and where each claim was checked: [`docs/theory/univer.md` "
                  "§3–4](docs/theory/univer.md#4-synthetic-results-at-t--1) and the issue "
                  "“UniVer that never falls below Traversal”.",
-    TSUBAME_PAGE: "What the Tsubame / sampled-chain claims are, where they held on the "
-                  "uncalibrated regimes, and their caveats: [`docs/theory/tsubame.md` §4]"
+    TSUBAME_PAGE: "What the Tsubame / sampled-chain claims are, where they hold on the "
+                  "worlds calibrated at T = 0 and T = 1, how they moved from the older worlds "
+                  "(the sampled-chain advantage at high T flips: the drafter's own T > 0 law is "
+                  "not calibrated) and their caveats: [`docs/theory/tsubame.md` §4]"
                   "(docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic).",
 }
 #: Claims of the stochastic table with a published direction: label -> (sign of a - b
@@ -651,25 +653,47 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
+def _tree_label(method: str) -> str:
+    """``sampled-tree[2x5]`` -> ``2 wide × 5 deep``; ``tsubame-rrsw[B=64]`` -> ``Tsubame B=64``."""
+    inner = method.split("[", 1)[1].split("]", 1)[0] if "[" in method else method
+    if method.startswith("tsubame"):
+        return f"Tsubame {inner}"
+    return inner.replace("x", " wide × ") + " deep"
+
+
 def plot_verifier_gains(rows: list[dict], path: Path) -> None:
-    """Gain in exact E[τ] over RRSw on the same sampled trees, with interval bars."""
+    """Gain in exact E[τ] over RRSw on the same sampled trees, with interval bars.
+
+    One group per (regime, T, tree); within it one bar per arm that the tree has (Tsubame
+    trees have no Greedy-draft arm).
+    """
     import matplotlib.pyplot as plt
 
     sub = [r for r in rows if not (r["verifier"] == "rrsw" and "greedy" not in r["method"])]
-    labels = [f"{r['regime']}, T = {r['temperature']:g}\n"
-              f"{r['method'].split('[')[1].split(']')[0].replace('x', ' wide × ')} deep"
-              for r in sub if r["verifier"] == "traversal"]
-    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer"),
-            ("univer", True, "UniVer on Greedy drafts")]
+    groups = list(dict.fromkeys((r["regime"], r["temperature"], r["method"].removesuffix(
+        "+greedy")) for r in sub))
+    labels = [f"{g[0]}, T = {g[1]:g}\n{_tree_label(g[2])}" for g in groups]
+    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
+            ("univer-guided", False, "UniVer (value-guided)"),
+            ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
     fig, ax = plt.subplots(figsize=(max(6.5, 1.8 * len(labels)), 4.4), layout="constrained")
-    width = 0.25
+    width = 0.8 / len(arms)
     for j, (verifier, greedy, name) in enumerate(arms):
-        pts = [r for r in sub if r["verifier"] == verifier and ("greedy" in r["method"]) == greedy]
-        y = np.array([100 * (r["rel_to_baseline"] - 1) for r in pts])
-        lo = y - np.array([100 * (r["rel_ci_low"] - 1) for r in pts])
-        hi = np.array([100 * (r["rel_ci_high"] - 1) for r in pts]) - y
-        ax.bar(np.arange(len(pts)) + (j - 1) * width, y, width, yerr=[lo, hi], capsize=2,
-               label=name)
+        xs, ys, los, his = [], [], [], []
+        for i, g in enumerate(groups):
+            hit = [r for r in sub if (r["regime"], r["temperature"]) == g[:2]
+                   and r["method"] == g[2] + ("+greedy" if greedy else "")
+                   and r["verifier"] == verifier]
+            if not hit:
+                continue
+            r = hit[0]
+            y = 100 * (r["rel_to_baseline"] - 1)
+            xs.append(i + (j - (len(arms) - 1) / 2) * width)
+            ys.append(y)
+            los.append(y - 100 * (r["rel_ci_low"] - 1))
+            his.append(100 * (r["rel_ci_high"] - 1) - y)
+        if xs:
+            ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=name, color=f"C{j}")
     ax.axhspan(4.2, 8.5, color="gray", alpha=0.15, label="UniVer's reported +4.2–8.5%")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(labels)), labels, fontsize=8)
@@ -679,7 +703,7 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3, axis="y")
     # Below the axes: inside, it would cover the tallest interval bars.
     handles, labels = ax.get_legend_handles_labels()
-    figure_legend(fig, handles, labels, max_cols=2)
+    figure_legend(fig, handles, labels, max_cols=3)
     _save(fig, path)
 
 
