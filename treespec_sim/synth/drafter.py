@@ -51,6 +51,7 @@ result is the same law as the token-level product, up to rounding.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -72,10 +73,13 @@ class _ClassTable:
     w_cls: np.ndarray       # (V/m,) class sums of w
     gt: sp.csc_matrix       # G^T, G[c, sc_cj] = pi_c gamma_cj
     w_max: np.ndarray       # (V/m,) largest w in each class
+    log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
-_LAZY_CACHE = 4         # ClassLogMarginals, O(L V / m) floats each; a round reuses one context
+#: ClassLogMarginals, O(L V / m) floats each (1 MB at V = 32768): a round reuses its context's,
+#: and a sampled fill's correction proposal asks for it again after the draft is built.
+_LAZY_CACHE = 32
 #: Parent-independent parts of the correction proposal, (topic, last token, depth) -> (V,).
 _CONDITIONAL_CACHE = 64
 _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats each
@@ -260,6 +264,7 @@ class BlockDiffusionDrafter:
         members, class_succ, class_boost = self._classes
         ib = (self.background + self.topic_term[topic]) / self.calibration
         w = np.exp(ib - ib.max())
+        log_w = ib - ib.max() - math.log(w.sum())
         w /= w.sum()
         n_cls, s = class_succ.shape
         w_cls = np.bincount(self._cls_of, weights=w, minlength=n_cls)
@@ -274,7 +279,7 @@ class BlockDiffusionDrafter:
         g = sp.csr_matrix((vals.ravel(), class_succ.ravel().astype(idx_t),
                            np.arange(n_cls + 1, dtype=idx_t) * s), shape=(n_cls, n_cls))
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
-                          w_max=w[members].max(axis=1))
+                          w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
             self._class_tables.popitem(last=False)
@@ -352,17 +357,6 @@ class BlockDiffusionDrafter:
         return np.stack([_sharpen_row(row, beta) for row, beta in zip(mu, self.beta,
                                                                        strict=True)])
 
-    def _marginal_row(self, topic: int, last_token: int, depth: int) -> np.ndarray:
-        """``mu_depth`` (before sharpening and junk), float64 (V,), read-only or fresh.
-
-        In a word-class world from the cached class chain, ``w * h_depth[c(.)]`` in ``O(V)``
-        (bit-identical to the row of :meth:`marginals`, without building all ``L`` rows).
-        """
-        if self._classes is None:
-            return self.marginals(topic, last_token)[depth - 1]
-        lazy = self.lazy_log_marginals(topic, last_token)
-        return self._class_table(int(topic)).w * lazy._h[depth - 1][self._cls_of]
-
     def conditional(self, topic: int, last_token: int, depth: int, parent_token: int
                     ) -> np.ndarray:
         """The correction proposal ``q̂_d(. | parent_token)``, float64 (V,), sums to 1."""
@@ -378,7 +372,14 @@ class BlockDiffusionDrafter:
         key = (int(topic), int(last_token), int(depth))
         shared = self._conditional_shared.get(key)
         if shared is None:
-            q = _sharpen_row(self._marginal_row(topic, last_token, depth), self.beta[d])
+            if self._classes is None:
+                q = _sharpen_row(self.marginals(topic, last_token)[d], self.beta[d])
+            else:
+                # log mu_d = log w + log h_d[c(.)]: one gather and one exp, no log over V
+                h = self.lazy_log_marginals(topic, last_token)._h[d]
+                with np.errstate(divide="ignore"):
+                    z = self._class_table(int(topic)).log_w + np.log(h)[self._cls_of]
+                q = _softmax_row(z, self.beta[d])
             q *= 1.0 - j
             q += j / self.vocab_size
             shared = (1.0 - kappa) * q
@@ -392,10 +393,20 @@ class BlockDiffusionDrafter:
             self._conditional_shared.move_to_end(key)
         scale = kappa * (1.0 - j) * (1.0 - eta)
         a = int(parent_token)
-        out = shared + (scale * float(k.base_mass[a])) * k.base_law
+        out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
+        out += shared
         if k.n_successors:
             out[k.succ[a]] += scale * k.correction[a]     # a row's successors are distinct
         return out
+
+
+def _softmax_row(z: np.ndarray, beta: float) -> np.ndarray:
+    """``exp(beta z)`` normalised, written over ``z`` (a fresh float64 array)."""
+    z *= beta
+    z -= z.max()
+    np.exp(z, out=z)
+    z /= z.sum()
+    return z
 
 
 def _sharpen_row(row: np.ndarray, beta: float) -> np.ndarray:
