@@ -344,6 +344,12 @@ def test_check_proposal_rows_errors_match_the_dense_ones():
         for prop in (rows, np.asarray(rows)):
             with pytest.raises(ValueError, match=message):
                 check_proposal(prop, tree, without_replacement=True)
+    wide = DraftTree.from_parents([-1, 0, 0, 1], [0, 0, 1, 3])   # token 3 with V = 3
+    for prop in (ProposalRows((good,), np.array([0, 0, -1, -1]), 3),
+                 np.asarray(ProposalRows((good,), np.array([0, 0, -1, -1]), 3))):
+        with pytest.raises(ValueError, match=r"tree.token\[3\] = 3 is outside the proposal's "
+                                             r"vocabulary \(V = 3\)"):
+            check_proposal(prop, wide, without_replacement=True)
     rows = ProposalRows((good,), np.array([0, -1, -1, -1]), 3)
     with pytest.raises(ValueError, match=r"proposal\[1\] sums to 0.0"):
         check_proposal(rows, tree, without_replacement=True)

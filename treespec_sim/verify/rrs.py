@@ -76,18 +76,28 @@ def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool
         arr = arr.copy()
         arr[inner] = rows / sums[:, None]
     if tree.size:
-        if int(tree.token[1:].max()) >= arr.shape[1]:
-            v = int(np.argmax(tree.token[1:] >= arr.shape[1])) + 1
-            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the proposal's "
-                             f"vocabulary (V = {arr.shape[1]})")
-        mass = arr[tree.parent[1:], tree.token[1:]]
-        zero = np.flatnonzero(mass <= 0)
-        if zero.size:
-            v = int(zero[0]) + 1
-            raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
-                             f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
+        _check_drafted_tokens(tree, arr.shape[1],
+                              lambda: arr[tree.parent[1:], tree.token[1:]])
     _check_siblings(tree, without_replacement)
     return arr
+
+
+def _check_drafted_tokens(tree: DraftTree, vocab_size: int, mass_of) -> None:
+    """Every drafted token is in the vocabulary and had positive proposal mass.
+
+    ``mass_of()`` returns the proposal mass of each node's token under its parent's law,
+    float64 (n,); it is called only after the range check passed.
+    """
+    tok = tree.token[1:]
+    if int(tok.max()) >= vocab_size:
+        v = int(np.argmax(tok >= vocab_size)) + 1
+        raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the proposal's "
+                         f"vocabulary (V = {vocab_size})")
+    zero = np.flatnonzero(mass_of() <= 0)
+    if zero.size:
+        v = int(zero[0]) + 1
+        raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
+                         f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
 
 
 def _check_siblings(tree: DraftTree, without_replacement: bool) -> None:
@@ -131,21 +141,16 @@ def _check_proposal_rows(proposal: ProposalRows, tree: DraftTree, *,
             fixed = True
     out = proposal.with_laws(laws) if fixed else proposal
     if tree.size:
-        tok = tree.token[1:]
-        if int(tok.max()) >= out.vocab_size:
-            v = int(np.argmax(tok >= out.vocab_size)) + 1
-            raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the proposal's "
-                             f"vocabulary (V = {out.vocab_size})")
-        law_of_parent = out.row_of[tree.parent[1:]]
-        mass = np.empty(tok.size)
-        for r in np.unique(law_of_parent).tolist():
-            sel = law_of_parent == r
-            mass[sel] = out.laws[r][tok[sel]]
-        zero = np.flatnonzero(mass <= 0)
-        if zero.size:
-            v = int(zero[0]) + 1
-            raise ValueError(f"node {v} drafted token {tree.token[v]} with zero proposal mass "
-                             f"(proposal[{tree.parent[v]}, {tree.token[v]}] = 0)")
+        def mass_of() -> np.ndarray:
+            tok = tree.token[1:]
+            law_of_parent = out.row_of[tree.parent[1:]]
+            mass = np.empty(tok.size)
+            for r in np.unique(law_of_parent).tolist():
+                sel = law_of_parent == r
+                mass[sel] = out.laws[r][tok[sel]]
+            return mass
+
+        _check_drafted_tokens(tree, out.vocab_size, mass_of)
     _check_siblings(tree, without_replacement)
     return out
 
