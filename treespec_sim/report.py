@@ -45,7 +45,11 @@ PAGE_NOTES = {
                  "neither it nor Traversal is ≥ RRSw on every shape (witness: a deep subtree under "
                  "the second-drawn child); `univer-fixed` (the fixed-order reconstruction) loses "
                  "to RRSw when the first-drawn child carries the deep subtree, as on "
-                 "DDTree-planned shapes; `univer-guided` has no guarantee. What each rule "
+                 "DDTree-planned shapes; `univer-guided` has no guarantee. The safe rule's "
+                 "guarantee is in expectation over the draws: on a drawn tree it often loses a "
+                 "little to Traversal and rarely wins by more, so a few dozen contexts can put "
+                 "its interval against Traversal below 0 (150 contexts per cell: "
+                 "`docs/results/verifiers/`, all six T = 1 intervals contain 0). What each rule "
                  "guarantees and where each claim was checked: [`docs/theory/univer.md` "
                  "§3–4](docs/theory/univer.md#4-synthetic-results-at-t--1) and the issue "
                  "“UniVer that never falls below Traversal”.",
