@@ -1,9 +1,12 @@
 """The documentation's worked examples run as written."""
 
+import json
 import re
 from pathlib import Path
 
 import numpy as np
+
+from treespec_sim.sweep import load_config
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -31,3 +34,13 @@ def test_bring_your_own_drafter_and_target_runs_as_written(capsys):
     assert abs(sum(rnd.exits.by_cause.values()) - 1) < 1e-12
     assert rnd.exits.by_cause["uncovered"] > 0  # the root's 8 children miss some first tokens
     assert np.isclose(rnd.exits.by_cause["uncovered"] + rnd.exits.by_cause["budget"], 1)
+
+
+def test_result_page_configs_load_and_match_their_runs():
+    """The committed per-family configs are valid and are the ones their pages were run with."""
+    for name, family in (("stochastic", "stochastic"), ("verifiers", "verifiers")):
+        plan = load_config(DOCS / "results" / f"{name}.toml")
+        assert [g.family for g in plan.grids] == [family]
+        recorded = json.loads((DOCS / "results" / name / "run.json").read_text())["plan"]
+        assert recorded[family] == plan.to_dict()[family]
+        assert recorded[family]["worlds"] >= 3
