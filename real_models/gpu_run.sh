@@ -3,13 +3,17 @@
 #
 #   bash real_models/gpu_run.sh OUTDIR              # on the GPU machine
 #   bash real_models/gpu_run.sh --rehearse OUTDIR   # the same steps on CPU, small shapes
-#   bash real_models/gpu_run.sh --plan              # print the steps and limits; run nothing
+#   bash real_models/gpu_run.sh --plan [--rehearse] # print the steps, limits and interpreter
 #
-# It uses the machine's own python3 (PYTHON=... overrides) and the packages installed there:
-# no make, no venv, no install, no download. It needs torch, transformers, safetensors,
-# tokenizers, numpy, scipy and matplotlib; not cvxpy (nor clarabel): --rehearse makes both
-# unimportable, as they are on the GPU image. Steps, each under its own limit (`timeout`, then
-# SIGKILL KILL_AFTER seconds later), in this order:
+# The interpreter: PYTHON=... if given, else the first of the repository's .venv/bin/python
+# (what `make test` builds) and python3 on PATH (a GPU machine's own environment) that has the
+# packages below, and for a GPU run a CUDA (or ROCm) build of torch: a CPU-only .venv does not
+# hide a GPU environment. The probe reads no more than where the packages are (~0.1 s each,
+# at most 5 s); if neither qualifies, the first that exists runs and env.txt says what is
+# missing. No make, no venv creation, no install, no download. It needs torch, transformers,
+# safetensors, tokenizers, numpy, scipy and matplotlib; not cvxpy (nor clarabel): --rehearse
+# makes both unimportable, as they are on the GPU image. Steps, each under its own limit
+# (`timeout`, then SIGKILL KILL_AFTER seconds later), in this order:
 #
 #   step      limit  what                                               writes (into OUTDIR)
 #   env         40s  versions, GPU name, nvidia-smi, blocked imports     env.txt
@@ -34,17 +38,20 @@
 set -u
 
 usage() {
-    echo "usage: bash real_models/gpu_run.sh [--rehearse] OUTDIR | --plan" >&2
+    echo "usage: bash real_models/gpu_run.sh [--rehearse] OUTDIR | --plan [--rehearse]" >&2
     exit 2
 }
 
 REHEARSE=0
 PLAN=0
-case "${1:-}" in
-    --rehearse) REHEARSE=1; shift ;;
-    --plan) PLAN=1; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
-esac
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rehearse) [ "$REHEARSE" -eq 0 ] || usage; REHEARSE=1; shift ;;
+        --plan) [ "$PLAN" -eq 0 ] || usage; PLAN=1; shift ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
 if [ "$PLAN" -eq 1 ]; then
     [ $# -eq 0 ] || usage
 else
@@ -64,25 +71,72 @@ T_4B=100
 BUDGET=480
 WORST=$((T_ENV + T_VALIDATE + T_BF16 + T_8B + T_4B + 5 * KILL_AFTER + T_MERGE + T_MERGE_KILL))
 
+if [ "$WORST" -gt "$BUDGET" ]; then
+    echo "gpu_run: the step limits add to ${WORST}s, over the ${BUDGET}s budget" >&2
+    exit 2
+fi
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+# ---------------------------------------------------------------- the interpreter
+# probe PY: exit 0 if PY finds every required package (and, for a GPU run, a torch built for a
+# GPU), else print what it lacks. It only locates the packages (importlib.util.find_spec, and
+# torch/version.py, where a torch build records its CUDA/ROCm versions), so it takes a fraction
+# of a second where importing torch would take seconds.
+probe() {
+    timeout -k 1 5 "$1" - "$REHEARSE" <<'EOF' 2>&1
+import importlib.util, re, sys
+from pathlib import Path
+
+need = ("torch", "transformers", "safetensors", "tokenizers", "numpy", "scipy", "matplotlib")
+missing = [m for m in need if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"lacks {', '.join(missing)}")
+if sys.argv[1] != "1":
+    version = Path(importlib.util.find_spec("torch").origin).with_name("version.py")
+    text = version.read_text() if version.is_file() else ""
+    builds = re.findall(r"^(cuda|hip)\b[^=]*=\s*(.+?)\s*$", text, re.M)
+    if builds and all(value == "None" for _, value in builds):
+        sys.exit("has a CPU-only torch")
+EOF
+}
+
+# choose_python: sets PY (the interpreter of every step) and PY_WHY (how it was chosen)
+choose_python() {
+    local cand why first="" notes=""
+    if [ -n "${PYTHON:-}" ]; then
+        PY=$PYTHON PY_WHY="PYTHON"
+        return
+    fi
+    for cand in "$ROOT/.venv/bin/python" python3; do
+        if ! command -v "$cand" >/dev/null 2>&1; then
+            notes+="${notes:+; }$cand: not found"
+            continue
+        fi
+        first=${first:-$cand}
+        if why="$(probe "$cand")"; then
+            PY=$cand PY_WHY="has the packages${notes:+; passed over: $notes}"
+            return
+        fi
+        notes+="${notes:+; }$cand: $(echo "${why:-probe failed}" | tail -n 1)"
+    done
+    PY=${first:-python3} PY_WHY="none qualifies: $notes; PYTHON=... chooses one"
+}
+choose_python
+
 plan() {
     printf 'step %-9s limit %4ss\n' env "$T_ENV" validate "$T_VALIDATE" bf16 "$T_BF16" \
         merge "$T_MERGE" qwen3-8b "$T_8B" qwen3-4b "$T_4B"
     echo "kill grace ${KILL_AFTER}s per step (${T_MERGE_KILL}s for merge)"
     echo "worst case ${WORST}s (budget ${BUDGET}s)"
+    echo "python: $PY ($PY_WHY)"
 }
-if [ "$WORST" -gt "$BUDGET" ]; then
-    echo "gpu_run: the step limits add to ${WORST}s, over the ${BUDGET}s budget" >&2
-    exit 2
-fi
 if [ "$PLAN" -eq 1 ]; then
     plan
     exit 0
 fi
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$1" || exit 2
 OUTDIR="$(cd "$1" && pwd)"
-PY="${PYTHON:-python3}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 # nothing may reach for the network (the GPU machine has none): a hub look-up would hang
@@ -203,7 +257,8 @@ sys.exit(status)
 EOF
 s=$?
 if [ "$s" -eq 3 ]; then
-    say "gpu_run: no CUDA GPU visible to $PY; nothing measured (see env.txt)"
+    say "gpu_run: no CUDA GPU visible to $PY ($PY_WHY); nothing measured (see env.txt;" \
+        "PYTHON=/path/to/python chooses the interpreter)"
     exit 3
 fi
 TAG="$(cat "$WORK/tag" 2>/dev/null || echo gpu)"

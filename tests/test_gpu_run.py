@@ -136,3 +136,126 @@ def test_rehearsal_runs_every_step_on_cpu_with_cvxpy_blocked(tmp_path):
         assert isinstance(model, TabulatedCost) and model.is_convex
         assert model.verify_cost(64, 128) >= model.verify_cost(1, 128) > 0
         assert (out / f"cpu_qwen3_{arch}_small.png").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- the interpreter it chooses
+# Each case runs `--plan` of a copy of the script in a scratch repository whose .venv and whose
+# python3 on PATH are wrappers of this interpreter: full (every package), bare (`-S`: no
+# site-packages, so no torch) or with a stand-in torch (a package with only version.py, the
+# file the script reads to tell a CPU-only build from a GPU one).
+
+def _wrapper(path: Path, *flags: str, pythonpath: Path | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = f"PYTHONPATH={pythonpath} " if pythonpath else ""
+    path.write_text(f'#!/bin/sh\n{env}exec {sys.executable} {" ".join(flags)} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def _stand_in_torch(root: Path, cuda: str | None) -> Path:
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("")
+    (root / "torch" / "version.py").write_text(
+        "from typing import Optional\n\n__all__ = ['__version__', 'cuda', 'hip']\n"
+        f"__version__ = '9.9.9'\ncuda: Optional[str] = {cuda!r}\nhip: Optional[str] = None\n")
+    return root
+
+
+def _scratch_script(repo: Path) -> Path:
+    script = repo / "real_models" / "gpu_run.sh"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(SCRIPT.read_text())
+    return script
+
+
+def _chosen(repo: Path, path_dir: Path, *args: str, **env) -> str:
+    script = _scratch_script(repo)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "PYTHONPATH")}
+    res = subprocess.run(["bash", str(script), "--plan", *args], capture_output=True, text=True,
+                         timeout=60, env={**clean, "PATH": f"{path_dir}:/usr/bin:/bin", **env})
+    assert res.returncode == 0, res.stderr
+    line = re.search(r"^python: (.*)$", res.stdout, re.M)
+    assert line, res.stdout
+    return line[1]
+
+
+def test_rehearsal_uses_the_repository_venv_over_a_bare_python3(tmp_path):
+    """The README's `gpu_run.sh --rehearse DIR` after `make test`: python3 lacks torch."""
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    venv = _wrapper(repo / ".venv" / "bin" / "python")
+    _wrapper(bin_ / "python3", "-S")
+    assert _chosen(repo, bin_, "--rehearse") == f"{venv} (has the packages)"
+
+
+def test_gpu_run_passes_over_a_cpu_only_venv_for_a_gpu_environment(tmp_path):
+    """On a GPU machine whose own environment has CUDA torch, a CPU-only .venv does not win."""
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    venv = _wrapper(repo / ".venv" / "bin" / "python",
+                    pythonpath=_stand_in_torch(tmp_path / "cpu", None))
+    _wrapper(bin_ / "python3", pythonpath=_stand_in_torch(tmp_path / "gpu", "12.4"))
+    assert _chosen(repo, bin_) == (f"python3 (has the packages; passed over: {venv}: has a "
+                                   f"CPU-only torch)")
+    # the same CPU-only venv is what a rehearsal wants
+    assert _chosen(repo, bin_, "--rehearse") == f"{venv} (has the packages)"
+
+
+def test_gpu_run_prefers_a_venv_with_gpu_torch(tmp_path):
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    gpu_torch = _stand_in_torch(tmp_path / "gpu", "13.0")
+    venv = _wrapper(repo / ".venv" / "bin" / "python", pythonpath=gpu_torch)
+    _wrapper(bin_ / "python3", pythonpath=gpu_torch)
+    assert _chosen(repo, bin_) == f"{venv} (has the packages)"
+
+
+def test_without_a_venv_python3_runs_and_an_unfit_one_is_named(tmp_path):
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    _wrapper(bin_ / "python3")
+    assert _chosen(repo, bin_, "--rehearse") == (f"python3 (has the packages; passed over: "
+                                                 f"{repo}/.venv/bin/python: not found)")
+    _wrapper(bin_ / "python3", "-S")
+    chosen = _chosen(repo, bin_, "--rehearse")
+    assert chosen.startswith("python3 (none qualifies: ")
+    assert "python3: lacks torch, transformers" in chosen
+    assert chosen.endswith("PYTHON=... chooses one)")
+
+
+def test_an_explicit_python_wins_without_probing(tmp_path):
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    _wrapper(repo / ".venv" / "bin" / "python")
+    _wrapper(bin_ / "python3")
+    assert _chosen(repo, bin_, PYTHON="/no/such/python") == "/no/such/python (PYTHON)"
+
+
+def test_this_checkouts_rehearsal_finds_its_venv():
+    """After `make test` the checkout's own .venv runs the rehearsal, whatever python3 is."""
+    venv = ROOT / ".venv" / "bin" / "python"
+    if not venv.exists() or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip("the tests do not run from this checkout's .venv")
+    pytest.importorskip("torch")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "PYTHONPATH")}
+    res = subprocess.run(["bash", str(SCRIPT), "--plan", "--rehearse"], capture_output=True,
+                         text=True, timeout=60, env={**clean, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    assert re.search(rf"^python: {re.escape(str(venv))} \(has the packages", res.stdout, re.M)
+
+
+def test_the_steps_run_the_chosen_interpreter(tmp_path):
+    """Not only `--plan`: the env step runs the venv's interpreter, not the bare python3."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run for real")
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"
+    venv = _wrapper(repo / ".venv" / "bin" / "python")
+    _wrapper(bin_ / "python3", "-S")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "PYTHONPATH")}
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", str(_scratch_script(repo)), str(out)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**clean, "PATH": f"{bin_}:/usr/bin:/bin"})
+    assert res.returncode == 3, res.stdout + res.stderr  # this CPU torch sees no GPU
+    log = (out / "run.log").read_text()
+    assert re.search(rf"^=== env \(limit \d+s\): {re.escape(str(venv))} - ", log, re.M), log
+    env = (out / "env.txt").read_text()
+    assert re.search(r"^torch: \d", env, re.M), env  # the venv's torch, found and imported
+    assert f"no CUDA GPU visible to {venv}" in log
