@@ -55,7 +55,7 @@ def test_summary_ci_brackets_mean_and_sampled_ci_covers_exact_mean(world):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"temperature": -1.0}, "temperature"),
-    ({"rule": "nope"}, "rule 'nope' is not lossless for method 'ddtree'"),
+    ({"rule": "nope"}, "unknown rule 'nope'"),
     ({"rule": "rrsw"}, "rule 'rrsw' is not lossless for method 'ddtree'"),
     ({"rounds": 0}, "rounds"),
 ])

@@ -34,9 +34,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .cost import DEFAULT_CONTEXT_LENGTH, round_time
+from .cost import DEFAULT_CONTEXT_LENGTH, get_cost_model, round_time
 from .exits import EXIT_CAUSES, ExitDecomposition, decompose_from_edges, edge_probabilities
-from .methods import DraftRequest, Method, check_temperature, get_method, resolve_rule
+from .methods import (
+    DraftRequest,
+    Method,
+    check_temperature,
+    get_method,
+    no_conditional_message,
+    resolve_rule,
+)
 from .policies import prefix_tree
 from .policies.draft import Draft
 from .stats import MeanCI, mean_ci
@@ -53,6 +60,7 @@ __all__ = [
     "Round",
     "RoundRecord",
     "RoundsSummary",
+    "check_backend",
     "commit",
     "decode",
     "run_round",
@@ -279,6 +287,34 @@ def _clock_of(backend) -> Callable[[], float]:
     return getattr(backend, "clock", time.perf_counter)
 
 
+#: What each use of a backend needs from it (the :class:`Backend` protocol, by purpose).
+_BACKEND_NEEDS = {
+    "round": ("depth", "vocab_size", "draft", "target_oracle"),
+    "fresh contexts": ("sample_context",),
+}
+
+
+def check_backend(backend, *purposes: str) -> None:
+    """Raise ``ValueError`` naming what ``backend`` lacks for ``purposes`` (keys of the
+    protocol table, or ``"commit"``: ``commit(ctx, outcome)`` or ``advance(ctx, tokens)``)."""
+    missing = [name for p in purposes if p != "commit" for name in _BACKEND_NEEDS[p]
+               if not hasattr(backend, name)]
+    if "commit" in purposes and not (hasattr(backend, "commit") or hasattr(backend, "advance")):
+        missing.append("advance(ctx, tokens) (or commit(ctx, outcome))")
+    if missing:
+        raise ValueError(f"backend {type(backend).__name__} lacks {', '.join(missing)}, which "
+                         f"{' and '.join(purposes)} need; see treespec_sim.engine.Backend and "
+                         "docs/usage.md, 'Bring your own drafter and target'")
+
+
+def _check_width(what: str, shape, backend) -> None:
+    """The vocabulary width of an array the backend returned against its ``vocab_size``."""
+    if shape is not None and len(shape) >= 1 and int(shape[-1]) != int(backend.vocab_size):
+        raise ValueError(f"backend {type(backend).__name__} declares vocab_size = "
+                         f"{backend.vocab_size} but its {what} has V = {int(shape[-1])} "
+                         f"(shape {tuple(shape)})")
+
+
 def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
               rule: str | None = None, temperature: float = 0.0,
               rng: np.random.Generator, sample: bool = True, cost=None,
@@ -308,8 +344,9 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
     sample : bool
         Sample the outcome (needed to commit and continue); ``False`` computes exact facts only
         and leaves ``rng`` untouched by the verifier.
-    cost : latency model, optional
-        Read by cost-aware methods and for :attr:`Round.cost_s`.
+    cost : latency model, preset name or latency file, optional
+        Read by cost-aware methods and for :attr:`Round.cost_s`
+        (:func:`treespec_sim.cost.get_cost_model`).
     nested : bool
         Build a nested method's tree once at ``budget`` so :meth:`Round.at_budget`,
         :attr:`Round.tau_curve` and :attr:`Round.surrogate_curve` give every smaller budget
@@ -323,10 +360,15 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    check_backend(backend, "round")
     t = check_temperature(temperature)
+    if cost is not None:
+        cost = get_cost_model(cost)  # a preset name, a latency file or a model
     spec, param, name = _resolve(method)
     if isinstance(spec, Method):
         rule = resolve_rule(spec, rule, t)
+        if spec.needs_conditional and not hasattr(backend, "draft_conditional"):
+            raise ValueError(no_conditional_message(name))
         if nested and not spec.nested:
             raise ValueError(f"nested=True needs a nested method (DDTree); {name!r} is not")
         if nested and rule != "follow":
@@ -339,6 +381,7 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
     draft_lazy = getattr(backend, "draft_lazy", None)
     log_q = draft_lazy(ctx) if draft_lazy is not None else backend.draft(ctx)
     t1 = clock()
+    _check_width("draft (log_q)", getattr(log_q, "shape", None), backend)
     timings["draft"] = t1 - t0
     ell = backend.context_length(ctx) if hasattr(backend, "context_length") else None
     if isinstance(spec, Method):
@@ -359,6 +402,7 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
     timings["build"] = t2 - t1
     rows = backend.target_oracle(ctx, draft.tree, t)
     t3 = clock()
+    _check_width("target_oracle rows", getattr(rows, "shape", None), backend)
     timings["verify"] = t3 - t2
     outcome = None
     if sample:
@@ -376,6 +420,7 @@ def commit(backend: Backend, ctx, rnd: Round) -> Any:
     """The context after ``rnd``'s sampled outcome (``backend.commit`` or ``advance``)."""
     if rnd.outcome is None:
         raise ValueError("commit needs a round run with sample=True")
+    check_backend(backend, "commit")
     clock = _clock_of(backend)
     t0 = clock()
     if hasattr(backend, "commit"):
@@ -440,6 +485,7 @@ def run_rounds(backend: Backend, *, rng: np.random.Generator, rounds: int | None
     """
     if (rounds is None) == (contexts is None):
         raise ValueError("give exactly one of rounds= (fresh contexts) or contexts=")
+    check_backend(backend, "round")
     if contexts is not None:
         return [[record(run_round(backend, c, rng=rng, **round_args))] for c in contexts]
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -452,6 +498,7 @@ def run_rounds(backend: Backend, *, rng: np.random.Generator, rounds: int | None
     decoded = rounds_per_sequence > 1
     if decoded and not round_args.get("sample", True):
         raise ValueError("decoded sequences (rounds_per_sequence > 1) need sample=True")
+    check_backend(backend, "fresh contexts", *(("commit",) if decoded else ()))
     sequences: list[list[Any]] = []
     done = 0
     while done < rounds:
@@ -486,6 +533,7 @@ def decode(backend: Backend, ctx, *, n_tokens: int, rng: np.random.Generator,
     """
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int | np.integer) or n_tokens < 0:
         raise ValueError(f"n_tokens must be an integer >= 0; got {n_tokens!r}")
+    check_backend(backend, "round", "commit")
     out: list[int] = []
     records: list[Any] = []
     while len(out) < n_tokens:

@@ -40,7 +40,6 @@ also be passed to ``run_round`` directly.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,15 +66,19 @@ from .policies.sampled import (
 )
 from .policies.tsubame import tsubame
 from .tree import DraftTree
+from .validation import check_temperature
+from .verify import RULES
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
-           "get_method", "lossless_rules", "method_names", "register", "resolve_rule",
+           "get_method", "lossless_rules", "method_names", "no_conditional_message", "register",
+           "resolve_rule",
            "uses_budget"]
 
-#: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for).
-SCHEME_FOR_RULE = {"rrs": "iid", "rrsw": "without_replacement",
-                   "traversal": "without_replacement", "univer": "without_replacement",
-                   "univer-guided": "without_replacement", "univer-fixed": "without_replacement"}
+#: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for),
+#: read off :data:`~treespec_sim.policies.draft.MATCHING_RULES` (``univer-fixed`` also verifies
+#: Greedy drafts, but a rule-driven sampled builder draws without replacement for it).
+SCHEME_FOR_RULE = {rule: scheme for scheme in ("without_replacement", "iid")
+                   for rule in MATCHING_RULES[scheme]}
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,8 @@ class DraftRequest:
         The round's randomness for the draws.
     conditional : ProposalFn or None
         ``conditional(depth, parent_token) -> (V,)``: the backend's corrected proposal, or None
-        where the backend has none (methods that need it then use the marginal).
+        where the backend has none (methods that need one are then refused, never run on the
+        marginals under their name).
     cost : latency model or None
         ``draft_cost(ell)``/``verify_cost(n, ell)`` for cost-aware methods.
     context_length : float or None
@@ -153,6 +157,11 @@ class Method:
         The builder reads a latency model.
     parametrised : bool
         The name takes a bracketed parameter (``sampled-tree[2x4]``).
+    needs_conditional : bool
+        Tokens are drawn from the backend's conditional proposal given the sampled parent
+        (``draft_conditional``); a backend without one is refused.
+    needs_positive_temperature : bool
+        The method only samples (no ``T = 0`` limit is defined for it).
     description : str
     """
 
@@ -164,11 +173,22 @@ class Method:
     nested: bool = False
     needs_cost: bool = False
     parametrised: bool = False
+    needs_conditional: bool = False
+    needs_positive_temperature: bool = False
     description: str = ""
 
     @property
     def sampled(self) -> bool:
         return self.scheme != "deterministic"
+
+    def lossless_rules(self, temperature: float) -> tuple[str, ...]:
+        """Rules lossless for this method's draws at ``temperature`` (first = default); ``()``
+        where the method cannot draft at that temperature. The one source of truth that
+        :func:`resolve_rule`, the builders (via :meth:`Draft.check_rule`) and the sweep read."""
+        if temperature == 0.0 and self.sampled:
+            # T -> 0 limit of every sampled draw: the top-k tokens, a deterministic tree
+            return () if self.needs_positive_temperature else _DET
+        return self.rules
 
 
 # ----------------------------------------------------------------------------- builders
@@ -209,33 +229,39 @@ def _cost_aware(builder: Callable, name: str) -> Callable[[DraftRequest], Draft]
     return build
 
 
-def _proposal_fn(req: DraftRequest, corrected: bool) -> ProposalFn:
-    if corrected and req.conditional is not None:
-        return req.conditional
-    return marginal_proposal(req.log_q)
+def _proposal_fn(req: DraftRequest, corrected: bool, name: str) -> ProposalFn:
+    if not corrected:
+        return marginal_proposal(req.log_q)
+    if req.conditional is None:
+        # Never fall back to the marginals under a name that says "corrected"
+        raise ValueError(no_conditional_message(name))
+    return req.conditional
 
 
-def _scheme(req: DraftRequest, method: Method) -> str:
-    if method.scheme != "by-rule":
-        return method.scheme
-    if req.temperature == 0.0:
-        return "without_replacement"  # the T = 0 limit is the same top-k for every scheme
-    return SCHEME_FOR_RULE[req.rule]
+def no_conditional_message(name: str) -> str:
+    """Why ``name`` is refused on a backend without ``draft_conditional``."""
+    return (f"method {name!r} draws its tokens from the drafter's conditional proposal given "
+            "the sampled parent, and this backend has no draft_conditional(ctx, depth, "
+            "parent_token); use a marginal method instead ('sampled-chain', 'sampled-ddtree': "
+            "DDTree's shape filled from the marginals), or give the backend a "
+            "draft_conditional")
 
 
 def _build_sampled_chain(corrected: bool) -> Callable[[DraftRequest], Draft]:
     def build(req: DraftRequest) -> Draft:
-        return sampled_chain(_proposal_fn(req, corrected), int(np.shape(req.log_q)[0]),
+        name = "sampled-chain-corrected" if corrected else "sampled-chain"
+        return sampled_chain(_proposal_fn(req, corrected, name), int(np.shape(req.log_q)[0]),
                              rng=req.rng, temperature=req.temperature, root_token=req.root_token)
     return build
 
 
-def _build_tsubame(planner: str, fixed_scheme: str | None) -> Callable[[DraftRequest], Draft]:
+def _build_tsubame(planner: str, fixed_scheme: str | None, name: str
+                   ) -> Callable[[DraftRequest], Draft]:
     def build(req: DraftRequest) -> Draft:
         scheme = fixed_scheme or (SCHEME_FOR_RULE[req.rule] if req.temperature > 0
                                   else "without_replacement")
         return tsubame(req.log_q, _need_budget(req, "tsubame"), rng=req.rng, scheme=scheme,
-                       temperature=req.temperature, proposal=_proposal_fn(req, True),
+                       temperature=req.temperature, proposal=_proposal_fn(req, True, name),
                        root_token=req.root_token, planner=planner)
     return build
 
@@ -274,7 +300,8 @@ def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
     def build(req: DraftRequest) -> Draft:
         width, depth = _shape_param(req.param, name)
         if req.temperature == 0.0:
-            raise ValueError(f"method {name!r} samples its tokens; it needs T > 0")
+            raise ValueError(f"method {name!r} samples its tokens; it needs T > 0 (its T -> 0 "
+                             "limit is not defined: use 'ddtree' at T = 0)")
         shape = k_ary_shape(width, depth, req.root_token)
         return _fill_from_marginals(shape, req, scheme)
     return build
@@ -295,10 +322,13 @@ def register(method: Method, *, replace: bool = False) -> Method:
     if method.name in METHODS and not replace:
         raise ValueError(f"method {method.name!r} is already registered (replace=True to "
                          "override)")
-    bad = [r for r in method.rules if not any(r in ok for ok in MATCHING_RULES.values())]
+    if method.scheme == "by-rule":
+        bad = [r for r in method.rules if r not in SCHEME_FOR_RULE]
+    else:
+        bad = [r for r in method.rules if r not in MATCHING_RULES.get(method.scheme, ())]
     if bad or not method.rules:
-        raise ValueError(f"method {method.name!r}: rules must be non-empty verifier rules; "
-                         f"got {method.rules!r}")
+        raise ValueError(f"method {method.name!r}: rules must be non-empty verifier rules that "
+                         f"match its scheme {method.scheme!r}; got {method.rules!r}")
     METHODS[method.name] = method
     return method
 
@@ -318,32 +348,35 @@ for _m in (
     Method("sampled-chain", _build_sampled_chain(False), ("rrs",), scheme="iid",
            uses_budget=False, description="chain of marginal draws"),
     Method("sampled-chain-corrected", _build_sampled_chain(True), ("rrs",), scheme="iid",
-           uses_budget=False, description="chain of draws given the sampled parent"),
-    Method("tsubame", _build_tsubame("ddtree", None), _SAMPLED, scheme="by-rule",
-           description="Tsubame: DDTree shape, filled by the (corrected) proposal"),
-    Method("tsubame-rrs", _build_tsubame("ddtree", "iid"), ("rrs",), scheme="iid",
-           description="Tsubame, i.i.d. fill"),
-    Method("tsubame-rrsw", _build_tsubame("ddtree", "without_replacement"),
+           uses_budget=False, needs_conditional=True,
+           description="chain of draws given the sampled parent"),
+    Method("tsubame", _build_tsubame("ddtree", None, "tsubame"), _SAMPLED, scheme="by-rule",
+           needs_conditional=True,
+           description="Tsubame: DDTree shape, filled by the corrected proposal"),
+    Method("tsubame-rrs", _build_tsubame("ddtree", "iid", "tsubame-rrs"), ("rrs",),
+           scheme="iid", needs_conditional=True, description="Tsubame, i.i.d. fill"),
+    Method("tsubame-rrsw", _build_tsubame("ddtree", "without_replacement", "tsubame-rrsw"),
            ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement",
+           scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement"),
-    Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement"),
+    Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement", "tsubame-univer"),
            ("univer", "rrsw", "traversal", "univer-guided", "univer-fixed"),
-           scheme="without_replacement",
+           scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement, UniVer"),
-    Method("tsubame-rrsw-tempered-plan", _build_tsubame("tempered", "without_replacement"),
+    Method("tsubame-rrsw-tempered-plan",
+           _build_tsubame("tempered", "without_replacement", "tsubame-rrsw-tempered-plan"),
            ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement",
+           scheme="without_replacement", needs_conditional=True,
            description="Tsubame planned on the tempered marginals"),
     Method("sampled-ddtree", _build_sampled_ddtree, _SAMPLED, scheme="by-rule",
            description="DDTree's shape filled per depth from the tempered marginals"),
     Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
            ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement", parametrised=True,
+           scheme="without_replacement", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree filled without replacement from the tempered marginals"),
     Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), ("univer-fixed",),
-           scheme="greedy",
-           parametrised=True, description="full WxD tree: top W-1 tokens and one draw"),
+           scheme="greedy", parametrised=True, needs_positive_temperature=True,
+           description="full WxD tree: top W-1 tokens and one draw"),
 ):
     register(_m)
 
@@ -372,38 +405,31 @@ def uses_budget(method: str) -> bool:
 
 
 def lossless_rules(method: str | Method, temperature: float) -> tuple[str, ...]:
-    """Rules that are lossless for ``method``'s draws at ``temperature`` (first = default)."""
+    """Rules that are lossless for ``method``'s draws at ``temperature`` (first = default;
+    ``()`` where the method cannot draft at that temperature): :meth:`Method.lossless_rules`."""
     m = get_method(method)[0] if isinstance(method, str) else method
-    if temperature == 0.0 and m.sampled:
-        return _DET
-    return m.rules
+    return m.lossless_rules(check_temperature(temperature))
 
 
 def resolve_rule(method: str | Method, rule: str | None, temperature: float) -> str:
     """The rule to verify with: ``rule`` checked against :func:`lossless_rules`, or the
-    default. A sampled method at ``T = 0`` drafts top-k tokens and is verified with
-    ``follow`` (a sampled rule given for it is mapped to ``follow``: its ``T -> 0`` limit)."""
+    default. An unknown rule is called unknown; a known rule that is not lossless for the
+    method's draws at ``temperature`` is refused (at ``T = 0`` a sampled method drafts the
+    top-k tokens of its proposals, a deterministic tree: ``follow`` or ``tev``)."""
     m = get_method(method)[0] if isinstance(method, str) else method
-    ok = lossless_rules(m, temperature)
+    t = check_temperature(temperature)
+    if rule is not None and (not isinstance(rule, str) or rule not in RULES):
+        raise ValueError(f"unknown rule {rule!r}; known rules: {', '.join(RULES)}")
+    ok = m.lossless_rules(t)
+    if not ok:
+        raise ValueError(f"method {m.name!r} samples its tokens and needs T > 0; got "
+                         f"T = {t:g}")
     if rule is None:
         return ok[0]
-    if temperature == 0.0 and m.sampled and rule in m.rules:
-        return "follow"
     if rule not in ok:
-        at = "at T = 0" if temperature == 0.0 else f"at T = {temperature:g}"
-        raise ValueError(f"rule {rule!r} is not lossless for method {m.name!r} {at}; use one "
-                         f"of {', '.join(ok)}")
+        at = "at T = 0" if t == 0.0 else f"at T = {t:g}"
+        why = (" (at T = 0 its draws are the top-k tokens of its proposals: a deterministic "
+               "tree)" if t == 0.0 and m.sampled else "")
+        raise ValueError(f"rule {rule!r} is not lossless for method {m.name!r} {at}{why}; use "
+                         f"one of {', '.join(ok)}")
     return rule
-
-
-def check_temperature(temperature: float) -> float:
-    """A finite temperature ``>= 0`` as float."""
-    try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}") \
-            from None
-    if not (t >= 0.0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
-    return t
-

@@ -26,12 +26,14 @@ check would cost ~2.5 ms a round, as much as the tree).
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
 __all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "SUM_CHECK_ALL_ROWS", "as_float_array",
-           "check_budget", "check_log_q", "check_root_token", "row_sum_tolerance"]
+           "check_budget", "check_log_q", "check_root_token", "check_temperature",
+           "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -165,3 +167,23 @@ def check_root_token(root_token, name: str = "root_token", *, vocab_size: int | 
     if vocab_size is not None and root_token >= vocab_size:
         raise ValueError(f"{name} = {root_token} is outside the vocabulary (V = {vocab_size})")
     return int(root_token)
+
+
+def check_temperature(temperature, name: str = "temperature", *, positive: bool = False
+                      ) -> float:
+    """A sampling temperature as a Python float: a real number (not a string or a bool),
+    finite and ``>= 0`` (``> 0`` with ``positive=True``); ``0`` means greedy decoding.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the value, for anything else.
+    """
+    if isinstance(temperature, bool | np.bool_) or not isinstance(temperature, numbers.Real):
+        raise ValueError(f"{name} must be a real number >= 0; got {temperature!r} "
+                         f"({type(temperature).__name__})")
+    t = float(temperature)
+    if not math.isfinite(t) or t < 0 or (positive and t == 0):
+        need = "> 0" if positive else ">= 0 (0 = greedy)"
+        raise ValueError(f"{name} must be finite and {need}; got {temperature!r}")
+    return t

@@ -31,36 +31,13 @@ Everything is computed with per-row shifts, so large ``boost / T`` never overflo
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..validation import check_temperature
+
 __all__ = ["SparseBoostKernel", "as_token_array", "check_temperature"]
-
-
-def check_temperature(temperature: object, name: str = "temperature") -> float:
-    """Validate a sampling temperature and return it as a Python float.
-
-    Parameters
-    ----------
-    temperature : real number
-        ``T >= 0`` and finite; ``T == 0`` means greedy (argmax) decoding.
-    name : str
-        Argument name used in the error message.
-
-    Raises
-    ------
-    ValueError
-        If ``temperature`` is not a real number, is NaN, infinite, or negative.
-    """
-    if isinstance(temperature, bool) or not isinstance(temperature, Real | np.floating
-                                                       | np.integer):
-        raise ValueError(f"{name} must be a real number >= 0; got {temperature!r}")
-    t = float(temperature)
-    if math.isnan(t) or math.isinf(t) or t < 0:
-        raise ValueError(f"{name} must be finite and >= 0 (0 = greedy); got {temperature!r}")
-    return t
 
 
 def as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
