@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._deps import require
-from .drafter import WEIGHT_FILES, DFlashDrafter, DrafterSpec, parse_drafter_config
+from .drafter import (
+    WEIGHT_FILES,
+    DFlashDrafter,
+    DrafterSpec,
+    check_full_attention,
+    parse_drafter_config,
+)
 from .target import TargetBackend, load_target_model
 
 torch = require("torch")
@@ -83,10 +89,35 @@ def _read_json(path: Path, what: str) -> dict:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
 
 
+def _hub_snapshot(path: Path, what: str) -> Path:
+    """The snapshot a Hugging Face cache folder (``models--org--name``) checks out.
+
+    ``hf download`` / ``snapshot_download`` without ``local_dir`` write
+    ``models--org--name/{blobs, refs/main, snapshots/<commit>/...}``; the files under
+    ``snapshots/<commit>`` are symlinks into ``blobs/`` and ``refs/main`` holds the commit.
+    """
+    ref = path / "refs" / "main"
+    if ref.is_file():
+        snap = path / "snapshots" / ref.read_text().strip()
+        if not snap.is_dir():
+            raise FileNotFoundError(f"{what} directory {path}: refs/main names snapshot "
+                                    f"{snap.name!r}, which is not under snapshots/")
+        return snap
+    found = sorted(p for p in (path / "snapshots").iterdir() if p.is_dir())
+    if len(found) != 1:
+        raise FileNotFoundError(f"{what} directory {path} is a Hugging Face cache folder with "
+                                f"no refs/main and {len(found)} snapshots "
+                                f"({', '.join(p.name for p in found) or 'none'}); pass "
+                                f"{path / 'snapshots'}/<commit> itself")
+    return found[0]
+
+
 def _check_dir(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{what} directory {path} does not exist")
+    if not (path / "config.json").exists() and (path / "snapshots").is_dir():
+        path = _hub_snapshot(path, what)
     if not any((path / f).is_file() for f in WEIGHT_FILES):
         raise FileNotFoundError(f"{what} directory {path} has no weights: expected one of "
                                 f"{', '.join(WEIGHT_FILES)}")
@@ -148,7 +179,15 @@ def check_device(device) -> torch.device:
 
 
 def check_target_config(cfg: dict, where: str) -> None:
-    """The target must be a Qwen3 causal LM with full attention."""
+    """The target must be a Qwen3 causal LM with full attention in every layer.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where`` and the key: another model type or architecture, a missing or
+        non-integer size, or sliding-window attention
+        (:func:`~real_models.drafter.check_full_attention`, the same rule as the drafter's).
+    """
     arch = cfg.get("architectures") or []
     if cfg.get("model_type") != "qwen3" or (arch and "Qwen3ForCausalLM" not in arch):
         raise ValueError(f"{where}: the target must be a Qwen3ForCausalLM (model_type 'qwen3'); "
@@ -156,9 +195,7 @@ def check_target_config(cfg: dict, where: str) -> None:
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"):
         if not isinstance(cfg.get(key), int):
             raise ValueError(f"{where}: missing or non-integer {key!r}")
-    if cfg.get("use_sliding_window"):
-        raise ValueError(f"{where}: sliding-window attention is not supported for tree "
-                         f"verification (use_sliding_window = true)")
+    check_full_attention(cfg, where)
 
 
 def check_pair(target_cfg: dict, drafter_cfg: dict, spec: DrafterSpec, *,
@@ -212,11 +249,14 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
     ----------
     target_dir : path
         A Hugging Face ``Qwen3ForCausalLM`` directory (``config.json``, safetensors weights,
-        optionally tokenizer files). Defaults to the shipped tiny target.
+        optionally tokenizer files). Defaults to the shipped tiny target. A Hugging Face cache
+        folder (``models--org--name``, as ``hf download`` writes it) stands for the snapshot
+        its ``refs/main`` names (or its only snapshot).
     drafter_dir : path or None
         A DFlash drafter directory (``config.json`` with ``block_size``,
         ``dflash_config.target_layer_ids`` and ``dflash_config.mask_token_id``; safetensors
-        weights). None loads the target alone (autoregressive decoding only).
+        weights), or its Hugging Face cache folder. None loads the target alone
+        (autoregressive decoding only).
     device : str or torch.device
         ``'cpu'`` (default), ``'cuda'``, ``'cuda:N'`` or ``'mps'``; checked first (see
         :func:`check_device`).
@@ -228,6 +268,16 @@ def load(target_dir=TINY_TARGET, drafter_dir=TINY_DRAFTER, *, device="cpu", dtyp
     Returns
     -------
     Bundle
+
+    Raises
+    ------
+    FileNotFoundError
+        A missing directory, ``config.json`` or weights, or a cache folder whose snapshot
+        cannot be told.
+    ValueError
+        A config outside what is supported (naming the file and key: see
+        :func:`check_target_config`, :func:`~real_models.drafter.parse_drafter_config` and
+        :func:`check_pair`), or a bad ``device`` / ``dtype`` / ``block_size``.
     """
     transformers = require("transformers")
     device = check_device(device)

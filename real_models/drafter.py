@@ -39,7 +39,7 @@ Qwen3RMSNorm = _qwen3.Qwen3RMSNorm
 Qwen3RotaryEmbedding = _qwen3.Qwen3RotaryEmbedding
 rotate_half = _qwen3.rotate_half
 
-__all__ = ["DFlashDrafter", "DraftCache", "DrafterSpec"]
+__all__ = ["DFlashDrafter", "DraftCache", "DrafterSpec", "check_full_attention"]
 
 #: Weight file names looked for in a drafter directory (single file or sharded index).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -131,10 +131,7 @@ def parse_drafter_config(cfg: dict, where: str = "config.json") -> DrafterSpec:
     if cfg.get("is_causal") is True:
         raise ValueError(f"{where}: is_causal = true (causal draft layers) is not supported; "
                          f"DFlash draft layers are non-causal")
-    layer_types = cfg.get("layer_types") or []
-    if any(t != "full_attention" for t in layer_types):
-        raise ValueError(f"{where}: layer_types {layer_types!r}: only full_attention draft "
-                         f"layers are supported (no sliding window)")
+    check_full_attention(cfg, where)
     if mask >= cfg["vocab_size"]:
         raise ValueError(f"{where}: mask_token_id {mask} is outside the vocabulary "
                          f"(vocab_size {cfg['vocab_size']})")
@@ -149,6 +146,45 @@ def parse_drafter_config(cfg: dict, where: str = "config.json") -> DrafterSpec:
         final_logit_softcapping=None if not softcap else float(softcap),
         input_embedding_scale=float(_dflash_value(cfg, "input_embedding_scale", 1.0)),
     )
+
+
+def check_full_attention(cfg: dict, where: str) -> None:
+    """Refuse a Qwen3 ``config.json`` (target or drafter) with any sliding-window attention.
+
+    transformers' ``Qwen3Config`` (5.x, read in 5.24) switches sliding-window attention on in
+    two ways: ``layer_types`` entries ``"sliding_attention"``, or, when ``layer_types`` is
+    absent, ``use_sliding_window = true``, which turns every layer from ``max_window_layers``
+    on into one. Tree verification needs every node to see the whole committed prefix, and the
+    drafter here implements full attention only, so either key is refused, whatever
+    ``max_window_layers`` says (a config that sets the switch means it).
+
+    Parameters
+    ----------
+    cfg : dict
+        The parsed ``config.json``.
+    where : str
+        The file, for the message.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where`` and the key: ``use_sliding_window`` true, ``layer_types`` not a list,
+        or an entry of ``layer_types`` other than ``"full_attention"`` (with its index).
+    """
+    if cfg.get("use_sliding_window"):
+        raise ValueError(f"{where}: use_sliding_window = {cfg['use_sliding_window']!r}: "
+                         f"sliding-window attention is not supported (tree verification and "
+                         f"the drafter attend to the whole context); it must be false or absent")
+    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        return
+    if not isinstance(layer_types, list):
+        raise ValueError(f"{where}: layer_types must be a list of attention types; got "
+                         f"{layer_types!r}")
+    for i, kind in enumerate(layer_types):
+        if kind != "full_attention":
+            raise ValueError(f"{where}: layer_types[{i}] = {kind!r}: only 'full_attention' "
+                             f"layers are supported (no sliding window)")
 
 
 def qwen3_config(cfg: dict) -> Any:
