@@ -174,8 +174,9 @@ def test_levels_the_threshold_cannot_cut_are_trimmed_exactly(kind, seed, monkeyp
 
     module = importlib.import_module("treespec_sim.policies.ddtree")
     calls = []
-    original = module._first_in_level
-    monkeypatch.setattr(module, "_first_in_level", lambda *a: calls.append(1) or original(*a))
+    original = module._first_in_level_streamed
+    monkeypatch.setattr(module, "_first_in_level_streamed",
+                        lambda *a: calls.append(1) or original(*a))
     rng = np.random.default_rng(seed)
     lp = _degenerate_log_q(rng, kind, int(rng.integers(4, 7)), 24)
     for budget in (17, 40):
@@ -193,3 +194,33 @@ def test_truncated_rows_at_full_depth_stay_cheap():
     tree = ddtree(lp, 512, check_sums=False)  # every prefix would need ~64^15 nodes
     parent, _, _, _ = ddtree_heap_reference(lp, 512)
     assert tree.parent.tolist() == parent
+
+
+_HUGE_BUDGET_SCRIPT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+import numpy as np
+from treespec_sim.engine import run_round
+from treespec_sim.synth import make_world
+w = make_world("math500", seed=0)
+ctx = w.sample_context(np.random.default_rng(0))
+r = run_round(w, ctx, method="ddtree", budget=1_000_000, temperature=1.0,
+              rng=np.random.default_rng(0))
+print(r.tree_size, r.expected_tau)
+"""
+
+
+def test_a_million_node_tree_fits_in_an_address_space_limit():
+    """B = 10^6 at V = 32768 allocated 8 GiB in one frontier expansion (a tie plateau of
+    32768 x 32768 children) and was killed; the level is now streamed: memory grows with the
+    tree. Run under a 3 GiB address-space limit in a subprocess."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", _HUGE_BUDGET_SCRIPT], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    size, tau = res.stdout.split()
+    assert int(size) == 1_000_000 and 1.0 < float(tau) <= 16.0

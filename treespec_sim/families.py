@@ -49,7 +49,6 @@ written ``;``-joined.
 from __future__ import annotations
 
 import functools
-import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -64,6 +63,7 @@ from .experiments import budget_choice, stochastic, verifier_gain
 from .methods import get_method, uses_budget
 from .stats import mean_ci, throughput, world_columns
 from .synth import REGIMES, make_world
+from .validation import check_temperature
 from .verify import RULES
 
 __all__ = ["COLUMNS", "FAMILIES", "CaDDTreeGrid", "Cell", "DDTreeGrid", "RunSettings",
@@ -130,9 +130,7 @@ def _check_regimes(regimes: tuple[str, ...], family: str) -> None:
 
 def _check_temperatures(ts: tuple[float, ...], family: str, *, positive: bool = False) -> None:
     for t in ts:
-        if not (math.isfinite(t) and (t > 0 if positive else t >= 0)):
-            raise ValueError(f"{family}.temperatures must be finite and "
-                             f"{'> 0' if positive else '>= 0'}; got {t!r}")
+        check_temperature(t, f"{family}.temperatures", positive=positive)
 
 
 def _check_rounds(rounds: int, family: str) -> None:

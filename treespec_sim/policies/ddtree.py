@@ -246,17 +246,17 @@ def _enumerate_top(cand_tok: list[np.ndarray], cand_val: list[np.ndarray], budge
             t = _raise_threshold(frontier_scores[expandable], neg_vals, t, budget)
             n_children = _child_counts(frontier_scores, expandable, neg_vals, t)
             total = int(n_children.sum())
-        parents = np.repeat(np.arange(frontier_scores.size), n_children)
-        starts = np.cumsum(n_children) - n_children
-        ranks = np.arange(total) - np.repeat(starts, n_children)
-        scores = frontier_scores[parents] + vals[ranks]
         if total > 8 * budget + 64:
             # The threshold could not cut this level: ties at t (or t = -inf, when too few
             # finite-score prefixes exist). Keep the level's first B nodes in heap-key order;
             # every other node has B same-level nodes ahead of it, and its descendants follow it.
-            keep = _first_in_level(scores, parents, ranks, level_parent, level_rank, budget)
-            scores, parents, ranks = scores[keep], parents[keep], ranks[keep]
+            # Streamed, never materialised: a tie plateau can hold F x K children (2^30 for a
+            # B = 10^6 tree over V = 32768), and memory must grow with the tree.
+            scores, parents, ranks = _first_in_level_streamed(
+                frontier_scores, n_children, neg_vals, vals, level_parent, level_rank, budget)
             total = scores.size
+        else:
+            parents, ranks, scores = _children(frontier_scores, n_children, vals)
         level_scores.append(scores)
         level_parent.append(parents)
         level_rank.append(ranks)
@@ -276,20 +276,79 @@ def _enumerate_top(cand_tok: list[np.ndarray], cand_val: list[np.ndarray], budge
     return _select(level_scores, level_parent, level_rank, cand_tok, budget, t)
 
 
-def _first_in_level(scores: np.ndarray, parents: np.ndarray, ranks: np.ndarray,
-                    level_parent: list[np.ndarray], level_rank: list[np.ndarray], budget: int
-                    ) -> np.ndarray:
-    """Indices (ascending) of a level's ``budget`` first nodes by the key (-score, rank tuple)."""
-    depth = len(level_rank)  # the number of levels above this one
-    tuples = np.empty((scores.size, depth + 1), dtype=np.int64)
-    tuples[:, depth] = ranks
-    idx = parents
+def _children(frontier_scores: np.ndarray, n_children: np.ndarray, vals: np.ndarray,
+              subset: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(parent, rank, score)`` of the first ``n_children[i]`` children of frontier node
+    ``subset[i]`` (default: every node), in (parent, rank) order."""
+    ids = np.arange(frontier_scores.size) if subset is None else subset
+    total = int(n_children.sum())
+    parents = np.repeat(ids, n_children)
+    starts = np.cumsum(n_children) - n_children
+    ranks = np.arange(total) - np.repeat(starts, n_children)
+    return parents, ranks, frontier_scores[parents] + vals[ranks]
+
+
+def _rank_tuples_of(nodes: np.ndarray, level_parent: list[np.ndarray],
+                    level_rank: list[np.ndarray]) -> np.ndarray:
+    """Rank tuples (int64 ``(len(nodes), depth)``) of nodes of the last enumerated level."""
+    depth = len(level_rank)
+    tuples = np.empty((nodes.size, depth), dtype=np.int64)
+    idx = nodes
     for lev in range(depth - 1, -1, -1):
         tuples[:, lev] = level_rank[lev][idx]
         if lev > 0:
             idx = level_parent[lev][idx]
-    keys = [tuples[:, c] for c in range(depth, -1, -1)] + [-scores]
-    return np.sort(np.lexsort(keys)[:budget])
+    return tuples
+
+
+def _first_in_level_streamed(frontier_scores: np.ndarray, n_children: np.ndarray,
+                             neg_vals: np.ndarray, vals: np.ndarray,
+                             level_parent: list[np.ndarray], level_rank: list[np.ndarray],
+                             budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A level's ``budget`` first nodes by the heap key (-score, rank tuple), in (parent,
+    rank) order, generated in chunks of at most ``~4 B`` children.
+
+    Parents are visited in rank-tuple order, so once ``B`` nodes are kept with lowest score
+    ``s``, a later parent's child scoring exactly ``s`` has a larger rank tuple than every kept
+    node at ``s`` and cannot enter: later parents generate only children scoring above ``s``.
+    """
+    n_front = frontier_scores.size
+    parent_tuples = (_rank_tuples_of(np.arange(n_front), level_parent, level_rank)
+                     if level_rank else np.zeros((n_front, 0), dtype=np.int64))
+    order = np.lexsort([parent_tuples[:, c] for c in range(parent_tuples.shape[1] - 1, -1, -1)]
+                       + [np.zeros(n_front, dtype=np.int64)])
+    order = order[n_children[order] > 0]
+    counts = n_children[order]
+    chunk_cap = 4 * budget + 64
+    k_scores = np.empty(0)
+    k_parents = np.empty(0, dtype=np.int64)
+    k_ranks = np.empty(0, dtype=np.int64)
+    pos = 0
+    while pos < order.size:
+        # the next parents whose children fit in one chunk (at least one parent: <= K <= B)
+        csum = np.cumsum(counts[pos:])
+        end = pos + max(1, int(np.searchsorted(csum, chunk_cap, side="right")))
+        par, rnk, sc = _children(frontier_scores, counts[pos:end], vals, order[pos:end])
+        sc_all = np.concatenate([k_scores, sc])
+        par_all = np.concatenate([k_parents, par])
+        rnk_all = np.concatenate([k_ranks, rnk])
+        tup = parent_tuples[par_all]
+        keys = ([rnk_all] + [tup[:, c] for c in range(tup.shape[1] - 1, -1, -1)]
+                + [-sc_all])
+        best = np.lexsort(keys)[:budget]
+        k_scores, k_parents, k_ranks = sc_all[best], par_all[best], rnk_all[best]
+        pos = end
+        if k_scores.size == budget and pos < order.size:
+            # later parents: only children scoring strictly above the kept minimum
+            floor = float(k_scores.min())
+            rest = order[pos:]
+            counts = counts.copy()
+            counts[pos:] = np.minimum(
+                counts[pos:], np.searchsorted(neg_vals, frontier_scores[rest] - floor,
+                                              side="left"))
+    keep = np.lexsort([k_ranks, k_parents])
+    return k_scores[keep], k_parents[keep], k_ranks[keep]
 
 
 def _child_counts(frontier_scores: np.ndarray, expandable: np.ndarray, neg_vals: np.ndarray,
