@@ -342,11 +342,12 @@ def _first_in_level_streamed(frontier_scores: np.ndarray, n_children: np.ndarray
         if k_scores.size == budget and pos < order.size:
             # later parents: only children scoring strictly above the kept minimum
             floor = float(k_scores.min())
-            rest = order[pos:]
+            rest_scores = frontier_scores[order[pos:]]
+            with np.errstate(invalid="ignore"):  # -inf - -inf: such parents get 0 below
+                above = np.searchsorted(neg_vals, rest_scores - floor, side="left")
+            above[~np.isfinite(rest_scores)] = 0  # a -inf parent's children beat nothing
             counts = counts.copy()
-            counts[pos:] = np.minimum(
-                counts[pos:], np.searchsorted(neg_vals, frontier_scores[rest] - floor,
-                                              side="left"))
+            counts[pos:] = np.minimum(counts[pos:], above)
     keep = np.lexsort([k_ranks, k_parents])
     return k_scores[keep], k_parents[keep], k_ranks[keep]
 
