@@ -131,3 +131,99 @@ def test_tabulated_files_keep_their_metadata(tmp_path):
     save_cost_model(m, path)
     again = load_cost_model(path)
     assert again.meta == {"device": "cpu", "threads": 1, "raw_medians": [[1.0, 2.1]]}
+
+
+# ------------------------------------------------------------------ outside the measured range
+def _caught(fn):
+    """Run ``fn`` and return the ExtrapolationWarnings it issued (every one, not the first)."""
+    import warnings
+
+    from treespec_sim.cost import ExtrapolationWarning
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        fn()
+    return [w for w in got if issubclass(w.category, ExtrapolationWarning)]
+
+
+def test_a_table_warns_once_per_axis_beyond_its_range_and_never_inside():
+    import warnings
+
+    from treespec_sim.cost import ExtrapolationWarning
+
+    assert issubclass(ExtrapolationWarning, UserWarning)
+    m = TabulatedCost((1, 2, 4), (100, 200), ((1.0, 1.5, 2.5), (2.0, 2.5, 3.5)), 0.5,
+                      name="mine")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inside the range, ends included: silent
+        inside = [m.verify_cost(np.arange(1, 5), 150), m.verify_cost(4, 200),
+                  m.verify_cost(1, 100)]
+    beyond = _caught(lambda: [m.verify_cost(8, 150), m.verify_cost(np.arange(1, 100), 150),
+                              m.verify_cost(1000, 100)])
+    assert len(beyond) == 1
+    text = str(beyond[0].message)
+    assert "'mine'" in text and "8 query tokens" in text and "[1, 4]" in text
+    # the context axis is its own place: one more warning, then silence
+    ctx = _caught(lambda: [m.verify_cost(2, 50), m.verify_cost(2, 5000), m.verify_cost(9, 1)])
+    assert len(ctx) == 1 and "context length 50" in str(ctx[0].message)
+    assert "clamped" in str(ctx[0].message)
+    # another instance of the same table warns afresh
+    again = TabulatedCost(m.node_counts, m.context_lengths, m.verify_s, 0.5, name="mine")
+    assert len(_caught(lambda: again.verify_cost(8, 150))) == 1
+    assert again == m and hash(again) == hash(m)  # the warned-axes memo is not part of a model
+    # no price moved: the same numbers as the interpolation the class documents
+    assert inside[1] == 3.5 and inside[2] == 1.0
+    assert m.verify_cost(8, 150) == pytest.approx(0.5 * (2.5 + 4 * 0.5) + 0.5 * (3.5 + 4 * 0.5))
+
+
+def test_record_extrapolation_logs_every_request_with_both_ranges():
+    from treespec_sim.cost import record_extrapolation
+
+    m = get_cost_model("a800-qwen3-8b")  # measured on 0..512 tokens, contexts 1..8000
+    pw = PiecewiseLinearCost((1, 64), (0.01, 0.02), 0.001, name="knots")
+    roof = get_cost_model("h200-qwen3-8b")
+    _caught(lambda: m.verify_cost(600))  # warned once already: still logged below
+    with record_extrapolation() as log:
+        m.verify_cost(np.arange(1, 513))  # inside: nothing
+        assert log.records() == []
+        _caught(lambda: [m.verify_cost(np.arange(1, 1026)), m.verify_cost(700, 9000),
+                         pw.verify_cost(100_000), pw.verify_cost(0.5),
+                         roof.verify_cost(100_000, 50_000)])
+        with record_extrapolation() as inner:  # nested blocks each see their own requests
+            _caught(lambda: m.verify_cost(2000))
+    got = {(r["model"], r["axis"]): r for r in log.records()}
+    assert set(got) == {("a800-qwen3-8b", "tokens"), ("a800-qwen3-8b", "context"),
+                        ("knots", "tokens")}  # a roofline has no measured range
+    assert got["a800-qwen3-8b", "tokens"]["requested"] == [1, 2000]
+    assert got["a800-qwen3-8b", "tokens"]["measured"] == [0, 512]
+    assert "last measured slope" in got["a800-qwen3-8b", "tokens"]["action"]
+    assert got["a800-qwen3-8b", "context"]["requested"] == [9000, 9000]
+    assert got["a800-qwen3-8b", "context"]["measured"] == [1, 8000]
+    assert got["knots", "tokens"]["requested"] == [0.5, 100_000]
+    assert "below" in got["knots", "tokens"]["action"] and "above" in \
+        got["knots", "tokens"]["action"]
+    assert [r["requested"] for r in inner.records()] == [[2000, 2000]]
+    json.dumps(log.records())  # JSON-ready for the run record
+    with record_extrapolation() as after:
+        pass
+    assert after.records() == []  # a closed block logs nothing more
+
+
+def test_extrapolation_logs_are_per_thread():
+    import threading
+
+    from treespec_sim.cost import record_extrapolation
+
+    logs = {}
+
+    def cell(name, n):
+        model = TabulatedCost((1, 4), (1024,), ((1.0, 2.0),), 0.1, name=name)
+        with record_extrapolation() as log:
+            model.verify_cost(n)
+            logs[name] = log.records()
+
+    threads = [threading.Thread(target=cell, args=(f"t{i}", 10 + i)) for i in range(3)]
+    # catch_warnings is process-wide: set once here, not in the threads
+    _caught(lambda: ([t.start() for t in threads], [t.join() for t in threads]))
+    assert {k: [(r["model"], r["requested"]) for r in v] for k, v in logs.items()} == {
+        f"t{i}": [(f"t{i}", [10 + i, 10 + i])] for i in range(3)}

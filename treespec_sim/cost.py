@@ -30,6 +30,16 @@ Models
     cost jumps at every multiple of a tile size (GEMM tiles, kernel switches): not convex; the
     model where CaDDTree's greedy stop can be a strict local maximum.
 
+Measured range
+--------------
+A :class:`TabulatedCost` knows the token counts and context lengths it was measured on, a
+:class:`PiecewiseLinearCost` the span of its knots; roofline and tiled models are formulas
+with no measured range. Asked to price outside that range (past the last token count it
+extends the last slope; outside the measured contexts it clamps), such a model says so: an
+:class:`ExtrapolationWarning` once per model and axis (``"tokens"``, ``"context"``), and every
+such request in a :func:`record_extrapolation` block is logged with the requested and the
+measured range (the sweep keeps that log per cell). No price changes.
+
 Presets (:data:`PRESETS`, :func:`get_cost_model`): the measured A800 / HF-transformers profiles
 for Qwen3-4B and Qwen3-8B from the CaDDTree release (data files in ``treespec_sim/data/latency``,
 with attribution), and H100/H200 estimates from the research note
@@ -38,9 +48,12 @@ with attribution), and H100/H200 estimates from the research note
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -51,6 +64,8 @@ import numpy as np
 __all__ = [
     "DEFAULT_CONTEXT_LENGTH",
     "PRESETS",
+    "ExtrapolationLog",
+    "ExtrapolationWarning",
     "LatencyModel",
     "PiecewiseLinearCost",
     "RooflineCost",
@@ -60,6 +75,7 @@ __all__ = [
     "fit_monotone_convex",
     "get_cost_model",
     "load_cost_model",
+    "record_extrapolation",
     "round_time",
     "save_cost_model",
 ]
@@ -116,6 +132,138 @@ def describe(model) -> str:
                  f"{1e3 * float(model.verify_cost(1)):.3g} ms")
     parts.append("estimate" if model.estimate else "measured")
     return f"{kind}({', '.join(parts)})"
+
+
+class ExtrapolationWarning(UserWarning):
+    """A latency model was asked to price a request outside the range it was measured on.
+
+    Issued at most once per model instance and axis (``"tokens"``: query tokens per
+    verification forward; ``"context"``: the context length), so a policy that prices every
+    budget up to 1024 on a table measured to 512 gets one line, not one per node. Every such
+    request is still logged by :func:`record_extrapolation`.
+    """
+
+
+@dataclass
+class ExtrapolationLog:
+    """The requests outside a model's measured range made inside one
+    :func:`record_extrapolation` block.
+
+    Attributes
+    ----------
+    entries : dict
+        ``(model name, model kind, axis, measured range) -> [lowest, highest]`` requested value
+        among the requests that left the range (each request's own extremes, merged).
+    """
+
+    entries: dict[tuple, list[float]] = field(default_factory=dict)
+
+    def add(self, model, axis: str, low: float, high: float,
+            measured: tuple[float, float]) -> None:
+        key = (str(getattr(model, "name", "?")), type(model).__name__, axis,
+               (float(measured[0]), float(measured[1])))
+        got = self.entries.get(key)
+        if got is None:
+            self.entries[key] = [low, high]
+        else:
+            got[0], got[1] = min(got[0], low), max(got[1], high)
+
+    def records(self) -> list[dict]:
+        """One JSON-ready dict per (model, axis): ``model``, ``kind``, ``axis``, ``requested``
+        and ``measured`` (``[low, high]`` each), ``action`` (what the model did outside)."""
+        out = []
+        for (name, kind, axis, measured), (low, high) in self.entries.items():
+            if axis == "context":
+                action = "clamped to the nearest measured context"
+            else:
+                action = "; ".join(
+                    [*(["below: the first measured cost (clamped)"] if low < measured[0]
+                       else []),
+                     *(["above: the last measured slope extended"] if high > measured[1]
+                       else [])])
+            out.append({"model": name, "kind": kind, "axis": axis,
+                        "requested": [_plain(low), _plain(high)],
+                        "measured": [_plain(measured[0]), _plain(measured[1])],
+                        "action": action})
+        return out
+
+
+def _plain(x: float) -> int | float:
+    """``x`` as an int when it is one (token counts and context lengths read better so)."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+# The logs of the record_extrapolation blocks open in this thread or task (innermost last).
+_LOGS: contextvars.ContextVar[tuple[ExtrapolationLog, ...]] = contextvars.ContextVar(
+    "treespec_extrapolation_logs", default=())
+
+
+@contextlib.contextmanager
+def record_extrapolation() -> Iterator[ExtrapolationLog]:
+    """Log every request a latency model prices outside its measured range in this block.
+
+    The log lives in a context variable, so blocks in different threads (dask workers run
+    cells in threads) or nested blocks each see their own requests; warnings are unaffected
+    (:class:`ExtrapolationWarning`).
+
+    Yields
+    ------
+    ExtrapolationLog
+        Filled as the block runs; :meth:`ExtrapolationLog.records` gives the JSON form.
+
+    Examples
+    --------
+    >>> with record_extrapolation() as log:
+    ...     get_cost_model("a800-qwen3-8b").verify_cost(1025)   # doctest: +SKIP
+    >>> log.records()[0]["requested"]                           # doctest: +SKIP
+    [1025, 1025]
+    """
+    log = ExtrapolationLog()
+    token = _LOGS.set((*_LOGS.get(), log))
+    try:
+        yield log
+    finally:
+        _LOGS.reset(token)
+
+
+def _request_range(n: np.ndarray) -> tuple[float, float] | None:
+    """Lowest and highest value of a checked token array (None if it is empty)."""
+    if n.ndim == 0:
+        v = float(n)
+        return v, v
+    if n.size == 0:
+        return None
+    return float(n.min()), float(n.max())
+
+
+def _outside(model, axis: str, request: tuple[float, float] | None,
+             measured: tuple[float, float]) -> None:
+    """Log and (once per model and axis) warn if ``request`` leaves the ``measured`` range."""
+    if request is None:
+        return
+    low, high = request
+    if low >= measured[0] and high <= measured[1]:
+        return
+    for log in _LOGS.get():
+        log.add(model, axis, low, high, measured)
+    # Not a dataclass field: frozen models stay hashable and equal to their JSON round trip;
+    # this only remembers which axes have been warned about.
+    warned = model.__dict__.setdefault("_extrapolation_warned", set())
+    if axis in warned:
+        return
+    warned.add(axis)
+    lo, hi = _plain(measured[0]), _plain(measured[1])
+    if axis == "context":
+        what = (f"context length {_plain(low if low < measured[0] else high)} is outside the "
+                f"measured range [{lo}, {hi}]; the nearest measured curve is used (clamped)")
+    else:
+        asked = _plain(high if high > measured[1] else low)
+        how = ("extended with the last measured slope" if high > measured[1]
+               else "the first measured cost is used (clamped)")
+        what = (f"asked to price {asked} query tokens, outside the measured range "
+                f"[{lo}, {hi}] tokens; {how}")
+    warnings.warn(f"latency model {model.name!r} ({type(model).__name__}): {what} (said once "
+                  "per model and axis)", ExtrapolationWarning, stacklevel=3)
 
 
 def _context_ignored(model) -> None:
@@ -251,8 +399,9 @@ class PiecewiseLinearCost:
     """Verification cost by linear interpolation between knots ``(tokens, seconds)``.
 
     Below the first knot the first value holds; past the last knot the last segment's slope
-    continues. Context length is ignored (use :class:`TabulatedCost` for context-dependent
-    measurements).
+    continues (either way an :class:`ExtrapolationWarning`, once per model, and an entry in
+    :func:`record_extrapolation`'s log). Context length is ignored (use :class:`TabulatedCost`
+    for context-dependent measurements).
 
     Parameters
     ----------
@@ -306,6 +455,7 @@ class PiecewiseLinearCost:
         if _context(context_length) != DEFAULT_CONTEXT_LENGTH:
             _context_ignored(self)
         n = _tokens(n_tokens)
+        _outside(self, "tokens", _request_range(n), (self.tokens[0], self.tokens[-1]))
         return _scalar_or_array(_interp_extend(n, np.asarray(self.tokens),
                                                np.asarray(self.seconds)), n_tokens)
 
@@ -413,7 +563,9 @@ class TabulatedCost:
     last one it continues with the last slope (CaDDTree's extrapolation); at context lengths in
     between, the two nearest curves are mixed linearly; outside the measured contexts the nearest
     curve is used (clamped; :meth:`context_note` reports it). Convex curves stay convex under
-    both interpolations.
+    both interpolations. A request outside the measured token counts or contexts issues an
+    :class:`ExtrapolationWarning` (once per model and axis) and is logged by
+    :func:`record_extrapolation`.
 
     Parameters
     ----------
@@ -506,15 +658,12 @@ class TabulatedCost:
     def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
         n = _tokens(n_tokens)
         ell = _context(context_length)
+        _outside(self, "tokens", _request_range(n), (self.node_counts[0], self.node_counts[-1]))
+        _outside(self, "context", (ell, ell), (self.context_lengths[0], self.context_lengths[-1]))
         xs = np.asarray(self.node_counts, dtype=np.float64)
         ctx = np.asarray(self.context_lengths, dtype=np.float64)
         j = int(np.searchsorted(ctx, ell, side="right"))
         if j == 0 or j == ctx.size:  # clamped (exactly at a measured length is not clamped)
-            if ell != ctx[0 if j == 0 else -1]:
-                warnings.warn(f"latency model {self.name!r}: context length outside the "
-                              f"measured range [{self.context_lengths[0]}, "
-                              f"{self.context_lengths[-1]}]; the nearest measured curve is "
-                              "used (clamped)", UserWarning, stacklevel=2)
             row = np.asarray(self.verify_s[0 if j == 0 else -1])
             return _scalar_or_array(_interp_extend(n, xs, row), n_tokens)
         w = (ell - ctx[j - 1]) / (ctx[j] - ctx[j - 1])
