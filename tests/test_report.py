@@ -477,3 +477,72 @@ def test_rows_of_one_world_say_so():
     text = summary_markdown(one, RECORD)
     assert "| ↳ 1 world | (5.00) | one world (5.00) | |" in text
     assert "One world per regime" in text and "Two kinds of interval" not in text
+
+
+# ----------------------------------------------------------------------------- links
+def _relative_links(text: str) -> list[str]:
+    import re
+
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text)
+            if not re.match(r"^[a-z][a-z0-9+.-]*:|^#|^/", t)]
+
+
+def _resolve_from(folder: Path, links: list[str]) -> None:
+    """Every link names an existing file seen from ``folder`` (and an anchor it has)."""
+    assert links
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = folder / path
+        assert target.is_file(), (folder, link)
+        if anchor:
+            headings = {_slug(ln.lstrip("#")) for ln in target.read_text().splitlines()
+                        if ln.startswith("#")}
+            assert anchor in headings, link
+
+
+def test_summary_links_work_from_the_folder_it_is_written_to(tmp_path):
+    rows = ddtree_rows("tiny") + verifier_rows() + stochastic_rows()
+    (tmp_path / "runs" / "deep" / "x").mkdir(parents=True)
+    for folder in (tmp_path / "runs" / "deep" / "x", Path(__file__).resolve().parent):
+        text = summary_markdown(rows, RECORD, folder=folder)
+        links = _relative_links(text)
+        assert not any(t.startswith("docs/") for t in links)
+        _resolve_from(folder, links)
+    # without a folder: from the repository root, as before
+    _resolve_from(Path(__file__).resolve().parent.parent,
+                  _relative_links(summary_markdown(rows, RECORD)))
+
+
+def test_the_sweeps_summary_links_resolve_where_it_lies_and_on_its_page(tmp_path):
+    from treespec_sim.families import StochasticGrid, VerifierGrid
+    from treespec_sim.report import results_page
+    from treespec_sim.sweep import Plan, run_plan
+
+    run = tmp_path / "a" / "b" / "run"
+    run_plan(Plan((StochasticGrid(("small",), budgets=(4,), temperatures=(1.0,), rounds=4),
+                   VerifierGrid(("small",), shapes=("2x2",), rounds=4))), run,
+             progress=False, plot=False)
+    _resolve_from(run, _relative_links((run / "summary.md").read_text()))
+    page = tmp_path / "pages" / "results.md"
+    _resolve_from(page.parent, _relative_links(results_page(run, page)))
+
+
+def test_summary_lists_the_cells_priced_outside_a_models_measurements():
+    rows = ddtree_rows("tiny")
+    assert "outside its measured range" not in summary_markdown(rows, RECORD)
+    note = {"cell": "caddtree__math500__T0.0__B1024", "model": "a800-qwen3-8b",
+            "kind": "TabulatedCost", "axis": "tokens", "requested": [1, 1025],
+            "measured": [0, 512], "action": "above: the last measured slope extended"}
+    ctx = dict(note, axis="context", requested=[9000, 9000], measured=[1, 8000],
+               action="clamped to the nearest measured context")
+    text = summary_markdown(rows, dict(RECORD, extrapolated=[note, ctx]))
+    lines = text.splitlines()
+    start = lines.index("## Latency priced outside its measured range")
+    assert start < next(i for i, ln in enumerate(lines) if ln.startswith("## DDTree across"))
+    assert "1 cell(s) asked a latency model" in lines[start + 2]
+    table = [ln for ln in lines[start:] if ln.startswith("| `caddtree__math500")]
+    assert table == [
+        "| `caddtree__math500__T0.0__B1024` | `a800-qwen3-8b` | tokens | 1..1025 tokens | "
+        "0..512 tokens | above: the last measured slope extended |",
+        "| `caddtree__math500__T0.0__B1024` | `a800-qwen3-8b` | context | 9000..9000 | "
+        "1..8000 | clamped to the nearest measured context |"]

@@ -263,13 +263,19 @@ def test_workers_give_the_same_numbers(tmp_path):
 def test_dask_local_cluster_gives_the_same_numbers(tmp_path):
     distributed = pytest.importorskip("distributed")
     plan = Plan((DDTreeGrid(("tiny",), budgets=(2, 4), rounds=6),
-                 VerifierGrid(("small",), shapes=("2x2",), rounds=4)))
+                 VerifierGrid(("small",), shapes=("2x2",), rounds=4),
+                 *_extrapolating_plan().grids[1:]), cost_model="a800-qwen3-8b")
     local = run_plan(plan, tmp_path / "local", progress=False, plot=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         remote = run_plan(plan, tmp_path / "dask", scheduler=cluster.scheduler_address,
                           progress=False, plot=False)
     assert _numbers(local) == _numbers(remote)
+    # the cells a dask worker ran carry their extrapolation record back too
+    records = [json.loads((tmp_path / d / "run.json").read_text())["extrapolated"]
+               for d in ("local", "dask")]
+    assert records[0] == records[1] and [e["cell"] for e in records[0]] == \
+        ["caddtree__small__T0.0__B600"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -336,3 +342,123 @@ def test_a_failing_cell_stops_a_multi_worker_sweep(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom in verifiers"):
         run_plan(small_plan(), tmp_path, workers=2, progress=False, plot=False)
     assert not (tmp_path / "results.csv").exists()  # no table from a failed sweep
+
+
+# ------------------------------------------------------------ resume of a finished run
+def _counting(monkeypatch):
+    """Patch the sweep's run_cell to note the key of every cell it computes (in-process)."""
+    import treespec_sim.sweep as sweep_module
+
+    ran: list[str] = []
+    original = sweep_module.run_cell
+    monkeypatch.setattr(sweep_module, "run_cell",
+                        lambda cell, settings: ran.append(cell.key) or original(cell, settings))
+    return ran
+
+
+def test_resume_of_a_finished_run_computes_only_the_new_cells(tmp_path, monkeypatch):
+    grid = DDTreeGrid(("tiny", "small"), budgets=(2, 4), temperatures=(0.0,), rounds=6)
+    stoch = StochasticGrid(("small",), budgets=(4,), temperatures=(1.0,), rounds=4)
+    first = run_plan(Plan((grid, stoch)), tmp_path, progress=False, plot=False)
+    cells = sorted((tmp_path / "cells").rglob("*.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in cells}
+    ran = _counting(monkeypatch)
+    # the same grid plus a regime and a temperature, and a family it did not have
+    wider = Plan((dataclasses.replace(grid, regimes=("tiny", "small", "low-entropy"),
+                                      temperatures=(0.0, 1.0)), stoch,
+                  VerifierGrid(("small",), shapes=("2x2",), rounds=4)))
+    with pytest.raises(ValueError, match=r"adds 5 new one\(s\): pass --resume"):
+        run_plan(wider, tmp_path, progress=False, plot=False)  # never without --resume
+    assert ran == []
+    rows = run_plan(wider, tmp_path, resume=True, progress=False, plot=False)
+    new = {c.key for c in wider.cells()} - {c.key for c in Plan((grid, stoch)).cells()}
+    assert sorted(ran) == sorted(new) and len(new) == 5
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished cells kept
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["cells_skipped_on_resume"] == len(cells) and record["cells"] == len(cells) + 5
+    assert record["plan"]["ddtree"]["regimes"] == ["tiny", "small", "low-entropy"]
+    tau = lambda rs: {(r["cell"], r["method"], r.get("budget")): r["tau_mean"]  # noqa: E731
+                      for r in rs}
+    old, now = tau(first), tau(rows)
+    assert len(old) == len(first) and {k: now[k] for k in old} == old
+    with open(tmp_path / "results.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == len(rows)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"rounds": 8}, "ddtree.rounds 6 -> 8"),
+    ({"worlds": 2}, "ddtree.worlds 3 -> 2"),
+    ({"budgets": (2, 4, 8)}, "ddtree.budgets [2, 4] -> [2, 4, 8]"),  # every cell holds them all
+    ({"regimes": ("tiny",)}, """ddtree.regimes ["tiny", "small"] -> ["tiny"]"""),  # drops one
+    ({"regimes": ("tiny", "small", "low-entropy"), "rounds": 8}, "ddtree.rounds 6 -> 8"),
+])
+def test_resume_refuses_a_change_to_finished_cells_naming_it(tmp_path, monkeypatch, change,
+                                                             named):
+    grid = DDTreeGrid(("tiny", "small"), budgets=(2, 4), temperatures=(0.0,), rounds=6)
+    run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    ran = _counting(monkeypatch)
+    with pytest.raises(ValueError, match="with other settings") as exc:
+        run_plan(Plan((dataclasses.replace(grid, **change),)), tmp_path, resume=True,
+                 progress=False, plot=False)
+    assert named in str(exc.value) and "would change or drop its finished cells" in str(exc.value)
+    assert "ddtree.regimes" not in str(exc.value) or "regimes" in named  # only the culprit
+    assert ran == [] and before == {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+
+def test_resume_refuses_another_seed_or_cost_model_or_a_dropped_family(tmp_path):
+    grid = DDTreeGrid(("tiny",), budgets=(2, 4), temperatures=(0.0,), rounds=6)
+    ver = VerifierGrid(("small",), shapes=("2x2",), rounds=4)
+    run_plan(Plan((grid, ver)), tmp_path, progress=False, plot=False)
+    for plan, named in ((Plan((grid, ver), seed=1), "seed 0 -> 1"),
+                        (Plan((grid, ver), cost_model="a800-qwen3-8b"),
+                         "cost_model 'h200-qwen3-8b' -> 'a800-qwen3-8b'"),
+                        (Plan((grid,)), "the verifiers family is dropped")):
+        with pytest.raises(ValueError, match="with other settings") as exc:
+            run_plan(plan, tmp_path, resume=True, progress=False, plot=False)
+        assert named in str(exc.value)
+
+
+def test_a_family_whose_cells_are_drawn_from_more_lists_gains_those_too(tmp_path, monkeypatch):
+    """A grid's ``cell_axes`` names the lists its cells take one value of: the stochastic
+    family's cells are one per budget too, so a finished run can gain a budget when the grid
+    says so."""
+    monkeypatch.setattr(StochasticGrid, "cell_axes",
+                        ("regimes", "drafters", "temperatures", "budgets"), raising=False)
+    grid = StochasticGrid(("small",), budgets=(4,), temperatures=(1.0,), rounds=4)
+    run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
+    ran = _counting(monkeypatch)
+    run_plan(Plan((dataclasses.replace(grid, budgets=(4, 8)),)), tmp_path, resume=True,
+             progress=False, plot=False)
+    assert ran == ["stochastic__small__corrected__T1.0__B8"]
+
+
+# ------------------------------------------------------------ latency outside its range
+def _extrapolating_plan() -> Plan:
+    """A CaDDTree cell that prices up to 601 tokens on the A800 table (measured to 512) and
+    H200's roofline (no measured range), and ddtree cells that stay inside the A800 table."""
+    return Plan((DDTreeGrid(("tiny",), budgets=(2, 4), temperatures=(0.0, 1.0), rounds=4),
+                 CaDDTreeGrid(("small",), cost_models=("a800-qwen3-8b", "h200-qwen3-8b"),
+                              rounds=4, max_budget=600)), cost_model="a800-qwen3-8b")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_sweep_names_the_cells_that_priced_outside_the_measurements(tmp_path, workers):
+    plan = _extrapolating_plan()
+    rows = run_plan(plan, tmp_path, workers=workers, progress=False, plot=False)
+    record = json.loads((tmp_path / "run.json").read_text())
+    want = [{"cell": "caddtree__small__T0.0__B600", "model": "a800-qwen3-8b",
+             "kind": "TabulatedCost", "axis": "tokens", "requested": [1, 601],
+             "measured": [0, 512], "action": "above: the last measured slope extended"}]
+    assert record["extrapolated"] == want
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Latency priced outside its measured range" in summary
+    line = next(ln for ln in summary.splitlines() if "`caddtree__small__T0.0__B600`" in ln)
+    assert "`a800-qwen3-8b`" in line and "1..601 tokens" in line and "0..512 tokens" in line
+    assert not any("ddtree__tiny" in ln for ln in summary.splitlines() if "tokens |" in ln)
+    # kept in the cell file: a resumed run lists the reused cell too, numbers unchanged
+    (tmp_path / "run.json").unlink()
+    again = run_plan(plan, tmp_path, resume=True, progress=False, plot=False)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["cells_skipped_on_resume"] == record["cells"] and record["extrapolated"] == want
+    assert _numbers(again) == _numbers(rows)

@@ -2,12 +2,18 @@
 
 import json
 import os
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from treespec_sim.families import DDTreeGrid
-from treespec_sim.sweep import Plan, main
+from treespec_sim.sweep import LOCK_NAME, Plan, main
 
 ARGS = ["--preset", "quick", "--regimes", "tiny", "--rounds", "3", "--quiet"]
 
@@ -144,3 +150,167 @@ def test_plan_records_compare_equal_after_a_round_trip(tmp_path):
 
     plan = Plan((DDTreeGrid(("tiny",), temperatures=(0.0, 0.6)),))
     assert _plan_record(plan) == json.loads(json.dumps(_plan_record(plan)))
+
+
+# ------------------------------------------------------------------ the lock on --out
+def _exited_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _write_lock(out, **holder):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / LOCK_NAME).write_text(json.dumps(holder))
+
+
+def test_a_stale_lock_is_named_and_taken_over(tmp_path, capsys):
+    out = tmp_path / "run"
+    dead = _exited_pid()
+    _write_lock(out, pid=dead, host=socket.gethostname(), started="2026-01-01T00:00:00")
+    assert _run(out) == 0
+    err = capsys.readouterr().err
+    assert f"held the lock of pid {dead} on host {socket.gethostname()}" in err
+    assert "no longer running: a stale lock, taken over" in err
+    assert (out / "run.json").exists() and not (out / LOCK_NAME).exists()  # released after
+    # an unreadable lock file (a sweep killed while writing it) is stale too
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / LOCK_NAME).write_text('{"pid": 12')
+    assert _run(other) == 0
+    assert "an unreadable lock ('{\"pid\": 12')" in capsys.readouterr().err
+
+
+def test_a_lock_whose_process_still_runs_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _write_lock(out, pid=sleeper.pid, host=socket.gethostname(), started="x")
+        before = _snapshot(out)
+        assert _run(out) == 2
+        err = capsys.readouterr().err
+        assert f"in use by a running sweep (pid {sleeper.pid} on host" in err
+        assert "delete the lock file" in err and len(err.strip().splitlines()) == 1
+        assert _snapshot(out) == before  # nothing written, the lock left alone
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    _write_lock(out, pid=1, host="elsewhere.example", started="x")
+    assert _run(out) == 2
+    err = capsys.readouterr().err
+    assert "locked by another sweep (pid 1 on host elsewhere.example" in err
+    assert f"cannot be checked from host {socket.gethostname()}" in err
+
+
+def _slow_config(tmp_path, rounds=300):
+    """A grid whose first cells (regime 'tiny') finish at once and whose others take long."""
+    config = tmp_path / "slow.toml"
+    config.write_text('[ddtree]\nregimes = ["tiny", "math500", "alpaca", "gsm8k"]\n'
+                      f'budgets = [16, 256]\ntemperatures = [0.0, 1.0]\nrounds = {rounds}\n'
+                      'worlds = 1\n')
+    return config
+
+
+def _sweep_cmd(config, out, *extra):
+    return [sys.executable, "-m", "treespec_sim.sweep", "--config", str(config), "--out",
+            str(out), "--quiet", "--no-plot", *extra]
+
+
+def _wait_for(predicate, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _cells(out):
+    return {p: p.stat().st_mtime_ns for p in out.rglob("cells/**/*.json")}
+
+
+def test_a_second_sweep_into_a_running_sweeps_out_is_refused(tmp_path):
+    out = tmp_path / "run"
+    config = _slow_config(tmp_path)
+    first = subprocess.Popen(_sweep_cmd(config, out), stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: _cells(out)), "the first sweep finished no cell"
+        for extra in ((), ("--resume",)):
+            second = subprocess.run(_sweep_cmd(config, out, *extra), capture_output=True,
+                                    text=True, timeout=120)
+            assert second.returncode == 2, second.stderr
+            assert f"is in use by a running sweep (pid {first.pid} on host " \
+                   f"{socket.gethostname()}" in second.stderr
+        holder = json.loads((out / LOCK_NAME).read_text())
+        assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
+        assert first.poll() is None  # the first one runs on, untouched
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(60)
+
+
+def test_two_sweeps_started_together_into_one_empty_out(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    config = tmp_path / "grid.toml"
+    config.write_text('[ddtree]\nregimes = ["tiny", "small"]\nbudgets = [4, 16]\n'
+                      'temperatures = [0.0, 0.5, 1.0]\nrounds = 400\n')
+    procs = [subprocess.Popen(_sweep_cmd(config, out), stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(300), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 2], results  # one computes, one is refused
+    err = next(e for rc, e in results if rc == 2)
+    assert "in use by a running sweep" in err or "holds a finished run" in err
+    assert json.loads((out / "run.json").read_text())["cells_skipped_on_resume"] == 0
+
+
+# ------------------------------------------------------------------ Ctrl-C
+def _children(pid: int) -> set[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    kids = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.add(int(stat_file.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_stops_at_once_and_keeps_every_finished_cell(tmp_path, workers):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_sweep_cmd(_slow_config(tmp_path), out, "--workers", str(workers)),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: _cells(out)), "no cell finished"
+        kids = _children(proc.pid) if workers > 1 else set()
+        assert workers == 1 or kids, "no worker processes found"
+        finished = _cells(out)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 130 and took < 2.0, (rc, took)
+    assert "interrupted; finished cells are saved" in proc.stderr.read()
+    assert not any(_alive(k) for k in kids)  # the workers are gone, not left computing
+    now = _cells(out)
+    assert all(now.get(p) == t for p, t in finished.items())  # every finished cell kept
+    assert not list(out.rglob("cells/**/.*.tmp")) and not (out / LOCK_NAME).exists()
+    for p in now:
+        assert json.loads(p.read_text())  # whole files, ready for --resume

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +37,8 @@ def _pct(x: float) -> str:
 
 
 # Pages that explain a result which does not go the way a paper (or our own theory) says.
-# Paths are from the repository root; results_page rewrites them relative to its page.
+# Paths are from the repository root; summary_markdown rewrites them relative to the run
+# folder (where summary.md lies), results_page relative to its page.
 UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-t--1)"
 TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
 #: What a table says under itself when one of its rows links a page.
@@ -405,12 +407,74 @@ def _dof_note(k: int) -> str:
     return f"{k - 1} with {k} worlds: the 97.5% t quantile is {t_quantile(k - 1):.2f}"
 
 
-def summary_markdown(rows: Sequence[dict], record: dict) -> str:
+#: The repository's documentation folder, which the summary's links point into.
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# A Markdown link's target: ](target) up to a closing parenthesis or a space.
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _relative_target(target: str, base: Path, to: Path) -> str:
+    """``target`` (relative to the folder ``base``) as a link from the folder ``to``.
+
+    Absolute URLs, anchors and absolute paths are left alone. A ``docs/...`` target that does
+    not exist under ``base`` is read from the repository root (summaries written before their
+    links were relative to the run folder).
+    """
+    if re.match(r"^[a-z][a-z0-9+.-]*:|^#|^/", target):
+        return target
+    path, sep, anchor = target.partition("#")
+    src = base / path
+    if not src.exists() and path.startswith("docs/"):
+        src = DOCS.parent / path
+    rel = Path(os.path.relpath(src.resolve(), to.resolve())).as_posix()
+    return rel + sep + anchor
+
+
+def _rebase_links(lines: Sequence[str], base: Path, to: Path) -> list[str]:
+    """Every relative link of ``lines``, written from ``base``, rewritten to work from ``to``."""
+    fix = lambda m: f"]({_relative_target(m.group(1), base, to)})"  # noqa: E731
+    return [_LINK.sub(fix, line) for line in lines]
+
+
+def _extrapolation_section(record: dict) -> list[str]:
+    """The cells whose throughput priced latency outside a model's measured range (empty if
+    none; ``record["extrapolated"]``, see :func:`treespec_sim.sweep.run_plan`)."""
+    notes = record.get("extrapolated") or []
+    if not notes:
+        return []
+    cells = sorted({n["cell"] for n in notes})
+    out = ["## Latency priced outside its measured range", "",
+           f"{len(cells)} cell(s) asked a latency model for costs outside the range it was "
+           "measured on (`treespec_sim.cost.ExtrapolationWarning`); their modelled round "
+           "times and throughputs there rest on the model's extension, not on a measurement.",
+           "", "| cell | model | axis | requested | measured | outside the range |",
+           "|---|---|---|---|---|---|"]
+    for n in notes:
+        req, got = n.get("requested") or ["?", "?"], n.get("measured") or ["?", "?"]
+        unit = " tokens" if n.get("axis") == "tokens" else ""
+        out.append(f"| `{n['cell']}` | `{n.get('model')}` | {n.get('axis')} | "
+                   f"{req[0]}..{req[1]}{unit} | {got[0]}..{got[1]}{unit} | "
+                   f"{n.get('action', '')} |")
+    return [*out, ""]
+
+
+def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None = None) -> str:
     """The human-readable summary of a sweep.
 
     Starts with a calibration table (target vs achieved) when any of the rows' regimes is a
-    calibrated one (:func:`treespec_sim.calibrate.calibration_rows`), then the tables of every
-    family present.
+    calibrated one (:func:`treespec_sim.calibrate.calibration_rows`), then the cells that
+    priced latency outside a model's measured range (``record["extrapolated"]``), then the
+    tables of every family present.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The sweep's result rows.
+    record : dict
+        Its run record (``run.json``).
+    folder : Path, optional
+        Where the summary will be written: its links into ``docs/`` are made relative to it,
+        so they work where the file lies. Without it they are relative to the repository root.
     """
     lines = [f"# treespec sweep: preset {record.get('preset')!r}", "",
              f"{len(rows)} result rows from {record.get('cells')} cells "
@@ -425,12 +489,15 @@ def summary_markdown(rows: Sequence[dict], record: dict) -> str:
     calibration = _calibration_section(rows)
     lines += _run_size(record, rows, calibrated=bool(calibration))
     lines += calibration
+    lines += _extrapolation_section(record)
     sections = (("ddtree", _ddtree_tables), ("caddtree", _caddtree_tables),
                 ("stochastic", _stochastic_tables), ("verifiers", _verifier_tables))
     for fam, fn in sections:
         sub = _fam(rows, fam)
         if sub:
             lines += fn(sub)
+    if folder is not None:
+        lines = _rebase_links(lines, DOCS.parent, Path(folder))
     return "\n".join(lines) + "\n"
 
 
@@ -758,8 +825,6 @@ def results_page(run_dir: Path, page: Path) -> str:
     wall clock and the workers (all read from ``run.json``), and every figure embedded with a
     path relative to the page. Returns the text written.
     """
-    import os
-
     run_dir, page = Path(run_dir), Path(page)
     record = json.loads((run_dir / "run.json").read_text())
     summary = (run_dir / "summary.md").read_text().splitlines()
@@ -783,12 +848,10 @@ def results_page(run_dir: Path, page: Path) -> str:
     figures = [f for f in record.get("figures", []) if (run_dir / f).exists()]
     for f in figures:
         head += [f"![{_FIGURE_TITLES.get(f, f)}]({rel}/{f})", ""]
-    # Drop the summary's own title line; keep the rest verbatim but for its links into docs/,
-    # written from the repository root, which must be relative to the page to resolve.
+    # Drop the summary's own title line; keep the rest verbatim but for its links, written
+    # from the run folder, which must be relative to the page to resolve.
     body = summary[1:] if summary and summary[0].startswith("# ") else summary
-    docs = Path(os.path.relpath(Path(__file__).resolve().parent.parent / "docs",
-                                page.resolve().parent)).as_posix()
-    body = [line.replace("](docs/", f"]({docs}/") for line in body]
+    body = _rebase_links(body, run_dir, page.parent)
     text = "\n".join(head + body).rstrip() + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)

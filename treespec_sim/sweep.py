@@ -22,13 +22,18 @@ work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
     the tidy table, one row per (cell, method, ...) and seed; columns :data:`COLUMNS`;
 ``cells/<family>/<key>.json``
     one file per finished cell, written atomically; ``--resume`` skips cells found here, so an
-    interrupted sweep loses nothing finished;
+    interrupted sweep loses nothing finished, and a finished run's folder accepts a grid that
+    only gains cells (:func:`check_out`);
 ``run.json``
-    the run record: plan, seed, versions, git commit, cost-model provenance, timings;
+    the run record: plan, seed, versions, git commit, cost-model provenance, timings, and
+    ``extrapolated``: the cells that priced latency outside a model's measured range;
 ``summary.md`` and figures
-    per-claim tables with confidence intervals; ``tau_vs_budget.png``,
-    ``lost_mass_by_depth.png``, ``throughput_vs_budget.png``, ``tau_vs_temperature.png``,
-    ``verifier_gains.png``.
+    per-claim tables with confidence intervals (links relative to the run folder);
+    ``tau_vs_budget.png``, ``lost_mass_by_depth.png``, ``throughput_vs_budget.png``,
+    ``tau_vs_temperature.png``, ``verifier_gains.png``.
+
+A running sweep holds its folder (:func:`out_lock`, the file ``.sweep.lock``); Ctrl-C stops it
+at once, worker processes included, keeping every finished cell.
 
 Every cell runs on ``worlds`` synthetic worlds per regime (default 3, seeds ``seed + i``;
 ``--worlds`` replaces every family's), its ``rounds`` split over them
@@ -43,6 +48,7 @@ so every backend gives the same numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import datetime as _dt
@@ -51,13 +57,15 @@ import json
 import math
 import os
 import platform
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +73,7 @@ import numpy as np
 
 from . import __version__
 from .cli import OneLineParser, add_debug
-from .cost import get_cost_model
+from .cost import get_cost_model, record_extrapolation
 from .families import (
     COLUMNS,
     FAMILIES,
@@ -80,7 +88,13 @@ from .families import (
 from .report import summary_markdown, write_figures
 from .synth import REGIMES
 
-__all__ = ["COLUMNS", "PRESETS", "Plan", "load_config", "main", "plan_from_dict", "run_plan"]
+try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
+    import fcntl
+except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides alone
+    fcntl = None
+
+__all__ = ["COLUMNS", "LOCK_NAME", "PRESETS", "Plan", "check_out", "load_config", "main",
+           "out_lock", "plan_from_dict", "run_plan"]
 
 #: Calibrated regimes (issue "main job"); the paper preset uses those that are installed.
 CALIBRATED = ("math500", "gsm8k", "aime25", "humaneval", "mbpp", "livecodebench", "mt-bench",
@@ -293,6 +307,164 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+# --------------------------------------------------------------------------- the --out lock
+#: The file in ``--out`` that marks it as in use by a running sweep: its pid, host, start.
+LOCK_NAME = ".sweep.lock"
+#: Folders whose lock this process holds -> nesting depth (``main`` and ``run_plan`` both
+#: take it; the inner one is a no-op).
+_HELD: dict[Path, int] = {}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def _read_lock(fd: int) -> dict:
+    """The holder a lock file names (``{}`` if it is empty; ``{"unreadable": text}`` if it is
+    not the JSON a sweep writes)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 65536).decode(errors="replace")
+    if not text.strip():
+        return {}
+    try:
+        holder = json.loads(text)
+        if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
+            return holder
+    except ValueError:
+        pass
+    return {"unreadable": text[:80]}
+
+
+def _holder(holder: dict) -> str:
+    if "pid" not in holder:  # caught between its holder's lock and its write
+        return "a process that is writing its lock file"
+    return (f"pid {holder['pid']} on host {holder.get('host', '?')}, started "
+            f"{holder.get('started', '?')}")
+
+
+def _take_lock(path: Path) -> int:
+    """Open and lock ``path`` for this process; return its descriptor (see :func:`out_lock`)."""
+    here = socket.gethostname()
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _file_mode())
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise ValueError(
+                        f"--out: {path.parent} is in use by a running sweep "
+                        f"({_holder(_read_lock(fd))}; lock file {path}); wait for it to "
+                        "finish, or name another folder") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # its holder removed it between our open and our lock: again
+                os.close(fd)
+                continue
+            holder = _read_lock(fd)
+            pid = holder.get("pid")
+            if isinstance(pid, int) and pid != os.getpid():
+                if holder.get("host") != here:
+                    raise ValueError(
+                        f"--out: {path.parent} is locked by another sweep ({_holder(holder)}), "
+                        f"which cannot be checked from host {here}; if it has ended, delete "
+                        f"{path}, or name another folder")
+                if _pid_alive(pid):
+                    raise ValueError(
+                        f"--out: {path.parent} is in use by a running sweep ({_holder(holder)}; "
+                        f"lock file {path}); wait for it to finish, or name another folder "
+                        "(if that process is no sweep, delete the lock file)")
+            if holder:
+                what = (f"the lock of {_holder(holder)}, which is no longer running"
+                        if "pid" in holder
+                        else f"an unreadable lock ({holder['unreadable']!r})")
+                print(f"note: --out: {path} held {what}: a stale lock, taken over",
+                      file=sys.stderr)
+            mine = {"pid": os.getpid(), "host": here,
+                    "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                    "command": sys.argv}
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(mine).encode())
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+    raise ValueError(f"--out: could not take the lock {path} (it kept being replaced)")
+
+
+def _drop_lock(path: Path, fd: int) -> None:
+    try:
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:  # still ours: remove it, then unlock
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """Hold ``out`` for this sweep while the block runs.
+
+    A lock file ``out/.sweep.lock`` names this process (pid, host, start time) and carries an
+    exclusive ``flock`` (released by the kernel if the process dies). A folder held by a
+    running sweep is refused with a ``ValueError`` naming its pid and host; a lock whose
+    process is gone (a killed sweep) is stale: it is named on stderr and taken over. Nested
+    use in one process is a no-op. The folder is created if needed, and removed again if the
+    block leaves it empty.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is a file, or another sweep holds it (or one on another host, which cannot
+        be checked from here).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} is a file, not a folder; name a new folder")
+    key = out.resolve()
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    try:
+        fd = _take_lock(path)
+    except BaseException:
+        if created:
+            _remove_if_empty(out)
+        raise
+    _HELD[key] = 1
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        _drop_lock(path, fd)
+        if created:
+            _remove_if_empty(out)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only succeeds on an empty folder
+
+
 def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -313,12 +485,16 @@ def _versions() -> dict[str, str]:
 def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
     """8 hex digits of everything a cell's rows depend on beyond its key and the seed.
 
-    The grid's settings other than its regime and temperature lists (rounds, budgets, methods,
-    cost models, ...) and the sweep's cost model: ``--resume`` into a directory written with
-    other settings redoes the cell instead of reusing rows that no longer match.
+    The grid's settings other than the lists its cells are drawn from (rounds, budgets,
+    methods, cost models, ...) and the sweep's cost model: ``--resume`` into a directory
+    written with other settings redoes the cell instead of reusing rows that no longer match,
+    and a grid that only gains cells keeps the finished ones. Those lists are the grid's
+    ``cell_axes`` (a class attribute naming the fields each cell takes one value of, and
+    whose other values its rows do not depend on), ``("regimes", "temperatures")`` if it
+    names none.
     """
-    params = {k: v for k, v in dataclasses.asdict(cell.grid).items()
-              if k not in ("regimes", "temperatures")}
+    axes = getattr(type(cell.grid), "cell_axes", ("regimes", "temperatures"))
+    params = {k: v for k, v in dataclasses.asdict(cell.grid).items() if k not in axes}
     params["cost_model"] = settings.cost_model
     blob = json.dumps(params, sort_keys=True, default=str).encode()
     return f"{zlib.crc32(blob):08x}"
@@ -348,16 +524,53 @@ def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
     return [g[i: i + size] for g in groups.values() for i in range(0, len(g), size)]
 
 
+def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
+    """:func:`run_cell`, with the cell's latency-model extrapolations on its rows.
+
+    Every request a latency model priced outside its measured range during the cell
+    (:func:`treespec_sim.cost.record_extrapolation`) goes, as a list of records, under the
+    rows' ``"extrapolated"`` key (absent if there was none): the rows are what a worker
+    returns and what the cell file keeps, so the record survives worker processes, dask and
+    ``--resume``.
+    """
+    with record_extrapolation() as log:
+        rows = run_cell(cell, settings)
+    notes = log.records()
+    if notes:
+        for r in rows:
+            r["extrapolated"] = notes
+    return rows
+
+
+def _cell_extrapolation(rows: Sequence[dict]) -> list[dict]:
+    """The extrapolation records a cell's rows carry (see :func:`_run_recorded`)."""
+    return list(rows[0].get("extrapolated") or []) if rows else []
+
+
 def _run_chunk(cells: list[Cell], settings: RunSettings,
                save: Callable[[Cell, list[dict]], None] | None) -> list[list[dict]]:
     """Run ``cells`` in order in one worker; ``save`` each as it finishes (nothing is lost)."""
     out = []
     for cell in cells:
-        rows = run_cell(cell, settings)
+        rows = _run_recorded(cell, settings)
         if save is not None:
             save(cell, rows)
         out.append(rows)
     return out
+
+
+def _run_indexed_chunk(task: tuple) -> tuple[int, list[list[dict]]]:
+    """``(i, cells, settings, save) -> (i, rows of each cell)``: :func:`_run_chunk` for a pool
+    that returns chunks in the order they finish."""
+    i, cells, settings, save = task
+    return i, _run_chunk(cells, settings, save)
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: a Ctrl-C is the parent's to handle (a terminal sends it to the whole
+    process group); the parent then terminates the workers instead of each one printing a
+    traceback from the middle of a cell."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 #: Seconds to wait for a dask scheduler before giving up with a one-line error.
@@ -401,30 +614,41 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
                                  f"within {SCHEDULER_TIMEOUT_S} s ({type(exc).__name__})"
                                  ) from None
             with client:
-                futures = {client.submit(run_cell, c, settings, pure=False, key=c.key): c
+                futures = {client.submit(_run_recorded, c, settings, pure=False, key=c.key): c
                            for c in todo}
-                for fut in as_completed(futures):
-                    finish(futures[fut], fut.result())
-        elif workers > 1 and len(todo) > 1:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(_run_chunk, chunk, settings, save): chunk
-                           for chunk in _chunks_by_regime(todo, workers)}
                 try:
                     for fut in as_completed(futures):
-                        for cell, rows in zip(futures[fut], fut.result(), strict=True):
-                            finish(cell, rows)
+                        finish(futures[fut], fut.result())
                 except BaseException:
-                    # Report a failed cell now, not after every queued chunk has run.
-                    pool.shutdown(wait=False, cancel_futures=True)
+                    client.cancel(list(futures))  # a failed cell or Ctrl-C: stop the rest
                     raise
+        elif workers > 1 and len(todo) > 1:
+            import multiprocessing
+
+            chunks = _chunks_by_regime(todo, workers)
+            # multiprocessing.Pool, not concurrent.futures: its terminate() stops the workers
+            # mid-cell, where an executor's shutdown waits for every running chunk (~20 s of
+            # work after a Ctrl-C in the paper preset).
+            pool = multiprocessing.Pool(min(workers, len(chunks)), initializer=_ignore_sigint)
+            try:
+                tasks = [(i, chunk, settings, save) for i, chunk in enumerate(chunks)]
+                for i, results in pool.imap_unordered(_run_indexed_chunk, tasks):
+                    for cell, rows in zip(chunks[i], results, strict=True):
+                        finish(cell, rows)
+                pool.close()
+            except BaseException:
+                # A failed cell (reported now, not after every queued chunk has run) or a
+                # Ctrl-C: the workers have saved every cell they finished; drop the rest.
+                pool.terminate()
+                raise
+            finally:
+                pool.join()
         else:
             # Regime by regime (not plan order), so that each world's tables are built once
             # and the small world cache of treespec_sim.families suffices.
             for chunk in _chunks_by_regime(todo, 1):
                 for cell in chunk:
-                    finish(cell, run_cell(cell, settings))
+                    finish(cell, _run_recorded(cell, settings))
     finally:
         if bar is not None:
             bar.stop()
@@ -435,18 +659,76 @@ def _plan_record(plan: Plan) -> dict:
     return json.loads(json.dumps(plan.to_dict(), default=str))
 
 
+def _cell_files(plan: Plan) -> set[Path]:
+    """The cell files ``plan`` writes, relative to its ``--out`` (its cells' identities)."""
+    settings = RunSettings(seed=plan.seed, cost_model=plan.cost_model)
+    return {_cell_path(Path(), c, settings) for c in plan.cells()}
+
+
+def _show(value: object) -> str:
+    return json.dumps(value, default=str) if isinstance(value, list | tuple) else repr(value)
+
+
+def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
+    """What in ``plan`` would change or drop a cell of the finished run whose plan record is
+    ``recorded``: ``[]`` if every one of its cells is in ``plan`` with the same settings (a
+    grid that only gains regimes, temperatures or other new cells), else one phrase per
+    setting to blame (``"ddtree.rounds 6 -> 8"``); None if this version cannot read the
+    record back (then only an identical record is accepted).
+    """
+    try:
+        before = plan_from_dict(recorded, source="run.json")
+    except (ValueError, TypeError):
+        return None
+    finished = _cell_files(before)
+    if finished <= _cell_files(plan):
+        return []
+    blame, every = [], []
+    for key in ("seed", "cost_model"):
+        old, new = getattr(before, key), getattr(plan, key)
+        if old != new:
+            every.append(f"{key} {old!r} -> {new!r}")
+            blame.append(every[-1])  # in every cell's file name or fingerprint
+    grids = {g.family: g for g in plan.grids}
+    for g in before.grids:
+        now = grids.get(g.family)
+        if now is None:
+            every.append(f"the {g.family} family is dropped")
+            blame.append(every[-1])
+            continue
+        own = _cell_files(Plan((g,), seed=before.seed, cost_model=before.cost_model))
+        for f in dataclasses.fields(g):
+            old, new = getattr(g, f.name), getattr(now, f.name)
+            if old == new:
+                continue
+            every.append(f"{g.family}.{f.name} {_show(old)} -> {_show(new)}")
+            # this change alone: does the family keep every finished cell?
+            try:
+                alone = Plan((dataclasses.replace(g, **{f.name: new}),), seed=before.seed,
+                             cost_model=before.cost_model)
+                kept = own <= _cell_files(alone)
+            except ValueError:
+                kept = False
+            if not kept:
+                blame.append(every[-1])
+    return blame or every
+
+
 def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
     """Refuse an ``--out`` that would lose or silently replace a run; return the record of a
     finished run there (to be resumed), or None.
 
-    ``out`` may be new or empty. A folder holding a finished run (``run.json``) of other
-    settings is refused; of the same settings, it needs ``--resume``. A folder holding cells of
-    an unfinished run needs ``--resume``. A file is refused.
+    ``out`` may be new or empty (but for its lock file, :func:`out_lock`). A folder holding a
+    finished run (``run.json``) needs ``--resume``, and then ``plan`` must keep every one of
+    its cells with the settings they were run with: a grid that gains regimes, temperatures or
+    other new cells is accepted (only the new cells are computed); one that changes the seed,
+    rounds, worlds, a cost model, ... or drops cells is refused, naming what changed. A folder
+    holding cells of an unfinished run needs ``--resume``. A file is refused.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out: {out} is a file, not a folder; name a new folder")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or not any(p.name != LOCK_NAME for p in out.iterdir()):
         return None
     record_path = out / "run.json"
     if record_path.is_file():
@@ -457,12 +739,25 @@ def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
                              f"({exc}); name a new folder") from None
         what = (f"a finished run (preset {record.get('preset')!r}, {record.get('cells')} "
                 f"cells, started {record.get('started', '?')})")
-        if record.get("plan") != _plan_record(plan):
-            raise ValueError(f"--out: {out} holds {what} with other settings; name a new "
-                             "folder, or pass --resume with that run's settings")
+        recorded = record.get("plan")
+        changes = [] if recorded == _plan_record(plan) else (
+            _changes_to_finished(recorded, plan) if isinstance(recorded, dict) else None)
+        if changes is None:
+            raise ValueError(f"--out: {out} holds {what} with other settings (its plan record "
+                             "is not one this version reads back); name a new folder")
+        if changes:
+            raise ValueError(
+                f"--out: {out} holds {what} with other settings: {'; '.join(changes)} would "
+                "change or drop its finished cells; name a new folder (--resume keeps a "
+                "finished run's cells and adds new ones: more regimes, temperatures, ...)")
         if not resume:
-            raise ValueError(f"--out: {out} holds {what} with these settings; pass --resume "
-                             "to reuse it, or name a new folder")
+            same = recorded == _plan_record(plan)
+            raise ValueError(
+                f"--out: {out} holds {what} with these settings; pass --resume to reuse it, or "
+                "name a new folder" if same else
+                f"--out: {out} holds {what}; this grid keeps its cells and adds "
+                f"{len(_cell_files(plan) - _cell_files(plan_from_dict(recorded)))} new "
+                "one(s): pass --resume to compute only those, or name a new folder")
         return record
     if (out / "cells").is_dir():
         if not resume:
@@ -493,11 +788,22 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
              preset: str | None = None) -> list[dict]:
     """Run every cell of ``plan`` into ``out``; return the rows (in plan order).
 
-    ``out`` is checked first (:func:`check_out`): nothing finished is lost or silently
-    replaced. With ``resume``, finished cells are reused (a corrupted cell file is named, set
-    aside and recomputed) and an earlier run's figures are removed before new ones are drawn.
+    ``out`` is locked for the run (:func:`out_lock`: a folder another running sweep holds is
+    refused) and checked (:func:`check_out`): nothing finished is lost or silently replaced.
+    With ``resume``, finished cells are reused (a corrupted cell file is named, set aside and
+    recomputed; a finished run's grid may gain cells) and an earlier run's figures are
+    removed before new ones are drawn. Cells that priced latency outside a model's measured
+    range are listed in ``run.json`` (``extrapolated``) and ``summary.md``.
     """
     out = Path(out)
+    with out_lock(out):
+        return _run_locked(plan, out, resume=resume, workers=workers, scheduler=scheduler,
+                           plot=plot, progress=progress, preset=preset)
+
+
+def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler: str | None,
+                plot: bool, progress: bool, preset: str | None) -> list[dict]:
+    """:func:`run_plan`'s work, with ``out`` locked."""
     previous = check_out(out, plan, resume=resume)
     settings = RunSettings(seed=plan.seed, cost_model=plan.cost_model)
     cells = plan.cells()
@@ -534,6 +840,10 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
         "started": _dt.datetime.fromtimestamp(started, _dt.UTC).isoformat(),
         "elapsed_s": time.time() - started, "command": sys.argv,
         "cost_models": _cost_provenance(plan),
+        # which cell priced latency outside which model's measured range (kept in the cell
+        # files, so a resumed run lists its reused cells too)
+        "extrapolated": [{"cell": c.key, **note} for c in cells
+                         for note in _cell_extrapolation(results[c.key])],
     }
 
     for name in (previous or {}).get("figures", []):  # never leave old figures beside new rows
@@ -543,7 +853,7 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
     record["figures"] = write_figures(rows, out) if plot else []
     record["elapsed_s"] = time.time() - started
     _atomic_write(out / "run.json", json.dumps(record, indent=1, default=str))
-    _atomic_write(out / "summary.md", summary_markdown(rows, record))
+    _atomic_write(out / "summary.md", summary_markdown(rows, record, folder=out))
     return rows
 
 
@@ -678,13 +988,20 @@ def _main(args: argparse.Namespace) -> int:
     name = "config" if args.config else args.preset
     out = args.out or Path("runs") / (
         f"sweep-{name}-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%d-%H%M%S')}")
-    check_out(out, plan, resume=args.resume)  # before any work
-    if not args.quiet:
-        print(f"treespec sweep: {name!r}, {len(plan.cells())} cells "
-              f"({', '.join(g.family for g in plan.grids)}) -> {out}")
-    rows = run_plan(plan, out, resume=args.resume, workers=args.workers,
-                    scheduler=args.scheduler, plot=not args.no_plot,
-                    progress=not args.quiet, preset=name)
+    with out_lock(out):  # held from the check to the last file (run_plan's is nested)
+        check_out(out, plan, resume=args.resume)  # before any work
+        if not args.quiet:
+            print(f"treespec sweep: {name!r}, {len(plan.cells())} cells "
+                  f"({', '.join(g.family for g in plan.grids)}) -> {out}")
+        rows = run_plan(plan, out, resume=args.resume, workers=args.workers,
+                        scheduler=args.scheduler, plot=not args.no_plot,
+                        progress=not args.quiet, preset=name)
+    extrapolated = json.loads((out / "run.json").read_text()).get("extrapolated") or []
+    if extrapolated:
+        models = sorted({e["model"] for e in extrapolated})
+        print(f"note: {len({e['cell'] for e in extrapolated})} cell(s) priced latency outside "
+              f"the measured range of {', '.join(models)}; see {out / 'summary.md'}",
+              file=sys.stderr)
     if not args.quiet:
         print_table(rows)
         written = [out / "results.csv", out / "run.json", out / "summary.md"]
