@@ -364,6 +364,8 @@ def _take_lock(path: Path) -> int:
                         f"--out: {path.parent} is in use by a running sweep "
                         f"({_holder(_read_lock(fd))}; lock file {path}); wait for it to "
                         "finish, or name another folder") from None
+                except OSError:  # no flock on this file system (some network mounts)
+                    pass  # the pid in the file decides alone
             try:
                 same = os.fstat(fd).st_ino == os.stat(path).st_ino
             except FileNotFoundError:
