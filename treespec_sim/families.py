@@ -233,6 +233,8 @@ class StochasticGrid:
     """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T, B)."""
 
     family: ClassVar[str] = "stochastic"
+    #: The lists each cell takes one value of (a resumed run may gain values of these).
+    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "drafters", "temperatures", "budgets")
     #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
     unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
@@ -291,6 +293,8 @@ class VerifierGrid:
     """
 
     family: ClassVar[str] = "verifiers"
+    #: The lists each cell takes one value of (a resumed run may gain values of these).
+    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "temperatures", "shapes")
     #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
     unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
