@@ -405,3 +405,21 @@ def test_univer_gain_table_is_the_verifier_run():
                         f"[{pct(r['rel_ci_low'])}, {pct(r['rel_ci_high'])}]")
         want.append(line)
     assert len(page) == 6 and page == want, "\n".join("| " + " | ".join(w) + " |" for w in want)
+
+
+def test_pages_name_files_that_exist():
+    """Every repository path these pages name in backticks exists (a moved module or a renamed
+    result breaks this), except where the page says the file is in the git history."""
+    pages = sorted((DOCS / "theory").glob("*.md")) + _result_pages() + [DOCS / "architecture.md"]
+    named = 0
+    for page in pages:
+        for para in _paragraphs(page.read_text()):
+            if "git history" in para:
+                continue
+            for span in re.findall(r"`([^`\s]+)`", para):
+                if re.match(r"(treespec_sim|proofs_check|real_models|benchmarks|tests|docs)/",
+                            span):
+                    path = span.split("::")[0]
+                    assert (ROOT / path).exists(), f"{page.name}: `{span}` does not exist"
+                    named += 1
+    assert named >= 40
