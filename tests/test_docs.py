@@ -423,3 +423,17 @@ def test_pages_name_files_that_exist():
                     assert (ROOT / path).exists(), f"{page.name}: `{span}` does not exist"
                     named += 1
     assert named >= 40
+
+
+def test_theory_pages_cite_tests_that_exist():
+    """The theory pages' "checked by" tables name tests; a renamed test breaks this."""
+    sources = {p: p.read_text() for p in (ROOT / "tests").glob("*.py")}
+    cited = 0
+    for page in sorted((DOCS / "theory").glob("*.md")):
+        for name, prefix in re.findall(r"`(?:tests/[\w/]+\.py::)?(test_\w+?)(…)?(?:\[[^`]*\])?`",
+                                       page.read_text()):
+            pattern = rf"def {name}" + ("" if prefix else r"\(")
+            assert any(re.search(pattern, s) for s in sources.values()), (
+                f"{page.name}: no test named {name}{prefix}")
+            cited += 1
+    assert cited >= 15
