@@ -259,3 +259,20 @@ def test_the_steps_run_the_chosen_interpreter(tmp_path):
     env = (out / "env.txt").read_text()
     assert re.search(r"^torch: \d", env, re.M), env  # the venv's torch, found and imported
     assert f"no CUDA GPU visible to {venv}" in log
+
+
+def test_the_real_model_page_names_only_files_that_exist_or_that_it_writes():
+    """Every file a code block of docs/real_models.md names is in the repository, or is written
+    by a command of the page (`--out`, `--out-dir`), or is an output of the GPU run (OUTDIR/).
+    The page once loaded an H200 profile from real_models/profiles/ that no run had written."""
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", DOCS.read_text(), re.S)
+    written = {m[1] for b in blocks for m in re.finditer(r"--out(?:-dir)?\s+(\S+)", b)}
+    named = {m[1] for b in blocks for m in re.finditer(
+        r"(?<![\w/.~$-])((?:[\w.-]+/)+[\w.-]+\.(?:json|py|sh|npz|md|png|toml))\b", b)}
+    assert len(named) >= 5  # the pattern finds the page's files (not a vacuous pass)
+    for name in sorted(named):
+        if name.startswith("OUTDIR/"):
+            continue
+        made = any(name == w or name.startswith(w.rstrip("/") + "/") for w in written)
+        tracked = not name.startswith("runs/") and (ROOT / name).exists()
+        assert made or tracked, f"docs/real_models.md names {name}, which nothing provides"
