@@ -14,7 +14,10 @@ if [ $# -gt 1 ]; then
         "OUTDIR, or python -m real_models.profile directly" >&2
     exit 2
 fi
-PY="${PYTHON:-python3}"
+# the interpreter gpu_run.sh would choose (the checkout's .venv or python3; PYTHON= wins)
+PY="${PYTHON:-$(bash "$(dirname "$0")/gpu_run.sh" --plan 2>/dev/null \
+    | sed -n 's/^python: \([^ ]*\) .*$/\1/p')}"
+PY="${PY:-python3}"
 if ! timeout -k 5 15 "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)" \
         2>/dev/null; then
     echo "gpu_profile: no CUDA GPU visible to $PY (or torch missing); nothing to do"

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -362,8 +363,8 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     check_backend(backend, "round")
     t = check_temperature(temperature)
-    if cost is not None:
-        cost = get_cost_model(cost)  # a preset name, a latency file or a model
+    if isinstance(cost, str | PurePath):
+        cost = get_cost_model(cost)  # a preset name or a latency file; models pass as they are
     spec, param, name = _resolve(method)
     if isinstance(spec, Method):
         rule = resolve_rule(spec, rule, t)
