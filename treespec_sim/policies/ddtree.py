@@ -102,7 +102,9 @@ def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True)
             return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
         return trusted_tree(parent, token, depth, root_token)
-    lp, row_max = check_log_q(log_q, check_sums=check_sums)
+    # clamp=False: no copy of the array for tiny positive rounding; the builder clamps the
+    # candidate values it reads (build_nodes).
+    lp, row_max = check_log_q(log_q, check_sums=check_sums, clamp=False)
     budget = check_budget(budget)
     root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     if budget == 0:
@@ -131,7 +133,12 @@ def trusted_tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_
 
 def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DDTree's ``(parent, token, depth)`` arrays on checked log-marginals ``lp`` (L, V)."""
+    """DDTree's ``(parent, token, depth)`` arrays on checked log-marginals ``lp`` (L, V).
+
+    ``lp`` may hold entries in ``(0, LOGPROB_POSITIVE_TOL]`` (``check_log_q(clamp=False)``):
+    every value read is clamped to 0, so the tree is the one of the clamped array.
+    ``row_max`` must be clamped already.
+    """
     _L, V = lp.shape
     k = min(budget, V)
     # Best possible score of a depth-d prefix's ancestors: P[d] = sum of maxima above depth d.
@@ -196,7 +203,7 @@ def _initial_threshold(lp: np.ndarray, prefix_best: np.ndarray, budget: int, k: 
         return -math.inf  # too few single deviations to certify any bound
     # Aim for ~2x oversampling of the needed rank in a sample of about 2048 + 64 B entries.
     stride = max(1, (L * V) // (1024 + 16 * budget))
-    sample = lp[:, ::stride].astype(np.float64, copy=False) + prefix_best[:, None]
+    sample = np.minimum(lp[:, ::stride], 0.0, dtype=np.float64) + prefix_best[:, None]
     flat = sample.ravel()
     rank = min(flat.size, 2 * math.ceil(budget / stride) + 8)
     if rank >= flat.size:
@@ -213,7 +220,14 @@ def _candidates(lp: np.ndarray, prefix_best: np.ndarray, t: float, budget: int, 
         toks, vals = [], []
         count = 0
         for d in range(L):
-            tok, val = ranked_candidates(lp[d], t - prefix_best[d] - slack, k)
+            thr = t - prefix_best[d] - slack  # < 0: clamping never changes the candidate set
+            tok, val = ranked_candidates(lp[d], thr, k)
+            if val.size and val[0] > 0:
+                # Positive rounding: the clamped row's order differs only if two candidates
+                # clamp to 0 (a tie broken by token id); then rank the clamped row.
+                val = np.minimum(val, 0.0)
+                if val.size > 1 and val[1] >= 0:
+                    tok, val = ranked_candidates(np.minimum(lp[d], 0.0), thr, k)
             toks.append(tok)
             vals.append(val)
             count += tok.size
