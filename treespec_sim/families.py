@@ -49,6 +49,7 @@ written ``;``-joined.
 from __future__ import annotations
 
 import functools
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -166,8 +167,23 @@ class DDTreeGrid:
     #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
     worlds: int = 3
     rule: str = "follow"
+    #: Target relative half-width of every chain/DDTree τ interval (``0``: exactly ``rounds``
+    #: contexts). With a target, ``rounds`` is the pilot: the cell adds contexts (the same
+    #: streams continued, split evenly over the worlds) until every such interval is within
+    #: ``precision`` of its mean or ``max_rounds`` is reached (:func:`_contexts_needed`).
+    precision: float = 0.0
+    #: Cap on a cell's contexts when ``precision`` is set (``0``: ``64 x rounds``).
+    max_rounds: int = 0
 
     def __post_init__(self) -> None:
+        if (isinstance(self.precision, bool) or not isinstance(self.precision, int | float)
+                or not 0.0 <= self.precision < 1.0):
+            raise ValueError(f"ddtree.precision must be a number in [0, 1) (0 = fixed rounds); "
+                             f"got {self.precision!r}")
+        if (isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int)
+                or self.max_rounds < 0 or (self.max_rounds and self.max_rounds < self.rounds)):
+            raise ValueError(f"ddtree.max_rounds must be 0 or an integer >= rounds "
+                             f"({self.rounds}); got {self.max_rounds!r}")
         for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
                            ("temperatures", float)):
             object.__setattr__(self, name, _tuple(getattr(self, name), cast,
@@ -449,14 +465,73 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     labels = ([("chain", 0)] if "chain" in g.methods else []) \
         + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
     tally = {k: _Tally() for k in labels}
+    shares = _shares(cell, settings)
+    streams = [cell_rng(share.seed, cell) for share in shares]  # continued by later stages
+    todo = [share.rounds for share in shares]
     depth = 0
-    for share in _shares(cell, settings):
+    while True:
+        depth = _ddtree_contexts(cell, shares, streams, todo, tally, budgets)
+        todo = _contexts_needed(g, tally, len(tally[labels[0]].tau))
+        if not any(todo):
+            break
+    cost = get_cost_model(settings.cost_model)
+    rows = []
+    for (m, b), t in tally.items():
+        tau, size = np.array(t.tau), np.array(t.size, dtype=np.float64)
+        ci = mean_ci(tau)
+        causes = dict(zip(EXIT_CAUSES, np.mean(t.lost, axis=0).tolist(), strict=True))
+        rows.append({
+            "regime": cell.regime, "method": m, "verifier": g.rule,
+            "temperature": cell.temperature, "budget": depth if m == "chain" else b,
+            "rounds": tau.size, "tau_mean": ci.mean, "tau_ci_low": ci.low,
+            "tau_ci_high": ci.high, **world_columns(t.world_means()),
+            "tree_size_mean": float(size.mean()),
+            "coverage_mean": float(np.mean(t.cov)),
+            "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
+            "lost_depth_cap": causes["depth_cap"],
+            "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
+            "exit_by_depth_cause": np.mean(t.by_depth_cause, axis=0).tolist(),
+            **throughput_columns(tau, size, cost, settings.cost_model),
+        })
+    return rows
+
+
+def _contexts_needed(g: DDTreeGrid, tally: dict, n: int) -> list[int]:
+    """More contexts per world for a precision target, or zeros when it is met or capped.
+
+    The next stage's size comes from the widest chain/DDTree interval so far: with
+    half-width ``h`` (relative) on ``n`` contexts, about ``n (h / precision)^2`` reach the
+    target (intervals shrink as ``1 / sqrt(n)``), plus 10%. Stages repeat until every interval
+    meets it. The interval is computed on all contexts; choosing ``n`` from an interim
+    variance is a (repeated) two-stage design, whose coverage is close to nominal when the
+    pilot is not tiny (``docs/usage.md``, "Precision").
+    """
+    if not g.precision:
+        return [0] * g.worlds
+    cap = g.max_rounds or 64 * g.rounds
+    worst = 0.0
+    for (m, _), t in tally.items():
+        if m in ("chain", "ddtree"):
+            ci = mean_ci(np.array(t.tau))
+            worst = max(worst, (ci.high - ci.low) / 2 / abs(ci.mean) if ci.mean else math.inf)
+    if worst <= g.precision or n >= cap:
+        return [0] * g.worlds
+    want = min(cap, math.ceil(1.1 * n * (worst / g.precision) ** 2))
+    # the same number for every world: the cell then holds the split world_shares gives
+    return [math.ceil(max(1, want - n) / g.worlds)] * g.worlds
+
+
+def _ddtree_contexts(cell: Cell, shares, streams, todo: list[int], tally: dict,
+                     budgets: list[int]) -> int:
+    """``todo[i]`` more contexts of world ``i`` into ``tally``; returns the drafter depth."""
+    g: DDTreeGrid = cell.grid
+    depth = 0
+    for share, rng, count in zip(shares, streams, todo, strict=True):
         world = world_for(cell.regime, share.seed)
         depth = world.depth
-        rng = cell_rng(share.seed, cell)
         common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
         w = share.index
-        for _ in range(share.rounds):
+        for _ in range(count):
             ctx = world.sample_context(rng)
             if "ddtree" in g.methods:
                 if g.rule == "follow":
@@ -474,26 +549,7 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
                 for b in budgets:
                     tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
                                                         **common), w)
-    cost = get_cost_model(settings.cost_model)
-    rows = []
-    for (m, b), t in tally.items():
-        tau, size = np.array(t.tau), np.array(t.size, dtype=np.float64)
-        ci = mean_ci(tau)
-        causes = dict(zip(EXIT_CAUSES, np.mean(t.lost, axis=0).tolist(), strict=True))
-        rows.append({
-            "regime": cell.regime, "method": m, "verifier": g.rule,
-            "temperature": cell.temperature, "budget": depth if m == "chain" else b,
-            "rounds": g.rounds, "tau_mean": ci.mean, "tau_ci_low": ci.low,
-            "tau_ci_high": ci.high, **world_columns(t.world_means()),
-            "tree_size_mean": float(size.mean()),
-            "coverage_mean": float(np.mean(t.cov)),
-            "lost_uncovered": causes["uncovered"], "lost_budget": causes["budget"],
-            "lost_depth_cap": causes["depth_cap"],
-            "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
-            "exit_by_depth_cause": np.mean(t.by_depth_cause, axis=0).tolist(),
-            **throughput_columns(tau, size, cost, settings.cost_model),
-        })
-    return rows
+    return depth
 
 
 def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:

@@ -357,6 +357,19 @@ def _verifier_tables(rows: list[dict]) -> list[str]:
     return [*out, *_notes(out), ""]
 
 
+def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
+    """``"63 contexts per ddtree cell"``, or, for a precision target, the range the cells used."""
+    unit = FAMILIES[family].unit
+    if not plan.get("precision"):
+        return f"{plan['rounds']} {unit} per {family} cell"
+    used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family})
+    span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
+    cap = plan.get("max_rounds") or 64 * int(plan["rounds"])
+    return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then more until "
+            f"every chain and DDTree τ interval is within ±{100 * plan['precision']:g}% of its "
+            f"mean, at most {cap}; each row's `rounds` says how many)")
+
+
 def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[str]:
     """How much data stands behind every interval (rounds per cell, worlds per regime), and
     what the two kinds of interval mean."""
@@ -369,7 +382,7 @@ def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[s
     k = "/".join(map(str, worlds))
     out = []
     if fams:
-        parts = [f"{p['rounds']} {FAMILIES[f].unit} per {f} cell" for f, p in fams.items()]
+        parts = [_family_size(f, p, rows) for f, p in fams.items()]
         seed = record.get("seed")
         seeds = (f"world seed {seed}" if worlds == [1] else
                  f"world seeds {seed} to {seed + max(worlds) - 1}" if isinstance(seed, int)
