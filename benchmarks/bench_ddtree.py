@@ -1,11 +1,17 @@
-"""Benchmark: the DDTree builder against a straightforward per-node heapq builder.
+"""Benchmark: ``ddtree`` (input checks on) against DDTree's own builder and one exp-and-sum pass.
 
-Both sides start from the full ``(L, V)`` float64 log-probability array and end with the tree
-and its ancestor-only attention mask, so the timed work includes top-K extraction (or, for the
-fast builder, its threshold pass) and the mask. Reported as a ratio of medians measured in the
-same run, interleaved, on DFlash-like marginals (sharp at shallow depths, flatter deeper).
+Three sides, timed interleaved in one run on the same raw ``(L, V)`` array (float32 and
+float64), on DFlash-like marginals (sharp at shallow depths, flatter deeper):
 
-Run: ``python benchmarks/bench_ddtree.py`` (``--repeats``, ``--json``).
+* ``fast``: ``ddtree_with_mask`` -- input checks (every row's mass), tree, ancestor mask;
+* ``ref``: ``proofs_check.reference.ddtree_torch_reference`` -- DDTree's builder as its public
+  code runs it (``torch.topk`` of float32 marginals, ``K = min(B, V)``, Python ``heapq``
+  pops, ancestor mask);
+* ``expsum``: ``np.exp(lp).sum(axis=1)`` -- one exp-and-row-sum pass, the floor of any exact
+  check of the rows' mass.
+
+Reported as ratios of medians (``ref/fast``, ``fast/expsum``) and whether the trees are
+identical. Run: ``python benchmarks/bench_ddtree.py`` (``--repeats``, ``--json``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import time
 
 import numpy as np
 
-from proofs_check.reference import ddtree_heap_reference
+from proofs_check.reference import ddtree_torch_reference
 from treespec_sim.policies import ddtree_with_mask
 
 
@@ -29,13 +35,10 @@ def dflash_like(rng: np.random.Generator, L: int, V: int, kind: str) -> np.ndarr
     return logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
 
 
-def _time(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
+def _once(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
 
 
 def main(argv=None) -> list[dict]:
@@ -44,6 +47,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--budgets", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--kinds", nargs="+", default=["sharp", "mixed", "flat"])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print results as JSON only")
@@ -51,32 +55,40 @@ def main(argv=None) -> list[dict]:
     rng = np.random.default_rng(args.seed)
     rows = []
     for kind in args.kinds:
-        lp = dflash_like(rng, args.depth, args.vocab, kind)
-        for budget in args.budgets:
-            # interleave the two sides so machine noise hits both alike
-            fast_t, base_t = [], []
-            for _ in range(args.repeats):
-                t, (tree, mask) = _time(lambda lp=lp, b=budget: ddtree_with_mask(lp, b), 1)
-                fast_t.append(t)
-                t, ref = _time(lambda lp=lp, b=budget: ddtree_heap_reference(lp, b), 1)
-                base_t.append(t)
-            parent, token, _depth, ref_mask = ref
-            same = (tree.parent.tolist() == parent and tree.token[1:].tolist() == token[1:]
-                    and np.array_equal(mask, ref_mask))
-            f, b = float(np.median(fast_t)), float(np.median(base_t))
-            rows.append({"kind": kind, "budget": budget, "fast_ms": 1e3 * f,
-                         "baseline_ms": 1e3 * b, "speedup": b / f, "identical": same,
-                         "max_depth": tree.max_depth})
+        lp64 = dflash_like(rng, args.depth, args.vocab, kind)
+        for dtype in args.dtypes:
+            lp = lp64.astype(dtype)
+            for budget in args.budgets:
+                times = {"fast": [], "ref": [], "expsum": []}
+                for _ in range(args.repeats):  # interleaved: machine noise hits all alike
+                    t, (tree, mask) = _once(lambda lp=lp, b=budget: ddtree_with_mask(lp, b))
+                    times["fast"].append(t)
+                    t, ref = _once(lambda lp=lp, b=budget: ddtree_torch_reference(lp, b))
+                    times["ref"].append(t)
+                    t, _ = _once(lambda lp=lp: np.exp(lp).sum(axis=1))
+                    times["expsum"].append(t)
+                parent, token, _depth, ref_mask = ref
+                same = (tree.parent.tolist() == parent and tree.token[1:].tolist() == token[1:]
+                        and np.array_equal(mask, ref_mask))
+                med = {k: float(np.median(v)) for k, v in times.items()}
+                rows.append({"kind": kind, "dtype": dtype, "budget": budget,
+                             "fast_ms": 1e3 * med["fast"], "ref_ms": 1e3 * med["ref"],
+                             "expsum_ms": 1e3 * med["expsum"],
+                             "ref_over_fast": med["ref"] / med["fast"],
+                             "fast_over_expsum": med["fast"] / med["expsum"],
+                             "identical": same, "max_depth": tree.max_depth})
     if args.json:
         print(json.dumps(rows, indent=1))
         return rows
-    print(f"ddtree vs per-node heapq baseline; L={args.depth}, V={args.vocab}, float64, "
-          f"median of {args.repeats}; {platform.processor() or platform.machine()}")
-    print(f"{'marginals':>9} {'B':>5} {'fast ms':>8} {'base ms':>8} {'ratio':>6} "
-          f"{'same':>5} {'depth':>5}")
+    print(f"ddtree (checks on) vs DDTree's builder and one exp+sum pass; L={args.depth}, "
+          f"V={args.vocab}, median of {args.repeats}, interleaved; "
+          f"{platform.processor() or platform.machine()}")
+    print(f"{'marginals':>9} {'dtype':>7} {'B':>5} {'fast ms':>8} {'ref ms':>7} {'exp ms':>7} "
+          f"{'ref/fast':>8} {'fast/exp':>8} {'same':>5} {'depth':>5}")
     for r in rows:
-        print(f"{r['kind']:>9} {r['budget']:>5} {r['fast_ms']:8.2f} {r['baseline_ms']:8.2f} "
-              f"{r['speedup']:6.1f} {r['identical']!s:>5} {r['max_depth']:>5}")
+        print(f"{r['kind']:>9} {r['dtype']:>7} {r['budget']:>5} {r['fast_ms']:8.2f} "
+              f"{r['ref_ms']:7.2f} {r['expsum_ms']:7.2f} {r['ref_over_fast']:8.2f} "
+              f"{r['fast_over_expsum']:8.2f} {r['identical']!s:>5} {r['max_depth']:>5}")
     return rows
 
 

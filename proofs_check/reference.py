@@ -13,7 +13,8 @@ import itertools
 
 import numpy as np
 
-__all__ = ["brute_force_top_prefixes", "ddtree_heap_reference", "rank_order"]
+__all__ = ["brute_force_top_prefixes", "ddtree_heap_reference", "ddtree_torch_reference",
+           "rank_order"]
 
 
 def rank_order(row: np.ndarray) -> np.ndarray:
@@ -67,6 +68,51 @@ def ddtree_heap_reference(log_q: np.ndarray, budget: int
             heapq.heappush(heap, (-s_child, (*ranks, 0), node, d + 1, 0, s))
     n1 = len(parent)
     mask = np.zeros((n1, n1), dtype=bool)
+    mask[0, 0] = True
+    for i in range(1, n1):
+        mask[i] = mask[parent[i]]
+        mask[i, i] = True
+    return parent, token, depth, mask
+
+
+def ddtree_torch_reference(log_q, budget: int
+                           ) -> tuple[list[int], list[int], list[int], np.ndarray]:
+    """DDTree's own builder, as its public code (liranringel/ddtree) runs it: float32 marginals,
+    ``torch.topk`` with ``K = min(B, V)`` per depth, best-first pops from a Python ``heapq``
+    (the popped node pushes its next sibling and its first child), then the ancestor-only mask.
+
+    The timing baseline of ``benchmarks/bench_ddtree.py`` (written from the paper's
+    Algorithm 1 and the reference's structure, not copied). ``torch.topk``'s tie order is
+    unspecified, so trees equal the package's only on inputs without ties inside the top K.
+    Returns ``(parent, token, depth, mask)`` with the root at index 0 (token -1).
+    """
+    import torch  # heavy and optional: imported only by this baseline
+
+    lp = torch.as_tensor(log_q).float()
+    L, V = lp.shape
+    k = min(budget, V)
+    parent, token, depth = [-1], [-1], [0]
+    if budget == 0:
+        return parent, token, depth, np.ones((1, 1), dtype=bool)
+    top_lp, top_tok = torch.topk(lp, k, dim=-1)
+    top_lp = top_lp.tolist()
+    top_tok = top_tok.tolist()
+    # Heap entries: (-score, rank tuple, parent node, depth, rank, parent score).
+    heap = [(-top_lp[0][0], (0,), 0, 1, 0, 0.0)]
+    while heap and len(parent) <= budget:
+        neg_s, ranks, par, d, r, par_score = heapq.heappop(heap)
+        s = -neg_s
+        node = len(parent)
+        parent.append(par)
+        token.append(top_tok[d - 1][r])
+        depth.append(d)
+        if r + 1 < k:
+            heapq.heappush(heap, (-(par_score + top_lp[d - 1][r + 1]), (*ranks[:-1], r + 1),
+                                  par, d, r + 1, par_score))
+        if d < L:
+            heapq.heappush(heap, (-(s + top_lp[d][0]), (*ranks, 0), node, d + 1, 0, s))
+    n1 = len(parent)
+    mask = np.zeros((n1, n1), dtype=bool)  # numpy rows: cheaper than torch row indexing
     mask[0, 0] = True
     for i in range(1, n1):
         mask[i] = mask[parent[i]]

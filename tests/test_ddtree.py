@@ -224,3 +224,55 @@ def test_a_million_node_tree_fits_in_an_address_space_limit():
     assert res.returncode == 0, res.stderr[-2000:]
     size, tau = res.stdout.split()
     assert int(size) == 1_000_000 and 1.0 < float(tau) <= 16.0
+
+
+# ------------------------------------- issue 23: raw arrays, checks on, DDTree's own builder
+def _dflash_like(rng, L, V, top, bottom):
+    logits = rng.standard_normal((L, V)) * np.linspace(top, bottom, L)[:, None]
+    return _log_softmax(logits)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("budget", [64, 256, 1024])
+@pytest.mark.parametrize("sharpness", [(12.0, 3.0), (8.0, 0.7)])
+def test_identical_to_ddtree_torch_builder(dtype, budget, sharpness):
+    """Same nodes, same order, same mask as DDTree's builder (torch.topk of float32 marginals,
+    heapq pops) on raw arrays of both dtypes, input checks on (bench_ddtree.py's comparison)."""
+    pytest.importorskip("torch")
+    reference = pytest.importorskip("proofs_check.reference")
+    rng = np.random.default_rng(budget)
+    lp = _dflash_like(rng, 15, 4096, *sharpness).astype(dtype)
+    tree, mask = ddtree_with_mask(lp, budget)
+    parent, token, depth, ref_mask = reference.ddtree_torch_reference(lp, budget)
+    assert tree.parent.tolist() == parent
+    assert tree.token[1:].tolist() == token[1:]
+    assert tree.depth.tolist() == depth
+    assert np.array_equal(mask, ref_mask)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_rows_mass_is_checked_on_large_arrays(dtype):
+    """Above 2^20 entries too: a middle row of logits is refused, not only the first/last."""
+    rng = np.random.default_rng(0)
+    lp = _dflash_like(rng, 40, 32768, 6.0, 1.0).astype(dtype)  # 1.3 M entries
+    lp[17] += 0.5  # sums to e^0.5
+    with pytest.raises(ValueError, match=r"log_q\[17\] sums to"):
+        ddtree(lp, 64)
+    assert ddtree(lp, 64, check_sums=False).size == 64
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_positive_rounding_is_not_copied_and_gives_the_clamped_tree(dtype):
+    """Entries in (0, 1e-12] (log-softmax rounding) give the tree of the clamped array,
+    including ties at 0 broken by token id, without a clamped copy of the whole array."""
+    rng = np.random.default_rng(1)
+    lp = _dflash_like(rng, 6, 512, 6.0, 1.0)
+    lp[2, 7] = 1e-13  # the row's best token, positive by rounding
+    lp[3, 5], lp[3, 9] = 0.0, 1e-13  # a tie at 0 once clamped: token 5 ranks first
+    lp[3, np.r_[:5, 6:9, 10:512]] = -np.inf
+    lp = lp.astype(dtype)
+    for budget in (1, 8, 64, 300):
+        got = ddtree(lp, budget, check_sums=False)
+        want = ddtree(np.minimum(lp, 0.0), budget, check_sums=False)
+        assert got.parent.tolist() == want.parent.tolist()
+        assert got.token.tolist() == want.token.tolist()
