@@ -15,7 +15,11 @@ Reported per (V, B, path): rounds/s on one core and each part's share of the rou
 over rounds, per-topic tables warmed first: a sweep builds them once per process); the
 ranked/array ratio; and the wall clock of a small sweep at 1 and 2 worker processes.
 
-Run: ``python benchmarks/bench_sweep.py`` (``--rounds``, ``--json``).
+Also (issue 23) the fresh-context targets: rounds/s of ddtree ``B = 64`` at ``T = 0`` and
+``T = 1`` and of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets, each against
+its target (:func:`fresh_rounds`; ``--fresh-only`` runs just those).
+
+Run: ``python benchmarks/bench_sweep.py`` (``--rounds``, ``--json``, ``--fresh-only``).
 """
 
 from __future__ import annotations
@@ -86,6 +90,54 @@ def split(regime: str, vocab: int, budget: int, rounds: int, seed: int = 0,
             **{f"ms_{k}": 1e3 * v for k, v in med.items()}}
 
 
+#: Issue 23 targets (rounds/s, one process, exact E[tau]) for :func:`fresh_rounds`.
+FRESH_TARGETS = {"ddtree B=64 T=0": 1000.0, "ddtree B=64 T=1": 1000.0,
+                 "nested B=512, tau at 6 budgets": 500.0}
+NESTED_BUDGETS = (8, 16, 32, 64, 128, 512)
+
+
+def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
+    """Rounds per second through :func:`run_round` on fresh contexts, as the sweep runs them.
+
+    Every round samples a new context (so the drafter's per-context caches miss, as in a
+    sweep) and reads exact ``E[tau]`` and the exit decomposition (``follow``); the nested case
+    builds the ``B = 512`` tree once and reads both at the six budgets of
+    :data:`NESTED_BUDGETS`. Per-topic tables are warmed first (built once per process).
+    """
+    world = make_world(regime, seed=seed)
+    world.warm((0.0, 1.0))
+    out = []
+    for name in FRESH_TARGETS:
+        rng = np.random.default_rng(seed)
+        t = 1.0 if "T=1" in name else 0.0
+
+        def one(rng=rng, t=t, name=name) -> None:
+            ctx = world.sample_context(rng)
+            if name.startswith("nested"):
+                big = run_round(world, ctx, method="ddtree", budget=NESTED_BUDGETS[-1],
+                                rule="follow", temperature=0.0, rng=rng, sample=False,
+                                nested=True)
+                for b in NESTED_BUDGETS:
+                    sub = big.at_budget(b)
+                    sub.expected_tau  # noqa: B018
+                    sub.exits  # noqa: B018
+            else:
+                rnd = run_round(world, ctx, method="ddtree", budget=64, rule="follow",
+                                temperature=t, rng=rng, sample=False)
+                rnd.expected_tau  # noqa: B018
+                rnd.exits  # noqa: B018
+
+        for _ in range(min(20, rounds)):
+            one()
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            one()
+        rate = rounds / (time.perf_counter() - t0)
+        out.append({"case": name, "rounds_per_s": rate, "target": FRESH_TARGETS[name],
+                    "of_target": rate / FRESH_TARGETS[name]})
+    return out
+
+
 def scaling(rounds: int) -> dict:
     """Wall clock of one small sweep (8 DDTree cells on calibrated regimes) at 1 and 2 workers."""
     plan = Plan((DDTreeGrid(("math500", "gsm8k", "humaneval", "mt-bench"), budgets=(64, 512),
@@ -110,12 +162,24 @@ def main(argv=None) -> dict:
     ap.add_argument("--scaling-rounds", type=int, default=200,
                     help="rounds per cell of the 1-vs-2-worker sweep")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--fresh-rounds", type=int, default=300,
+                    help="rounds per case of the fresh-context targets (issue 23)")
+    ap.add_argument("--fresh-only", action="store_true",
+                    help="only the fresh-context targets (skip the split and the scaling)")
     args = ap.parse_args(argv)
+    fresh = fresh_rounds(args.regime, args.fresh_rounds)
+    if args.fresh_only:
+        result = {"machine": platform.platform(), "regime": args.regime, "fresh": fresh}
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            _print_fresh(args.regime, fresh)
+        return result
     rows = [{"path": path, **split(args.regime, v, b, args.rounds, lazy=path == "ranked")}
             for v in (1024, 32768) for b in (64, 512) for path in ("ranked", "array")]
     scale = scaling(args.scaling_rounds)
     result = {"machine": platform.platform(), "regime": args.regime, "split": rows,
-              "scaling": scale}
+              "scaling": scale, "fresh": fresh}
     if args.json:
         print(json.dumps(result, indent=1))
         return result
@@ -133,7 +197,15 @@ def main(argv=None) -> dict:
     print(f"scaling: {scale['cells']} cells x {scale['rounds_per_cell']} rounds, "
           f"1 worker {scale['wall_1_worker_s']:.1f} s, 2 workers {scale['wall_2_workers_s']:.1f} s,"
           f" speedup {scale['speedup']:.2f}x")
+    _print_fresh(args.regime, fresh)
     return result
+
+
+def _print_fresh(regime: str, fresh: list[dict]) -> None:
+    print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits (issue 23 targets):")
+    for r in fresh:
+        print(f"  {r['case']:32s} {r['rounds_per_s']:8.1f} rounds/s  target "
+              f"{r['target']:6.0f}  ({r['of_target']:.2f}x of target)")
 
 
 if __name__ == "__main__":
