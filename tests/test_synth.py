@@ -692,3 +692,23 @@ def test_variant_spec_validation():
         dataclasses.replace(get_regime("small"), variants=4, successors=2)
     # shrinking a variant regime to a V that cannot hold its variants falls back to m = 1
     assert make_world("low-entropy", seed=0, vocab_size=50).spec.variants == 1
+
+
+def test_kernel_row_class_tables_are_bit_identical():
+    """A word-class world's target kernels compute per-row tables once per class (issue 23);
+    every table and the argmax equal the plain per-token computation bit for bit."""
+    from treespec_sim.synth.kernel import SparseBoostKernel
+
+    w = make_world("math500", seed=3, vocab_size=2048)
+    assert w.spec.variants > 1
+    base = w.background + w.spec.topic_strength * w.topic_vectors[1]
+    for t in (0.0, 1.0 / w.spec.logit_scale, 0.7):
+        plain = SparseBoostKernel(base, w.succ, w.boost, t, validate=False)
+        fast = SparseBoostKernel(base, w.succ, w.boost, t, validate=False,
+                                 row_class=w.drafter._cls_of)
+        assert np.array_equal(plain.argmax(np.arange(2048)), fast.argmax(np.arange(2048)))
+        if t > 0:
+            for name in ("_log_z", "_base_mass", "_corr", "_base_law"):
+                assert np.array_equal(getattr(plain, name), getattr(fast, name)), name
+        assert np.array_equal(w.target_kernel(1, t * w.spec.logit_scale).argmax(np.arange(2048)),
+                              plain.argmax(np.arange(2048)))

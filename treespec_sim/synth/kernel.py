@@ -68,6 +68,11 @@ class SparseBoostKernel:
         ``T >= 0``; logits are divided by ``T`` (``p_T ∝ p^(1/T)``); ``T == 0`` is argmax.
     validate : bool, default True
         Check the arrays (``O(V s log s)``); internal callers that built valid arrays may skip.
+    row_class : ndarray of int64, shape (V,), optional
+        A promise that rows ``a`` with equal ``row_class[a]`` (classes ``0..C-1``) have
+        identical ``succ`` and ``boost`` rows (a word-class world): the per-row quantities
+        (normalisers, corrections, argmax) are then computed once per class and gathered,
+        with the same float operations per row, so the values are the same bit for bit.
 
     Notes
     -----
@@ -76,7 +81,8 @@ class SparseBoostKernel:
     """
 
     def __init__(self, base: np.ndarray, succ: np.ndarray, boost: np.ndarray,
-                 temperature: float = 1.0, *, validate: bool = True) -> None:
+                 temperature: float = 1.0, *, validate: bool = True,
+                 row_class: np.ndarray | None = None) -> None:
         t = check_temperature(temperature)
         base = np.asarray(base, dtype=np.float64)
         succ = np.asarray(succ)
@@ -88,6 +94,13 @@ class SparseBoostKernel:
         self.succ = _readonly_view(succ.astype(np.int64, copy=False))
         self.boost = _readonly_view(boost)
         self.temperature = t
+        self._row_class = row_class
+        self._reps: np.ndarray | None = None
+        if row_class is not None:
+            n_cls = int(row_class.max()) + 1 if row_class.size else 0
+            reps = np.empty(n_cls, dtype=np.int64)
+            reps[row_class[::-1]] = np.arange(row_class.shape[0] - 1, -1, -1)
+            self._reps = reps                    # the smallest row of each class
         self._argmax: np.ndarray | None = None
         self._corr_matrix: sp.csr_matrix | None = None
         self._corr_matrix_t: sp.csc_matrix | None = None
@@ -98,10 +111,13 @@ class SparseBoostKernel:
     # ------------------------------------------------------------------ construction helpers
     def _prepare(self, t: float) -> None:
         """Normalisers and the mixture decomposition in ``O(V + V s)``."""
+        succ, boost = self.succ, self.boost
+        if self._reps is not None:               # one row per class, gathered at the end
+            succ, boost = succ[self._reps], boost[self._reps]
         with np.errstate(over="ignore"):
             ib = self.base / t
-            sb = (self.base[self.succ] + self.boost) / t           # boosted logits, (V, s)
-            rel = self.boost / t
+            sb = (self.base[succ] + boost) / t                     # boosted logits, (V, s)
+            rel = boost / t
         if not (np.all(np.isfinite(ib)) and np.all(np.isfinite(sb))):
             raise ValueError(f"temperature = {t!r} is too small: logits / temperature overflow "
                              f"float64; use temperature = 0 for greedy decoding")
@@ -119,12 +135,17 @@ class SparseBoostKernel:
         self._base_law = w_unnorm / s_base                         # softmax(base / T), (V,)
         self._base_mass = np.exp(big_m + math.log(s_base) - log_z)  # pi_a, (V,)
         self._corr = np.exp(sb - log_z[:, None]) * frac            # c_aj, (V, s)
+        if self._reps is not None:
+            rc = self._row_class
+            self._log_z, self._base_mass, self._corr = log_z[rc], self._base_mass[rc], \
+                self._corr[rc]
         for arr in (self._log_z, self._base_law, self._base_mass, self._corr):
             arr.flags.writeable = False
 
     def with_temperature(self, temperature: float) -> SparseBoostKernel:
         """The same chain at another temperature (arrays shared, normalisers recomputed)."""
-        out = SparseBoostKernel(self.base, self.succ, self.boost, temperature, validate=False)
+        out = SparseBoostKernel(self.base, self.succ, self.boost, temperature, validate=False,
+                                row_class=self._row_class)
         out._argmax = self._argmax          # argmax does not depend on T
         return out
 
@@ -196,7 +217,12 @@ class SparseBoostKernel:
         int or ndarray of int64 with the shape of ``a``.
         """
         if self._argmax is None:
-            self._argmax = _row_argmax(self.base, self.succ, self.boost)
+            if self._reps is None:
+                self._argmax = _row_argmax(self.base, self.succ, self.boost)
+            else:
+                reps = self._reps
+                self._argmax = _row_argmax(self.base, self.succ[reps],
+                                           self.boost[reps])[self._row_class]
             self._argmax.flags.writeable = False
         idx = as_token_array(a, self.vocab_size, "a")
         out = self._argmax[idx]
@@ -406,16 +432,18 @@ def _row_argmax(base: np.ndarray, succ: np.ndarray, boost: np.ndarray) -> np.nda
 
     The best *non-successor* of row ``a`` is the first token, in the order (base descending,
     index ascending), that is not in ``succ[a]``; it is among the first ``s + 1`` tokens of that
-    order. The row maximum is then the best of ``s + 1`` candidates.
+    order. The row maximum is then the best of ``s + 1`` candidates. ``succ`` may hold any
+    number of rows (a subset of the kernel's).
     """
-    v, s = succ.shape
+    n_rows, s = succ.shape
+    v = base.shape[0]
     if s == 0:
-        return np.full(v, _first_argmax(base), dtype=np.int64)
+        return np.full(n_rows, _first_argmax(base), dtype=np.int64)
     order = np.lexsort((np.arange(v), -base))[: min(s + 1, v)]            # (s+1,) or (v,)
     # Walk down `order`, keeping only the rows whose candidates so far are all successors:
     # O(V s) for the first rank, and almost nothing after it (a row holds order[r] w.p. s/V).
-    free_tok = np.full(v, -1, dtype=np.int64)
-    open_rows = np.arange(v)
+    free_tok = np.full(n_rows, -1, dtype=np.int64)
+    open_rows = np.arange(n_rows)
     for tok in order:
         taken = (succ[open_rows] == tok).any(axis=1)
         free_tok[open_rows[~taken]] = tok
