@@ -160,7 +160,8 @@ class BlockDiffusionDrafter:
         k = self._kernels.get(topic)
         if k is None:
             base = self.background + self.topic_term[topic]
-            k = SparseBoostKernel(base, self.succ, self.boost, self.calibration, validate=False)
+            k = SparseBoostKernel(base, self.succ, self.boost, self.calibration, validate=False,
+                                  row_class=self._cls_of if self._classes is not None else None)
             self._kernels[topic] = k
             if len(self._kernels) > _KERNEL_CACHE:
                 self._kernels.popitem(last=False)
