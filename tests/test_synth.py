@@ -710,5 +710,11 @@ def test_kernel_row_class_tables_are_bit_identical():
         if t > 0:
             for name in ("_log_z", "_base_mass", "_corr", "_base_law"):
                 assert np.array_equal(getattr(plain, name), getattr(fast, name)), name
+            a, b = np.arange(0, 2048, 7), np.arange(2047, -1, -7)
+            assert np.array_equal(plain.rows(a), fast.rows(a))
+            assert np.array_equal(plain.edge_prob(a, b), fast.edge_prob(a, b))
+            r1, r2 = np.random.default_rng(0), np.random.default_rng(0)
+            assert np.array_equal(plain.sample(a, r1), fast.sample(a, r2))
+            assert plain.sample(5, r1) == fast.sample(5, r2)
         assert np.array_equal(w.target_kernel(1, t * w.spec.logit_scale).argmax(np.arange(2048)),
                               plain.argmax(np.arange(2048)))

@@ -134,13 +134,32 @@ class SparseBoostKernel:
         self._log_z = log_z
         self._base_law = w_unnorm / s_base                         # softmax(base / T), (V,)
         self._base_mass = np.exp(big_m + math.log(s_base) - log_z)  # pi_a, (V,)
-        self._corr = np.exp(sb - log_z[:, None]) * frac            # c_aj, (V, s)
+        # c_aj, (V, s); in a word-class kernel one row per class (``_corr_rows``), gathered
+        # per token on use (the full (V, s) table only if :attr:`correction` is read).
+        self._corr_rows = np.exp(sb - log_z[:, None]) * frac
+        self._corr_full: np.ndarray | None = None
         if self._reps is not None:
             rc = self._row_class
-            self._log_z, self._base_mass, self._corr = log_z[rc], self._base_mass[rc], \
-                self._corr[rc]
-        for arr in (self._log_z, self._base_law, self._base_mass, self._corr):
+            self._log_z, self._base_mass = log_z[rc], self._base_mass[rc]
+        else:
+            self._corr_full = self._corr_rows
+        for arr in (self._log_z, self._base_law, self._base_mass, self._corr_rows):
             arr.flags.writeable = False
+
+    def _c(self, idx):
+        """``c[idx]`` (rows of the correction table for token(s) ``idx``)."""
+        if self._reps is None:
+            return self._corr_rows[idx]
+        return self._corr_rows[self._row_class[idx]]
+
+    @property
+    def _corr(self) -> np.ndarray:
+        """The full ``(V, s)`` correction table (gathered once in a word-class kernel)."""
+        if self._corr_full is None:
+            full = self._corr_rows[self._row_class]
+            full.flags.writeable = False
+            self._corr_full = full
+        return self._corr_full
 
     def with_temperature(self, temperature: float) -> SparseBoostKernel:
         """The same chain at another temperature (arrays shared, normalisers recomputed)."""
@@ -248,7 +267,7 @@ class SparseBoostKernel:
         out = self._base_mass[idx][:, None] * self._base_law[None, :]
         if self.n_successors:
             # Successors of one row are distinct, so a plain fancy-indexed add is exact.
-            out[np.arange(k)[:, None], self.succ[idx]] += self._corr[idx]
+            out[np.arange(k)[:, None], self.succ[idx]] += self._c(idx)
         return out
 
     def edge_prob(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
@@ -267,7 +286,7 @@ class SparseBoostKernel:
             out = self._base_mass[ai] * self._base_law[bi]
             if self.n_successors:
                 hit = self.succ[ai] == bi[..., None]                     # (..., s)
-                out = out + np.where(hit, self._corr[ai], 0.0).sum(axis=-1)
+                out = out + np.where(hit, self._c(ai), 0.0).sum(axis=-1)
         return float(out) if np.ndim(out) == 0 else out
 
     def dense(self) -> np.ndarray:
@@ -339,7 +358,7 @@ class SparseBoostKernel:
                                  f"[0, {self.vocab_size})")
             u_comp, u_in = rng.random(), rng.random()
             if u_comp >= self._base_mass[a] and self.n_successors:
-                c = np.cumsum(self._corr[a])
+                c = np.cumsum(self._c(a))
                 if c[-1] > 0:
                     j = int(np.searchsorted(c, u_in * c[-1], side="right"))
                     return int(self.succ[a, min(j, self._last_positive(a))])
@@ -356,7 +375,7 @@ class SparseBoostKernel:
         out = np.empty(n, dtype=np.int64)
         rest = u_comp >= self._base_mass[flat]
         if self.n_successors and rest.any():
-            c = np.cumsum(self._corr[flat[rest]], axis=1)              # (r, s)
+            c = np.cumsum(self._c(flat[rest]), axis=1)              # (r, s)
             ok = c[:, -1] > 0          # a row with no successor mass always samples from w
             rest[np.flatnonzero(rest)[~ok]] = False
             c = c[ok]
@@ -376,7 +395,7 @@ class SparseBoostKernel:
 
     def _last_positive(self, a: int | np.ndarray) -> int | np.ndarray:
         """Index of the last successor slot with ``c_aj > 0`` (rounding guard for sampling)."""
-        pos = self._corr[a] > 0
+        pos = self._c(a) > 0
         return self.n_successors - 1 - np.argmax(pos[..., ::-1], axis=-1)
 
     def _cdf(self) -> np.ndarray:
