@@ -8,7 +8,11 @@ from proofs_check.enumerate import exit_round_law, follow_round_law_bruteforce
 from proofs_check.strategies import trees_with_rows
 from treespec_sim import DraftTree
 from treespec_sim.exits import (
+    EXIT_CAUSES,
     coverage,
+    decompose_from_edges,
+    edge_probabilities,
+    exit_from_edges,
     exit_decomposition,
     exit_law,
     reach_probabilities,
@@ -178,3 +182,20 @@ def test_bad_rule_and_proposal():
         verify(tree, rows, rule="tev", rng=0)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         coverage(DraftTree.from_parents([-1, 0], [0, 5]), rows)
+
+
+@settings(max_examples=40, deadline=None)
+@given(trees_with_rows())
+def test_decomposition_table_is_the_add_at_sum_bit_for_bit(tr):
+    """The by-depth-cause table (a bincount, issue 23) equals the np.add.at sum exactly."""
+    tree, rows = tr
+    limit = tree.max_depth + 1
+    edges = edge_probabilities(tree, rows)
+    got = decompose_from_edges(tree, edges, depth_limit=limit).by_depth_cause
+    _, w = exit_from_edges(tree, edges)
+    leaf = tree.is_leaf()
+    cause = np.where(leaf, 1, 0)
+    cause[leaf & (tree.depth == limit)] = 2
+    ref = np.zeros((limit + 1, len(EXIT_CAUSES)))
+    np.add.at(ref, (tree.depth, cause), w)
+    assert np.array_equal(got, ref)
