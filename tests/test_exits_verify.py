@@ -12,8 +12,8 @@ from treespec_sim.exits import (
     coverage,
     decompose_from_edges,
     edge_probabilities,
-    exit_from_edges,
     exit_decomposition,
+    exit_from_edges,
     exit_law,
     reach_probabilities,
 )
