@@ -239,11 +239,19 @@ class BlockDiffusionDrafter:
     def _class_h(self, tab: _ClassTable, last_token: int):
         """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring)."""
         nu = np.zeros(tab.pi.shape[0])
-        nu[self._cls_of[last_token]] = 1.0                 # mu_0 = e_{x_0}
+        c0 = self._cls_of[last_token]
+        nu[c0] = 1.0                                        # mu_0 = e_{x_0}
+        gt = tab.gt
         for d in range(self.depth):
             eta = self.eta[d]
             # h[c] = (1 - eta) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta
-            h = tab.gt @ nu
+            if d == 0:
+                # G^T e_c0 is column c0 of G^T: the product's floats (0 + g * 1.0), no matvec
+                h = np.zeros(nu.shape[0])
+                lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]
+                h[gt.indices[lo:hi]] = gt.data[lo:hi]
+            else:
+                h = gt @ nu
             h += float(nu @ tab.pi)
             if eta:
                 h *= 1.0 - eta
