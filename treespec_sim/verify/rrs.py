@@ -172,7 +172,7 @@ def acceptance_steps(r0: np.ndarray, q: np.ndarray, tokens: np.ndarray, without_
         yield accept, r
         if accept >= 1.0:
             return r  # never rejected: nothing after this sibling is reachable
-        resid = np.clip(r - qi, 0.0, None)
+        resid = np.maximum(r - qi, 0.0)  # np.clip's values, ~10x faster
         total = resid.sum()
         if total <= _ZERO_RESIDUAL:  # r == q_i up to rounding: acceptance was 1
             return r

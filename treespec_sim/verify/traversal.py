@@ -90,6 +90,14 @@ def opportunities(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *
     return opportunities_with(tree, oracle, proposal, step=step, scale_update=_exact_scale)
 
 
+def _chances(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+             step: str | Callable[[NodeView], str]) -> Iterator[Opportunity]:
+    """:func:`opportunities` without the leaves' bonus laws (``None`` in their place): the
+    same nodes and chances, and no target row of a leaf is read (for exact E[tau])."""
+    return opportunities_with(tree, oracle, proposal, step=step, scale_update=_exact_scale,
+                              laws=False)
+
+
 def _subtree_sizes(tree: DraftTree) -> np.ndarray:
     size = np.ones(tree.n_nodes, dtype=np.int64)
     for v in range(tree.n_nodes - 1, 0, -1):
@@ -111,10 +119,11 @@ def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
 
 
 def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
-                       step: str | Callable[[NodeView], str], scale_update
-                       ) -> Iterator[Opportunity]:
+                       step: str | Callable[[NodeView], str], scale_update,
+                       laws: bool = True) -> Iterator[Opportunity]:
     """:func:`opportunities` with the scale update as a parameter (for proofs_check's
-    known-buggy denominator)."""
+    known-buggy denominator); ``laws=False`` yields ``None`` for a leaf's bonus law and never
+    reads a leaf's target row."""
     if callable(step):
         choose = step
     elif step in CHOOSERS:
@@ -124,11 +133,12 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     sizes = _subtree_sizes(tree)
     paths = [(), *tree.paths()]
 
-    def visit(v: int, s: float, r: np.ndarray) -> Iterator[Opportunity]:
+    def visit(v: int, s: float, r) -> Iterator[Opportunity]:
         kids = tree.children(v)
-        if not kids.size:
-            yield v, s, r
+        if not kids.size:  # a leaf's row is its bonus law only: read it when asked for
+            yield v, s, r if laws else None
             return
+        r = np.asarray(oracle.row(v), np.float64) if r is None else r
         view = NodeView(v, paths[v], s, r, proposal[v], tuple(int(sizes[c]) for c in kids))
         chosen = choose(view)
         if chosen.startswith(COIN):
@@ -146,13 +156,18 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
             mu_x = s * r[x]
             s_child = 1.0 if mu_x >= rho[x] else mu_x / rho[x]
             if s_child > 0.0:
-                yield from visit(child, s_child, np.asarray(oracle.row(child), np.float64))
+                yield from visit(child, s_child,
+                                 np.asarray(oracle.row(child), np.float64) if laws else None)
             if s_child >= 1.0:
                 return  # a visit with s = 1 is never deleted: nothing after is reachable
-            diff = s * r - rho
-            resid = np.clip(diff, 0.0, None)
+            # np.maximum, not np.clip (same values, ~10x faster); rho - mu is -(mu - rho)
+            # bit for bit, so R is exactly the sum of np.clip(-diff, 0, None)
+            mu = s * r
+            diff = mu - rho
+            resid = np.maximum(diff, 0.0)
             z_mass = float(resid.sum())
-            r_mass = float(np.clip(-diff, 0.0, None).sum())
+            np.subtract(rho, mu, out=diff)
+            r_mass = float(np.maximum(diff, 0.0, out=diff).sum())
             if r_mass <= _ZERO_MASS:
                 return  # rho <= mu everywhere: the trial could not fail
             if z_mass <= _ZERO_MASS:
@@ -170,8 +185,10 @@ def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Gener
                      proposal: np.ndarray, *, step: str | Callable[[NodeView], str]
                      ) -> Outcome:
     """Sample one round (``step``: a rule of :data:`HORIZONTAL_STEPS` or a chooser)."""
-    for v, chance, bonus_law in opportunities(tree, oracle, proposal, step=step):
+    for v, chance, bonus_law in _chances(tree, oracle, proposal, step=step):
         if chance >= 1.0 or rng.random() < chance:
+            if bonus_law is None:  # a leaf: its bonus law is its target row
+                bonus_law = np.asarray(oracle.row(v), np.float64)
             return Outcome.from_path(tree, tree.path_nodes(v), sample_categorical(bonus_law, rng))
     raise AssertionError("the root's opportunity has chance 1")  # pragma: no cover
 
@@ -191,7 +208,7 @@ def emission_weights(opps: Iterator[tuple[int, float, np.ndarray]]
 def traversal_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                               step: str | Callable[[NodeView], str]) -> float:
     r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed."""
-    opps = opportunities(tree, oracle, proposal, step=step)
+    opps = _chances(tree, oracle, proposal, step=step)
     return sum(w * (1.0 + float(tree.depth[v])) for v, w, _ in emission_weights(opps))
 
 

