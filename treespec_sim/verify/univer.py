@@ -230,8 +230,7 @@ def enumerated_accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str) -> np.n
 # ----------------------------------------------------------------------------- closed forms
 def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
     r""":math:`F(c) = \sum_y \min(g(y), c\,h(y))` for every ``c`` (vectorised, sorted ratios)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(h > 0, g / np.where(h > 0, h, 1.0), np.inf)
+    t = np.divide(g, h, out=np.full(h.shape, np.inf), where=h > 0)  # inf where h == 0
     order = np.argsort(t)  # ties need no order: the sums at a tied boundary include all of them
     ts, gs, hs = t[order], g[order], h[order]
     g_pre = np.concatenate([[0.0], np.cumsum(gs)])
@@ -240,21 +239,43 @@ def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
     return g_pre[idx] + c * h_suf[idx]
 
 
-def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str) -> np.ndarray:
+class _LawTerms:
+    """The ``q``-only terms of :func:`two_child_accepts`, computed once per node and shared by
+    its steps and their coin variants (the same floats as computing them per step)."""
+
+    def __init__(self, q: np.ndarray):
+        self.q = q
+        self._fwd: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._rev: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def forward(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(first, cond, second_base)`` of traversal / conditional."""
+        if self._fwd is None:
+            q = self.q  # x1's law; c(a) for x2 | a
+            self._fwd = (q, 1.0 / np.maximum(_sum_except(q), 1e-300), q)
+        return self._fwd
+
+    def reverse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(first, cond, second_base)`` of reverse / condrev."""
+        if self._rev is None:
+            u = _odds(self.q)
+            u_rest = _sum_except(u)
+            # m2: law of x2; rho(a | x2 = y) = u(a) * cond[y]
+            self._rev = (self.q * u_rest, 1.0 / np.maximum(u_rest, 1e-300), u)
+        return self._rev
+
+
+def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
+                      _terms: _LawTerms | None = None) -> np.ndarray:
     r"""Expected accepted mass ``(child 1, child 2)`` of ``step`` at a node with two leaf
     children drawn without replacement from ``q``, target :math:`\mu = s\,r` (closed forms of
     the module docstring; equal to :func:`enumerated_accepts`)."""
     mu = np.asarray(mu, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
+    terms = _LawTerms(np.asarray(q, dtype=np.float64)) if _terms is None else _terms
     if step in ("traversal", "conditional"):
-        first, cond = q, 1.0 / np.maximum(_sum_except(q), 1e-300)  # x1's law; c(a) for x2 | a
-        second_base = q
+        first, cond, second_base = terms.forward()
     else:
-        u = _odds(q)
-        u_rest = _sum_except(u)
-        first = q * u_rest  # m2: law of x2
-        cond = 1.0 / np.maximum(u_rest, 1e-300)  # rho(a | x2 = y) = u(a) * cond[y]
-        second_base = u
+        first, cond, second_base = terms.reverse()
     if step in ("traversal", "reverse"):
         a1 = float(np.minimum(mu, first).sum())
         e = np.maximum(first - mu, 0.0)  # np.maximum: np.clip's values, ~10x faster
@@ -277,24 +298,26 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str) -> np.ndarray:
     return out if step in ("traversal", "conditional") else out[::-1].copy()
 
 
-def _accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str) -> np.ndarray | None:
+def _accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str,
+             terms: _LawTerms | None = None) -> np.ndarray | None:
     """Expected accepted mass per position, or None where it is not computed exactly."""
     if k == 1:
         return np.array([float(np.minimum(mu, q).sum())])
     if k == 2:
-        return two_child_accepts(mu, q, step)
+        return two_child_accepts(mu, q, step, _terms=terms)
     if step in ("traversal", "conditional") and n_ordered_draws(q, k) <= ENUM_LIMIT:
         return enumerated_accepts(mu, q, k, step)
     return None
 
 
-def step_value(view: NodeView, step: str, weights: np.ndarray) -> float | None:
+def step_value(view: NodeView, step: str, weights: np.ndarray, *,
+               _terms: _LawTerms | None = None) -> float | None:
     r"""Expected accepted weight :math:`\sum_i w_i\,E[\text{mass accepted at child } i]` of
     ``step`` at ``view`` (children as leaves); None where it is not computed."""
     coin = step.startswith(COIN)
     inner = step[len(COIN):] if coin else step
     scale = 1.0 if coin else view.scale
-    acc = _accepts(scale * view.target, view.proposal, view.n_children, inner)
+    acc = _accepts(scale * view.target, view.proposal, view.n_children, inner, _terms)
     if acc is None:
         return None
     return (view.scale if coin else 1.0) * float(np.dot(weights, acc))
@@ -308,13 +331,14 @@ def candidate_steps(k: int) -> tuple[str, ...]:
 
 def _argmax(view: NodeView, weights: np.ndarray) -> str:
     best_step = "traversal"
-    best = step_value(view, "traversal", weights)
+    terms = _LawTerms(np.asarray(view.proposal, dtype=np.float64))  # shared by every step
+    best = step_value(view, "traversal", weights, _terms=terms)
     if best is None:
         return "traversal"
     for step in candidate_steps(view.n_children)[1:]:
         if step.startswith(COIN) and view.scale >= 1.0:
             continue  # a coin at scale 1 is the step itself
-        val = step_value(view, step, weights)
+        val = step_value(view, step, weights, _terms=terms)
         if val is not None and val > best + TIE_TOL * (1.0 + abs(best)):
             best_step, best = step, val
     return best_step
