@@ -49,30 +49,7 @@ def ddtree_heap_reference(log_q: np.ndarray, budget: int
     else:
         top_tok = np.stack([rank_order(lp[d]) for d in range(L)])
     top_lp = np.take_along_axis(lp, top_tok, axis=1).tolist()
-    top_tok_list = top_tok.tolist()
-
-    # Heap entries: (-score, rank tuple, parent node, depth, rank, parent score).
-    heap = [(-top_lp[0][0], (0,), 0, 1, 0, 0.0)]
-    while heap and len(parent) <= budget:
-        neg_s, ranks, par, d, r, par_score = heapq.heappop(heap)
-        s = -neg_s
-        node = len(parent)
-        parent.append(par)
-        token.append(top_tok_list[d - 1][r])
-        depth.append(d)
-        if r + 1 < k:
-            s_sib = par_score + top_lp[d - 1][r + 1]
-            heapq.heappush(heap, (-s_sib, (*ranks[:-1], r + 1), par, d, r + 1, par_score))
-        if d < L:
-            s_child = s + top_lp[d][0]
-            heapq.heappush(heap, (-s_child, (*ranks, 0), node, d + 1, 0, s))
-    n1 = len(parent)
-    mask = np.zeros((n1, n1), dtype=bool)
-    mask[0, 0] = True
-    for i in range(1, n1):
-        mask[i] = mask[parent[i]]
-        mask[i, i] = True
-    return parent, token, depth, mask
+    return _best_first(top_lp, top_tok.tolist(), L, k, budget)
 
 
 def ddtree_torch_reference(log_q, budget: int
@@ -95,8 +72,14 @@ def ddtree_torch_reference(log_q, budget: int
     if budget == 0:
         return parent, token, depth, np.ones((1, 1), dtype=bool)
     top_lp, top_tok = torch.topk(lp, k, dim=-1)
-    top_lp = top_lp.tolist()
-    top_tok = top_tok.tolist()
+    return _best_first(top_lp.tolist(), top_tok.tolist(), L, k, budget)
+
+
+def _best_first(top_lp: list, top_tok: list, L: int, k: int, budget: int
+                ) -> tuple[list[int], list[int], list[int], np.ndarray]:
+    """DDTree's pops over per-depth top-``k`` lists (a popped node pushes its next sibling and
+    its first child), then the ancestor-only mask (built with numpy rows)."""
+    parent, token, depth = [-1], [-1], [0]
     # Heap entries: (-score, rank tuple, parent node, depth, rank, parent score).
     heap = [(-top_lp[0][0], (0,), 0, 1, 0, 0.0)]
     while heap and len(parent) <= budget:
@@ -112,7 +95,7 @@ def ddtree_torch_reference(log_q, budget: int
         if d < L:
             heapq.heappush(heap, (-(s + top_lp[d][0]), (*ranks, 0), node, d + 1, 0, s))
     n1 = len(parent)
-    mask = np.zeros((n1, n1), dtype=bool)  # numpy rows: cheaper than torch row indexing
+    mask = np.zeros((n1, n1), dtype=bool)
     mask[0, 0] = True
     for i in range(1, n1):
         mask[i] = mask[parent[i]]
