@@ -236,28 +236,34 @@ class BlockDiffusionDrafter:
             out[d] = toks[vals == vals.max()].min()
         return out
 
-    def _class_h(self, tab: _ClassTable, last_token: int):
-        """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring)."""
-        nu = np.zeros(tab.pi.shape[0])
-        c0 = self._cls_of[last_token]
-        nu[c0] = 1.0                                        # mu_0 = e_{x_0}
+    def _class_h(self, tab: _ClassTable, last_token: int) -> np.ndarray:
+        """``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring): float64 (L, V / m).
+
+        ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
+        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One CSC product per depth (``G^T nu``:
+        every entry sums its terms in column order, whatever else changes here) and one dot.
+        """
         gt = tab.gt
-        for d in range(self.depth):
+        h = np.empty((self.depth, tab.pi.shape[0]))
+        c0 = int(self._cls_of[last_token])
+        # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
+        # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
+        lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]
+        row = h[0]
+        row.fill(0.0)
+        row[gt.indices[lo:hi]] = gt.data[lo:hi]
+        row += tab.pi[c0]
+        nu = tab.w_cls * row
+        for d in range(1, self.depth):
+            row = gt @ nu
+            row += float(nu @ tab.pi)
             eta = self.eta[d]
-            # h[c] = (1 - eta) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta
-            if d == 0:
-                # G^T e_c0 is column c0 of G^T: the product's floats (0 + g * 1.0), no matvec
-                h = np.zeros(nu.shape[0])
-                lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]
-                h[gt.indices[lo:hi]] = gt.data[lo:hi]
-            else:
-                h = gt @ nu
-            h += float(nu @ tab.pi)
             if eta:
-                h *= 1.0 - eta
-                h += eta
-            yield h
-            nu = tab.w_cls * h
+                row *= 1.0 - eta
+                row += eta
+            h[d] = row
+            np.multiply(tab.w_cls, row, out=nu)
+        return h
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -329,9 +335,7 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        h = np.empty((self.depth, tab.pi.shape[0]))
-        for d, h_d in enumerate(self._class_h(tab, key[1])):
-            h[d] = h_d
+        h = self._class_h(tab, key[1])
         lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
                                  junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
         self._lazy[key] = lazy
@@ -515,61 +519,58 @@ class ClassLogMarginals(LazyLogMarginals):
         self._keep = 1.0 - junk                 # the same floats as log_marginals' dense path
         self._floor = junk / table.w.shape[0]
         self._sums = sharpen_sums
-        self._class_max: dict[int, np.ndarray] = {}
-        self._norm: dict[int, tuple[float, float]] = {}
+        self._sharp = beta != 1.0
+        # Rows with beta != 1 as a slice when they are contiguous (beta_1 = 1, the rest not:
+        # the usual case), so the sharpening works on a view instead of a gathered copy.
+        idx = np.flatnonzero(self._sharp)
+        self._sharp_slice = (slice(int(idx[0]), int(idx[-1]) + 1)
+                             if idx.size and idx[-1] - idx[0] + 1 == idx.size else None)
+        self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
+        self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1)
+        self._norm_z: np.ndarray | None = None  # (L,) Z_d
 
     # -------------------------------------------------------------- per-row quantities
-    def _v(self, row: int) -> np.ndarray:
-        """``w_max[c] h_row[c]``: the largest ``mu`` of every class (rounding is monotone)."""
-        v = self._class_max.get(row)
-        if v is None:
-            v = self._h[row] * self._w_max
-            self._class_max[row] = v
-        return v
+    def _class_max(self) -> np.ndarray:
+        """``w_max[c] h_d[c]`` for every row: the largest ``mu`` of every class (rounding is
+        monotone), float64 (L, V / m), computed once."""
+        if self._vmax is None:
+            self._vmax = self._h * self._w_max
+        return self._vmax
 
-    def _sharpen_norm(self, row: int) -> tuple[float, float]:
-        """``(m_d, Z_d)`` of a row with ``beta_d != 1``.
+    def _norms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed once.
 
         ``Z_d = sum_c exp(beta_d log v_c - m_d) S[d, c]`` with ``v_c = h_d[c] w_max[c]`` the
         class maximum of ``mu_d``: every exponent is ``<= 0`` and ``S`` is in ``[1, m]``, so
-        neither factor overflows whatever ``beta_d``.
+        neither factor overflows whatever ``beta_d``. All rows at once: the elementwise ``log``,
+        ``max`` and ``exp`` over a 2-D array give each row's floats as a 1-D pass would, and
+        each ``Z_d`` is its own one-row ``dot`` (the BLAS summation order of one row).
         """
-        mz = self._norm.get(row)
-        if mz is None:
-            beta = self._beta[row]
-            v = self._v(row)
-            with np.errstate(divide="ignore"):
-                log_v = np.log(v)
-            m = beta * log_v.max()
-            z = float(np.dot(np.exp(beta * log_v - m), self._sums[row]))
-            mz = (m, z)
-            self._norm[row] = mz
-        return mz
-
-    def _sharpen_norms(self, rows: np.ndarray) -> np.ndarray:
-        """``(m_d, Z_d)`` of each of ``rows`` (all with ``beta_d != 1``): float64 ``(n, 2)``.
-
-        The rows not yet cached are computed together: the same elementwise float operations
-        as :meth:`_sharpen_norm` (``log``, ``max``, ``exp`` over a 2-D array) and the same
-        one-row ``dot`` per row, so the values are bit for bit those of :meth:`_sharpen_norm`.
-        """
-        rows = [int(r) for r in rows]
-        missing = sorted({r for r in rows if r not in self._norm})
-        if len(missing) > 1:
-            idx = np.array(missing)
-            beta = self._beta[idx][:, None]
-            v = self._h[idx] * self._w_max
-            with np.errstate(divide="ignore"):
-                log_v = np.log(v)
-            m = beta * log_v.max(axis=1, keepdims=True)
-            e = np.exp(beta * log_v - m)
-            for i, r in enumerate(missing):
-                self._norm[r] = (m[i, 0], float(np.dot(e[i], self._sums[r])))
-        return np.array([self._sharpen_norm(r) for r in rows])
+        if self._norm_z is None:
+            L = self.shape[0]
+            m = np.full(L, np.nan)
+            z = np.full(L, np.nan)
+            idx = np.flatnonzero(self._sharp)
+            if idx.size:
+                beta = self._beta[idx][:, None]
+                vmax = self._class_max()
+                v = vmax[self._sharp_slice] if self._sharp_slice is not None else vmax[idx]
+                with np.errstate(divide="ignore"):
+                    e = np.log(v)
+                mm = beta * e.max(axis=1, keepdims=True)
+                e *= beta
+                e -= mm
+                np.exp(e, out=e)
+                m[idx] = mm[:, 0]
+                sums = self._sums
+                for i, r in enumerate(idx.tolist()):
+                    z[r] = float(np.dot(e[i], sums[r]))
+            self._norm_m, self._norm_z = m, z
+        return self._norm_m, self._norm_z
 
     def _from_mu(self, row: int, mu: np.ndarray) -> np.ndarray:
         """``log q_row`` from ``mu_row`` values, float64 (n,): :meth:`_from_mu_rows` of one row."""
-        return self._from_mu_rows(mu[None, :], np.array([row]))[0]
+        return self._from_mu_rows(mu[None, :], np.array([row]), inplace=False)[0]
 
     def _mu(self, row: int, tokens: np.ndarray) -> np.ndarray:
         return np.multiply(self._w[tokens], self._h[row][self._cls_of[tokens]])
@@ -578,7 +579,8 @@ class ClassLogMarginals(LazyLogMarginals):
     def values(self, row: int, tokens: np.ndarray) -> np.ndarray:
         row = self._check_row(row)
         tokens = np.asarray(tokens, dtype=np.int64)
-        return self._from_mu(row, self._mu(row, tokens.ravel())).reshape(tokens.shape)
+        mu = self._mu(row, tokens.ravel())
+        return self._from_mu_rows(mu[None, :], np.array([row]))[0].reshape(tokens.shape)
 
     def top(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
@@ -587,8 +589,19 @@ class ClassLogMarginals(LazyLogMarginals):
         k = min(int(k), n_cls * m)
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
-        v = self._v(row)
         if 2 * k <= n_cls:
+            got = self._top_rows(np.array([row]), k)[0]
+            if got is not None:
+                return got
+        return self._top_slow(row, k)
+
+    def _top_slow(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`top` of one row without :meth:`_top_rows`: ties at the class threshold
+        (more than ``k`` classes tied at the ``k``-th class maximum) and near ties with a
+        token outside the best classes; the whole row when ``2 k > V / m``."""
+        n_cls = self._members.shape[0]
+        if 2 * k <= n_cls:
+            v = self._class_max()[row]
             thr = kth_largest(v, k)
             inside = v >= thr
             cls = np.flatnonzero(inside)
@@ -636,7 +649,7 @@ class ClassLogMarginals(LazyLogMarginals):
         """:meth:`top` of every row, vectorised across rows (one selection, one sort).
 
         Rows where the fast path is not certain (a tie at the class threshold, or an outside
-        token that could tie the ``k``-th value) are redone with :meth:`top`.
+        token that could tie the ``k``-th value) are redone one by one.
         """
         L = self.shape[0]
         n_cls, m = self._members.shape
@@ -644,44 +657,81 @@ class ClassLogMarginals(LazyLogMarginals):
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
         if 2 * k > n_cls:
-            return [self.top(r, k) for r in range(L)]
+            return [self._top_slow(r, k) for r in range(L)]
+        got = self._top_rows(np.arange(L), k)
+        return [g if g is not None else self._top_slow(r, k) for r, g in enumerate(got)]
 
-        v = self._h * self._w_max                                   # (L, n_cls) class maxima
-        thr = np.array([kth_largest(row, k) for row in v])          # k-th best class per row
-        inside = v >= thr[:, None]
-        exact = inside.sum(axis=1) == k                             # no tie at the threshold
+    def row_max(self) -> np.ndarray:
+        return np.array([v[0] for _, v in self.top_all(1)])
+
+    def argmax(self) -> np.ndarray:
+        return np.array([t[0] for t, _ in self.top_all(1)], dtype=np.int64)
+
+    def _top_rows(self, rows: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """:meth:`top` of each of ``rows`` (``2 k <= V / m``) at once; None for a row that needs
+        :meth:`_top_slow` (a tie at the class threshold, or a near tie with an outside token).
+
+        The ``k`` best classes of a row are those whose maximum is above its ``(k + 1)``-th
+        best (:func:`_kth_pair`, ties excluded); their ``k m`` tokens are ranked
+        (:func:`_rank_rows`), and a row is certain when the best outside class maximum maps
+        to a value provably below the ``k``-th (or, an exact tie, is filled in id order by
+        :meth:`_fill_ties`).
+        """
+        m = self._members.shape[1]
+        v = self._class_max()[rows]
+        thr, v_out, cand_r, cand_c = _kth_pair(v, k)
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
+        exact = v_out < thr                          # exactly k classes reach the k-th maximum
+        if not exact.any():
+            return out
+        keep = v[cand_r, cand_c] >= thr[cand_r]
         if not exact.all():
-            v, inside = v[exact], inside[exact]
-        rows = np.flatnonzero(exact)
-        n = rows.size
-        idx = np.nonzero(inside)[1].reshape(n, k)                   # (n, k) best classes
-        v_out = np.where(inside, -np.inf, v).max(axis=1)
+            keep &= exact[cand_r]
+        pos = np.flatnonzero(exact)
+        sub = rows[pos]
+        n = sub.size
+        idx = cand_c[keep].reshape(n, k)             # the k best classes of each exact row
         toks = self._members[idx].reshape(n, k * m)
-        h_in = np.repeat(np.take_along_axis(self._h[rows], idx, axis=1), m, axis=1)
-        vals = self._from_mu_rows(np.multiply(self._w[toks], h_in), rows)
+        hv = self._h[sub[:, None], idx]
+        mu = np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None]).reshape(n, k * m)
+        vals = self._from_mu_rows(mu, sub)
         toks, vals = _rank_rows(toks, vals, k)
         kth = vals[:, -1]
+        v_out = v_out[pos]
         with np.errstate(invalid="ignore"):
-            best_out = self._from_mu_rows(v_out[:, None], rows)[:, 0]
+            best_out = self._from_mu_rows(v_out[:, None], sub)[:, 0]
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
-        fast = dict(zip(rows[sure].tolist(), zip(toks[sure], vals[sure], strict=True),
-                        strict=True))
-        return [fast[r] if r in fast else self.top(r, k) for r in range(L)]
+        for i in range(n):
+            if sure[i]:
+                out[pos[i]] = (toks[i], vals[i])
+            elif best_out[i] == kth[i]:
+                out[pos[i]] = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
+        return out
 
-    def _from_mu_rows(self, mu: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """:meth:`_from_mu` for rows ``rows`` of ``mu`` ``(n, .)`` at once (the same float ops)."""
-        r = mu.copy()
-        sharp = np.flatnonzero(self._beta[rows] != 1.0)
-        if sharp.size:
-            mz = self._sharpen_norms(rows[sharp])
-            sub = r[sharp]
+    def _from_mu_rows(self, mu: np.ndarray, rows: np.ndarray, inplace: bool = True
+                      ) -> np.ndarray:
+        """:meth:`_from_mu` for rows ``rows`` of ``mu`` ``(n, .)`` at once (the same float ops).
+
+        ``inplace`` (default): ``mu`` is a scratch array the caller gives up, written over.
+        """
+        r = mu if inplace else mu.copy()
+        sharp = self._sharp[rows]
+        pos = np.flatnonzero(sharp)
+        if pos.size:
+            norm_m, norm_z = self._norms()
+            sel = rows[pos]
+            lo, hi = int(pos[0]), int(pos[-1]) + 1
+            # Contiguous sharp rows (all of them, or every row but depth 1): a view, written in
+            # place; otherwise a gathered copy, written back.
+            sub = r[lo:hi] if hi - lo == pos.size else r[pos]
             with np.errstate(divide="ignore"):
                 np.log(sub, out=sub)
-            sub *= self._beta[rows[sharp]][:, None]
-            sub -= mz[:, :1]
+            sub *= self._beta[sel][:, None]
+            sub -= norm_m[sel][:, None]
             np.exp(sub, out=sub)
-            sub /= mz[:, 1:]
-            r[sharp] = sub
+            sub /= norm_z[sel][:, None]
+            if hi - lo != pos.size:
+                r[pos] = sub
         r *= self._keep[rows][:, None]
         r += self._floor[rows][:, None]
         with np.errstate(divide="ignore"):
@@ -692,5 +742,37 @@ class ClassLogMarginals(LazyLogMarginals):
         out = np.empty(self.shape)
         for row in range(self.shape[0]):
             np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
-            out[row] = self._from_mu(row, out[row])
+            self._from_mu_rows(out[row][None, :], np.array([row]))
         return out
+
+
+def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``v`` ``(n, c)`` (``k < c``): the ``k``-th and ``(k + 1)``-th largest values,
+    and ``(rows, cols)`` of a set of entries (row-major) holding every entry ``>=`` the k-th.
+
+    A strided sample proposes a per-row cut ``s`` below about the ``2 k``-th value; the
+    entries ``>= s`` (a few ``k`` per row) are selected from, if every row has at least
+    ``k + 1``. Otherwise (or when the cut lets most of a row through: massive ties) the
+    whole rows are partitioned.
+    """
+    n, c = v.shape
+    stride = c // (4 * k + 256)
+    if stride >= 2:
+        sample = v[:, ::stride]
+        ns = sample.shape[1]
+        rank = min(ns, 2 * math.ceil((k + 1) / stride) + 4)
+        s = np.partition(sample, ns - rank, axis=1)[:, ns - rank]
+        # flatnonzero + divmod: np.nonzero of a 2-D mask is ~5x slower than of its ravel.
+        cand_r, cand_c = np.divmod(np.flatnonzero(v >= s[:, None]), c)
+        cnt = np.bincount(cand_r, minlength=n)
+        width = int(cnt.max())
+        if int(cnt.min()) > k and width <= c // 4:
+            start = np.cumsum(cnt) - cnt
+            pad = np.full((n, width), -np.inf)
+            pad[cand_r, np.arange(cand_r.size) - start[cand_r]] = v[cand_r, cand_c]
+            part = np.partition(pad, (width - k - 1, width - k), axis=1)
+            return part[:, width - k], part[:, width - k - 1], cand_r, cand_c
+    part = np.partition(v, (c - k - 1, c - k), axis=1)
+    thr = part[:, c - k]
+    cand_r, cand_c = np.divmod(np.flatnonzero(v >= thr[:, None]), c)
+    return thr, part[:, c - k - 1], cand_r, cand_c
