@@ -33,9 +33,11 @@ import numbers
 
 import numpy as np
 
+from . import compiled
+
 __all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array",
            "check_budget", "check_log_q", "check_root_token", "check_temperature",
-           "row_sum_tolerance"]
+           "row_sum_tolerance", "scan_passes"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -113,6 +115,16 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
     lp, source = as_float_array(log_q, name)
     if lp.ndim != 2 or lp.shape[0] < 1 or lp.shape[1] < 1:
         raise ValueError(f"{name} must have shape (L, V) with L, V >= 1; got {lp.shape}")
+    fast = _check_compiled(lp, source, check_sums)
+    if fast is not None:
+        row_max, has_positive = fast
+        if has_positive:
+            row_max = np.minimum(row_max, 0.0)
+            if clamp:
+                lp = np.minimum(lp, 0.0)
+        return lp, row_max
+    # The numpy path: no kernel, a strided array, or a row the kernel could not pass (its
+    # error message, or a row sum within the kernel's error margin of the tolerance).
     row_max = lp.max(axis=1).astype(np.float64)
     bad = np.flatnonzero(~(row_max <= LOGPROB_POSITIVE_TOL))  # catches NaN and > tol
     if bad.size:
@@ -147,6 +159,38 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
                 "torch.log_softmax(logits, -1) or scipy.special.log_softmax(x, axis=1), not "
                 "logits or max-shifted logits")
     return lp, row_max
+
+
+def _check_compiled(lp: np.ndarray, source: str, check_sums: bool
+                    ) -> tuple[np.ndarray, bool] | None:
+    """The check in one compiled pass per row (max, NaN flag, total mass), or ``None``."""
+    kernel = compiled.kernel
+    if kernel is None or lp.dtype not in (np.float32, np.float64) or not lp.flags.c_contiguous:
+        return None
+    return scan_passes(*kernel.scan(lp, check_sums), source, check_sums)
+
+
+def scan_passes(row_max: bytes, row_sum: bytes, nan_row: int, source: str, check_sums: bool
+                ) -> tuple[np.ndarray, bool] | None:
+    """The verdict on the compiled kernel's row statistics: ``(row_max, has_positive)`` only
+    when every row clearly passes :func:`check_log_q`, else ``None`` (numpy then decides).
+
+    Clearly: no NaN, maxima in ``(-inf, LOGPROB_POSITIVE_TOL]`` and, with ``check_sums``, every
+    ``|sum - 1|`` below the tolerance by more than the kernel's error bound
+    (:data:`treespec_sim.compiled.ROW_SUM_MARGIN`), so the verdict is numpy's.
+    """
+    if nan_row >= 0:
+        return None
+    mx = np.frombuffer(row_max, dtype=np.float64)
+    if not ((mx <= LOGPROB_POSITIVE_TOL).all() and (mx > -np.inf).all()):
+        return None
+    if check_sums:
+        s = np.frombuffer(row_sum, dtype=np.float64)
+        # 1e-30: entries below exp(-87) are counted as exp(-87) (at most V x 2e-38)
+        margin = compiled.ROW_SUM_MARGIN * s + 1e-30
+        if not (np.abs(s - 1.0) <= row_sum_tolerance(source) - margin).all():
+            return None
+    return mx.copy(), bool((mx > 0).any())
 
 
 def check_budget(budget, name: str = "budget") -> int:

@@ -41,12 +41,13 @@ import math
 
 import numpy as np
 
+from .. import compiled
 from ..marginals import LazyLogMarginals, kth_largest, ranked_candidates
 from ..tree import DraftTree
-from ..validation import check_budget, check_log_q, check_root_token
+from ..validation import as_float_array, check_budget, check_log_q, check_root_token, scan_passes
 
-__all__ = ["build_nodes", "ddtree", "ddtree_with_mask", "kth_largest", "ranked_candidates",
-           "trusted_tree"]
+__all__ = ["build_nodes", "build_nodes_numpy", "ddtree", "ddtree_with_mask", "kth_largest",
+           "ranked_candidates", "trusted_tree"]
 
 #: Relative slack on score thresholds: candidate sets are supersets by this margin, so rounding
 #: in ``P_d`` never drops a node that belongs to the tree.
@@ -102,6 +103,9 @@ def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True)
             return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
         return trusted_tree(parent, token, depth, root_token)
+    fast = _ddtree_compiled(log_q, budget, root_token, check_sums)
+    if fast is not None:
+        return fast
     # clamp=False: no copy of the array for tiny positive rounding; the builder clamps the
     # candidate values it reads (build_nodes).
     lp, row_max = check_log_q(log_q, check_sums=check_sums, clamp=False)
@@ -121,6 +125,34 @@ def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
 
 
 # ---------------------------------------------------------------------------- internals
+def _ddtree_compiled(log_q, budget, root_token, check_sums: bool) -> DraftTree | None:
+    """:func:`ddtree` in one compiled pass over a raw array (check and build together), or
+    ``None`` where the general path must run: no kernel, a strided or non-float input, an
+    argument the general path will reject (its errors, in its order), or ``budget == 0``.
+
+    The tree is built before the verdict on the rows is known and returned only if they pass;
+    a row the kernel cannot pass clearly goes to :func:`check_log_q`, which raises its error or
+    (a sum within the kernel's error margin of the tolerance) passes it.
+    """
+    kernel = compiled.kernel
+    if (kernel is None or type(budget) is not int or budget < 1
+            or type(root_token) is not int or root_token < -1):
+        return None
+    if type(log_q).__module__.split(".")[0] == "torch":
+        lp, source = as_float_array(log_q, "log_q")  # a view of a CPU float32/64 tensor
+    elif isinstance(log_q, np.ndarray):
+        lp, source = log_q, log_q.dtype.name
+    else:
+        return None
+    if (lp.dtype not in (np.float32, np.float64) or lp.ndim != 2 or min(lp.shape) < 1
+            or not lp.flags.c_contiguous or root_token >= lp.shape[1]):
+        return None
+    row_max, row_sum, nan_row, *nodes = kernel.ddtree_dense(lp, budget, check_sums)
+    if scan_passes(row_max, row_sum, nan_row, source, check_sums) is None:
+        check_log_q(lp, check_sums=check_sums, clamp=False)  # raises, or passes a margin row
+    return trusted_tree(*_nodes(nodes), root_token)
+
+
 def trusted_tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_token: int
                  ) -> DraftTree:
     """A :class:`DraftTree` from arrays a builder already knows to be valid (no checks: the
@@ -137,8 +169,26 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
 
     ``lp`` may hold entries in ``(0, LOGPROB_POSITIVE_TOL]`` (``check_log_q(clamp=False)``):
     every value read is clamped to 0, so the tree is the one of the clamped array.
-    ``row_max`` must be clamped already.
+    ``row_max`` must be clamped already; ``budget >= 1``.
+
+    Runs the compiled kernel (:mod:`treespec_sim.compiled`) on a C-contiguous float32/float64
+    array, :func:`build_nodes_numpy` otherwise; both give the same arrays
+    (tests/test_ckernel.py).
     """
+    kernel = compiled.kernel
+    if kernel is not None and lp.dtype in (np.float32, np.float64) and lp.flags.c_contiguous:
+        return _nodes(kernel.ddtree_dense(lp, budget, False)[3:])
+    return build_nodes_numpy(lp, row_max, budget)
+
+
+def _nodes(raw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's ``(parent, token, depth)`` bytearrays as writable int64 arrays."""
+    return tuple(np.frombuffer(a, dtype=np.int64) for a in raw)
+
+
+def build_nodes_numpy(lp: np.ndarray, row_max: np.ndarray, budget: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`build_nodes` in numpy (the path where no compiled kernel was built)."""
     _L, V = lp.shape
     k = min(budget, V)
     # Best possible score of a depth-d prefix's ancestors: P[d] = sum of maxima above depth d.
@@ -186,6 +236,14 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
         keep = vals[d] >= t - prefix_best[d] - slack  # a prefix of the ranked list
         cand_tok.append(tops[d][0][keep])
         cand_val.append(vals[d][keep])
+    kernel = compiled.kernel
+    if kernel is not None:  # the compiled best-first pops over the same lists
+        offsets = np.zeros(L + 1, dtype=np.int64)
+        np.cumsum([v.size for v in cand_val], out=offsets[1:])
+        raw = kernel.ranked_tree(np.concatenate(cand_val).astype(np.float64, copy=False),
+                                 np.concatenate(cand_tok).astype(np.int64, copy=False),
+                                 offsets, budget)
+        return _nodes(raw)
     return _enumerate_top(cand_tok, cand_val, budget, t)
 
 

@@ -1,0 +1,796 @@
+/*
+ * Compiled kernels of treespec_sim (wrapped by treespec_sim/compiled.py; docs/performance.md).
+ *
+ * DDTree on a raw (L, V) float32/float64 array in ONE pass over it: per row, the maximum, a NaN
+ * flag, the total mass sum(exp(x)) (the input check) and every entry that can still be in the
+ * tree; then the best-first pops of DDTree's heap over the per-depth ranked lists. The result
+ * is the pure-numpy path's (treespec_sim/policies/ddtree.py), node for node
+ * (tests/test_ckernel.py), which is the reference heap's pop order (the proof is in that
+ * module's docstring).
+ *
+ * The pass is vectorised with GCC/clang vector extensions and compiled three times (generic,
+ * AVX2, AVX-512; ckernel_simd.h), the best one chosen at run time. exp there has a relative
+ * error < 3e-7 and float32 lanes add at most 16 terms before flushing to a double, so a row's
+ * sum is within 2e-6 of the exact one: the caller decides the check with a margin
+ * (compiled.ROW_SUM_MARGIN) and lets numpy decide the rows inside it.
+ *
+ * Which entries a row keeps: those >= theta, where theta rises during the pass to
+ *  - t - P_d, t a certified lower bound on the B-th best score (B distinct single deviations,
+ *    argmax tokens above depth d and any token at d, score >= t; from the rows done so far),
+ *    P_d the best score of a depth-d parent (sum of the maxima above d); and
+ *  - the K-th largest kept value, K = min(B, V), whenever the row's buffer fills: a token with K
+ *    siblings ahead of it can never be popped within B.
+ *
+ * No numpy C API: arrays come in through the buffer protocol and go out as bytearrays.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !(defined(__GNUC__) || defined(__clang__))
+#error "treespec_sim.ckernel needs GCC or clang (vector extensions)"
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct {
+    double max, sum;
+    int nan;
+} RowOut;
+
+/* A row's kept entries: every x >= theta, value stored clamped to <= 0. */
+typedef struct {
+    int64_t *tok;
+    double *val, *scratch;
+    Py_ssize_t n, cap, K;
+    double theta;
+    int compacted;  /* entries >= the initial theta were dropped; all >= theta are kept */
+} Collect;
+
+static double kth_largest_inplace(double *a, Py_ssize_t n, Py_ssize_t k);
+
+/* float pre-filter threshold: at or below theta, so the float test keeps a superset */
+static inline float prefilter_f32(double theta) {
+    if (!(theta > -INFINITY)) return -INFINITY;  /* also NaN: keep nothing is wrong, keep all */
+    float f = (float)theta;
+    while ((double)f > theta) f = nextafterf(f, -INFINITY);
+    return f;
+}
+
+/* Append; when the buffer is full, keep the row's K best kept entries (ties at the K-th value
+ * to the smaller token ids, i.e. the earlier entries: tokens arrive in increasing order) and
+ * raise theta just above the K-th value: a later token at or below it has K ahead of it. */
+static int collect_push(Collect *c, int64_t tok, double val) {
+    c->tok[c->n] = tok;
+    c->val[c->n] = val < 0.0 ? val : 0.0;
+    if (++c->n < c->cap) return 0;
+    memcpy(c->scratch, c->val, c->n * sizeof *c->val);
+    double kth = kth_largest_inplace(c->scratch, c->n, c->K);
+    Py_ssize_t above = 0;
+    for (Py_ssize_t j = 0; j < c->n; j++) above += c->val[j] > kth;
+    Py_ssize_t ties = c->K - above, w = 0;
+    for (Py_ssize_t j = 0; j < c->n; j++) {
+        double v = c->val[j];
+        if (v > kth || (v == kth && ties-- > 0)) {
+            c->tok[w] = c->tok[j];
+            c->val[w++] = v;
+        }
+    }
+    c->n = w;
+    c->compacted = 1;
+    double above_kth = nextafter(kth, INFINITY);
+    if (above_kth > c->theta) c->theta = above_kth;
+    return 0;
+}
+
+/* lane bits of a comparison mask, portable version */
+#define GENERIC_BITS(h, lanes)                                                             \
+    ({                                                                                     \
+        uint64_t b_ = 0;                                                                   \
+        for (int j_ = 0; j_ < (lanes); j_++) b_ |= (uint64_t)((h)[j_] != 0) << j_;         \
+        b_;                                                                                \
+    })
+
+#define SUFFIX _generic
+#define ATTR
+#define VBYTES 32
+#define MASK_BITS_F(h) GENERIC_BITS(h, 8)
+#define MASK_BITS_D(h) GENERIC_BITS(h, 4)
+#include "ckernel_simd.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#undef MASK_BITS_F
+#undef MASK_BITS_D
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_X86_CLONES 1
+#include <immintrin.h>
+#define SUFFIX _avx2
+#define ATTR __attribute__((target("avx2,fma")))
+#define VBYTES 32
+#define MASK_BITS_F(h) ((uint64_t)(uint32_t)_mm256_movemask_ps((__m256)(h)))
+#define MASK_BITS_D(h) ((uint64_t)(uint32_t)_mm256_movemask_pd((__m256d)(h)))
+#include "ckernel_simd.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#undef MASK_BITS_F
+#undef MASK_BITS_D
+#define SUFFIX _avx512
+#define ATTR __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
+#define VBYTES 64
+#define MASK_BITS_F(h) ((uint64_t)_mm512_movepi32_mask((__m512i)(h)))
+#define MASK_BITS_D(h) ((uint64_t)_mm512_movepi64_mask((__m512i)(h)))
+#include "ckernel_simd.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#undef MASK_BITS_F
+#undef MASK_BITS_D
+#endif
+
+/* 0 generic, 1 AVX2, 2 AVX-512 */
+static int simd_level(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        cached = 0;
+#ifdef HAVE_X86_CLONES
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cached = 1;
+        if (cached == 1 && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw"))
+            cached = 2;
+#endif
+    }
+    return cached;
+}
+
+static int row_pass(const Py_buffer *view, Py_ssize_t d, int want_sum, RowOut *out,
+                    Collect *c) {
+    Py_ssize_t V = view->shape[1];
+    int level = simd_level();
+    if (view->itemsize == 4) {
+        const float *row = (const float *)view->buf + d * V;
+#ifdef HAVE_X86_CLONES
+        if (level == 2) return row_f32_avx512(row, V, want_sum, out, c);
+        if (level == 1) return row_f32_avx2(row, V, want_sum, out, c);
+#endif
+        (void)level;
+        return row_f32_generic(row, V, want_sum, out, c);
+    }
+    const double *row = (const double *)view->buf + d * V;
+#ifdef HAVE_X86_CLONES
+    if (level == 2) return row_f64_avx512(row, V, want_sum, out, c);
+    if (level == 1) return row_f64_avx2(row, V, want_sum, out, c);
+#endif
+    return row_f64_generic(row, V, want_sum, out, c);
+}
+
+/* ------------------------------------------------------------------ selection helpers */
+static double kth_largest_inplace(double *a, Py_ssize_t n, Py_ssize_t k) {
+    /* quickselect for the k-th largest (1-based), median-of-three pivots */
+    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        double x = a[lo], y = a[mid], z = a[hi];
+        double piv = (x > y) ? ((y > z) ? y : (x > z ? z : x)) : ((x > z) ? x : (y > z ? z : y));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > piv) i++;
+            while (a[j] < piv) j--;
+            if (i <= j) {
+                double tmp = a[i];
+                a[i] = a[j];
+                a[j] = tmp;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return a[want];
+    }
+    return a[want];
+}
+
+typedef struct {
+    double val;
+    int64_t tok;
+} Ranked;
+
+static int ranked_cmp(const void *pa, const void *pb) {
+    const Ranked *a = pa, *b = pb;  /* decreasing value, ties to the smaller token id */
+    if (a->val > b->val) return -1;
+    if (a->val < b->val) return 1;
+    return (a->tok > b->tok) - (a->tok < b->tok);
+}
+
+/* ------------------------------------------------------------------ best-first heap */
+typedef struct {
+    double score;
+    int32_t level;   /* depth - 1 */
+    int32_t rank;    /* rank of the token within its depth's list */
+    int64_t parent;  /* node index of the parent (0 = root) */
+} Entry;
+
+typedef struct {
+    const int64_t *node_parent;
+    const int32_t *node_rank;
+    const int32_t *node_level;
+    int32_t *buf_a, *buf_b;  /* scratch rank tuples, length L */
+} TieCtx;
+
+/* rank tuple of an entry, written root-to-leaf into out; returns its length */
+static int entry_tuple(const TieCtx *t, const Entry *e, int32_t *out) {
+    int len = e->level + 1;
+    out[e->level] = e->rank;
+    int64_t v = e->parent;
+    for (int l = e->level - 1; l >= 0; l--) {
+        out[l] = t->node_rank[v];
+        v = t->node_parent[v];
+    }
+    return len;
+}
+
+/* a precedes b in DDTree's heap: higher score, then the smaller rank tuple (a prefix first) */
+static int precedes(const TieCtx *t, const Entry *a, const Entry *b) {
+    if (a->score != b->score) return a->score > b->score;
+    int la = entry_tuple(t, a, t->buf_a), lb = entry_tuple(t, b, t->buf_b);
+    int n = la < lb ? la : lb;
+    for (int i = 0; i < n; i++)
+        if (t->buf_a[i] != t->buf_b[i]) return t->buf_a[i] < t->buf_b[i];
+    return la < lb;
+}
+
+static void heap_push(Entry *h, Py_ssize_t *n, Entry e, const TieCtx *t) {
+    Py_ssize_t i = (*n)++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!precedes(t, &e, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+}
+
+static Entry heap_pop(Entry *h, Py_ssize_t *n, const TieCtx *t) {
+    Entry top = h[0], last = h[--(*n)];
+    Py_ssize_t i = 0, m = *n;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && precedes(t, &h[c + 1], &h[c])) c++;
+        if (!precedes(t, &h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m > 0) h[i] = last;
+    return top;
+}
+
+/* Pops up to `budget` nodes over ranked lists vals[off[l] : off[l+1]] (level l = depth l+1).
+ * Writes parent/token/depth of nodes 1..n (node 0 = root) into freshly allocated arrays. */
+static Py_ssize_t best_first(const double *vals, const int64_t *toks, const int64_t *off,
+                             int L, Py_ssize_t budget, int64_t **parent_out,
+                             int64_t **token_out, int64_t **depth_out) {
+    int64_t *parent = malloc((budget + 1) * sizeof *parent);
+    int64_t *token = malloc((budget + 1) * sizeof *token);
+    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+    double *score = malloc((budget + 1) * sizeof *score);
+    int32_t *rank = malloc((budget + 1) * sizeof *rank);
+    int32_t *level = malloc((budget + 1) * sizeof *level);
+    Entry *heap = malloc((2 * budget + 2) * sizeof *heap);
+    int32_t *bufs = malloc(2 * (size_t)(L > 0 ? L : 1) * sizeof *bufs);
+    Py_ssize_t n = 0, hn = 0;
+    if (!parent || !token || !depth || !score || !rank || !level || !heap || !bufs) {
+        n = -1;
+        goto done;
+    }
+    TieCtx tie = {parent, rank, level, bufs, bufs + L};
+    parent[0] = -1;
+    token[0] = -1;
+    depth[0] = 0;
+    score[0] = 0.0;
+    rank[0] = -1;
+    level[0] = -1;
+    if (L > 0 && off[1] > off[0]) {
+        Entry e = {0.0 + vals[off[0]], 0, 0, 0};
+        heap_push(heap, &hn, e, &tie);
+    }
+    while (n < budget && hn > 0) {
+        Entry e = heap_pop(heap, &hn, &tie);
+        Py_ssize_t v = ++n;
+        parent[v] = e.parent;
+        token[v] = toks[off[e.level] + e.rank];
+        depth[v] = e.level + 1;
+        score[v] = e.score;
+        rank[v] = e.rank;
+        level[v] = e.level;
+        if (off[e.level] + e.rank + 1 < off[e.level + 1]) {  /* the next sibling */
+            Entry s = {score[e.parent] + vals[off[e.level] + e.rank + 1], e.level, e.rank + 1,
+                       e.parent};
+            heap_push(heap, &hn, s, &tie);
+        }
+        if (e.level + 1 < L && off[e.level + 2] > off[e.level + 1]) {  /* the first child */
+            Entry c = {e.score + vals[off[e.level + 1]], e.level + 1, 0, v};
+            heap_push(heap, &hn, c, &tie);
+        }
+    }
+done:
+    free(score);
+    free(rank);
+    free(level);
+    free(heap);
+    free(bufs);
+    if (n < 0) {
+        free(parent);
+        free(token);
+        free(depth);
+        return -1;
+    }
+    *parent_out = parent;
+    *token_out = token;
+    *depth_out = depth;
+    return n;
+}
+
+static PyObject *nodes_tuple(Py_ssize_t n, int64_t *parent, int64_t *token, int64_t *depth) {
+    /* bytearrays: numpy views of them are writable (the builder sets the root token) */
+    Py_ssize_t size = (n + 1) * (Py_ssize_t)sizeof(int64_t);
+    PyObject *a = PyByteArray_FromStringAndSize((const char *)parent, size);
+    PyObject *b = PyByteArray_FromStringAndSize((const char *)token, size);
+    PyObject *c = PyByteArray_FromStringAndSize((const char *)depth, size);
+    free(parent);
+    free(token);
+    free(depth);
+    if (!a || !b || !c) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", a, b, c);
+}
+
+/* ------------------------------------------------------------------ buffers in and out */
+static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, int ndim) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0)
+        return -1;
+    if (view->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must be %d-dimensional", name, ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_float_view(Py_buffer *view) {
+    if (!(view->format[0] == 'f' || view->format[0] == 'd') || view->format[1] != '\0') {
+        PyErr_SetString(PyExc_ValueError, "lp must be float32 or float64");
+        return -1;
+    }
+    if (view->shape[0] < 1 || view->shape[1] < 1) {
+        PyErr_SetString(PyExc_ValueError, "lp must have shape (L, V) with L, V >= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the one-pass build */
+static double slack_of(double t) { return isfinite(t) ? 1e-9 * (1.0 + fabs(t)) : 0.0; }
+
+typedef struct {
+    double *val;
+    int64_t *tok;
+    Py_ssize_t n, cap;
+} Lists;
+
+static int lists_reserve(Lists *l, Py_ssize_t extra) {
+    if (l->n + extra <= l->cap) return 0;
+    Py_ssize_t cap = l->cap ? l->cap : 1024;
+    while (cap < l->n + extra) cap *= 2;
+    double *v = realloc(l->val, cap * sizeof *v);
+    if (!v) return -1;
+    l->val = v;
+    int64_t *t = realloc(l->tok, cap * sizeof *t);
+    if (!t) return -1;
+    l->tok = t;
+    l->cap = cap;
+    return 0;
+}
+
+static int desc_cmp(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a < b) - (a > b);
+}
+
+/* Number of depth-1 nodes (a) and depth-2 nodes (a, b) scoring >= t, from descending lists
+ * x0 (row 0) and x1 (row 1): each pair is a distinct node, so any t with count >= B bounds the
+ * B-th best score from below. Two pointers: O(n0 + n1). */
+static Py_ssize_t count_depth12(const double *x0, Py_ssize_t n0, const double *x1, Py_ssize_t n1,
+                                double t) {
+    Py_ssize_t total = 0, j = n1;
+    for (Py_ssize_t i = 0; i < n0; i++) {
+        if (x0[i] < t) break;
+        total++;
+        while (j > 0 && x0[i] + x1[j - 1] < t) j--;
+        total += j;
+    }
+    return total;
+}
+
+/* The largest t (to ~1e-12 relative) with count_depth12(t) >= budget, or -inf. */
+static double certify_depth12(double *x0, Py_ssize_t n0, double *x1, Py_ssize_t n1,
+                              Py_ssize_t budget) {
+    if (n0 == 0) return -INFINITY;
+    qsort(x0, n0, sizeof *x0, desc_cmp);
+    qsort(x1, n1, sizeof *x1, desc_cmp);
+    double hi = x0[0] + (n1 ? (x1[0] > 0.0 ? x1[0] : 0.0) : 0.0) + 1.0;
+    double lo = n1 ? x0[n0 - 1] + x1[n1 - 1] : x0[n0 - 1];
+    if (!isfinite(lo) || count_depth12(x0, n0, x1, n1, lo) < budget) return -INFINITY;
+    for (int it = 0; it < 60 && hi - lo > 1e-12 * (1.0 + fabs(lo)); it++) {
+        double mid = 0.5 * (lo + hi);
+        if (count_depth12(x0, n0, x1, n1, mid) >= budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Before any bound is certified, a row would keep its first entries wholesale: guess a
+ * threshold that leaves ~2 k0 entries from a strided sample of SAMPLE_ROW values instead. It is
+ * not certified: the row's list is then complete only above it, and the row is read again if
+ * the final threshold falls below it. Returns 0 where the sample is too small to guess. */
+#define SAMPLE_ROW 512
+static int sample_threshold(const Py_buffer *view, Py_ssize_t d, Py_ssize_t k0, double *theta,
+                            double *buf) {
+    Py_ssize_t V = view->shape[1], stride = V / SAMPLE_ROW, ns = 0;
+    if (stride < 1) return 0;
+    for (Py_ssize_t i = 0; i < V && ns < SAMPLE_ROW; i += stride) {
+        double v = view->itemsize == 4 ? (double)((const float *)view->buf)[d * V + i]
+                                       : ((const double *)view->buf)[d * V + i];
+        if (v == v) buf[ns++] = v;
+    }
+    Py_ssize_t r = 2 * k0 * ns / V + 4;
+    if (r >= ns) return 0;
+    double g = kth_largest_inplace(buf, ns, r);
+    if (!(g > *theta) || !isfinite(g)) return 0;
+    *theta = g;
+    return 1;
+}
+
+static int collect_init(Collect *c, Py_ssize_t K) {
+    c->cap = 4 * K + 64;
+    c->K = K;
+    c->tok = malloc((c->cap + 1) * sizeof *c->tok);
+    c->val = malloc((c->cap + 1) * sizeof *c->val);
+    c->scratch = malloc((c->cap + 1) * sizeof *c->scratch);
+    return c->tok && c->val && c->scratch ? 0 : -1;
+}
+
+static void collect_free(Collect *c) {
+    free(c->tok);
+    free(c->val);
+    free(c->scratch);
+}
+
+/* Rows' stats into rows[]; the tree into parent/token/depth (n + 1 entries). Returns n, or -1
+ * on a failed allocation. Never fails on bad values (NaN, +-inf, positives): the caller
+ * rejects those from rows[] and discards the tree.
+ *
+ * The pass keeps, per row, its top k0 = 2 ceil(B / L) + 16 entries above the running bound
+ * (enough single deviations to certify t: L k0 >= 2B); a row whose short list was cut above
+ * its final threshold t - P_d is read again for entries >= t - P_d, up to K (rare). */
+static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want_sum,
+                              RowOut *rows, int64_t **parent, int64_t **token,
+                              int64_t **depth) {
+    int L = (int)view->shape[0];
+    Py_ssize_t V = view->shape[1], K = budget < V ? budget : V, n = -1;
+    Py_ssize_t k0 = 2 * ((budget + L - 1) / L) + 16;
+    if (k0 > K) k0 = K;
+    Collect c = {0}, wide = {0};
+    double *pbest = malloc((L + 1) * sizeof *pbest);
+    double *cut = malloc((L + 1) * sizeof *cut);        /* row list complete above cut[d] */
+    int64_t *row_off = malloc((L + 1) * sizeof *row_off), *row_len = malloc((L + 1) * 8);
+    int64_t *off = malloc((L + 1) * sizeof *off);
+    Lists all = {NULL, NULL, 0, 0};       /* rows' kept entries */
+    Lists pool = {NULL, NULL, 0, 0};      /* single-deviation scores >= t */
+    double *scratch = NULL;
+    Py_ssize_t scratch_cap = 0;
+    Ranked *ranked = NULL;
+    double *vals = NULL;
+    int64_t *toks = NULL;
+    double scratch_small[SAMPLE_ROW];
+    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off) goto done;
+    double t = -INFINITY;  /* certified: >= budget single deviations score >= t */
+    pbest[0] = 0.0;
+    for (int d = 0; d < L; d++) {
+        c.n = 0;
+        c.compacted = 0;
+        c.theta = isfinite(t) ? t - pbest[d] - slack_of(t) : -INFINITY;
+        if (!isfinite(t) && V > 8 * k0 && sample_threshold(view, d, k0, &c.theta, scratch_small))
+            c.compacted = 1;  /* a guess: the list is complete only above it (cut[d]) */
+        if (row_pass(view, d, want_sum, &rows[d], &c) < 0) goto done;
+        double m = rows[d].max;
+        pbest[d + 1] = pbest[d] + (m < 0.0 ? m : 0.0);
+        cut[d] = c.compacted ? c.theta : -INFINITY;
+        row_off[d] = all.n;
+        row_len[d] = c.n;
+        if (lists_reserve(&all, c.n) < 0 || lists_reserve(&pool, c.n) < 0) goto done;
+        memcpy(all.val + all.n, c.val, c.n * sizeof *c.val);
+        memcpy(all.tok + all.n, c.tok, c.n * sizeof *c.tok);
+        all.n += c.n;
+        for (Py_ssize_t j = 0; j < c.n; j++) pool.val[pool.n++] = pbest[d] + c.val[j];
+        if (d == 1 && pool.n < budget) {
+            /* too few single deviations yet: certify t from depth-1 and depth-2 nodes of the
+             * two short lists instead, so that deeper rows keep few entries */
+            Py_ssize_t n0 = row_len[0], n1 = row_len[1];
+            double *x = malloc((n0 + n1 + 1) * sizeof *x);
+            if (!x) goto done;
+            memcpy(x, all.val + row_off[0], n0 * sizeof *x);
+            memcpy(x + n0, all.val + row_off[1], n1 * sizeof *x);
+            double t12 = certify_depth12(x, n0, x + n0, n1, budget);
+            free(x);
+            if (t12 > t) t = t12;
+        }
+        /* re-certify t once the pool holds B scores, then whenever it has doubled */
+        if (pool.n >= budget && (!isfinite(t) || pool.n >= 2 * budget || d == L - 1)) {
+            if (pool.n > scratch_cap) {
+                free(scratch);
+                scratch_cap = 2 * pool.n;
+                scratch = malloc(scratch_cap * sizeof *scratch);
+                if (!scratch) goto done;
+            }
+            memcpy(scratch, pool.val, pool.n * sizeof *scratch);
+            double tb = kth_largest_inplace(scratch, pool.n, budget);
+            if (tb > t) t = tb;
+            Py_ssize_t w = 0;
+            for (Py_ssize_t j = 0; j < pool.n; j++)
+                if (pool.val[j] >= t) pool.val[w++] = pool.val[j];
+            pool.n = w;
+        }
+    }
+    double sl = slack_of(t);
+    /* rows whose short list was cut above t - P_d: read again, up to K entries */
+    for (int d = 0; d < L; d++) {
+        double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
+        if (!(cut[d] > thr)) continue;
+        if (!wide.tok && collect_init(&wide, K) < 0) goto done;
+        wide.n = 0;
+        wide.compacted = 0;
+        wide.theta = thr;
+        RowOut ignored;
+        if (row_pass(view, d, 0, &ignored, &wide) < 0) goto done;
+        if (lists_reserve(&all, wide.n) < 0) goto done;
+        row_off[d] = all.n;
+        row_len[d] = wide.n;
+        memcpy(all.val + all.n, wide.val, wide.n * sizeof *wide.val);
+        memcpy(all.tok + all.n, wide.tok, wide.n * sizeof *wide.tok);
+        all.n += wide.n;
+    }
+    /* Per depth: keep values >= t - P_d, rank them (decreasing value, ties to the smaller
+     * token id), cap at K. */
+    ranked = malloc((all.n > 0 ? all.n : 1) * sizeof *ranked);
+    vals = malloc((all.n > 0 ? all.n : 1) * sizeof *vals);
+    toks = malloc((all.n > 0 ? all.n : 1) * sizeof *toks);
+    if (!ranked || !vals || !toks) goto done;
+    int64_t w = 0;
+    for (int d = 0; d < L; d++) {
+        double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
+        Py_ssize_t m = 0;
+        for (int64_t j = row_off[d]; j < row_off[d] + row_len[d]; j++)
+            if (all.val[j] >= thr) ranked[m++] = (Ranked){all.val[j], all.tok[j]};
+        qsort(ranked, m, sizeof *ranked, ranked_cmp);
+        if (m > K) m = K;
+        off[d] = w;
+        for (Py_ssize_t j = 0; j < m; j++, w++) {
+            vals[w] = ranked[j].val;
+            toks[w] = ranked[j].tok;
+        }
+    }
+    off[L] = w;
+    n = best_first(vals, toks, off, L, budget, parent, token, depth);
+done:
+    collect_free(&c);
+    collect_free(&wide);
+    free(pbest);
+    free(cut);
+    free(row_off);
+    free(row_len);
+    free(off);
+    free(all.val);
+    free(all.tok);
+    free(pool.val);
+    free(pool.tok);
+    free(scratch);
+    free(ranked);
+    free(vals);
+    free(toks);
+    return n;
+}
+
+/* ------------------------------------------------------------------ Python entry points */
+static PyObject *stats_bytes(const RowOut *rows, Py_ssize_t L, PyObject **mx,
+                             PyObject **sm, Py_ssize_t *nan_row) {
+    *mx = PyBytes_FromStringAndSize(NULL, L * 8);
+    *sm = PyBytes_FromStringAndSize(NULL, L * 8);
+    if (!*mx || !*sm) {
+        Py_XDECREF(*mx);
+        Py_XDECREF(*sm);
+        return NULL;
+    }
+    double *a = (double *)PyBytes_AS_STRING(*mx), *b = (double *)PyBytes_AS_STRING(*sm);
+    *nan_row = -1;
+    for (Py_ssize_t d = 0; d < L; d++) {
+        a[d] = rows[d].max;
+        b[d] = rows[d].sum;
+        if (rows[d].nan && *nan_row < 0) *nan_row = d;
+    }
+    return *mx;
+}
+
+static const char scan_doc[] =
+    "scan(lp, want_sum) -> (row_max, row_sum, nan_row)\n\n"
+    "One pass over a C-contiguous float32/float64 (L, V) array: float64 row maxima and sums of\n"
+    "exp (bytes; sums are 0 unless want_sum) and the first row holding a NaN (-1 if none).";
+
+static PyObject *py_scan(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int want_sum;
+    if (!PyArg_ParseTuple(args, "Op", &obj, &want_sum)) return NULL;
+    Py_buffer view;
+    if (get_buffer(obj, &view, "lp", 2) < 0) return NULL;
+    if (check_float_view(&view) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t L = view.shape[0];
+    RowOut *rows = malloc(L * sizeof *rows);
+    if (!rows) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t d = 0; d < L; d++) row_pass(&view, d, want_sum, &rows[d], NULL);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *mx, *sm;
+    Py_ssize_t nan_row;
+    PyObject *ok = stats_bytes(rows, L, &mx, &sm, &nan_row);
+    free(rows);
+    if (!ok) return NULL;
+    return Py_BuildValue("(NNn)", mx, sm, nan_row);
+}
+
+static const char ddtree_dense_doc[] =
+    "ddtree_dense(lp, budget, want_sum) -> (row_max, row_sum, nan_row, parent, token, depth)\n\n"
+    "scan() and DDTree's nodes in the same pass: parent/token/depth are int64 bytearrays of\n"
+    "n + 1 entries (node 0 the root), valid only if the row stats pass the input check.";
+
+static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t budget;
+    int want_sum;
+    if (!PyArg_ParseTuple(args, "Onp", &obj, &budget, &want_sum)) return NULL;
+    if (budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_buffer(obj, &view, "lp", 2) < 0) return NULL;
+    if (check_float_view(&view) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t L = view.shape[0], n;
+    RowOut *rows = malloc(L * sizeof *rows);
+    int64_t *parent = NULL, *token = NULL, *depth = NULL;
+    if (!rows) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    n = dense_build(&view, budget, want_sum, rows, &parent, &token, &depth);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (n < 0) {
+        free(rows);
+        return PyErr_NoMemory();
+    }
+    PyObject *mx, *sm;
+    Py_ssize_t nan_row;
+    PyObject *ok = stats_bytes(rows, L, &mx, &sm, &nan_row);
+    free(rows);
+    PyObject *nodes = nodes_tuple(n, parent, token, depth);
+    if (!ok || !nodes) {
+        if (ok) {
+            Py_DECREF(mx);
+            Py_DECREF(sm);
+        }
+        Py_XDECREF(nodes);
+        return NULL;
+    }
+    PyObject *res = Py_BuildValue("(NNnOOO)", mx, sm, nan_row, PyTuple_GET_ITEM(nodes, 0),
+                                  PyTuple_GET_ITEM(nodes, 1), PyTuple_GET_ITEM(nodes, 2));
+    Py_DECREF(nodes);
+    return res;
+}
+
+static const char ranked_tree_doc[] =
+    "ranked_tree(vals, toks, offsets, budget) -> (parent, token, depth) int64 bytes\n\n"
+    "The best-first pops over per-depth ranked lists: vals float64 and toks int64 concatenated,\n"
+    "depth d's list at [offsets[d-1], offsets[d]) (int64, length L + 1), best first.";
+
+static PyObject *py_ranked_tree(PyObject *self, PyObject *args) {
+    PyObject *vo, *to, *oo;
+    Py_ssize_t budget;
+    if (!PyArg_ParseTuple(args, "OOOn", &vo, &to, &oo, &budget)) return NULL;
+    if (budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
+        return NULL;
+    }
+    Py_buffer v, t, o;
+    if (get_buffer(vo, &v, "vals", 1) < 0) return NULL;
+    if (get_buffer(to, &t, "toks", 1) < 0) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (get_buffer(oo, &o, "offsets", 1) < 0) {
+        PyBuffer_Release(&v);
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    int L = (int)o.shape[0] - 1;
+    const int64_t *off = o.buf;
+    if (v.format[0] != 'd' || t.itemsize != 8 || o.itemsize != 8 || L < 1 ||
+        v.shape[0] != t.shape[0] || off[0] != 0 || off[L] != v.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "ranked_tree: bad vals/toks/offsets");
+        goto out;
+    }
+    for (int d = 0; d < L; d++)
+        if (off[d + 1] < off[d]) {
+            PyErr_SetString(PyExc_ValueError, "ranked_tree: offsets must not decrease");
+            goto out;
+        }
+    int64_t *parent = NULL, *token = NULL, *depth = NULL;
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = best_first(v.buf, t.buf, off, L, budget, &parent, &token, &depth);
+    Py_END_ALLOW_THREADS
+    if (n < 0) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    res = nodes_tuple(n, parent, token, depth);
+out:
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&o);
+    return res;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    static const char *names[] = {"generic", "avx2", "avx512"};
+    return PyUnicode_FromString(names[simd_level()]);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", py_scan, METH_VARARGS, scan_doc},
+    {"ddtree_dense", py_ddtree_dense, METH_VARARGS, ddtree_dense_doc},
+    {"ranked_tree", py_ranked_tree, METH_VARARGS, ranked_tree_doc},
+    {"simd", py_simd, METH_NOARGS,
+     "The vector code this CPU runs: 'avx512', 'avx2' or 'generic'."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "ckernel",
+    "Compiled kernels of treespec_sim (see treespec_sim/compiled.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit_ckernel(void) { return PyModule_Create(&module); }

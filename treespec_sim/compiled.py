@@ -1,0 +1,41 @@
+"""The compiled kernel (``treespec_sim/ckernel.c``), or ``None`` where it was not built.
+
+``pip install -e .`` compiles it (``setup.py``; optional: without a C compiler the install
+succeeds and every caller runs its pure-numpy path). Two callers use it, each with a numpy path
+that gives the same result and is tested equal to it (``tests/test_ckernel.py``):
+
+* :func:`treespec_sim.validation.check_log_q` -- one fused pass per row: maximum, NaN flag and
+  the row's total mass; the verdict is numpy's (rows within :data:`ROW_SUM_MARGIN` of the
+  tolerance are re-checked by numpy);
+* :func:`treespec_sim.policies.ddtree.build_nodes` -- candidate extraction and DDTree's
+  best-first heap, the same nodes in the same order.
+
+Callers read :data:`kernel` at call time, so a test or a benchmark switches every path to numpy
+with ``monkeypatch.setattr(treespec_sim.compiled, "kernel", None)``. Design and measurements:
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+__all__ = ["ROW_SUM_MARGIN", "kernel", "simd"]
+
+try:
+    from . import ckernel as _built
+except ImportError:  # no C compiler at install time: the numpy paths run
+    _built = None
+
+#: The extension module, or ``None``.
+kernel: ModuleType | None = _built
+
+#: Relative error bound on the kernel's row sums, with a 3x margin: ``exp`` to < 3e-7 (Cody-Waite
+#: reduction, degree-6 Taylor polynomial) in float32, float64 entries rounded to float32 first
+#: (< 5.2e-6 for entries >= -87), lanes summing <= 16 float32 terms (< 1e-6) before a float64
+#: accumulator. A row whose sum is within this of the tolerance is decided by numpy.
+ROW_SUM_MARGIN = 2e-5
+
+
+def simd() -> str:
+    """The kernel's vector path on this CPU (``"avx2"``, ``"generic"``), or ``"numpy"``."""
+    return kernel.simd() if kernel is not None else "numpy"
