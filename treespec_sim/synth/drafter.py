@@ -236,23 +236,23 @@ class BlockDiffusionDrafter:
             out[d] = toks[vals == vals.max()].min()
         return out
 
-    def _class_h(self, tab: _ClassTable, last_token: int) -> np.ndarray:
-        """``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring): float64 (L, V / m).
+    def _class_h(self, tab: _ClassTable, last_token: int):
+        """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring), float64 (V / m,).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
         ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One CSC product per depth (``G^T nu``:
         every entry sums its terms in column order, whatever else changes here) and one dot.
+        A generator, so that a consumer works on each row while it is still in cache.
         """
         gt = tab.gt
-        h = np.empty((self.depth, tab.pi.shape[0]))
         c0 = int(self._cls_of[last_token])
         # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
         # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
         lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]
-        row = h[0]
-        row.fill(0.0)
+        row = np.zeros(tab.pi.shape[0])
         row[gt.indices[lo:hi]] = gt.data[lo:hi]
         row += tab.pi[c0]
+        yield row
         nu = tab.w_cls * row
         for d in range(1, self.depth):
             row = gt @ nu
@@ -261,9 +261,8 @@ class BlockDiffusionDrafter:
             if eta:
                 row *= 1.0 - eta
                 row += eta
-            h[d] = row
+            yield row
             np.multiply(tab.w_cls, row, out=nu)
-        return h
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -335,7 +334,11 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        h = self._class_h(tab, key[1])
+        # The chain first, then the rows' class maxima and norms (ClassLogMarginals, on first
+        # use): working on each row between the products evicts G^T from cache (3% slower).
+        h = np.empty((self.depth, tab.pi.shape[0]))
+        for d, row in enumerate(self._class_h(tab, key[1])):
+            h[d] = row
         lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
                                  junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
         self._lazy[key] = lazy
@@ -520,13 +523,8 @@ class ClassLogMarginals(LazyLogMarginals):
         self._floor = junk / table.w.shape[0]
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
-        # Rows with beta != 1 as a slice when they are contiguous (beta_1 = 1, the rest not:
-        # the usual case), so the sharpening works on a view instead of a gathered copy.
-        idx = np.flatnonzero(self._sharp)
-        self._sharp_slice = (slice(int(idx[0]), int(idx[-1]) + 1)
-                             if idx.size and idx[-1] - idx[0] + 1 == idx.size else None)
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
-        self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1)
+        self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
 
     # -------------------------------------------------------------- per-row quantities
@@ -542,29 +540,17 @@ class ClassLogMarginals(LazyLogMarginals):
 
         ``Z_d = sum_c exp(beta_d log v_c - m_d) S[d, c]`` with ``v_c = h_d[c] w_max[c]`` the
         class maximum of ``mu_d``: every exponent is ``<= 0`` and ``S`` is in ``[1, m]``, so
-        neither factor overflows whatever ``beta_d``. All rows at once: the elementwise ``log``,
-        ``max`` and ``exp`` over a 2-D array give each row's floats as a 1-D pass would, and
-        each ``Z_d`` is its own one-row ``dot`` (the BLAS summation order of one row).
+        neither factor overflows whatever ``beta_d``. Each ``Z_d`` is its own one-row ``dot``
+        (the BLAS summation order of one row).
         """
         if self._norm_z is None:
             L = self.shape[0]
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
-            idx = np.flatnonzero(self._sharp)
-            if idx.size:
-                beta = self._beta[idx][:, None]
-                vmax = self._class_max()
-                v = vmax[self._sharp_slice] if self._sharp_slice is not None else vmax[idx]
-                with np.errstate(divide="ignore"):
-                    e = np.log(v)
-                mm = beta * e.max(axis=1, keepdims=True)
-                e *= beta
-                e -= mm
-                np.exp(e, out=e)
-                m[idx] = mm[:, 0]
-                sums = self._sums
-                for i, r in enumerate(idx.tolist()):
-                    z[r] = float(np.dot(e[i], sums[r]))
+            vmax = self._class_max()
+            buf = np.empty(vmax.shape[1])
+            for r in np.flatnonzero(self._sharp).tolist():
+                m[r], z[r] = _sharpen_norm(vmax[r], self._beta[r], self._sums[r], buf)
             self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
@@ -658,7 +644,7 @@ class ClassLogMarginals(LazyLogMarginals):
             raise ValueError(f"k must be >= 1; got {k}")
         if 2 * k > n_cls:
             return [self._top_slow(r, k) for r in range(L)]
-        got = self._top_rows(np.arange(L), k)
+        got = self._top_rows(None, k)
         return [g if g is not None else self._top_slow(r, k) for r, g in enumerate(got)]
 
     def row_max(self) -> np.ndarray:
@@ -667,9 +653,11 @@ class ClassLogMarginals(LazyLogMarginals):
     def argmax(self) -> np.ndarray:
         return np.array([t[0] for t, _ in self.top_all(1)], dtype=np.int64)
 
-    def _top_rows(self, rows: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """:meth:`top` of each of ``rows`` (``2 k <= V / m``) at once; None for a row that needs
-        :meth:`_top_slow` (a tie at the class threshold, or a near tie with an outside token).
+    def _top_rows(self, rows: np.ndarray | None, k: int
+                  ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """:meth:`top` of each of ``rows`` (None: every row; ``2 k <= V / m``) at once; None for
+        a row that needs :meth:`_top_slow` (a tie at the class threshold; a near tie with an
+        outside token that :meth:`_top_above_floor` cannot decide).
 
         The ``k`` best classes of a row are those whose maximum is above its ``(k + 1)``-th
         best (:func:`_kth_pair`, ties excluded); their ``k m`` tokens are ranked
@@ -678,7 +666,12 @@ class ClassLogMarginals(LazyLogMarginals):
         :meth:`_fill_ties`).
         """
         m = self._members.shape[1]
-        v = self._class_max()[rows]
+        vmax = self._class_max()
+        # every row (top_all) or one row (top): a view, not a 1 MB gathered copy
+        if rows is None:
+            rows, v = np.arange(vmax.shape[0]), vmax
+        else:
+            v = vmax[int(rows[0]):int(rows[0]) + 1] if rows.size == 1 else vmax[rows]
         thr, v_out, cand_r, cand_c = _kth_pair(v, k)
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
         exact = v_out < thr                          # exactly k classes reach the k-th maximum
@@ -706,7 +699,47 @@ class ClassLogMarginals(LazyLogMarginals):
                 out[pos[i]] = (toks[i], vals[i])
             elif best_out[i] == kth[i]:
                 out[pos[i]] = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
+            else:
+                out[pos[i]] = self._top_above_floor(int(sub[i]), k)
         return out
+
+    def _top_above_floor(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`top` of a row whose ``k``-th value is within a few ulps of an outside class
+        maximum (typically a token a few ulps above the junk floor); None if it cannot tell.
+
+        A token whose sharpened mass satisfies ``keep S(b) < spacing(j / V) / 4`` has
+        ``keep S(b) + j / V == j / V`` exactly, hence the floor value ``F = q(mu = 0)`` bit for
+        bit; ``S(b) <= S(v_c)`` up to a relative ``1e-12`` (rounding of ``log``/``exp``), so a
+        class whose maximum passes that test holds only floor tokens. The other classes (the
+        candidates, a few dozen) are ranked exactly; if fewer than ``k`` of their tokens are
+        above ``F``, the rest are the tokens at ``F`` in id order (:meth:`_fill_ties`).
+        """
+        m = self._members.shape[1]
+        floor = self._floor[row]
+        v = self._class_max()[row]
+        if self._sharp[row]:
+            norm_m, norm_z = self._norms()
+            with np.errstate(divide="ignore"):
+                mass = np.log(v)
+            mass *= self._beta[row]
+            mass -= norm_m[row]
+            np.exp(mass, out=mass)
+            mass /= norm_z[row]
+        else:
+            mass = v
+        cls = np.flatnonzero(self._keep[row] * mass >= 0.25 * np.spacing(floor))
+        if not floor > 0.0 or cls.size * m > self.shape[1] // 8:
+            return None
+        toks = self._members[cls].ravel()
+        vals = self._from_mu_rows(self._mu(row, toks)[None, :], np.array([row]))[0]
+        order = np.lexsort((toks, -vals))
+        toks, vals = toks[order], vals[order]
+        at_floor = self._from_mu_rows(np.zeros((1, 1)), np.array([row]))[0, 0]
+        n_above = int(np.count_nonzero(vals > at_floor))
+        if n_above >= k:
+            return toks[:k], vals[:k]
+        return self._fill_ties(row, np.append(toks[:n_above], -1),
+                               np.append(vals[:n_above], at_floor), k)
 
     def _from_mu_rows(self, mu: np.ndarray, rows: np.ndarray, inplace: bool = True
                       ) -> np.ndarray:
@@ -744,6 +777,19 @@ class ClassLogMarginals(LazyLogMarginals):
             np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
             self._from_mu_rows(out[row][None, :], np.array([row]))
         return out
+
+
+def _sharpen_norm(v: np.ndarray, beta: float, sums: np.ndarray, buf: np.ndarray
+                  ) -> tuple[float, float]:
+    """``(m, Z)`` of one row: ``m = beta max log v``, ``Z = sum_c exp(beta log v_c - m) S_c``
+    (``buf``: scratch of ``v``'s size)."""
+    with np.errstate(divide="ignore"):
+        np.log(v, out=buf)
+    m = beta * buf.max()
+    buf *= beta
+    buf -= m
+    np.exp(buf, out=buf)
+    return m, float(np.dot(buf, sums))
 
 
 def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
