@@ -403,8 +403,10 @@ class BlockDiffusionDrafter:
                 q = _softmax_row(z, self.beta[d])
             q *= 1.0 - j
             q += j / self.vocab_size
-            shared = (1.0 - kappa) * q
-            shared += kappa * (1.0 - j) * eta * k.base_law
+            q *= 1.0 - kappa                      # written over q: the floats of (1 - kappa) q
+            shared = q
+            if eta:                               # else the term is +0.0: adds nothing
+                shared += kappa * (1.0 - j) * eta * k.base_law
             shared += kappa * j / self.vocab_size
             shared.flags.writeable = False
             self._conditional_shared[key] = shared
@@ -417,13 +419,15 @@ class BlockDiffusionDrafter:
         out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
         out += shared
         if k.n_successors:
-            out[k.succ[a]] += scale * k.correction[a]     # a row's successors are distinct
+            # a row's successors are distinct; its class's corrections, no (V, s) table
+            out[k.succ[a]] += scale * k.correction_row(a)
         return out
 
 
 def _softmax_row(z: np.ndarray, beta: float) -> np.ndarray:
     """``exp(beta z)`` normalised, written over ``z`` (a fresh float64 array)."""
-    z *= beta
+    if beta != 1.0:                               # z * 1.0 is z
+        z *= beta
     z -= z.max()
     np.exp(z, out=z)
     z /= z.sum()

@@ -222,6 +222,13 @@ class SparseBoostKernel:
             raise ValueError("temperature = 0 kernels have no mixture decomposition")
         return self._corr
 
+    def correction_row(self, a: int) -> np.ndarray:
+        """``correction[a]``, float64 (s,), read-only, without building the ``(V, s)`` table
+        in a word-class kernel (the same floats: its class's row)."""
+        if self.greedy:
+            raise ValueError("temperature = 0 kernels have no mixture decomposition")
+        return self._c(a)
+
     # ------------------------------------------------------------------ rows and entries
     def argmax(self, a: int | np.ndarray) -> int | np.ndarray:
         """Most likely next token after ``a`` (ties to the smallest index); any temperature.
