@@ -50,6 +50,7 @@ earlier opportunity failed, so :math:`E[\tau] = \sum_j \prod_{i<j}(1 - c_i)\,c_j
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -98,6 +99,13 @@ def _chances(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                               laws=False)
 
 
+def _emission_chances(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
+                      step: str | Callable[[NodeView], str]) -> Iterator[Opportunity]:
+    """:func:`_chances` without any bonus law (``None`` throughout): exact E[tau] only."""
+    return opportunities_with(tree, oracle, proposal, step=step, scale_update=_exact_scale,
+                              laws=False, _bonus=False)
+
+
 def _subtree_sizes(tree: DraftTree) -> np.ndarray:
     size = np.ones(tree.n_nodes, dtype=np.int64)
     for v in range(tree.n_nodes - 1, 0, -1):
@@ -118,20 +126,108 @@ def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
         survive *= 1.0 - chance
 
 
+#: Stands for a point-mass trial proposal :math:`\delta_x` (the conditional step's held
+#: children) in :func:`_lazy_trials`: never built as a ``(V,)`` array.
+_POINT = object()
+
+_POOL = threading.local()
+#: Free ``(V,)`` work arrays kept per thread at most.
+_POOL_KEEP = 64
+
+
+def _take(n: int) -> np.ndarray:
+    """A float64 ``(n,)`` work array, from this thread's free list if one fits.
+
+    Why: at ``V = 32768`` a fresh array is 256 KB, and glibc hands a freed heap top back to
+    the OS, so the next one page-faults in again (~60 faults); a tree's run needs a few per
+    node. Every :func:`_take` is matched by a :func:`_give` once the array is dead, so
+    nested or interleaved runs never share one.
+    """
+    free = getattr(_POOL, "free", None)
+    if free:
+        for i in range(len(free) - 1, -1, -1):
+            if free[i].size == n:
+                return free.pop(i)
+    return np.empty(n)
+
+
+def _give(*bufs: np.ndarray | None) -> None:
+    """Return work arrays to this thread's free list (None entries are skipped)."""
+    free = getattr(_POOL, "free", None)
+    if free is None:
+        free = _POOL.free = []
+    for buf in bufs:
+        if buf is not None and len(free) < _POOL_KEEP:
+            free.append(buf)
+
+
+def _lazy_trials(step: str, q: np.ndarray, tokens: np.ndarray, scratch: np.ndarray
+                 ) -> Iterator[tuple[int, float, object]]:
+    """:func:`~treespec_sim.verify.univer.trials` without building a proposal no one reads.
+
+    Yields ``(position, rho[x], rho)`` in trial order, where ``rho`` is the trial proposal
+    (an array), a callable that writes it into ``scratch`` and returns it (read it before
+    resuming: the next trial overwrites it), or :data:`_POINT`. ``rho[x]`` is the tried
+    child's entry, the same float as the array's. The traversal and conditional steps are
+    built here (the same floats as ``trials``: ``left / left.sum()`` with the tokens drawn
+    before zeroed, in a pooled work array); the others come from ``trials`` as they are.
+    """
+    k = tokens.size
+    if step == "traversal" or k == 1:
+        left = q  # copied only when a draw has to be taken out of it
+        try:
+            for i, x in enumerate(tokens.tolist()):
+                total = left.sum()
+                yield i, left[x] / total, (lambda a=left, t=total: np.divide(a, t, out=scratch))
+                if i + 1 < k:
+                    if left is q:
+                        left = _take(q.size)
+                        np.copyto(left, q)
+                    left[x] = 0.0
+        finally:
+            if left is not q:
+                _give(left)
+        return
+    if step == "conditional":
+        q_last = _take(q.size)
+        try:
+            np.copyto(q_last, q)
+            q_last[tokens[:-1]] = 0.0
+            total = q_last.sum()
+            yield k - 1, q_last[int(tokens[-1])] / total, \
+                (lambda: np.divide(q_last, total, out=scratch))
+        finally:
+            _give(q_last)
+        for i in range(k - 1):
+            yield i, 1.0, _POINT
+        return
+    for pos, rho in trials(step, q, tokens):
+        yield pos, rho[int(tokens[pos])], rho
+
+
 def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                        step: str | Callable[[NodeView], str], scale_update,
-                       laws: bool = True) -> Iterator[Opportunity]:
+                       laws: bool = True, _bonus: bool = True) -> Iterator[Opportunity]:
     """:func:`opportunities` with the scale update as a parameter (for proofs_check's
     known-buggy denominator); ``laws=False`` yields ``None`` for a leaf's bonus law and never
-    reads a leaf's target row."""
+    reads a leaf's target row, ``_bonus=False`` (exact E[tau]) yields ``None`` for every bonus
+    law and skips the last residual's normalisation.
+
+    The trial proposal, ``mu`` and the differences are written into three work arrays shared
+    by all nodes (used between child visits only); each node's residual lives in one array of
+    its own for the node's run (a fresh one where it may be yielded as a bonus law, a pooled
+    one otherwise). The floats are those of the plain expressions they replace.
+    """
     if callable(step):
         choose = step
     elif step in CHOOSERS:
         choose = CHOOSERS[step]
     else:
         raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
+    laws = laws and _bonus
     sizes = _subtree_sizes(tree)
     paths = [(), *tree.paths()]
+    scratch: list[np.ndarray] = []  # [rho, mu, diff], taken on first use
 
     def visit(v: int, s: float, r) -> Iterator[Opportunity]:
         kids = tree.children(v)
@@ -151,34 +247,62 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     def run(v: int, s: float, r: np.ndarray, kids: np.ndarray, chosen: str
             ) -> Iterator[Opportunity]:
         tokens = tree.token[kids]
-        for pos, rho in trials(chosen, proposal[v], tokens):
-            child, x = int(kids[pos]), int(tokens[pos])
-            mu_x = s * r[x]
-            s_child = 1.0 if mu_x >= rho[x] else mu_x / rho[x]
-            if s_child > 0.0:
-                yield from visit(child, s_child,
-                                 np.asarray(oracle.row(child), np.float64) if laws else None)
-            if s_child >= 1.0:
-                return  # a visit with s = 1 is never deleted: nothing after is reachable
-            # np.maximum, not np.clip (same values, ~10x faster); rho - mu is -(mu - rho)
-            # bit for bit, so R is exactly the sum of np.clip(-diff, 0, None)
-            mu = s * r
-            diff = mu - rho
-            resid = np.maximum(diff, 0.0)
-            z_mass = float(resid.sum())
-            np.subtract(rho, mu, out=diff)
-            r_mass = float(np.maximum(diff, 0.0, out=diff).sum())
-            if r_mass <= _ZERO_MASS:
-                return  # rho <= mu everywhere: the trial could not fail
-            if z_mass <= _ZERO_MASS:
-                if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
-                    raise FloatingPointError("root residual vanished while reachable")
-                return  # no target mass left at v: v is deleted for sure
-            r = resid / z_mass
-            s = 1.0 if v == 0 else scale_update(z_mass, r_mass, float(rho[x]))
-        yield v, s, r
+        q = proposal[v]
+        if not scratch:
+            scratch.extend(_take(r.size) for _ in range(3))
+        rho_buf, mu, diff = scratch
+        own = None  # this node's residual array (r is the caller's until the first update)
+        try:
+            n_left = kids.size
+            for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf):
+                n_left -= 1
+                child, x = int(kids[pos]), int(tokens[pos])
+                mu_x = s * r[x]
+                s_child = 1.0 if mu_x >= rho_x else mu_x / rho_x
+                if s_child > 0.0:
+                    yield from visit(child, s_child,
+                                     np.asarray(oracle.row(child), np.float64) if laws else None)
+                if s_child >= 1.0:
+                    return  # a visit with s = 1 is never deleted: nothing after is reachable
+                if own is None:
+                    own = np.empty(r.size) if _bonus else _take(r.size)
+                if rho is _POINT:
+                    # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
+                    # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
+                    # 1 - mu_x at x and 0.0 elsewhere, so its sum is exactly 1 - mu_x
+                    resid = np.multiply(r, s, out=own)  # s * r (r may be own: read first)
+                    resid[x] = 0.0
+                    z_mass = float(resid.sum())
+                    r_mass = float(1.0 - mu_x)
+                else:
+                    if callable(rho):
+                        rho = rho()
+                    # np.maximum, not np.clip (same values, ~10x faster); rho - mu is
+                    # -(mu - rho) bit for bit, so R is exactly the sum of np.clip(-diff, 0)
+                    np.multiply(r, s, out=mu)
+                    np.subtract(mu, rho, out=diff)
+                    resid = np.maximum(diff, 0.0, out=own)
+                    z_mass = float(resid.sum())
+                    np.subtract(rho, mu, out=diff)
+                    r_mass = float(np.maximum(diff, 0.0, out=diff).sum())
+                if r_mass <= _ZERO_MASS:
+                    return  # rho <= mu everywhere: the trial could not fail
+                if z_mass <= _ZERO_MASS:
+                    if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
+                        raise FloatingPointError("root residual vanished while reachable")
+                    return  # no target mass left at v: v is deleted for sure
+                if _bonus or n_left:  # the last residual is read only as v's bonus law
+                    r = np.divide(resid, z_mass, out=own)
+                s = 1.0 if v == 0 else scale_update(z_mass, r_mass, rho_x)
+            yield v, s, r if _bonus else None
+        finally:
+            if not _bonus:
+                _give(own)  # never yielded: dead once the run is over
 
-    yield from visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
+    try:
+        yield from visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
+    finally:
+        _give(*scratch)
 
 
 def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
@@ -208,7 +332,7 @@ def emission_weights(opps: Iterator[tuple[int, float, np.ndarray]]
 def traversal_expected_length(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray, *,
                               step: str | Callable[[NodeView], str]) -> float:
     r"""Exact :math:`E[\tau]` over the verifier's coins, tokens fixed."""
-    opps = _chances(tree, oracle, proposal, step=step)
+    opps = _emission_chances(tree, oracle, proposal, step=step)
     return sum(w * (1.0 + float(tree.depth[v])) for v, w, _ in emission_weights(opps))
 
 

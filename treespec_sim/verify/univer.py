@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -229,7 +230,11 @@ def enumerated_accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str) -> np.n
 
 # ----------------------------------------------------------------------------- closed forms
 def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
-    r""":math:`F(c) = \sum_y \min(g(y), c\,h(y))` for every ``c`` (vectorised, sorted ratios)."""
+    r""":math:`F(c) = \sum_y \min(g(y), c\,h(y))` for every ``c`` (vectorised, sorted ratios).
+
+    The reference form (one full sort of the ``V`` ratios); :func:`_sum_min_sorted` gives the
+    same floats from a sort of the support only.
+    """
     t = np.divide(g, h, out=np.full(h.shape, np.inf), where=h > 0)  # inf where h == 0
     order = np.argsort(t)  # ties need no order: the sums at a tied boundary include all of them
     ts, gs, hs = t[order], g[order], h[order]
@@ -239,14 +244,154 @@ def _sum_min(g: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
     return g_pre[idx] + c * h_suf[idx]
 
 
+#: Breakpoints inside the query range up to which :func:`_sum_min_sorted` locates queries by
+#: comparisons (one pass over the queries each) rather than a binary search per query.
+_FEW_BREAKS = 8
+
+_WORK = threading.local()
+
+
+def _work(name: str, n: int, dtype=np.float64) -> np.ndarray:
+    """Scratch array ``name`` of ``n`` entries, reused by every call in this thread.
+
+    Why: at ``V = 32768`` a fresh ``(V,)`` array is 256 KB, and glibc hands the freed top of
+    the heap back to the OS, so the next one page-faults in again (~60 faults, tens of us):
+    a step allocating ten of them spent most of its time there. The closed forms call no
+    user code, so a buffer is never in use twice at once; nothing that outlives a call (the
+    returned values, :class:`_LawTerms`' caches) lives in one.
+    """
+    pool = getattr(_WORK, "pool", None)
+    if pool is None:
+        pool = _WORK.pool = {}
+    buf = pool.get(name)
+    if buf is None or buf.size < n or buf.dtype != dtype:
+        buf = pool[name] = np.empty(max(n, 1), dtype)
+    return buf[:n]
+
+
+#: Up to this many dropped positions :func:`_drop` copies the runs between them.
+_FEW_DROPS = 64
+
+
+def _drop(a: np.ndarray, gone: np.ndarray, name: str) -> np.ndarray:
+    """``a`` without the positions ``gone`` (sorted): ``a[mask]`` of the others, in order.
+
+    Few positions: the runs between them copied into scratch array ``name``
+    (``np.compress(out=)`` is buffered, ~10x slower); many: a plain boolean gather.
+    """
+    if gone.size == 0:
+        return a
+    if gone.size > _FEW_DROPS:
+        keep = np.ones(a.size, dtype=bool)
+        keep[gone] = False
+        return a[keep]
+    edges = [-1, *gone.tolist(), a.size]
+    runs = [a[lo + 1:hi] for lo, hi in itertools.pairwise(edges)]
+    return np.concatenate(runs, out=_work(name, a.size - gone.size))
+
+
+def _sorted_support(gk: np.ndarray, hk: np.ndarray, presorted: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None:
+    r"""Sort the support ``(g, h)`` pairs (both ``> 0``) by ratio :math:`t = g/h`.
+
+    Parameters
+    ----------
+    gk, hk : ndarray float64 (m,)
+        ``g`` and ``h`` on the support (tokens with ``g > 0`` and ``h > 0``), in any order.
+    presorted : bool
+        The order is expected to sort them already (an order shared from another scale of the
+        same target): it is checked in one pass and re-sorted (stably: ``O(m)`` on nearly sorted
+        input) only where rounding broke it.
+
+    Returns
+    -------
+    (ts, gs, hs, perm) : ndarray (m,) each (``perm`` None if the input was sorted), or None
+        Ratios, ``g`` and ``h`` in ratio order (``ts`` a scratch array), and the permutation
+        of the input that sorts them. None where two tied ratios carry different pairs: the
+        reference's sums then depend on its order within the tie, which only the reference
+        sort (:func:`_sum_min`) reproduces.
+    """
+    # the reference's np.divide(where=h > 0) on these entries: the same floats
+    tk = np.divide(gk, hk, out=_work("tk", gk.size))
+    perm = None
+    if tk.size > 1 and (not presorted or bool((tk[1:] < tk[:-1]).any())):
+        perm = np.argsort(tk, kind="stable" if presorted else None)
+        tk, gk, hk = tk[perm], gk[perm], hk[perm]
+    tied = np.flatnonzero(tk[1:] == tk[:-1])  # == (not a difference): inf ties with inf
+    if tied.size and ((gk[tied] != gk[tied + 1]).any() or (hk[tied] != hk[tied + 1]).any()):
+        return None
+    return tk, gk, hk, perm
+
+
+def _sum_min_sorted(ts: np.ndarray, gs: np.ndarray, hs: np.ndarray, c: np.ndarray,
+                    c_lo: float, c_hi: float, out: np.ndarray) -> np.ndarray:
+    r""":func:`_sum_min` from the support sorted by ratio (:func:`_sorted_support`): the same
+    floats, for queries ``c`` within ``[c_lo, c_hi]``, all ``> 0``.
+
+    Why the floats are the reference's: a token with ``g = 0`` has ratio 0 and adds 0.0 to the
+    prefix sums (it sorts before every ``c > 0``), one with ``h = 0`` has ratio ``inf`` and adds
+    0.0 to the suffix sums, so the reference's cumulative sums restricted to the support are
+    these, term for term in the same order. Only the prefix up to the last ratio ``<= c_hi``
+    and the suffix from the first ratio ``>= c_lo`` are accumulated, and a query is located
+    among the ratios inside ``[c_lo, c_hi]`` only (usually none or a few).
+
+    Parameters
+    ----------
+    ts, gs, hs : ndarray float64 (m,)
+        Ratios (non-decreasing), ``g`` and ``h`` of the support.
+    c : ndarray float64 (n,)
+        Queries, ``c_lo <= c <= c_hi``.
+    out : ndarray float64 (n,)
+        Written with the result (not ``c``).
+
+    Returns
+    -------
+    out : ndarray float64 (n,)
+    """
+    lo = int(np.searchsorted(ts, c_lo, side="left"))
+    hi = int(np.searchsorted(ts, c_hi, side="right"))
+    # g_pre[i] and h_suf[i] of the reference for i = lo..hi
+    g_pre = np.empty(hi - lo + 1)
+    if hi:
+        g_cum = np.cumsum(gs[:hi], out=_work("cum", hi))  # sequential, like the reference
+        g_pre[0] = g_cum[lo - 1] if lo else 0.0
+        g_pre[1:] = g_cum[lo:hi]
+    else:
+        g_pre[0] = 0.0
+    h_suf = np.zeros(hi - lo + 1)
+    if lo < ts.size:
+        tail = np.cumsum(hs[lo:][::-1])[::-1]  # from the last entry down, like the reference
+        h_suf[: min(tail.size, hi - lo + 1)] = tail[: hi - lo + 1]
+    breaks = ts[lo:hi]
+    if breaks.size == 0:  # g_pre[idx] + c * h_suf[idx] with one idx for all
+        np.multiply(c, h_suf[0], out=out)
+        return np.add(out, g_pre[0], out=out)
+    if breaks.size <= _FEW_BREAKS:
+        j = _work("j", c.size, np.intp)
+        j[:] = 0
+        for b in breaks.tolist():
+            j += c >= b  # searchsorted(side="right"): breakpoints <= c
+    else:
+        j = np.searchsorted(breaks, c, side="right")
+    np.take(h_suf, j, out=out, mode="clip")  # "clip": unbuffered; j is in range
+    np.multiply(c, out, out=out)
+    return np.add(out, np.take(g_pre, j, out=_work("gj", c.size), mode="clip"), out=out)
+
+
 class _LawTerms:
     """The ``q``-only terms of :func:`two_child_accepts`, computed once per node and shared by
-    its steps and their coin variants (the same floats as computing them per step)."""
+    its steps and their coin variants (the same floats as computing them per step), and the
+    ratio orders its conditional steps share across scales."""
 
     def __init__(self, q: np.ndarray):
         self.q = q
         self._fwd: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._rev: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._held: dict[str, tuple] = {}
+        self._c_range: dict[str, tuple[float, float]] = {}
+        self._base_pos: dict[str, np.ndarray | None] = {}
+        # family -> (support tokens in ratio order, second_base on them)
+        self._orders: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def forward(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(first, cond, second_base)`` of traversal / conditional."""
@@ -264,18 +409,68 @@ class _LawTerms:
             self._rev = (self.q * u_rest, 1.0 / np.maximum(u_rest, 1e-300), u)
         return self._rev
 
+    def terms(self, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.forward() if family == "fwd" else self.reverse()
 
-def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
-                      _terms: _LawTerms | None = None) -> np.ndarray:
-    r"""Expected accepted mass ``(child 1, child 2)`` of ``step`` at a node with two leaf
-    children drawn without replacement from ``q``, target :math:`\mu = s\,r` (closed forms of
-    the module docstring; equal to :func:`enumerated_accepts`)."""
-    mu = np.asarray(mu, dtype=np.float64)
-    terms = _LawTerms(np.asarray(q, dtype=np.float64)) if _terms is None else _terms
-    if step in ("traversal", "conditional"):
-        first, cond, second_base = terms.forward()
-    else:
-        first, cond, second_base = terms.reverse()
+    def c_range(self, family: str) -> tuple[float, float]:
+        """``(min, max)`` of ``cond`` over all tokens: brackets every query of the family."""
+        out = self._c_range.get(family)
+        if out is None:
+            cond = self.terms(family)[1]
+            out = self._c_range[family] = (float(cond.min()), float(cond.max()))
+        return out
+
+    def held(self, family: str) -> tuple:
+        """``(nz, first[nz], cond[nz], cond[nz] * second_base[nz])`` of the conditional steps
+        (``nz`` None where ``first > 0`` everywhere: then the gathers are the arrays)."""
+        out = self._held.get(family)
+        if out is None:
+            first, cond, base = self.terms(family)
+            pos = first > 0
+            if pos.all():
+                out = (None, first, cond, cond * base)
+            else:
+                nz = np.flatnonzero(pos)
+                out = (nz, first[nz], cond[nz], cond[nz] * base[nz])
+            self._held[family] = out
+        return out
+
+    def sorted_support(self, family: str, g: np.ndarray):
+        """:func:`_sorted_support` of ``(g, second_base)`` for a conditional step, reusing the
+        ratio order of the family's first call (another scale of the same target) when it
+        covers this support."""
+        base = self.terms(family)[2]
+        if family not in self._base_pos:  # None: positive everywhere
+            pos = base > 0
+            self._base_pos[family] = None if pos.all() else pos
+        base_pos = self._base_pos[family]
+        g_pos = g > 0
+        keep = g_pos if base_pos is None else g_pos & base_pos
+        n_keep = int(np.count_nonzero(keep))
+        hint = self._orders.get(family)
+        if hint is not None:
+            order, base_sorted = hint
+            if n_keep == order.size == g.size:  # everything is kept: the order as it is
+                # mode="clip": the same gather, unbuffered (the indices are valid)
+                gk = np.take(g, order, out=_work("gk", g.size), mode="clip")
+                return _sorted_support(gk, base_sorted, presorted=True)
+            inside = keep[order]
+            if int(np.count_nonzero(inside)) == n_keep:  # inside the hint's support
+                sel = order[inside]
+                return _sorted_support(g[sel], base[sel], presorted=True)
+        sel = np.flatnonzero(keep)
+        out = _sorted_support(g[sel], base[sel], presorted=False)
+        if out is not None and hint is None:
+            # the tokens in ratio order (and their second_base), for the family's other scales
+            order = sel if out[3] is None else sel[out[3]]
+            self._orders[family] = (order, out[2].copy() if out[3] is None else out[2])
+        return out
+
+
+def _two_child_reference(mu: np.ndarray, step: str, terms: _LawTerms) -> np.ndarray:
+    """:func:`two_child_accepts` with one full sort per step (the reference floats)."""
+    first, cond, second_base = terms.terms("fwd" if step in ("traversal", "conditional")
+                                           else "rev")
     if step in ("traversal", "reverse"):
         a1 = float(np.minimum(mu, first).sum())
         e = np.maximum(first - mu, 0.0)  # np.maximum: np.clip's values, ~10x faster
@@ -286,16 +481,69 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
             nz = np.flatnonzero(e > 0)
             a2 = float(np.dot(e[nz], _sum_min(mu2, second_base, cond[nz])))
         out = np.array([a1, a2])
-    elif step in ("conditional", "condrev"):
+    else:
         held = np.dot(first, mu)
         nz = np.flatnonzero(first > 0)
         inner = (_sum_min(mu, second_base, cond[nz])
                  - np.minimum(mu[nz], cond[nz] * second_base[nz]))
         out = np.array([held, float(np.dot(first[nz], inner))])
-    else:
-        raise ValueError(f"step must be one of {STEPS}; got {step!r}")
-    # reverse (x2 tried first) and condrev (x2 held) computed x2's mass first
     return out if step in ("traversal", "conditional") else out[::-1].copy()
+
+
+def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
+                      _terms: _LawTerms | None = None) -> np.ndarray:
+    r"""Expected accepted mass ``(child 1, child 2)`` of ``step`` at a node with two leaf
+    children drawn without replacement from ``q``, target :math:`\mu = s\,r` (closed forms of
+    the module docstring; equal to :func:`enumerated_accepts`).
+
+    The ratios are sorted over the support that matters only (tokens with :math:`\mu > q`
+    for traversal, :math:`\mu > m_2` for reverse; the conditional steps reuse one order per
+    node across scales), with the same floats as one full sort per step
+    (:func:`_two_child_reference`, which it falls back to when tied ratios carry different
+    terms).
+    """
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS}; got {step!r}")
+    mu = np.asarray(mu, dtype=np.float64)
+    terms = _LawTerms(np.asarray(q, dtype=np.float64)) if _terms is None else _terms
+    family = "fwd" if step in ("traversal", "conditional") else "rev"
+    first, cond, second_base = terms.terms(family)
+    c_lo, c_hi = terms.c_range(family)
+    n = mu.size
+    if step in ("traversal", "reverse"):
+        a1 = float(np.minimum(mu, first, out=_work("a", n)).sum())
+        d = np.subtract(first, mu, out=_work("d", n))
+        e = np.maximum(d, 0.0, out=_work("e", n))  # np.maximum: np.clip's values, ~10x faster
+        r_mass = float(e.sum())
+        a2 = 0.0
+        if r_mass > 1e-15:
+            # mu2 = (mu - first)_+ / R is positive only where d < 0 (mu - first is -d exactly)
+            k = np.flatnonzero(d < 0)
+            gk = np.maximum(mu[k] - first[k], 0.0) / r_mass
+            hk = second_base[k]
+            pos = (gk > 0) & (hk > 0)
+            sup = _sorted_support(gk[pos], hk[pos], presorted=False)
+            if sup is None:
+                return _two_child_reference(mu, step, terms)
+            # the reference's e[nz] and cond[nz], nz = where e > 0 (d > 0)
+            gone = np.flatnonzero(~(d > 0))
+            e_nz, c_nz = _drop(e, gone, "e_nz"), _drop(cond, gone, "c_nz")
+            f = _sum_min_sorted(*sup[:3], c_nz, c_lo, c_hi, out=_work("f", e_nz.size))
+            a2 = float(np.dot(e_nz, f))
+        out = np.array([a1, a2])
+    else:
+        held = np.dot(first, mu)
+        sup = terms.sorted_support(family, mu)
+        if sup is None:
+            return _two_child_reference(mu, step, terms)
+        nz, first_nz, cond_nz, ch_nz = terms.held(family)
+        m = cond_nz.size
+        mu_nz = mu if nz is None else np.take(mu, nz, out=_work("mu_nz", m), mode="clip")
+        f = _sum_min_sorted(*sup[:3], cond_nz, c_lo, c_hi, out=_work("f", m))
+        inner = np.subtract(f, np.minimum(mu_nz, ch_nz, out=_work("a", m)), out=f)
+        out = np.array([held, float(np.dot(first_nz, inner))])
+    # reverse (x2 tried first) and condrev (x2 held) computed x2's mass first
+    return out if family == "fwd" else out[::-1].copy()
 
 
 def _accepts(mu: np.ndarray, q: np.ndarray, k: int, step: str,
@@ -329,9 +577,29 @@ def candidate_steps(k: int) -> tuple[str, ...]:
     return (*base, *(COIN + s for s in base))
 
 
+def _no_step_can_switch(view: NodeView, weights: np.ndarray, q: np.ndarray) -> bool:
+    r"""Whether no step can beat traversal by the switch margin, whatever the values.
+
+    A step's expected accepted mass is at most the target mass :math:`s \sum r` (coin or not:
+    a coin runs scale 1 with probability ``s``), so its value is at most
+    :math:`\max_i w_i\, s \sum r`. Traversal's value is ``>= 0``, so a switch needs a value
+    above ``TIE_TOL``; where twice the bound (for rounding) is below it, every step the argmax
+    would compute loses to traversal. Deep nodes of a sampled tree are often visited with
+    :math:`s < 10^{-30}`. Only for a proposal that sums to 1 (the closed forms' premise).
+    """
+    if abs(float(q.sum()) - 1.0) > 1e-6:
+        return False
+    bound = 2.0 * float(np.max(np.abs(weights))) * abs(view.scale) * \
+        max(float(np.abs(view.target).sum()), 1.0)
+    return bound < TIE_TOL
+
+
 def _argmax(view: NodeView, weights: np.ndarray) -> str:
     best_step = "traversal"
-    terms = _LawTerms(np.asarray(view.proposal, dtype=np.float64))  # shared by every step
+    q = np.asarray(view.proposal, dtype=np.float64)
+    if _no_step_can_switch(view, weights, q):
+        return best_step
+    terms = _LawTerms(q)  # shared by every step
     best = step_value(view, "traversal", weights, _terms=terms)
     if best is None:
         return "traversal"
