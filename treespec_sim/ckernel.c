@@ -61,7 +61,8 @@ static inline float prefilter_f32(double theta) {
 
 /* Append; when the buffer is full, keep the row's K best kept entries (ties at the K-th value
  * to the smaller token ids, i.e. the earlier entries: tokens arrive in increasing order) and
- * raise theta just above the K-th value: a later token at or below it has K ahead of it. */
+ * raise theta just above the K-th value: a later token at or below it has K ahead of it.
+ * Returns 1 when theta rose (the caller refreshes its vector threshold), else 0. */
 static int collect_push(Collect *c, int64_t tok, double val) {
     c->tok[c->n] = tok;
     c->val[c->n] = val < 0.0 ? val : 0.0;
@@ -81,8 +82,9 @@ static int collect_push(Collect *c, int64_t tok, double val) {
     c->n = w;
     c->compacted = 1;
     double above_kth = nextafter(kth, INFINITY);
-    if (above_kth > c->theta) c->theta = above_kth;
-    return 0;
+    if (!(above_kth > c->theta)) return 0;
+    c->theta = above_kth;
+    return 1;
 }
 
 /* lane bits of a comparison mask, portable version */

@@ -96,10 +96,7 @@ INLINE ATTR FN(vf) FN(narrow2)(FN(vd) a, FN(vd) b) {
             Py_ssize_t q_ = (BASE) + __builtin_ctzll(bits_);                               \
             bits_ &= bits_ - 1;                                                            \
             double xv_ = (double)(XS)[q_];                                                 \
-            if (xv_ >= c->theta) {                                                         \
-                if (collect_push(c, q_, xv_) < 0) return -1;                               \
-                T = (SPLAT);                                                               \
-            }                                                                              \
+            if (xv_ >= c->theta && collect_push(c, q_, xv_)) T = (SPLAT);                  \
         }                                                                                  \
     } while (0)
 
@@ -158,7 +155,7 @@ ATTR static int FN(row_f32)(const float *x, Py_ssize_t V, int want_sum, RowOut *
         if (v > best) best = v;
         anynan |= v != v;
         if (want_sum) acc += exp((double)(v < -87.0f ? -87.0f : v));
-        if (collect && (double)v >= c->theta && collect_push(c, i, (double)v) < 0) return -1;
+        if (collect && (double)v >= c->theta) collect_push(c, i, (double)v);
     }
     out->max = best;
     out->sum = acc;
@@ -225,7 +222,7 @@ ATTR static int FN(row_f64)(const double *x, Py_ssize_t V, int want_sum, RowOut 
         if (v > best) best = v;
         anynan |= v != v;
         if (want_sum) acc += exp(v < -708.0 ? -708.0 : v);
-        if (collect && v >= c->theta && collect_push(c, i, v) < 0) return -1;
+        if (collect && v >= c->theta) collect_push(c, i, v);
     }
     out->max = best;
     out->sum = acc;
