@@ -231,3 +231,18 @@ def test_kernel_refuses_bad_buffers():
     with pytest.raises(ValueError, match="offsets"):
         kernel.ranked_tree(np.zeros(3), np.zeros(3, dtype=np.int64),
                            np.array([0, 2, 1], dtype=np.int64), 2)
+
+
+@needs_kernel
+def test_ancestor_mask_equals_the_level_by_level_mask():
+    from treespec_sim.tree import ancestor_mask
+
+    rng = np.random.default_rng(8)
+    for budget in (0, 1, 5, 64, 1024):
+        lp = _rows(rng, 15, 3000, "flat")
+        tree = ddtree(lp, budget)
+        got = np.zeros((tree.n_nodes, tree.n_nodes), dtype=bool)
+        kernel.ancestor_mask(tree.parent, got)
+        np.testing.assert_array_equal(got, ancestor_mask(tree.parent, tree.levels))
+    with pytest.raises(ValueError, match="precede"):
+        kernel.ancestor_mask(np.array([-1, 2, 0], dtype=np.int64), np.zeros((3, 3), dtype=bool))

@@ -775,6 +775,48 @@ out:
     return res;
 }
 
+static const char ancestor_mask_doc[] =
+    "ancestor_mask(parent, out) -> None\n\n"
+    "Fill a zeroed C-contiguous bool (n+1, n+1) array with the ancestor-or-self mask of a tree\n"
+    "whose parents precede their children (parent[0] = -1, 0 <= parent[i] < i; int64).\n"
+    "Row i is row parent[i] (its first i entries: nothing later is set) plus the diagonal.";
+
+static PyObject *py_ancestor_mask(PyObject *self, PyObject *args) {
+    PyObject *po, *oo;
+    if (!PyArg_ParseTuple(args, "OO", &po, &oo)) return NULL;
+    Py_buffer p, o;
+    if (get_buffer(po, &p, "parent", 1) < 0) return NULL;
+    if (PyObject_GetBuffer(oo, &o, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_ND) < 0) {
+        PyBuffer_Release(&p);
+        return NULL;
+    }
+    Py_ssize_t n1 = p.shape[0];
+    const int64_t *par = p.buf;
+    PyObject *res = NULL;
+    if (p.itemsize != 8 || o.itemsize != 1 || o.ndim != 2 || o.shape[0] != n1 ||
+        o.shape[1] != n1 || n1 < 1 || par[0] != -1) {
+        PyErr_SetString(PyExc_ValueError, "ancestor_mask: bad parent or out");
+        goto out;
+    }
+    for (Py_ssize_t i = 1; i < n1; i++)
+        if (par[i] < 0 || par[i] >= i) {
+            PyErr_SetString(PyExc_ValueError, "ancestor_mask: parents must precede children");
+            goto out;
+        }
+    uint8_t *m = o.buf;
+    m[0] = 1;
+    for (Py_ssize_t i = 1; i < n1; i++) {
+        memcpy(m + i * n1, m + par[i] * n1, (size_t)i);
+        m[i * n1 + i] = 1;
+    }
+    res = Py_None;
+    Py_INCREF(res);
+out:
+    PyBuffer_Release(&p);
+    PyBuffer_Release(&o);
+    return res;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *noargs) {
     static const char *names[] = {"generic", "avx2", "avx512"};
     return PyUnicode_FromString(names[simd_level()]);
@@ -784,6 +826,7 @@ static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"ddtree_dense", py_ddtree_dense, METH_VARARGS, ddtree_dense_doc},
     {"ranked_tree", py_ranked_tree, METH_VARARGS, ranked_tree_doc},
+    {"ancestor_mask", py_ancestor_mask, METH_VARARGS, ancestor_mask_doc},
     {"simd", py_simd, METH_NOARGS,
      "The vector code this CPU runs: 'avx512', 'avx2' or 'generic'."},
     {NULL, NULL, 0, NULL},

@@ -19,6 +19,7 @@ typedef int64_t FN(vl) __attribute__((vector_size(VBYTES)));
 typedef uint64_t FN(vu) __attribute__((vector_size(VBYTES)));
 typedef float FN(vfh) __attribute__((vector_size(VBYTES / 2)));
 #define WF (VBYTES / 4)
+#define BLOCK 2048 /* entries: 8 KB float32, 16 KB float64, within L1 */
 #define WD (VBYTES / 8)
 
 /* exp(x) for x <= ~0, relative error < 3e-7: x clamped below at -87 (float) / -708 (double)
@@ -111,30 +112,41 @@ ATTR static int FN(row_f32)(const float *x, Py_ssize_t V, int want_sum, RowOut *
     double acc = 0.0;
     int k = 0;
     Py_ssize_t i = 0;
-    for (; i + 4 * WF <= V; i += 4 * WF) {
-        FN(vf) v0, v1, v2, v3;
-        memcpy(&v0, x + i, sizeof v0);
-        memcpy(&v1, x + i + WF, sizeof v1);
-        memcpy(&v2, x + i + 2 * WF, sizeof v2);
-        memcpy(&v3, x + i + 3 * WF, sizeof v3);
-        STEP(FN(vf), FN(vi), FN(exp_vf), v0, m0, s0, b0, 1);
-        STEP(FN(vf), FN(vi), FN(exp_vf), v1, m1, s1, b1, 1);
-        STEP(FN(vf), FN(vi), FN(exp_vf), v2, m2, s2, b2, 1);
-        STEP(FN(vf), FN(vi), FN(exp_vf), v3, m3, s3, b3, 1);
-        /* a lane adds at most 64 / WF * 4 <= 16 float terms before the flush to double */
-        if (want_sum && ++k == 64 / WF) {
-            FN(vf) f = (s0 + s1) + (s2 + s3);
-            for (int j = 0; j < WF; j++) acc += (double)f[j];
-            s0 = s1 = s2 = s3 = (FN(vf)){0};
-            k = 0;
+    /* Blocks of BLOCK entries: the scan, then the keep test over the same (L1-resident)
+     * entries; one loop doing both runs out of vector registers. */
+    while (i + 4 * WF <= V) {
+        Py_ssize_t end = i + BLOCK < V ? i + BLOCK : V, start = i;
+        for (; i + 4 * WF <= end; i += 4 * WF) {
+            FN(vf) v0, v1, v2, v3;
+            memcpy(&v0, x + i, sizeof v0);
+            memcpy(&v1, x + i + WF, sizeof v1);
+            memcpy(&v2, x + i + 2 * WF, sizeof v2);
+            memcpy(&v3, x + i + 3 * WF, sizeof v3);
+            STEP(FN(vf), FN(vi), FN(exp_vf), v0, m0, s0, b0, 1);
+            STEP(FN(vf), FN(vi), FN(exp_vf), v1, m1, s1, b1, 1);
+            STEP(FN(vf), FN(vi), FN(exp_vf), v2, m2, s2, b2, 1);
+            STEP(FN(vf), FN(vi), FN(exp_vf), v3, m3, s3, b3, 1);
+            /* a lane adds at most 64 / WF * 4 <= 16 float terms before the flush to double */
+            if (want_sum && ++k == 64 / WF) {
+                FN(vf) f = (s0 + s1) + (s2 + s3);
+                for (int j = 0; j < WF; j++) acc += (double)f[j];
+                s0 = s1 = s2 = s3 = (FN(vf)){0};
+                k = 0;
+            }
         }
-        if (collect) {
+        if (!collect) continue;
+        for (Py_ssize_t q = start; q < i; q += 4 * WF) {
+            FN(vf) v0, v1, v2, v3;
+            memcpy(&v0, x + q, sizeof v0);
+            memcpy(&v1, x + q + WF, sizeof v1);
+            memcpy(&v2, x + q + 2 * WF, sizeof v2);
+            memcpy(&v3, x + q + 3 * WF, sizeof v3);
             FN(vi) h0 = v0 >= T, h1 = v1 >= T, h2 = v2 >= T, h3 = v3 >= T;
             if (MASK_BITS_F((h0 | h1) | (h2 | h3))) {
-                PUSH_HITS(MASK_BITS_F(h0), i, x, (FN(vf)){0} + prefilter_f32(c->theta));
-                PUSH_HITS(MASK_BITS_F(h1), i + WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
-                PUSH_HITS(MASK_BITS_F(h2), i + 2 * WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
-                PUSH_HITS(MASK_BITS_F(h3), i + 3 * WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
+                PUSH_HITS(MASK_BITS_F(h0), q, x, (FN(vf)){0} + prefilter_f32(c->theta));
+                PUSH_HITS(MASK_BITS_F(h1), q + WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
+                PUSH_HITS(MASK_BITS_F(h2), q + 2 * WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
+                PUSH_HITS(MASK_BITS_F(h3), q + 3 * WF, x, (FN(vf)){0} + prefilter_f32(c->theta));
             }
         }
     }
@@ -175,33 +187,42 @@ ATTR static int FN(row_f64)(const double *x, Py_ssize_t V, int want_sum, RowOut 
     double acc = 0.0;
     int k = 0;
     Py_ssize_t i = 0;
-    for (; i + 4 * WD <= V; i += 4 * WD) {
-        FN(vd) v0, v1, v2, v3;
-        memcpy(&v0, x + i, sizeof v0);
-        memcpy(&v1, x + i + WD, sizeof v1);
-        memcpy(&v2, x + i + 2 * WD, sizeof v2);
-        memcpy(&v3, x + i + 3 * WD, sizeof v3);
-        STEPMAX(FN(vd), FN(vl), v0, m0, b0);
-        STEPMAX(FN(vd), FN(vl), v1, m1, b1);
-        STEPMAX(FN(vd), FN(vl), v2, m2, b2);
-        STEPMAX(FN(vd), FN(vl), v3, m3, b3);
-        if (want_sum) {
-            s0 += FN(exp_vf)(FN(narrow2)(v0, v1));
-            s1 += FN(exp_vf)(FN(narrow2)(v2, v3));
-            if (++k == 16) { /* a lane adds at most 16 float terms before the flush */
-                FN(vf) f = s0 + s1;
-                for (int j = 0; j < WF; j++) acc += (double)f[j];
-                s0 = s1 = (FN(vf)){0};
-                k = 0;
+    while (i + 4 * WD <= V) {
+        Py_ssize_t end = i + BLOCK < V ? i + BLOCK : V, start = i;
+        for (; i + 4 * WD <= end; i += 4 * WD) {
+            FN(vd) v0, v1, v2, v3;
+            memcpy(&v0, x + i, sizeof v0);
+            memcpy(&v1, x + i + WD, sizeof v1);
+            memcpy(&v2, x + i + 2 * WD, sizeof v2);
+            memcpy(&v3, x + i + 3 * WD, sizeof v3);
+            STEPMAX(FN(vd), FN(vl), v0, m0, b0);
+            STEPMAX(FN(vd), FN(vl), v1, m1, b1);
+            STEPMAX(FN(vd), FN(vl), v2, m2, b2);
+            STEPMAX(FN(vd), FN(vl), v3, m3, b3);
+            if (want_sum) {
+                s0 += FN(exp_vf)(FN(narrow2)(v0, v1));
+                s1 += FN(exp_vf)(FN(narrow2)(v2, v3));
+                if (++k == 16) { /* a lane adds at most 16 float terms before the flush */
+                    FN(vf) f = s0 + s1;
+                    for (int j = 0; j < WF; j++) acc += (double)f[j];
+                    s0 = s1 = (FN(vf)){0};
+                    k = 0;
+                }
             }
         }
-        if (collect) {
+        if (!collect) continue;
+        for (Py_ssize_t q = start; q < i; q += 4 * WD) {
+            FN(vd) v0, v1, v2, v3;
+            memcpy(&v0, x + q, sizeof v0);
+            memcpy(&v1, x + q + WD, sizeof v1);
+            memcpy(&v2, x + q + 2 * WD, sizeof v2);
+            memcpy(&v3, x + q + 3 * WD, sizeof v3);
             FN(vl) h0 = v0 >= T, h1 = v1 >= T, h2 = v2 >= T, h3 = v3 >= T;
             if (MASK_BITS_D((h0 | h1) | (h2 | h3))) {
-                PUSH_HITS(MASK_BITS_D(h0), i, x, (FN(vd)){0} + c->theta);
-                PUSH_HITS(MASK_BITS_D(h1), i + WD, x, (FN(vd)){0} + c->theta);
-                PUSH_HITS(MASK_BITS_D(h2), i + 2 * WD, x, (FN(vd)){0} + c->theta);
-                PUSH_HITS(MASK_BITS_D(h3), i + 3 * WD, x, (FN(vd)){0} + c->theta);
+                PUSH_HITS(MASK_BITS_D(h0), q, x, (FN(vd)){0} + c->theta);
+                PUSH_HITS(MASK_BITS_D(h1), q + WD, x, (FN(vd)){0} + c->theta);
+                PUSH_HITS(MASK_BITS_D(h2), q + 2 * WD, x, (FN(vd)){0} + c->theta);
+                PUSH_HITS(MASK_BITS_D(h3), q + 3 * WD, x, (FN(vd)){0} + c->theta);
             }
         }
     }
@@ -234,6 +255,7 @@ ATTR static int FN(row_f64)(const double *x, Py_ssize_t V, int want_sum, RowOut 
 #undef STEPMAX
 #undef PUSH_HITS
 #undef WF
+#undef BLOCK
 #undef WD
 #undef FN
 #undef CAT
