@@ -451,8 +451,10 @@ def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, 
     """Per row, the ``k`` best ``(tok, val)`` pairs by decreasing ``val``, ties to smaller ``tok``.
 
     ``np.lexsort`` over whole rows costs 3x an ``argpartition`` + ``argsort`` of the top ``k``;
-    that is exact whenever a row has no tied values in its top ``k`` (nor across the cut), so
-    only rows with ties are lexsorted.
+    that is exact whenever a row has no tied values in its top ``k`` (nor across the cut). A
+    row with ties is ranked from its ``k``-th value ``t``: the entries above ``t`` lexsorted (a
+    few), then the smallest tokens at ``t`` (often a junk-floor plateau: an integer sort).
+    ``toks`` must be distinct within a row.
     """
     width = vals.shape[1]
     if k < width:
@@ -468,8 +470,17 @@ def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, 
     if k < width:
         tied |= (vals >= vals_k[:, -1:]).sum(axis=1) > k
     for r in np.flatnonzero(tied):
-        order = np.lexsort((toks[r], -vals[r]))[:k]
-        toks_k[r], vals_k[r] = toks[r][order], vals[r][order]
+        t = vals_k[r, -1]                       # the k-th largest value of the row
+        above = vals[r] > t
+        order = np.lexsort((toks[r][above], -vals[r][above]))
+        at_t = np.sort(toks[r][vals[r] == t])[: k - order.size]
+        if order.size + at_t.size != k:         # NaN entries: rank the whole row
+            order = np.lexsort((toks[r], -vals[r]))[:k]
+            toks_k[r], vals_k[r] = toks[r][order], vals[r][order]
+            continue
+        toks_k[r] = np.concatenate([toks[r][above][order], at_t])
+        vals_k[r, : order.size] = vals[r][above][order]
+        vals_k[r, order.size:] = t
     return toks_k, vals_k
 
 
