@@ -77,11 +77,14 @@ class _ClassTable:
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
-#: ClassLogMarginals, O(L V / m) floats each (1 MB at V = 32768): a round reuses its context's,
-#: and a sampled fill's correction proposal asks for it again after the draft is built.
-_LAZY_CACHE = 32
-#: Parent-independent parts of the correction proposal, (topic, last token, depth) -> (V,).
-_CONDITIONAL_CACHE = 64
+#: ClassLogMarginals, O(L V / m) floats each (2 MB at V = 32768 with the class maxima): a round
+#: reuses its context's, and a sampled fill's correction proposal asks for it again after the
+#: draft is built. Few: a fresh context's arrays then reuse memory still in cache (32 entries,
+#: 64 MB, made fresh ddtree rounds 9% slower).
+_LAZY_CACHE = 4
+#: Parent-independent parts of the correction proposal, (topic, last token, depth) -> (V,): at
+#: least one context's depths (``max(16, L + 1)`` entries, see ``conditional``).
+_CONDITIONAL_CACHE = 16
 _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats each
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
@@ -410,7 +413,7 @@ class BlockDiffusionDrafter:
             shared += kappa * j / self.vocab_size
             shared.flags.writeable = False
             self._conditional_shared[key] = shared
-            if len(self._conditional_shared) > _CONDITIONAL_CACHE:
+            if len(self._conditional_shared) > max(_CONDITIONAL_CACHE, self.depth + 1):
                 self._conditional_shared.popitem(last=False)
         else:
             self._conditional_shared.move_to_end(key)
