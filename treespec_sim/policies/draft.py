@@ -11,7 +11,7 @@ sample at the proposal's temperature.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -48,11 +48,17 @@ class ProposalRows(NDArrayOperatorsMixin):
         ``laws[row_of[v]]`` is row ``v``; ``-1`` is an all-zero row (a leaf: never read).
     vocab_size : int
         ``V`` (needed when no node has a law).
+    law_stats : tuple of (float, float), optional
+        ``(law.min(), law.sum())`` of each law, computed by the builder while the law was still
+        in cache, so the verifier's proposal check need not read every ``(V,)`` law again
+        (the same floats; only for read-only laws, which cannot change afterwards).
     """
 
     laws: tuple[np.ndarray, ...]
     row_of: np.ndarray
     vocab_size: int
+    law_stats: tuple[tuple[float, float], ...] | None = field(default=None, compare=False,
+                                                              repr=False)
 
     def __post_init__(self) -> None:
         laws = tuple(np.asarray(q, dtype=np.float64) for q in self.laws)
@@ -70,6 +76,9 @@ class ProposalRows(NDArrayOperatorsMixin):
                              f"{row_of[(row_of < -1) | (row_of >= len(laws))][0]}")
         row_of = row_of.astype(np.intp, copy=True)
         row_of.flags.writeable = False
+        if self.law_stats is not None and (
+                len(self.law_stats) != len(laws) or any(q.flags.writeable for q in laws)):
+            raise ValueError("law_stats needs one (min, sum) per law, and read-only laws")
         object.__setattr__(self, "laws", laws)
         object.__setattr__(self, "row_of", row_of)
         object.__setattr__(self, "vocab_size", v)

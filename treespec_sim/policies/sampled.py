@@ -84,15 +84,28 @@ class PreparedLaw:
     block_cdf : ndarray float64 (ceil(V / B),)
         Cumulative sum of ``block_mass``.
     support : int
-        Tokens with positive mass.
+        Tokens with positive mass (counted on first use: :meth:`covers` rarely needs it).
     """
 
     q: np.ndarray
     block: int
     block_mass: np.ndarray
     block_cdf: np.ndarray
-    support: int
     _top: dict = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def support(self) -> int:
+        """Tokens with positive mass (one ``O(V)`` count, cached)."""
+        return int(np.count_nonzero(self.q > 0))
+
+    def covers(self, k: int) -> bool:
+        """Whether at least ``k`` tokens have positive mass.
+
+        A block of positive mass holds a positive token, so the ``O(sqrt V)`` count of such
+        blocks settles it whenever ``k`` is at most that; the ``O(V)`` :attr:`support` only
+        otherwise.
+        """
+        return k <= int(np.count_nonzero(self.block_mass > 0)) or k <= self.support
 
     @classmethod
     def of(cls, q) -> PreparedLaw:
@@ -105,7 +118,7 @@ class PreparedLaw:
         cdf = np.cumsum(mass)
         if not (cdf[-1] > 0 and math.isfinite(cdf[-1])):
             raise ValueError(f"a law needs a finite positive total mass; got {cdf[-1]!r}")
-        return cls(q, block, mass, cdf, int(np.count_nonzero(q > 0)))
+        return cls(q, block, mass, cdf)
 
     def top(self, k: int) -> np.ndarray:
         """The ``k`` most likely tokens, best first, ties to the smaller id (cached)."""
@@ -190,7 +203,7 @@ def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generato
     """
     if scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
-    if scheme != "iid" and k > law.support:
+    if scheme != "iid" and not law.covers(k):
         raise ValueError(f"width {k} exceeds the proposal's support ({law.support} tokens) "
                          f"under scheme {scheme!r}")
     left = _Remaining(law)
@@ -430,6 +443,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     laws: list[PreparedLaw] = []
     law_index: dict[Any, int] = {}      # depth (marginal) or (depth, parent token) -> index
     raw: dict[Any, np.ndarray] = {}     # the same keys at T = 0: the untempered row
+    stats: list[tuple[float, float]] = []  # (min, sum) of each law: ProposalRows.law_stats
     # (node in shape, node in output); BFS so a node's token exists before its children draw
     queue = [(0, 0)]
     head = 0
@@ -456,9 +470,11 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
                 q.flags.writeable = False
                 r = law_index[key] = len(laws)
                 laws.append(PreparedLaw.of(q))
+                q = laws[-1].q
+                stats.append((q.min(), q.sum()))  # for the verifier's check, while in cache
             law = laws[r]
             k = kids.size
-            if scheme != "iid" and k > law.support:
+            if scheme != "iid" and not law.covers(k):
                 if not cap_to_support:
                     raise ValueError(f"width {k} at depth {depth} exceeds the proposal's support "
                                      f"({law.support} tokens) under scheme {scheme!r}")
@@ -476,7 +492,8 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     if t == 0.0:
         return Draft(tree, None, "deterministic", None)
     vocab = laws[0].q.size if laws else 1
-    rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab)
+    rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab,
+                        law_stats=tuple(stats))
     return Draft(tree, rows, scheme, t)
 
 

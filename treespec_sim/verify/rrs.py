@@ -120,13 +120,15 @@ def _check_proposal_rows(proposal: ProposalRows, tree: DraftTree, *,
         raise ValueError(f"proposal[{v}] sums to 0.0, not 1 (tolerance {tol:g} for float64 "
                          "input)")
     laws = list(proposal.laws)
+    stats = proposal.law_stats
     fixed = False
     # first inner node of each used law, in node order (so errors name the node a dense
     # check would name first)
     uniq, first = np.unique(used, return_index=True)
     for r, i in sorted(zip(uniq.tolist(), first.tolist(), strict=True), key=lambda p: p[1]):
         q, v = laws[r], int(inner[i])
-        lo, total = q.min(), q.sum()  # NaN propagates through both; +-inf through the sum
+        # NaN propagates through both; +-inf through the sum (the builder's stats are these)
+        lo, total = (q.min(), q.sum()) if stats is None else stats[r]
         if not (np.isfinite(lo) and np.isfinite(total)):
             c = int(np.flatnonzero(~np.isfinite(q))[0])
             raise ValueError(f"proposal[{v}, {c}] = {q[c]} is not finite")
