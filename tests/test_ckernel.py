@@ -79,7 +79,7 @@ def test_row_sums_are_within_the_margin_of_exact_sums(dtype):
             if V > 4:
                 x[0, 1] = -np.inf
             lp = x.astype(dtype)
-            mx, sums, nan_row = kernel.scan(lp, True)
+            _, mx, sums, nan_row = kernel.scan(lp, True, 1e-3, 2e-5, 1e-12)
             exact = np.exp(lp.astype(np.float64)).sum(axis=1)
             assert nan_row == -1
             np.testing.assert_array_equal(np.frombuffer(mx), lp.max(axis=1).astype(np.float64))
@@ -94,8 +94,8 @@ def test_scan_reports_the_first_nan_row():
     lp = np.full((4, 100), -np.log(100.0))
     lp[2, 57] = np.nan
     lp[3, 99] = np.nan
-    assert kernel.scan(lp, True)[2] == 2
-    assert kernel.scan(lp.astype(np.float32), False)[2] == 2
+    assert kernel.scan(lp, True, 1e-3, 2e-5, 1e-12)[3] == 2
+    assert kernel.scan(lp.astype(np.float32), False, 1e-3, 2e-5, 1e-12)[3] == 2
 
 
 def _outcome(fn, *args, **kwargs):
@@ -223,11 +223,11 @@ def test_torch_input_takes_the_kernel_path_and_gives_the_same_tree(numpy_path):
 @needs_kernel
 def test_kernel_refuses_bad_buffers():
     with pytest.raises(ValueError, match="float32 or float64"):
-        kernel.scan(np.zeros((2, 3), dtype=np.int64), True)
+        kernel.scan(np.zeros((2, 3), dtype=np.int64), True, 1e-3, 2e-5, 1e-12)
     with pytest.raises(ValueError, match="2-dimensional"):
-        kernel.scan(np.zeros(3), True)
+        kernel.scan(np.zeros(3), True, 1e-3, 2e-5, 1e-12)
     with pytest.raises(ValueError, match="budget must be >= 1"):
-        kernel.ddtree_dense(np.zeros((2, 3)), 0, True)
+        kernel.ddtree_dense(np.zeros((2, 3)), 0, True, 1e-3, 2e-5, 1e-12)
     with pytest.raises(ValueError, match="offsets"):
         kernel.ranked_tree(np.zeros(3), np.zeros(3, dtype=np.int64),
                            np.array([0, 2, 1], dtype=np.int64), 2)

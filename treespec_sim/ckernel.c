@@ -615,34 +615,45 @@ done:
 }
 
 /* ------------------------------------------------------------------ Python entry points */
-static PyObject *stats_bytes(const RowOut *rows, Py_ssize_t L, PyObject **mx,
-                             PyObject **sm, Py_ssize_t *nan_row) {
-    *mx = PyBytes_FromStringAndSize(NULL, L * 8);
-    *sm = PyBytes_FromStringAndSize(NULL, L * 8);
-    if (!*mx || !*sm) {
-        Py_XDECREF(*mx);
-        Py_XDECREF(*sm);
-        return NULL;
-    }
-    double *a = (double *)PyBytes_AS_STRING(*mx), *b = (double *)PyBytes_AS_STRING(*sm);
-    *nan_row = -1;
+/* The input check's verdict on the rows' statistics: 1 only if every row clearly passes --
+ * no NaN, max in (-inf, pos_tol], and (check_sums) |sum - 1| <= tol - (margin sum + 1e-30),
+ * the margin bounding the kernel's error on sum (1e-30: entries below exp(-87) counted as
+ * exp(-87)). 0 sends the array to numpy's check, which decides it and words the error. */
+static int clear_pass(const RowOut *rows, Py_ssize_t L, int check_sums, double tol,
+                      double margin, double pos_tol) {
     for (Py_ssize_t d = 0; d < L; d++) {
-        a[d] = rows[d].max;
-        b[d] = rows[d].sum;
-        if (rows[d].nan && *nan_row < 0) *nan_row = d;
+        double m = rows[d].max, s = rows[d].sum;
+        if (rows[d].nan || !(m <= pos_tol) || !(m > -INFINITY)) return 0;
+        if (check_sums && !(fabs(s - 1.0) <= tol - (margin * s + 1e-30))) return 0;
     }
-    return *mx;
+    return 1;
+}
+
+static PyObject *stats_bytes(const RowOut *rows, Py_ssize_t L, int field) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, L * 8);
+    if (!b) return NULL;
+    double *a = (double *)PyBytes_AS_STRING(b);
+    for (Py_ssize_t d = 0; d < L; d++) a[d] = field ? rows[d].sum : rows[d].max;
+    return b;
+}
+
+static Py_ssize_t first_nan(const RowOut *rows, Py_ssize_t L) {
+    for (Py_ssize_t d = 0; d < L; d++)
+        if (rows[d].nan) return d;
+    return -1;
 }
 
 static const char scan_doc[] =
-    "scan(lp, want_sum) -> (row_max, row_sum, nan_row)\n\n"
-    "One pass over a C-contiguous float32/float64 (L, V) array: float64 row maxima and sums of\n"
-    "exp (bytes; sums are 0 unless want_sum) and the first row holding a NaN (-1 if none).";
+    "scan(lp, check_sums, tol, margin, pos_tol) -> (clear, row_max, row_sum, nan_row)\n\n"
+    "One pass over a C-contiguous float32/float64 (L, V) array: whether every row clearly\n"
+    "passes the input check (see clear_pass), float64 row maxima and sums of exp (bytes; sums\n"
+    "are 0 unless check_sums) and the first row holding a NaN (-1 if none).";
 
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *obj;
     int want_sum;
-    if (!PyArg_ParseTuple(args, "Op", &obj, &want_sum)) return NULL;
+    double tol, margin, pos_tol;
+    if (!PyArg_ParseTuple(args, "Opddd", &obj, &want_sum, &tol, &margin, &pos_tol)) return NULL;
     Py_buffer view;
     if (get_buffer(obj, &view, "lp", 2) < 0) return NULL;
     if (check_float_view(&view) < 0) {
@@ -659,24 +670,25 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     for (Py_ssize_t d = 0; d < L; d++) row_pass(&view, d, want_sum, &rows[d], NULL);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    PyObject *mx, *sm;
-    Py_ssize_t nan_row;
-    PyObject *ok = stats_bytes(rows, L, &mx, &sm, &nan_row);
+    int clear = clear_pass(rows, L, want_sum, tol, margin, pos_tol);
+    PyObject *res = Py_BuildValue("(iNNn)", clear, stats_bytes(rows, L, 0),
+                                  stats_bytes(rows, L, 1), first_nan(rows, L));
     free(rows);
-    if (!ok) return NULL;
-    return Py_BuildValue("(NNn)", mx, sm, nan_row);
+    return res;
 }
 
 static const char ddtree_dense_doc[] =
-    "ddtree_dense(lp, budget, want_sum) -> (row_max, row_sum, nan_row, parent, token, depth)\n\n"
-    "scan() and DDTree's nodes in the same pass: parent/token/depth are int64 bytearrays of\n"
-    "n + 1 entries (node 0 the root), valid only if the row stats pass the input check.";
+    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol) -> (clear, parent, token, depth)\n\n"
+    "scan()'s verdict and DDTree's nodes from the same pass: parent/token/depth are int64\n"
+    "bytearrays of n + 1 entries (node 0 the root), valid only if the rows pass the check.";
 
 static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t budget;
     int want_sum;
-    if (!PyArg_ParseTuple(args, "Onp", &obj, &budget, &want_sum)) return NULL;
+    double tol, margin, pos_tol;
+    if (!PyArg_ParseTuple(args, "Onpddd", &obj, &budget, &want_sum, &tol, &margin, &pos_tol))
+        return NULL;
     if (budget < 1) {
         PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
         return NULL;
@@ -698,24 +710,12 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     n = dense_build(&view, budget, want_sum, rows, &parent, &token, &depth);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (n < 0) {
-        free(rows);
-        return PyErr_NoMemory();
-    }
-    PyObject *mx, *sm;
-    Py_ssize_t nan_row;
-    PyObject *ok = stats_bytes(rows, L, &mx, &sm, &nan_row);
+    int clear = n >= 0 && clear_pass(rows, L, want_sum, tol, margin, pos_tol);
     free(rows);
+    if (n < 0) return PyErr_NoMemory();
     PyObject *nodes = nodes_tuple(n, parent, token, depth);
-    if (!ok || !nodes) {
-        if (ok) {
-            Py_DECREF(mx);
-            Py_DECREF(sm);
-        }
-        Py_XDECREF(nodes);
-        return NULL;
-    }
-    PyObject *res = Py_BuildValue("(NNnOOO)", mx, sm, nan_row, PyTuple_GET_ITEM(nodes, 0),
+    if (!nodes) return NULL;
+    PyObject *res = Py_BuildValue("(iOOO)", clear, PyTuple_GET_ITEM(nodes, 0),
                                   PyTuple_GET_ITEM(nodes, 1), PyTuple_GET_ITEM(nodes, 2));
     Py_DECREF(nodes);
     return res;

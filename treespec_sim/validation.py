@@ -37,7 +37,7 @@ from . import compiled
 
 __all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array",
            "check_budget", "check_log_q", "check_root_token", "check_temperature",
-           "row_sum_tolerance", "scan_passes"]
+           "kernel_check_args", "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -163,34 +163,27 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
 
 def _check_compiled(lp: np.ndarray, source: str, check_sums: bool
                     ) -> tuple[np.ndarray, bool] | None:
-    """The check in one compiled pass per row (max, NaN flag, total mass), or ``None``."""
+    """The check in one compiled pass per row (max, NaN flag, total mass): ``(row_max,
+    has_positive)`` when every row clearly passes, else ``None`` (numpy then decides).
+
+    Clearly: no NaN, maxima in ``(-inf, LOGPROB_POSITIVE_TOL]`` and, with ``check_sums``, every
+    ``|sum - 1|`` below the tolerance by more than the kernel's error bound on the sum
+    (:data:`treespec_sim.compiled.ROW_SUM_MARGIN`), so the verdict is numpy's.
+    """
     kernel = compiled.kernel
     if kernel is None or lp.dtype not in (np.float32, np.float64) or not lp.flags.c_contiguous:
         return None
-    return scan_passes(*kernel.scan(lp, check_sums), source, check_sums)
-
-
-def scan_passes(row_max: bytes, row_sum: bytes, nan_row: int, source: str, check_sums: bool
-                ) -> tuple[np.ndarray, bool] | None:
-    """The verdict on the compiled kernel's row statistics: ``(row_max, has_positive)`` only
-    when every row clearly passes :func:`check_log_q`, else ``None`` (numpy then decides).
-
-    Clearly: no NaN, maxima in ``(-inf, LOGPROB_POSITIVE_TOL]`` and, with ``check_sums``, every
-    ``|sum - 1|`` below the tolerance by more than the kernel's error bound
-    (:data:`treespec_sim.compiled.ROW_SUM_MARGIN`), so the verdict is numpy's.
-    """
-    if nan_row >= 0:
+    clear, row_max, _, _ = kernel.scan(lp, check_sums, *kernel_check_args(source))
+    if not clear:
         return None
-    mx = np.frombuffer(row_max, dtype=np.float64)
-    if not ((mx <= LOGPROB_POSITIVE_TOL).all() and (mx > -np.inf).all()):
-        return None
-    if check_sums:
-        s = np.frombuffer(row_sum, dtype=np.float64)
-        # 1e-30: entries below exp(-87) are counted as exp(-87) (at most V x 2e-38)
-        margin = compiled.ROW_SUM_MARGIN * s + 1e-30
-        if not (np.abs(s - 1.0) <= row_sum_tolerance(source) - margin).all():
-            return None
-    return mx.copy(), bool((mx > 0).any())
+    mx = np.frombuffer(row_max, dtype=np.float64).copy()
+    return mx, bool((mx > 0).any())
+
+
+def kernel_check_args(source: str) -> tuple[float, float, float]:
+    """``(tol, margin, positive_tol)``: the compiled kernel's check parameters for an input of
+    dtype ``source`` (the kernel's verdict rule: ``clear_pass`` in ``treespec_sim/ckernel.c``)."""
+    return row_sum_tolerance(source), compiled.ROW_SUM_MARGIN, LOGPROB_POSITIVE_TOL
 
 
 def check_budget(budget, name: str = "budget") -> int:

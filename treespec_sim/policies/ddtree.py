@@ -44,7 +44,8 @@ import numpy as np
 from .. import compiled
 from ..marginals import LazyLogMarginals, kth_largest, ranked_candidates
 from ..tree import DraftTree
-from ..validation import as_float_array, check_budget, check_log_q, check_root_token, scan_passes
+from ..validation import (as_float_array, check_budget, check_log_q, check_root_token,
+                          kernel_check_args)
 
 __all__ = ["build_nodes", "build_nodes_numpy", "ddtree", "ddtree_with_mask", "kth_largest",
            "ranked_candidates", "trusted_tree"]
@@ -141,16 +142,20 @@ def _ddtree_compiled(log_q, budget, root_token, check_sums: bool) -> DraftTree |
     if type(log_q).__module__.split(".")[0] == "torch":
         lp, source = as_float_array(log_q, "log_q")  # a view of a CPU float32/64 tensor
     elif isinstance(log_q, np.ndarray):
-        lp, source = log_q, log_q.dtype.name
+        lp = log_q
+        source = _FLOAT_NAMES.get(lp.dtype)
     else:
         return None
-    if (lp.dtype not in (np.float32, np.float64) or lp.ndim != 2 or min(lp.shape) < 1
-            or not lp.flags.c_contiguous or root_token >= lp.shape[1]):
+    if (source is None or lp.ndim != 2 or min(lp.shape) < 1 or not lp.flags.c_contiguous
+            or root_token >= lp.shape[1]):
         return None
-    row_max, row_sum, nan_row, *nodes = kernel.ddtree_dense(lp, budget, check_sums)
-    if scan_passes(row_max, row_sum, nan_row, source, check_sums) is None:
+    clear, *nodes = kernel.ddtree_dense(lp, budget, check_sums, *kernel_check_args(source))
+    if not clear:
         check_log_q(lp, check_sums=check_sums, clamp=False)  # raises, or passes a margin row
     return trusted_tree(*_nodes(nodes), root_token)
+
+
+_FLOAT_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
 def trusted_tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_token: int
@@ -177,7 +182,7 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
     """
     kernel = compiled.kernel
     if kernel is not None and lp.dtype in (np.float32, np.float64) and lp.flags.c_contiguous:
-        return _nodes(kernel.ddtree_dense(lp, budget, False)[3:])
+        return _nodes(kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf)[1:])
     return build_nodes_numpy(lp, row_max, budget)
 
 
