@@ -44,8 +44,13 @@ import numpy as np
 from .. import compiled
 from ..marginals import LazyLogMarginals, kth_largest, ranked_candidates
 from ..tree import DraftTree
-from ..validation import (as_float_array, check_budget, check_log_q, check_root_token,
-                          kernel_check_args)
+from ..validation import (
+    as_float_array,
+    check_budget,
+    check_log_q,
+    check_root_token,
+    kernel_check_args,
+)
 
 __all__ = ["build_nodes", "build_nodes_numpy", "ddtree", "ddtree_with_mask", "kth_largest",
            "ranked_candidates", "trusted_tree"]
