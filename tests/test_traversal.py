@@ -13,6 +13,8 @@ from proofs_check.theorems import SHAPES, RandomWorld, _lossless_gap, _package
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length, verify
+from treespec_sim.verify.traversal import _POINT, _lazy_trials
+from treespec_sim.verify.univer import trials
 
 EXACT_TOL = 1e-9
 
@@ -119,3 +121,27 @@ def test_bad_input(rule):
     dup = DraftTree.from_parents_multiset([-1, 0, 0], [0, 1, 1])
     with pytest.raises(ValueError, match="duplicate siblings"):
         expected_length(dup, rows, rule=rule, proposal=good)
+
+
+@pytest.mark.parametrize("step", ["traversal", "conditional", "reverse", "condrev"])
+def test_lazy_trials_are_the_trials(step):
+    """The run's trials (proposals built only on demand, point masses never built) are
+    univer.trials' bit for bit: the same positions, tried entries and proposals."""
+    rng = np.random.default_rng(31)
+    for _ in range(100):
+        vocab = int(rng.integers(3, 30))
+        q = rng.dirichlet(np.full(vocab, 0.5))
+        k = 2 if step in ("reverse", "condrev") else int(rng.integers(1, 4))
+        tokens = rng.choice(vocab, size=k, replace=False)
+        scratch = np.empty(vocab)
+        # a built proposal lives in scratch until the next trial: copy it before resuming
+        lazy = [(pos, rho_x, rho().copy() if callable(rho) else rho)
+                for pos, rho_x, rho in _lazy_trials(step, q, tokens, scratch)]
+        ref = list(trials(step, q, tokens))
+        assert [p for p, _, _ in lazy] == [p for p, _ in ref]
+        for (pos, rho_x, rho), (_, want) in zip(lazy, ref, strict=True):
+            assert rho_x == want[tokens[pos]]
+            if rho is _POINT:
+                assert want[tokens[pos]] == 1.0 and want.sum() == 1.0
+            else:
+                assert np.array_equal(rho, want)

@@ -28,12 +28,20 @@ from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length, verify
 from treespec_sim.verify.univer import (
     CHOOSERS,
+    COIN,
     ENUM_LIMIT,
     NodeView,
+    _argmax,
+    _inclusion_bound,
+    _LawTerms,
+    _sorted_support,
+    _two_child_reference,
+    candidate_steps,
     choose_guided,
     choose_safe,
     enumerated_accepts,
     n_ordered_draws,
+    step_value,
     two_child_accepts,
 )
 
@@ -235,3 +243,81 @@ def test_no_rule_dominates_witness():
 def test_traversal_below_rrsw_witness():
     _, value = _traversal_below_rrsw(np.random.default_rng(0), 10)
     assert value > 1e-3
+
+
+def _closed_form_case(rng):
+    """A random (q, r, s) for the k = 2 closed forms: zeros, ties (rounded laws), r == q."""
+    vocab = int(rng.integers(2, 40))
+    q = rng.dirichlet(np.full(vocab, float(rng.choice([0.05, 0.3, 1.0]))))
+    if rng.random() < 0.3:
+        q[rng.integers(vocab, size=vocab // 3)] = 0.0
+    if rng.random() < 0.2:
+        q = np.round(q * 8) / 8  # many tied ratios
+    if np.count_nonzero(q) < 2:
+        return None
+    q /= q.sum()
+    r = rng.dirichlet(np.full(vocab, float(rng.choice([0.2, 1.0]))))
+    if rng.random() < 0.3:
+        r = np.round(r * 6) / 6
+        if r.sum() == 0:
+            return None
+        r /= r.sum()
+    if rng.random() < 0.2:
+        r = q.copy()
+    s = 1.0 if rng.random() < 0.3 else float(rng.uniform(0.001, 1.0))
+    return q, r, s
+
+
+def test_closed_forms_are_the_full_sort_floats():
+    """The support-only sorts, the order shared across scales and the scratch arrays give
+    the floats of one full sort per step, bit for bit (ties included: the fallback), on
+    every step and coin variant of a node, with the node's terms shared as _argmax shares
+    them."""
+    rng = np.random.default_rng(21)
+    checked = 0
+    for _ in range(600):
+        case = _closed_form_case(rng)
+        if case is None:
+            continue
+        q, r, s = case
+        fast, ref = _LawTerms(q), _LawTerms(q)
+        for step in candidate_steps(2):
+            coin = step.startswith(COIN)
+            inner = step[len(COIN):] if coin else step
+            mu = (1.0 if coin else s) * r
+            got = two_child_accepts(mu, q, inner, _terms=fast)
+            assert np.array_equal(got, _two_child_reference(mu, inner, ref)), (step, q, mu)
+            checked += 1
+    assert checked > 2000
+
+
+def test_tied_ratios_with_different_terms_fall_back():
+    """Equal ratios carried by different (g, h) pairs: the sums depend on the order inside
+    the tie, so the sorted support refuses them and the reference sort decides."""
+    g = np.array([0.25, 0.125, 0.75])
+    h = np.array([0.5, 0.25, 0.25])  # ratios 0.5, 0.5, 3 (exact)
+    assert _sorted_support(g, h, presorted=False) is None
+    same = _sorted_support(np.array([0.75, 0.125, 0.125]), np.array([0.25, 0.25, 0.25]), False)
+    assert same is not None and np.array_equal(same[0], [0.5, 0.5, 3.0])
+
+
+def test_argmax_shortcuts_change_no_choice():
+    """Skipping a node by its scale bound and a step by its inclusion bound picks the step
+    the exhaustive argmax picks; every step's value is within its inclusion bound."""
+    rng = np.random.default_rng(22)
+    n = 0
+    for _ in range(800):
+        case = _closed_form_case(rng)
+        if case is None:
+            continue
+        q, r, s = case
+        s = float(rng.choice([s, 10 ** rng.uniform(-14, -9), 1.0]))
+        view = NodeView(1, (0,), s, r, q, (1, 1))
+        weights = np.ones(2) if rng.random() < 0.5 else rng.integers(1, 6, 2).astype(float)
+        terms, cache = _LawTerms(q), {}
+        for step in candidate_steps(2):
+            val = step_value(view, step, weights, _terms=terms)
+            assert val <= _inclusion_bound(view, weights, terms, step.startswith(COIN), cache)
+        assert _argmax(view, weights) == _argmax(view, weights, shortcuts=False)
+        n += 1
+    assert n > 500

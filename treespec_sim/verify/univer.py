@@ -577,7 +577,7 @@ def candidate_steps(k: int) -> tuple[str, ...]:
     return (*base, *(COIN + s for s in base))
 
 
-def _no_step_can_switch(view: NodeView, weights: np.ndarray, q: np.ndarray) -> bool:
+def _no_step_can_switch(view: NodeView, weights: np.ndarray, q_sum: float) -> bool:
     r"""Whether no step can beat traversal by the switch margin, whatever the values.
 
     A step's expected accepted mass is at most the target mass :math:`s \sum r` (coin or not:
@@ -587,27 +587,67 @@ def _no_step_can_switch(view: NodeView, weights: np.ndarray, q: np.ndarray) -> b
     would compute loses to traversal. Deep nodes of a sampled tree are often visited with
     :math:`s < 10^{-30}`. Only for a proposal that sums to 1 (the closed forms' premise).
     """
-    if abs(float(q.sum()) - 1.0) > 1e-6:
+    if abs(q_sum - 1.0) > 1e-6:
         return False
     bound = 2.0 * float(np.max(np.abs(weights))) * abs(view.scale) * \
         max(float(np.abs(view.target).sum()), 1.0)
     return bound < TIE_TOL
 
 
-def _argmax(view: NodeView, weights: np.ndarray) -> str:
+def _inclusion_bound(view: NodeView, weights: np.ndarray, terms: _LawTerms, coin: bool,
+                     cache: dict) -> float:
+    r"""An upper bound on the value of every two-child step at ``view`` (``coin``: of every
+    coin step), rounding included.
+
+    A lossless step accepts token :math:`y` with probability at most :math:`\mu(y)` (the
+    emitted law is the target's) and at most :math:`\pi(y) = q(y) + m_2(y)`, the chance that
+    one of the two draws is :math:`y`; so its accepted mass is at most
+    :math:`B(\mu) = \sum_y \min(\mu(y), \pi(y))`, and a coin step's at most :math:`s\,B(r)`.
+    The closed forms compute those masses from non-negative terms up to a relative
+    ``~V eps`` (and an absolute ``~V eps`` of the target mass where the conditional forms
+    subtract), far inside the slack added here, so a step whose bound is at most the switch
+    threshold cannot be chosen and need not be computed.
+    """
+    if coin not in cache:
+        pi = cache.get("pi")
+        if pi is None:
+            pi = cache["pi"] = terms.q + terms.reverse()[0]
+        mu = view.target if coin else view.scale * view.target
+        b = float(np.minimum(mu, pi).sum())
+        m = float(np.abs(mu).sum())
+        if coin:
+            b, m = view.scale * b, view.scale * m
+        cache[coin] = float(np.max(np.abs(weights))) * (b * (1.0 + 1e-8) + 1e-9 * m)
+    return cache[coin]
+
+
+def _argmax(view: NodeView, weights: np.ndarray, *, shortcuts: bool = True) -> str:
+    """The best step at ``view`` by :func:`step_value` (traversal unless another is better by
+    more than ``TIE_TOL``, relative). ``shortcuts`` skips what cannot change the choice: the
+    whole node where the scale bounds every value below the margin
+    (:func:`_no_step_can_switch`), and any two-child step whose inclusion bound
+    (:func:`_inclusion_bound`) is at most the current threshold; False computes every step."""
     best_step = "traversal"
     q = np.asarray(view.proposal, dtype=np.float64)
-    if _no_step_can_switch(view, weights, q):
+    q_sum = float(q.sum())
+    if shortcuts and _no_step_can_switch(view, weights, q_sum):
         return best_step
     terms = _LawTerms(q)  # shared by every step
     best = step_value(view, "traversal", weights, _terms=terms)
     if best is None:
         return "traversal"
+    # the bound's premise: two draws from a law (q sums to 1)
+    prune = shortcuts and view.n_children == 2 and abs(q_sum - 1.0) <= 1e-6
+    bounds: dict = {}
     for step in candidate_steps(view.n_children)[1:]:
-        if step.startswith(COIN) and view.scale >= 1.0:
+        coin = step.startswith(COIN)
+        if coin and view.scale >= 1.0:
             continue  # a coin at scale 1 is the step itself
+        threshold = best + TIE_TOL * (1.0 + abs(best))
+        if prune and _inclusion_bound(view, weights, terms, coin, bounds) <= threshold:
+            continue  # its value is at most the bound: it cannot pass the threshold
         val = step_value(view, step, weights, _terms=terms)
-        if val is not None and val > best + TIE_TOL * (1.0 + abs(best)):
+        if val is not None and val > threshold:
             best_step, best = step, val
     return best_step
 
