@@ -509,7 +509,9 @@ class ClassLogMarginals(LazyLogMarginals):
     ``w_max[c] h_d[c]`` is among the ``k`` best class maxima: :meth:`top` ranks those ``k m``
     tokens. When a token outside them could tie the ``k``-th value (junk-floor rows with fewer
     than ``k`` tokens above ``j_d / V``), an exact tie is filled with the smallest tied token
-    ids, scanning the vocabulary in id order; a near tie (a few ulps) ranks the whole row.
+    ids, scanning the vocabulary in id order; a near tie (a few ulps) just above the floor is
+    ranked from the classes that can lift a token above the floor at all
+    (:meth:`_top_above_floor`), any other near tie from the whole row.
 
     Parameters
     ----------
@@ -631,6 +633,8 @@ class ClassLogMarginals(LazyLogMarginals):
 
     def _fill_ties(self, row: int, toks: np.ndarray, vals: np.ndarray, k: int
                    ) -> tuple[np.ndarray, np.ndarray]:
+        """``toks``/``vals`` (ranked, ``vals[-1]`` the ``k``-th value) with the entries tied at
+        the ``k``-th value replaced by the smallest token ids of the row at that value."""
         kth = vals[-1]
         above = vals > kth
         need = k - int(above.sum())
@@ -638,9 +642,12 @@ class ClassLogMarginals(LazyLogMarginals):
         chunk = max(1024, 4 * need)
         hits: list[np.ndarray] = []
         found = 0
+        h_row, one = self._h[row], np.array([row])
         for start in range(0, V, chunk):
-            ids = np.arange(start, min(start + chunk, V))
-            tied = ids[self.values(row, ids) == kth]
+            stop = min(start + chunk, V)
+            # :meth:`values` of the ids start..stop-1 (slices instead of gathers: same floats)
+            mu = np.multiply(self._w[start:stop], h_row[self._cls_of[start:stop]])
+            tied = np.flatnonzero(self._from_mu_rows(mu[None, :], one)[0] == kth) + start
             hits.append(tied)
             found += tied.size
             if found >= need:
@@ -666,9 +673,11 @@ class ClassLogMarginals(LazyLogMarginals):
         return [g if g is not None else self._top_slow(r, k) for r, g in enumerate(got)]
 
     def row_max(self) -> np.ndarray:
+        """``max_a log q_d(a)`` per row (:meth:`top_all` with ``k = 1``)."""
         return np.array([v[0] for _, v in self.top_all(1)])
 
     def argmax(self) -> np.ndarray:
+        """The argmax token of every row, ties to the smaller id (:meth:`top_all`, ``k = 1``)."""
         return np.array([t[0] for t, _ in self.top_all(1)], dtype=np.int64)
 
     def _top_rows(self, rows: np.ndarray | None, k: int
