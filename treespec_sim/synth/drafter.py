@@ -402,7 +402,8 @@ class BlockDiffusionDrafter:
                 # log mu_d = log w + log h_d[c(.)]: one gather and one exp, no log over V
                 h = self.lazy_log_marginals(topic, last_token)._h[d]
                 with np.errstate(divide="ignore"):
-                    z = self._class_table(int(topic)).log_w + np.log(h)[self._cls_of]
+                    z = np.log(h)[self._cls_of]
+                z += self._class_table(int(topic)).log_w      # one (V,) array, not two
                 q = _softmax_row(z, self.beta[d])
             q *= 1.0 - j
             q += j / self.vocab_size
