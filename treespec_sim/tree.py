@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import compiled
+
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
 
@@ -200,6 +202,11 @@ class DraftTree:
         is an ancestor of every node). This is the in-tree block of the target's verification
         mask (DDTree ``compile_ddtree_tree``); the cached prefix is visible to every row.
         """
+        kernel = compiled.kernel
+        if kernel is not None:  # one row copy per node (docs/performance.md); same mask
+            mask = np.zeros((self.n_nodes, self.n_nodes), dtype=bool)
+            kernel.ancestor_mask(np.ascontiguousarray(self.parent, dtype=np.int64), mask)
+            return mask
         return ancestor_mask(self.parent, self.levels)
 
     def position_ids(self, start: int) -> np.ndarray:
