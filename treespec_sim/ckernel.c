@@ -561,11 +561,17 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
         if (!(cut[d] > thr)) continue;
         if (!wide.tok && collect_init(&wide, K) < 0) goto done;
-        wide.n = 0;
-        wide.compacted = 0;
-        wide.theta = thr;
         RowOut ignored;
-        if (row_pass(view, d, 0, &ignored, &wide) < 0) goto done;
+        for (int guess = V > 8 * K; ; guess = 0) {
+            /* guess a threshold leaving ~2K entries; if fewer than K are at or above it (and
+             * no compaction proved the row's top K kept), read the row again without it */
+            wide.n = 0;
+            wide.compacted = 0;
+            wide.theta = thr;
+            guess = guess && sample_threshold(view, d, K, &wide.theta, scratch_small);
+            if (row_pass(view, d, 0, &ignored, &wide) < 0) goto done;
+            if (!guess || wide.compacted || wide.n >= K) break;
+        }
         if (lists_reserve(&all, wide.n) < 0) goto done;
         row_off[d] = all.n;
         row_len[d] = wide.n;
