@@ -546,3 +546,21 @@ def test_summary_lists_the_cells_priced_outside_a_models_measurements():
         "0..512 tokens | above: the last measured slope extended |",
         "| `caddtree__math500__T0.0__B1024` | `a800-qwen3-8b` | context | 9000..9000 | "
         "1..8000 | clamped to the nearest measured context |"]
+
+
+def test_an_undecided_claim_says_how_many_contexts_would_decide_it():
+    # Tsubame-UniVer vs Tsubame-RRSw: paired differences whose CI spans 0 on 4 contexts; the
+    # verdict says so and gives n (half-width / |mid|)^2 for the observed difference.
+    rows = stochastic_rows()
+    univer = next(r for r in rows if r["method"] == "tsubame-univer")
+    rrsw = next(r for r in rows if r["method"] == "tsubame-rrsw")
+    univer["taus"] = [x + d for x, d in zip(rrsw["taus"], [0.4, -0.3, 0.2, -0.1], strict=True)]
+    univer["tau_mean"] = float(np.mean(univer["taus"]))
+    line = next(ln for ln in summary_markdown(rows, RECORD).splitlines()
+                if ln.startswith("| Tsubame-UniVer vs Tsubame-RRSw |"))
+    diff = np.subtract(univer["taus"], rrsw["taus"])
+    lo, hi = _hand_t(diff)
+    lo, hi = round(lo, 2), round(hi, 2)  # the verdict reads the table's rounded interval
+    need = int(np.ceil(4 * ((hi - lo) / 2 / abs((hi + lo) / 2)) ** 2))
+    assert lo < 0 < hi
+    assert f"undecided: CI spans 0 on 4 contexts; ≈ {need:,} would decide" in line

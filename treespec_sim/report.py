@@ -74,13 +74,23 @@ CLAIM_DIRECTIONS = {
 _CI = re.compile(r"\[([+-]?[\d.]+)%?, ([+-]?[\d.]+)%?\]")
 
 
-def _verdict(sign: int, low: float, high: float, page: str) -> str:
-    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not."""
+def _verdict(sign: int, low: float, high: float, page: str, n: int | None = None) -> str:
+    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not.
+
+    An interval that spans 0 says so, and, given the ``n`` contexts it rests on, about how many
+    would decide a difference of the size observed: the half-width shrinks as ``1/sqrt(n)``,
+    so ``n (half-width / |mid|)^2``.
+    """
     if (low > 0 if sign > 0 else high < 0):
         return "holds"
     if (high < 0 if sign > 0 else low > 0):
         return f"**reversed**, see {page}"
-    return f"not shown (CI spans 0), see {page}"
+    mid, half = (low + high) / 2, (high - low) / 2
+    if n and mid != 0:
+        need = math.ceil(n * (half / abs(mid)) ** 2)
+        return (f"undecided: CI spans 0 on {n} contexts; ≈ {need:,} would decide a difference "
+                f"this size, see {page}")
+    return f"undecided: CI spans 0, see {page}"
 
 
 def _notes(lines: Sequence[str]) -> list[str]:
@@ -295,7 +305,11 @@ def _stochastic_tables(rows: list[dict]) -> list[str]:
             keep[i] = ln + " — | — |"
             continue
         sign, _, page = claim
-        verdict = _verdict(sign, float(ci[1]), float(ci[2]), page)
+        contexts = [int(r["rounds"]) for r in rows if r.get("regime") == cells[1]
+                    and float(r.get("temperature", "nan")) == float(cells[3])
+                    and r.get("rounds")]
+        verdict = _verdict(sign, float(ci[1]), float(ci[2]), page,
+                           max(contexts) if contexts else None)
         world = _CI.search(cells[6]) if len(cells) > 6 else None
         if verdict == "holds" and world is not None:
             # the pooled interval ignores world-to-world variation: say whether it survives it
