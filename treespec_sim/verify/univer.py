@@ -385,6 +385,7 @@ class _LawTerms:
 
     def __init__(self, q: np.ndarray):
         self.q = q
+        self._rest: np.ndarray | None = None
         self._fwd: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._rev: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._held: dict[str, tuple] = {}
@@ -393,17 +394,24 @@ class _LawTerms:
         # family -> (support tokens in ratio order, second_base on them)
         self._orders: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
+    def _q_rest(self) -> np.ndarray:
+        """``max(_sum_except(q), 1e-300)``: 1 - q(a) as the other tokens' mass, shared by
+        :meth:`forward` and :meth:`reverse` (:func:`_odds` divides by it)."""
+        if self._rest is None:
+            self._rest = np.maximum(_sum_except(self.q), 1e-300)
+        return self._rest
+
     def forward(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(first, cond, second_base)`` of traversal / conditional."""
         if self._fwd is None:
             q = self.q  # x1's law; c(a) for x2 | a
-            self._fwd = (q, 1.0 / np.maximum(_sum_except(q), 1e-300), q)
+            self._fwd = (q, 1.0 / self._q_rest(), q)
         return self._fwd
 
     def reverse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(first, cond, second_base)`` of reverse / condrev."""
         if self._rev is None:
-            u = _odds(self.q)
+            u = self.q / self._q_rest()  # _odds(q), its _sum_except shared with forward
             u_rest = _sum_except(u)
             # m2: law of x2; rho(a | x2 = y) = u(a) * cond[y]
             self._rev = (self.q * u_rest, 1.0 / np.maximum(u_rest, 1e-300), u)
@@ -458,8 +466,12 @@ class _LawTerms:
             if int(np.count_nonzero(inside)) == n_keep:  # inside the hint's support
                 sel = order[inside]
                 return _sorted_support(g[sel], base[sel], presorted=True)
-        sel = np.flatnonzero(keep)
-        out = _sorted_support(g[sel], base[sel], presorted=False)
+        if n_keep == g.size:  # all kept: no gathers
+            sel = np.arange(g.size)
+            out = _sorted_support(g, base, presorted=False)
+        else:
+            sel = np.flatnonzero(keep)
+            out = _sorted_support(g[sel], base[sel], presorted=False)
         if out is not None and hint is None:
             # the tokens in ratio order (and their second_base), for the family's other scales
             order = sel if out[3] is None else sel[out[3]]
