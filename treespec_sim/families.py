@@ -467,12 +467,14 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     tally = {k: _Tally() for k in labels}
     shares = _shares(cell, settings)
     streams = [cell_rng(share.seed, cell) for share in shares]  # continued by later stages
-    todo = [share.rounds for share in shares]
+    drawn: list[list] = [[] for _ in shares]  # each world's contexts, in stream order
+    groups = [m for m in ("chain", "ddtree") if m in g.methods] or ["dynamic"]
+    todo = {m: [share.rounds for share in shares] for m in groups}
     depth = 0
     while True:
-        depth = _ddtree_contexts(cell, shares, streams, todo, tally, budgets)
-        todo = _contexts_needed(g, tally, len(tally[labels[0]].tau))
-        if not any(todo):
+        depth = _ddtree_contexts(cell, shares, streams, drawn, todo, tally, budgets) or depth
+        todo = _contexts_needed(g, tally, groups)
+        if not any(any(t) for t in todo.values()):
             break
     cost = get_cost_model(settings.cost_model)
     rows = []
@@ -496,60 +498,82 @@ def _run_ddtree(cell: Cell, settings: RunSettings) -> list[dict]:
     return rows
 
 
-def _contexts_needed(g: DDTreeGrid, tally: dict, n: int) -> list[int]:
-    """More contexts per world for a precision target, or zeros when it is met or capped.
+def _contexts_needed(g: DDTreeGrid, tally: dict, groups: list[str]) -> dict[str, list[int]]:
+    """More contexts per world for a precision target, per method group (``chain``;
+    ``ddtree`` with ``dynamic`` riding along); all zeros when every target is met or capped.
 
-    The next stage's size comes from the widest chain/DDTree interval so far: with
-    half-width ``h`` (relative) on ``n`` contexts, about ``n (h / precision)^2`` reach the
-    target (intervals shrink as ``1 / sqrt(n)``), plus 10%. Stages repeat until every interval
-    meets it. The interval is computed on all contexts; choosing ``n`` from an interim
-    variance is a (repeated) two-stage design, whose coverage is close to nominal when the
-    pilot is not tiny (``docs/usage.md``, "Precision").
+    Each group is judged on its own widest interval and takes the stream's next contexts for
+    itself: with half-width ``h`` (relative) on ``n`` contexts, about ``n (h / precision)^2``
+    reach the target (intervals shrink as ``1 / sqrt(n)``), plus 10%. So the chain -- the
+    noisiest method, and a cheap one -- can take more contexts than the trees, and each
+    group's contexts are the first ``n`` of every world's stream. The interval is computed on
+    all of a group's contexts; choosing ``n`` from an interim variance is a (repeated)
+    two-stage design, whose coverage is close to nominal when the pilot is not tiny
+    (``docs/usage.md``, "Precision").
     """
+    out = {m: [0] * g.worlds for m in groups}
     if not g.precision:
-        return [0] * g.worlds
+        return out
     cap = g.max_rounds or 64 * g.rounds
-    worst = 0.0
-    for (m, _), t in tally.items():
-        if m in ("chain", "ddtree"):
-            ci = mean_ci(np.array(t.tau))
-            worst = max(worst, (ci.high - ci.low) / 2 / abs(ci.mean) if ci.mean else math.inf)
-    if worst <= g.precision or n >= cap:
-        return [0] * g.worlds
-    want = min(cap, math.ceil(1.1 * n * (worst / g.precision) ** 2))
-    # the same number for every world: the cell then holds the split world_shares gives
-    return [math.ceil(max(1, want - n) / g.worlds)] * g.worlds
+    for group in groups:
+        worst, n = 0.0, 0
+        for (m, _), t in tally.items():
+            if m == group:
+                n = len(t.tau)
+                ci = mean_ci(np.array(t.tau))
+                worst = max(worst, (ci.high - ci.low) / 2 / abs(ci.mean) if ci.mean else math.inf)
+        if n and worst > g.precision and n < cap:
+            want = min(cap, math.ceil(1.1 * n * (worst / g.precision) ** 2))
+            # the same number for every world: the cell then holds the split world_shares gives
+            out[group] = [math.ceil(max(1, want - n) / g.worlds)] * g.worlds
+    return out
 
 
-def _ddtree_contexts(cell: Cell, shares, streams, todo: list[int], tally: dict,
-                     budgets: list[int]) -> int:
-    """``todo[i]`` more contexts of world ``i`` into ``tally``; returns the drafter depth."""
+def _ddtree_contexts(cell: Cell, shares, streams, drawn: list[list], todo: dict[str, list[int]],
+                     tally: dict, budgets: list[int]) -> int:
+    """``todo[group][i]`` more contexts of world ``i`` for each method group, into ``tally``;
+    returns the drafter depth.
+
+    A group's next contexts are the ones after those it has: already drawn for another group
+    (``drawn``), or new draws from the world's stream. Rounds here draw nothing from the
+    stream (``sample=False``, deterministic trees), so every group sees the same contexts.
+    """
     g: DDTreeGrid = cell.grid
     depth = 0
-    for share, rng, count in zip(shares, streams, todo, strict=True):
+    for share, rng, seen in zip(shares, streams, drawn, strict=True):
         world = world_for(cell.regime, share.seed)
         depth = world.depth
         common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
         w = share.index
-        for _ in range(count):
-            ctx = world.sample_context(rng)
-            if "ddtree" in g.methods:
-                if g.rule == "follow":
-                    big = run_round(world, ctx, method="ddtree", budget=budgets[-1],
-                                    nested=True, **common)
-                    for b in budgets:
-                        tally[("ddtree", b)].add(big.at_budget(b), w)
-                else:  # nested rounds know 'follow' only: rebuild at every budget
-                    for b in budgets:
-                        tally[("ddtree", b)].add(run_round(world, ctx, method="ddtree",
-                                                           budget=b, **common), w)
-            if "chain" in g.methods:
-                tally[("chain", 0)].add(run_round(world, ctx, method="chain", **common), w)
-            if "dynamic" in g.methods:
-                for b in budgets:
-                    tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
-                                                        **common), w)
+        for group, counts in todo.items():
+            label = next(k for k in tally if k[0] == group)
+            start = sum(1 for x in tally[label].world if x == w)
+            for i in range(start, start + counts[w]):
+                while len(seen) <= i:
+                    seen.append(world.sample_context(rng))
+                _ddtree_round(world, seen[i], group, g, budgets, tally, w, common)
     return depth
+
+
+def _ddtree_round(world, ctx, group: str, g: DDTreeGrid, budgets: list[int], tally: dict,
+                  w: int, common: dict) -> None:
+    """One context's rounds for one method group (``ddtree`` also runs ``dynamic``)."""
+    if group == "ddtree":
+        if g.rule == "follow":
+            big = run_round(world, ctx, method="ddtree", budget=budgets[-1], nested=True,
+                            **common)
+            for b in budgets:
+                tally[("ddtree", b)].add(big.at_budget(b), w)
+        else:  # nested rounds know 'follow' only: rebuild at every budget
+            for b in budgets:
+                tally[("ddtree", b)].add(run_round(world, ctx, method="ddtree", budget=b,
+                                                   **common), w)
+    if group == "chain":
+        tally[("chain", 0)].add(run_round(world, ctx, method="chain", **common), w)
+    if "dynamic" in g.methods and group in ("ddtree", "dynamic"):
+        for b in budgets:
+            tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
+                                                **common), w)
 
 
 def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:

@@ -158,8 +158,10 @@ def _paper() -> Plan:
     regimes = _paper_regimes()
     three = _pick(regimes, ("math500", "mt-bench", "alpaca"))
     return Plan((
+        # every chain/DDTree tau to +-2% (95% over contexts): 63 contexts are the pilot, then
+        # as many as each cell's variance needs (docs/usage.md "Precision")
         DDTreeGrid(regimes, budgets=(16, 32, 64, 128, 256, 512), temperatures=(0.0, 1.0),
-                   rounds=63, worlds=3),
+                   rounds=63, worlds=3, precision=0.02, max_rounds=10080),
         CaDDTreeGrid(regimes, temperatures=(0.0, 1.0),
                      cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96, worlds=3),
         StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
