@@ -564,3 +564,14 @@ def test_an_undecided_claim_says_how_many_contexts_would_decide_it():
     need = int(np.ceil(4 * ((hi - lo) / 2 / abs((hi + lo) / 2)) ** 2))
     assert lo < 0 < hi
     assert f"undecided: CI spans 0 on 4 contexts; ≈ {need:,} would decide" in line
+
+
+def test_cells_of_a_precision_run_give_their_context_range():
+    # A precision target gives every cell its own number of contexts: the text says the range
+    # (in numeric order), not a list of every count.
+    rows = [dict(r, rounds=n) for n, r in zip([642, 7596, 1950, 888], ddtree_rows("tiny")
+                                               + ddtree_rows("tinier"), strict=True)]
+    text = summary_markdown(rows, RECORD)
+    assert "over the 642 to 7,596 (each row's `rounds`) contexts" in text
+    fixed = summary_markdown([dict(r, rounds=63) for r in ddtree_rows("tiny")], RECORD)
+    assert "over the 63 contexts" in fixed

@@ -193,9 +193,18 @@ def _pooled(rows: Sequence[dict]) -> str:
     return "" if k == "?" else f" pooled over {k} worlds"
 
 
+def _counts(rows: Sequence[dict]) -> str:
+    """The rows' context counts: ``"63"``, ``"33/36"``, or their range when a precision
+    target gave each cell its own (``"642 to 7,596 (each row's rounds)"``)."""
+    counts = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
+    if len(counts) > 3:
+        return f"{counts[0]:,} to {counts[-1]:,} (each row's `rounds`)"
+    return "/".join(map(str, counts)) if counts else "the"
+
+
 def _ddtree_tables(rows: list[dict]) -> list[str]:
     k = _worlds(rows)
-    counts = "/".join(sorted({str(r["rounds"]) for r in rows if r.get("rounds")})) or "the"
+    counts = _counts(rows)
     out = ["## DDTree across budgets (exact E[τ])", "",
            f"Per regime, two rows. The first: the mean and its 95% t-interval over the {counts} "
            f"contexts of its {k} worlds pooled. The second (↳ {k} worlds): the 95% t-interval "
@@ -559,8 +568,7 @@ def interval_label(rows: Sequence[dict], family: str) -> str:
             "verifiers": "percentile-bootstrap interval"}.get(family, "interval")
     grid = FAMILIES.get(family)
     unit = grid.unit if grid is not None else "rounds"
-    counts = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
-    n = "/".join(map(str, counts)) if counts else "the"
+    n = _counts(rows)
     worlds = sorted({int(r["worlds"]) for r in rows if r.get("worlds")})
     pooled = f" pooled over {'/'.join(map(str, worlds))} worlds" if worlds else ""
     if family == "caddtree":  # rounds are decoded in sequences; the bootstrap resamples those
