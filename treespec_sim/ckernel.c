@@ -649,6 +649,22 @@ static Py_ssize_t first_nan(const RowOut *rows, Py_ssize_t L) {
     return -1;
 }
 
+/* The (L, V) array's buffer, checked, and room for its rows' statistics; NULL (error set,
+ * buffer released) on failure. */
+static RowOut *open_rows(PyObject *obj, Py_buffer *view) {
+    if (get_buffer(obj, view, "lp", 2) < 0) return NULL;
+    if (check_float_view(view) < 0) {
+        PyBuffer_Release(view);
+        return NULL;
+    }
+    RowOut *rows = malloc(view->shape[0] * sizeof *rows);
+    if (!rows) {
+        PyBuffer_Release(view);
+        PyErr_NoMemory();
+    }
+    return rows;
+}
+
 static const char scan_doc[] =
     "scan(lp, check_sums, tol, margin, pos_tol) -> (clear, row_max, row_sum, nan_row)\n\n"
     "One pass over a C-contiguous float32/float64 (L, V) array: whether every row clearly\n"
@@ -661,17 +677,9 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     double tol, margin, pos_tol;
     if (!PyArg_ParseTuple(args, "Opddd", &obj, &want_sum, &tol, &margin, &pos_tol)) return NULL;
     Py_buffer view;
-    if (get_buffer(obj, &view, "lp", 2) < 0) return NULL;
-    if (check_float_view(&view) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    RowOut *rows = open_rows(obj, &view);
+    if (!rows) return NULL;
     Py_ssize_t L = view.shape[0];
-    RowOut *rows = malloc(L * sizeof *rows);
-    if (!rows) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t d = 0; d < L; d++) row_pass(&view, d, want_sum, &rows[d], NULL);
     Py_END_ALLOW_THREADS
@@ -700,18 +708,10 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer view;
-    if (get_buffer(obj, &view, "lp", 2) < 0) return NULL;
-    if (check_float_view(&view) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    RowOut *rows = open_rows(obj, &view);
+    if (!rows) return NULL;
     Py_ssize_t L = view.shape[0], n;
-    RowOut *rows = malloc(L * sizeof *rows);
     int64_t *parent = NULL, *token = NULL, *depth = NULL;
-    if (!rows) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
     Py_BEGIN_ALLOW_THREADS
     n = dense_build(&view, budget, want_sum, rows, &parent, &token, &depth);
     Py_END_ALLOW_THREADS
