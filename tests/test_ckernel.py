@@ -20,6 +20,21 @@ kernel = compiled.kernel
 needs_kernel = pytest.mark.skipif(kernel is None, reason="the compiled kernel is not built")
 
 
+#: Every vector path this CPU can run (generic, AVX2, AVX-512): each is tested, not only the
+#: one the CPU would pick, so a machine with fewer instructions runs tested code.
+SIMD_PATHS = kernel.simd_paths() if kernel is not None else ["numpy"]
+
+
+@pytest.fixture(params=SIMD_PATHS)
+def simd_path(request):
+    """Run the test on one of the kernel's vector paths, then restore the best one."""
+    if kernel is None:
+        pytest.skip("the compiled kernel is not built")
+    kernel.set_simd(request.param)
+    yield request.param
+    kernel.set_simd(SIMD_PATHS[-1])
+
+
 @pytest.fixture
 def numpy_path(monkeypatch):
     """Run the block under the pure-numpy paths."""
@@ -69,7 +84,7 @@ def _rows(rng, L, V, kind):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_row_sums_are_within_the_margin_of_exact_sums(dtype):
+def test_row_sums_are_within_the_margin_of_exact_sums(dtype, simd_path):
     rng = np.random.default_rng(1)
     worst = 0.0
     for V in (1, 3, 17, 64, 1000, 32768, 32771):
@@ -90,7 +105,7 @@ def test_row_sums_are_within_the_margin_of_exact_sums(dtype):
 
 
 @needs_kernel
-def test_scan_reports_the_first_nan_row():
+def test_scan_reports_the_first_nan_row(simd_path):
     lp = np.full((4, 100), -np.log(100.0))
     lp[2, 57] = np.nan
     lp[3, 99] = np.nan
@@ -132,7 +147,7 @@ def _bad_inputs():
 @needs_kernel
 @pytest.mark.parametrize("name", sorted(_bad_inputs()))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_check_log_q_gives_numpys_verdict_and_message(name, dtype, numpy_path):
+def test_check_log_q_gives_numpys_verdict_and_message(name, dtype, numpy_path, simd_path):
     lp = _bad_inputs()[name].astype(dtype)
     for clamp in (True, False):
         fast = _outcome(check_log_q, lp, clamp=clamp)
@@ -169,7 +184,7 @@ def test_inputs_inside_the_margin_are_decided_by_numpy(monkeypatch):
 @needs_kernel
 @pytest.mark.parametrize("kind", ["sharp", "flat", "ties", "neginf", "positive"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_trees_equal_the_numpy_builder(kind, dtype, numpy_path):
+def test_trees_equal_the_numpy_builder(kind, dtype, numpy_path, simd_path):
     rng = np.random.default_rng(hash((kind, dtype)) % 2**32)
     for L, V in ((1, 1), (1, 50), (2, 3), (4, 17), (6, 100), (15, 1000), (15, 5000), (3, 32768)):
         lp = _rows(rng, L, V, kind).astype(dtype)
@@ -222,6 +237,8 @@ def test_torch_input_takes_the_kernel_path_and_gives_the_same_tree(numpy_path):
 
 @needs_kernel
 def test_kernel_refuses_bad_buffers():
+    with pytest.raises(ValueError, match="not a vector path"):
+        kernel.set_simd("sse9")
     with pytest.raises(ValueError, match="float32 or float64"):
         kernel.scan(np.zeros((2, 3), dtype=np.int64), True, 1e-3, 2e-5, 1e-12)
     with pytest.raises(ValueError, match="2-dimensional"):

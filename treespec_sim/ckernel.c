@@ -134,22 +134,27 @@ static int collect_push(Collect *c, int64_t tok, double val) {
 #undef MASK_BITS_D
 #endif
 
-/* 0 generic, 1 AVX2, 2 AVX-512 */
-static int simd_level(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        cached = 0;
+/* 0 generic, 1 AVX2, 2 AVX-512: the best this CPU supports, or a lower one set by set_simd()
+ * (tests run every path the CPU has). */
+static int simd_best(void) {
+    static int best = -1;
+    if (best < 0) {
+        best = 0;
 #ifdef HAVE_X86_CLONES
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cached = 1;
-        if (cached == 1 && __builtin_cpu_supports("avx512f") &&
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = 1;
+        if (best == 1 && __builtin_cpu_supports("avx512f") &&
             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
             __builtin_cpu_supports("avx512bw"))
-            cached = 2;
+            best = 2;
 #endif
     }
-    return cached;
+    return best;
 }
+
+static int simd_chosen = -1;
+
+static int simd_level(void) { return simd_chosen >= 0 ? simd_chosen : simd_best(); }
 
 static int row_pass(const Py_buffer *view, Py_ssize_t d, int want_sum, RowOut *out,
                     Collect *c) {
@@ -823,9 +828,32 @@ out:
     return res;
 }
 
+static const char *simd_names[] = {"generic", "avx2", "avx512"};
+
 static PyObject *py_simd(PyObject *self, PyObject *noargs) {
-    static const char *names[] = {"generic", "avx2", "avx512"};
-    return PyUnicode_FromString(names[simd_level()]);
+    return PyUnicode_FromString(simd_names[simd_level()]);
+}
+
+static PyObject *py_simd_paths(PyObject *self, PyObject *noargs) {
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i <= simd_best(); i++) {
+        PyObject *name = PyUnicode_FromString(simd_names[i]);
+        if (!name || PyList_Append(out, name) < 0) Py_CLEAR(out);
+        Py_XDECREF(name);
+    }
+    return out;
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *args) {
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+    for (int i = 0; i <= simd_best(); i++)
+        if (strcmp(name, simd_names[i]) == 0) {
+            simd_chosen = i;
+            Py_RETURN_NONE;
+        }
+    PyErr_Format(PyExc_ValueError, "set_simd: %s is not a vector path of this CPU", name);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -835,6 +863,10 @@ static PyMethodDef methods[] = {
     {"ancestor_mask", py_ancestor_mask, METH_VARARGS, ancestor_mask_doc},
     {"simd", py_simd, METH_NOARGS,
      "The vector code this CPU runs: 'avx512', 'avx2' or 'generic'."},
+    {"simd_paths", py_simd_paths, METH_NOARGS,
+     "The vector paths this CPU can run, best last (for tests)."},
+    {"set_simd", py_set_simd, METH_VARARGS,
+     "set_simd(name): run one of simd_paths() instead of the best (for tests)."},
     {NULL, NULL, 0, NULL},
 };
 

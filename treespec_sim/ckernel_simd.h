@@ -22,9 +22,9 @@ typedef float FN(vfh) __attribute__((vector_size(VBYTES / 2)));
 #define BLOCK 2048 /* entries: 8 KB float32, 16 KB float64, within L1 */
 #define WD (VBYTES / 8)
 
-/* exp(x) for x <= ~0, relative error < 3e-7: x clamped below at -87 (float) / -708 (double)
- * so that 2^n is normal (a clamped entry adds < 2e-38 resp. 1e-307); n = round(x log2 e)
- * from the low mantissa bits of x log2 e + 1.5 2^23 (resp. 2^52); r = x - n ln2 in two
+/* exp(x) in float32 for x <= ~0, relative error < 3e-7: x clamped below at -87 so that 2^n is
+ * normal (a clamped entry adds < 2e-38); n = round(x log2 e) from the low mantissa bits of
+ * x log2 e + 1.5 2^23; r = x - n ln2 in two
  * parts (Cody-Waite; n ln2_hi is exact); exp(r) by its degree-6 Taylor polynomial, |r| <= 0.35
  * (truncation < 1.3e-7). */
 INLINE ATTR FN(vf) FN(exp_vf)(FN(vf) x) {
@@ -42,23 +42,6 @@ INLINE ATTR FN(vf) FN(exp_vf)(FN(vf) x) {
     p = p * r + 1.0f;
     FN(vi) ni = (FN(vi))t - (FN(vi))(zero + 12582912.0f);
     return p * (FN(vf))((ni + 127) << 23);
-}
-
-INLINE ATTR FN(vd) FN(exp_vd)(FN(vd) x) {
-    const FN(vd) zero = {0};
-    FN(vl) below = x < -708.0;
-    x = (FN(vd))(((FN(vl))x & ~below) | ((FN(vl))(zero - 708.0) & below));
-    FN(vd) t = x * 1.4426950408889634 + 6755399441055744.0;
-    FN(vd) n = t - 6755399441055744.0;
-    FN(vd) r = (x - n * 0.6931467056274414) - n * 4.7493250387997676e-07;
-    FN(vd) p = r * (1.0 / 720) + (1.0 / 120);
-    p = p * r + (1.0 / 24);
-    p = p * r + (1.0 / 6);
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    FN(vl) ni = (FN(vl))t - (FN(vl))(zero + 6755399441055744.0);
-    return p * (FN(vd))((FN(vu))(ni + 1023) << 52);
 }
 
 /* Two double vectors as one float vector, for exp: the float64 row's mass is summed in float32
@@ -80,12 +63,10 @@ INLINE ATTR FN(vf) FN(narrow2)(FN(vd) a, FN(vd) b) {
         m = (VT)(((IT)v & gt_) | ((IT)m & ~gt_));                                          \
         bad |= (v != v);                                                                   \
     } while (0)
-#define STEP(VT, IT, EXP, v, m, s, bad, SUM)                                                \
+#define STEP(v, m, s, bad)                                                                  \
     do {                                                                                   \
-        IT gt_ = v > m;                                                                    \
-        m = (VT)(((IT)v & gt_) | ((IT)m & ~gt_));                                          \
-        bad |= (v != v);                                                                   \
-        if ((SUM) && want_sum) s += EXP(v);                                                \
+        STEPMAX(FN(vf), FN(vi), v, m, bad);                                                \
+        if (want_sum) s += FN(exp_vf)(v);                                                  \
     } while (0)
 
 /* Push the entries of one vector whose bit is set in BITS (lane j = token BASE + j), visiting
@@ -122,10 +103,10 @@ ATTR static int FN(row_f32)(const float *x, Py_ssize_t V, int want_sum, RowOut *
             memcpy(&v1, x + i + WF, sizeof v1);
             memcpy(&v2, x + i + 2 * WF, sizeof v2);
             memcpy(&v3, x + i + 3 * WF, sizeof v3);
-            STEP(FN(vf), FN(vi), FN(exp_vf), v0, m0, s0, b0, 1);
-            STEP(FN(vf), FN(vi), FN(exp_vf), v1, m1, s1, b1, 1);
-            STEP(FN(vf), FN(vi), FN(exp_vf), v2, m2, s2, b2, 1);
-            STEP(FN(vf), FN(vi), FN(exp_vf), v3, m3, s3, b3, 1);
+            STEP(v0, m0, s0, b0);
+            STEP(v1, m1, s1, b1);
+            STEP(v2, m2, s2, b2);
+            STEP(v3, m3, s3, b3);
             /* a lane adds at most 64 / WF * 4 <= 16 float terms before the flush to double */
             if (want_sum && ++k == 64 / WF) {
                 FN(vf) f = (s0 + s1) + (s2 + s3);
