@@ -19,15 +19,23 @@ from __future__ import annotations
 
 from types import ModuleType
 
-__all__ = ["ROW_SUM_MARGIN", "kernel", "simd"]
+__all__ = ["ROW_SUM_MARGIN", "kernel", "simd", "world_kernel"]
 
 try:
     from . import ckernel as _built
 except ImportError:  # no C compiler at install time: the numpy paths run
     _built = None
+try:
+    from . import cworld as _built_world
+except ImportError:
+    _built_world = None
 
 #: The extension module, or ``None``.
 kernel: ModuleType | None = _built
+
+#: The synthetic drafter's compiled class chain and top lists (``treespec_sim/cworld.c``: the
+#: same floats as their numpy code), or ``None``. Read by :mod:`treespec_sim.synth.drafter`.
+world_kernel: ModuleType | None = _built_world
 
 #: Relative error bound on the kernel's row sums, with a 3x margin: ``exp`` to < 3e-7 (Cody-Waite
 #: reduction, degree-6 Taylor polynomial) in float32, float64 entries rounded to float32 first

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .. import compiled
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
 from .kernel import SparseBoostKernel
 
@@ -74,6 +75,8 @@ class _ClassTable:
     gt: sp.csc_matrix       # G^T, G[c, sc_cj] = pi_c gamma_cj
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
+    #: G^T for compiled.world_kernel.chain_step (sliced ELL, the same sums), None without it
+    sell: object | None = None
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
@@ -267,6 +270,39 @@ class BlockDiffusionDrafter:
             yield row
             np.multiply(tab.w_cls, row, out=nu)
 
+    def _chain(self, tab: _ClassTable, last_token: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """``h_1..h_L`` float64 (L, V / m) and, on the compiled path, the class maxima
+        ``h * w_max`` (else None: ClassLogMarginals computes them on first use).
+
+        The compiled path (``compiled.world_kernel.chain_step``) gives :meth:`_class_h`'s floats:
+        the same sums in the same order (tests/test_cworld.py); the dots ``nu . pi`` stay
+        numpy's (BLAS). The chain comes first, then the rows' norms and top lists
+        (ClassLogMarginals): working on each row between the products evicts G^T from cache.
+        """
+        n = tab.pi.shape[0]
+        h = np.empty((self.depth, n))
+        kern = compiled.world_kernel
+        if kern is None or tab.sell is None:
+            for d, row in enumerate(self._class_h(tab, last_token)):
+                h[d] = row
+            return h, None
+        vmax = np.empty_like(h)
+        gt = tab.gt
+        c0 = int(self._cls_of[last_token])
+        lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]           # depth 1 as in _class_h
+        row = h[0]
+        row.fill(0.0)
+        row[gt.indices[lo:hi]] = gt.data[lo:hi]
+        row += tab.pi[c0]
+        np.multiply(row, tab.w_max, out=vmax[0])
+        nu, nu_next = tab.w_cls * row, np.empty(n)
+        for d in range(1, self.depth):
+            eta = self.eta[d]
+            kern.chain_step(tab.sell, nu, nu_next, float(nu @ tab.pi), float(1.0 - eta),
+                            float(eta), bool(eta), h[d], vmax[d])
+            nu, nu_next = nu_next, nu
+        return h, vmax
+
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
 
@@ -298,8 +334,15 @@ class BlockDiffusionDrafter:
         # Slots with boost 0 store gamma = 0; a product adds +0.0 for them, which never
         # changes a sum of non-negative terms, so dropping them is exact (and saves ~7%).
         g.eliminate_zeros()
+        sell = None
+        if compiled.world_kernel is not None:
+            # rows of G^T = columns of G, each in increasing column order: csc_matvec's order
+            gt_rows = g.tocsc()
+            sell = compiled.world_kernel.sell_new(gt_rows.indptr.astype(np.int64),
+                                                  gt_rows.indices.astype(np.int32),
+                                                  gt_rows.data, w_cls, w[members].max(axis=1))
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
-                          w_max=w[members].max(axis=1), log_w=log_w)
+                          w_max=w[members].max(axis=1), log_w=log_w, sell=sell)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
             self._class_tables.popitem(last=False)
@@ -337,13 +380,10 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        # The chain first, then the rows' class maxima and norms (ClassLogMarginals, on first
-        # use): working on each row between the products evicts G^T from cache (3% slower).
-        h = np.empty((self.depth, tab.pi.shape[0]))
-        for d, row in enumerate(self._class_h(tab, key[1])):
-            h[d] = row
+        h, vmax = self._chain(tab, key[1])
         lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
-                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
+                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab),
+                                 class_max=vmax)
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
             self._lazy.popitem(last=False)
@@ -528,11 +568,13 @@ class ClassLogMarginals(LazyLogMarginals):
         ``beta_d`` and ``j_d``.
     sharpen_sums : ndarray of float64, shape (L, V / m)
         ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
+    class_max : ndarray of float64, shape (L, V / m), optional
+        ``h * w_max`` if the caller has it (the compiled chain does), else computed on first use.
     """
 
     def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
                  cls_of: np.ndarray, *, beta: np.ndarray, junk: np.ndarray,
-                 sharpen_sums: np.ndarray) -> None:
+                 sharpen_sums: np.ndarray, class_max: np.ndarray | None = None) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
         self._w = table.w
         self._w_max = table.w_max
@@ -544,7 +586,7 @@ class ClassLogMarginals(LazyLogMarginals):
         self._floor = junk / table.w.shape[0]
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
-        self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
+        self._vmax = class_max                 # (L, V / m) class maxima, or on first use
         self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
 
@@ -562,16 +604,33 @@ class ClassLogMarginals(LazyLogMarginals):
         ``Z_d = sum_c exp(beta_d log v_c - m_d) S[d, c]`` with ``v_c = h_d[c] w_max[c]`` the
         class maximum of ``mu_d``: every exponent is ``<= 0`` and ``S`` is in ``[1, m]``, so
         neither factor overflows whatever ``beta_d``. Each ``Z_d`` is its own one-row ``dot``
-        (the BLAS summation order of one row).
+        (the BLAS summation order of one row). The element-wise steps run on all rows at once:
+        numpy's ``log``/``exp`` give an element the same float in any array.
         """
         if self._norm_z is None:
             L = self.shape[0]
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
-            vmax = self._class_max()
-            buf = np.empty(vmax.shape[1])
-            for r in np.flatnonzero(self._sharp).tolist():
-                m[r], z[r] = _sharpen_norm(vmax[r], self._beta[r], self._sums[r], buf)
+            rows = np.flatnonzero(self._sharp)
+            if rows.size:
+                vmax = self._class_max()
+                lo, hi = int(rows[0]), int(rows[-1]) + 1
+                v = vmax[lo:hi] if hi - lo == rows.size else vmax[rows]
+                with np.errstate(divide="ignore"):
+                    buf = np.log(v)
+                beta = self._beta[rows]
+                kern = compiled.world_kernel
+                if kern is None:
+                    m[rows] = beta * buf.max(axis=1)
+                    buf *= beta[:, None]
+                    buf -= m[rows][:, None]
+                else:                                # the same two roundings, one pass
+                    m_rows = np.empty(rows.size)
+                    kern.sharpen_exponents(buf, beta, m_rows)
+                    m[rows] = m_rows
+                np.exp(buf, out=buf)
+                for i, r in enumerate(rows.tolist()):
+                    z[r] = float(np.dot(buf[i], self._sums[r]))
             self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
@@ -700,25 +759,35 @@ class ClassLogMarginals(LazyLogMarginals):
             rows, v = np.arange(vmax.shape[0]), vmax
         else:
             v = vmax[int(rows[0]):int(rows[0]) + 1] if rows.size == 1 else vmax[rows]
-        thr, v_out, cand_r, cand_c = _kth_pair(v, k)
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
-        exact = v_out < thr                          # exactly k classes reach the k-th maximum
-        if not exact.any():
-            return out
-        keep = v[cand_r, cand_c] >= thr[cand_r]
-        if not exact.all():
-            keep &= exact[cand_r]
-        pos = np.flatnonzero(exact)
+        kern = compiled.world_kernel
+        picked = None if kern is None else _select_compiled(kern, v, k)
+        if picked is not None:
+            exact, idx, v_out = picked
+            pos = np.flatnonzero(exact)
+            if pos.size == 0:
+                return out
+            if pos.size < rows.size:
+                idx, v_out = idx[pos], v_out[pos]
+        else:
+            thr, v_out, cand_r, cand_c = _kth_pair(v, k)
+            exact = v_out < thr                      # exactly k classes reach the k-th maximum
+            if not exact.any():
+                return out
+            keep = v[cand_r, cand_c] >= thr[cand_r]
+            if not exact.all():
+                keep &= exact[cand_r]
+            pos = np.flatnonzero(exact)
+            idx = cand_c[keep].reshape(pos.size, k)  # the k best classes of each exact row
+            v_out = v_out[pos]
         sub = rows[pos]
         n = sub.size
-        idx = cand_c[keep].reshape(n, k)             # the k best classes of each exact row
         toks = self._members[idx].reshape(n, k * m)
         hv = self._h[sub[:, None], idx]
         mu = np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None]).reshape(n, k * m)
         vals = self._from_mu_rows(mu, sub)
-        toks, vals = _rank_rows(toks, vals, k)
+        toks, vals = (_rank_rows if kern is None else _rank_compiled)(toks, vals, k)
         kth = vals[:, -1]
-        v_out = v_out[pos]
         with np.errstate(invalid="ignore"):
             best_out = self._from_mu_rows(v_out[:, None], sub)[:, 0]
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
@@ -807,17 +876,33 @@ class ClassLogMarginals(LazyLogMarginals):
         return out
 
 
-def _sharpen_norm(v: np.ndarray, beta: float, sums: np.ndarray, buf: np.ndarray
-                  ) -> tuple[float, float]:
-    """``(m, Z)`` of one row: ``m = beta max log v``, ``Z = sum_c exp(beta log v_c - m) S_c``
-    (``buf``: scratch of ``v``'s size)."""
-    with np.errstate(divide="ignore"):
-        np.log(v, out=buf)
-    m = beta * buf.max()
-    buf *= beta
-    buf -= m
-    np.exp(buf, out=buf)
-    return m, float(np.dot(buf, sums))
+def _select_compiled(kern, v: np.ndarray, k: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_kth_pair`'s answer for ClassLogMarginals._top_rows from the compiled kernel:
+    ``(exact, idx, v_out)`` -- which rows have exactly ``k`` entries at or above their ``k``-th
+    largest, those entries' columns in increasing order (rows of ``idx``; junk elsewhere), and
+    each row's ``(k + 1)``-th largest. None if a row holds a NaN (numpy's path orders those)."""
+    n = v.shape[0]
+    thr, v_out = np.empty(n), np.empty(n)
+    idx = np.empty((n, k), dtype=np.int64)
+    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(v), k, thr, v_out, idx),
+                          dtype=np.uint8)
+    if (flags == 2).any():
+        return None
+    return flags == 1, idx, v_out
+
+
+def _rank_compiled(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_rank_rows` in the compiled kernel (the same pairs: the ``k`` best by decreasing
+    value, ties to the smaller token); rows with a NaN take :func:`_rank_rows`."""
+    n = vals.shape[0]
+    toks_k, vals_k = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+    ok = np.frombuffer(compiled.world_kernel.rank_top(toks, vals, k, toks_k, vals_k),
+                       dtype=np.uint8)
+    bad = np.flatnonzero(ok == 0)
+    if bad.size:
+        toks_k[bad], vals_k[bad] = _rank_rows(toks[bad], vals[bad], k)
+    return toks_k, vals_k
 
 
 def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
