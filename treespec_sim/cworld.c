@@ -24,6 +24,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define LANES 8
 
@@ -433,6 +436,38 @@ e1:
 
 /* ------------------------------------------------------------------ sharpening */
 
+/* max of a row (n >= 1), NaN if it holds one: numpy's max (the order of a max is exact) */
+static double row_max(const double *x, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+    double mx = -INFINITY;
+    int nan = 0;
+#if defined(__SSE2__)
+    if (n >= 8) {
+        /* _mm_max_pd(a, b) is a > b ? a : b per lane; NaN tracked on the side */
+        __m128d m0 = _mm_set1_pd(-INFINITY), m1 = m0, m2 = m0, m3 = m0, un = _mm_setzero_pd();
+        for (; j + 8 <= n; j += 8) {
+            __m128d a = _mm_loadu_pd(x + j), b = _mm_loadu_pd(x + j + 2),
+                    c = _mm_loadu_pd(x + j + 4), d = _mm_loadu_pd(x + j + 6);
+            m0 = _mm_max_pd(a, m0);
+            m1 = _mm_max_pd(b, m1);
+            m2 = _mm_max_pd(c, m2);
+            m3 = _mm_max_pd(d, m3);
+            un = _mm_or_pd(un, _mm_or_pd(_mm_or_pd(_mm_cmpunord_pd(a, a), _mm_cmpunord_pd(b, b)),
+                                         _mm_or_pd(_mm_cmpunord_pd(c, c), _mm_cmpunord_pd(d, d))));
+        }
+        double lanes[2];
+        _mm_storeu_pd(lanes, _mm_max_pd(_mm_max_pd(m0, m1), _mm_max_pd(m2, m3)));
+        mx = lanes[0] > lanes[1] ? lanes[0] : lanes[1];
+        nan = _mm_movemask_pd(un) != 0;
+    }
+#endif
+    for (; j < n; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        nan |= x[j] != x[j];
+    }
+    return nan ? NAN : mx;
+}
+
 static const char sharpen_exponents_doc[] =
     "sharpen_exponents(buf, beta, m): per row i of buf (float64 (r, n), log v), m[i] = "
     "beta[i] * max(buf[i]) and buf[i] = buf[i] * beta[i] - m[i] (two roundings, numpy's "
@@ -462,13 +497,7 @@ static PyObject *py_sharpen_exponents(PyObject *self, PyObject *args) {
     const double *beta = bt.buf;
     for (Py_ssize_t i = 0; i < r; i++) {
         double *row = x + i * n;
-        double mx = -INFINITY;
-        int nan = 0;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            mx = row[j] > mx ? row[j] : mx;
-            nan |= row[j] != row[j];
-        }
-        if (nan) mx = NAN;
+        double mx = row_max(row, n);
         const double bi = beta[i], mi = bi * mx;
         mv[i] = mi;
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -526,7 +555,6 @@ static double kth_largest_small(const double *a, Py_ssize_t n, Py_ssize_t r) {
 
 /* Block of 8 entries: *hit = some entry >= cut; returns 1 if some entry is NaN. */
 #if defined(__SSE2__)
-#include <emmintrin.h>
 static inline int block_scan(const double *x, double cut, int *hit) {
     __m128d a = _mm_loadu_pd(x), b = _mm_loadu_pd(x + 2), c = _mm_loadu_pd(x + 4),
             d = _mm_loadu_pd(x + 6), cv = _mm_set1_pd(cut);

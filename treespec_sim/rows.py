@@ -109,10 +109,27 @@ class ArrayOracle:
         return out
 
 
+#: Classes whose instances are TargetOracles by their class alone (the protocol's members are
+#: class attributes): isinstance against a runtime-checkable Protocol costs ~10 us a call, and a
+#: round asks several times.
+_ORACLE_CLASSES: set[type] = set()
+
+
+def _is_oracle(obj) -> bool:
+    cls = type(obj)
+    if cls in _ORACLE_CLASSES:
+        return True
+    if isinstance(obj, np.ndarray) or not isinstance(obj, TargetOracle):
+        return False
+    if all(hasattr(cls, name) for name in ("shape", "row", "edge_probs")):
+        _ORACLE_CLASSES.add(cls)
+    return True
+
+
 def as_oracle(target_rows, tree: DraftTree) -> TargetOracle:
     """Wrap ``target_rows`` (array or oracle) for ``tree``; validate shapes, and that an
     oracle which knows its tree (a ``tree`` attribute) was built for this one."""
-    if isinstance(target_rows, TargetOracle) and not isinstance(target_rows, np.ndarray):
+    if _is_oracle(target_rows):
         if target_rows.shape[0] != tree.n_nodes:
             raise ValueError(f"target_rows has {target_rows.shape[0]} rows but the tree has "
                              f"{tree.n_nodes} nodes (root included)")
