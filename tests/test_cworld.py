@@ -57,10 +57,8 @@ def test_chain_equals_the_scipy_product_on_every_path(worlds, simd_path):
         for topic in rng.integers(0, world.n_topics, size=3).tolist():
             tab = dr._class_table(topic)
             for tok in rng.integers(0, world.vocab_size, size=4).tolist():
-                h, vmax = dr._chain(tab, tok)
-                ref = np.stack(list(dr._class_h(tab, tok)))
-                assert _same(h, ref)
-                assert _same(vmax, ref * tab.w_max)
+                h = dr._chain(tab, tok)
+                assert _same(h, np.stack(list(dr._class_h(tab, tok))))
 
 
 @needs_kernel
@@ -72,20 +70,19 @@ def test_chain_without_eta_and_with_dead_rows(simd_path):
     dense[:, :7] = 0.0
     g = sp.csr_matrix(dense)
     gt_rows = g.tocsc()
-    w_cls, w_max = rng.random(n), rng.random(n)
+    w_cls = rng.random(n)
     sell = kern.sell_new(gt_rows.indptr.astype(np.int64), gt_rows.indices.astype(np.int32),
-                         gt_rows.data, w_cls, w_max)
+                         gt_rows.data, w_cls)
     nu = rng.random(n)
     for has_eta, scale, shift in ((False, 1.0, 0.0), (True, 0.75, 0.25)):
-        h, vmax, nu_out = np.empty(n), np.empty(n), np.empty(n)
-        kern.chain_step(sell, nu, nu_out, 0.125, scale, shift, has_eta, h, vmax)
+        h, nu_out = np.empty(n), np.empty(n)
+        kern.chain_step(sell, nu, nu_out, 0.125, scale, shift, has_eta, h)
         ref = g.T @ nu
         ref += 0.125
         if has_eta:
             ref *= scale
             ref += shift
         assert _same(h, ref)
-        assert _same(vmax, ref * w_max)
         assert _same(nu_out, w_cls * ref)
 
 
@@ -95,16 +92,15 @@ def test_chain_rejects_bad_buffers():
     g = sp.random(n, n, density=0.3, format="csr", random_state=0)
     gt_rows = g.tocsc()
     sell = kern.sell_new(gt_rows.indptr.astype(np.int64), gt_rows.indices.astype(np.int32),
-                         gt_rows.data, np.ones(n), np.ones(n))
+                         gt_rows.data, np.ones(n))
     nu = np.ones(n)
     with pytest.raises(ValueError, match="nu_out must not be nu"):
-        kern.chain_step(sell, nu, nu, 0.0, 1.0, 0.0, False, np.empty(n), np.empty(n))
+        kern.chain_step(sell, nu, nu, 0.0, 1.0, 0.0, False, np.empty(n))
     with pytest.raises(ValueError, match="h: expected 16 items"):
-        kern.chain_step(sell, nu, np.empty(n), 0.0, 1.0, 0.0, False, np.empty(n - 1),
-                        np.empty(n))
+        kern.chain_step(sell, nu, np.empty(n), 0.0, 1.0, 0.0, False, np.empty(n - 1))
     with pytest.raises(ValueError, match="w_cls: expected 16 items"):
         kern.sell_new(gt_rows.indptr.astype(np.int64), gt_rows.indices.astype(np.int32),
-                      gt_rows.data, np.ones(n + 1), np.ones(n))
+                      gt_rows.data, np.ones(n + 1))
 
 
 def _lazy_state(lz, ks=(1, 5, 64, 300)):

@@ -69,13 +69,13 @@ static void *scratch(size_t bytes) {
 
 /* G^T in sliced ELL: slice s holds rows perm[8 s .. 8 s + 7] (by decreasing length); its term j
  * of lane l is at off[s] + 8 j + l (value 0 and column 0 past the row's end, masked by live).
- * w_cls and w_max are stored in slice order too, so that a slice's outputs are finished in
- * registers and scattered once. */
+ * w_cls is stored in slice order too, so that a slice's outputs are finished in registers and
+ * scattered once. */
 typedef struct {
     Py_ssize_t n, n_slices;
     int64_t *perm, *off;
     int32_t *len, *col;
-    double *val, *w_cls, *w_max;
+    double *val, *w_cls;
     uint8_t *live;  /* live[off[s] / 8 + j]: bit l set when lane l of slice s has a term j */
 } Sell;
 
@@ -87,7 +87,6 @@ static void sell_release(Sell *s) {
     free(s->col);
     free(s->val);
     free(s->w_cls);
-    free(s->w_max);
     free(s->live);
     free(s);
 }
@@ -108,14 +107,14 @@ static int cmp_rowlen(const void *a, const void *b) {
 }
 
 static const char sell_new_doc[] =
-    "sell_new(indptr, indices, data, w_cls, w_max) -> capsule: G^T as a CSR matrix (int64 "
-    "indptr, int32 indices in increasing order within each row, float64 data) with the topic's "
-    "w_cls and w_max (float64 (n,)), in the sliced-ELL layout of chain_step.";
+    "sell_new(indptr, indices, data, w_cls) -> capsule: G^T as a CSR matrix (int64 indptr, "
+    "int32 indices in increasing order within each row, float64 data) with the topic's w_cls "
+    "(float64 (n,)), in the sliced-ELL layout of chain_step.";
 
 static PyObject *py_sell_new(PyObject *self, PyObject *args) {
-    PyObject *po, *io, *dobj, *wco, *wmo;
-    if (!PyArg_ParseTuple(args, "OOOOO", &po, &io, &dobj, &wco, &wmo)) return NULL;
-    Py_buffer p, ix = {0}, d = {0}, wc = {0}, wm = {0};
+    PyObject *po, *io, *dobj, *wco;
+    if (!PyArg_ParseTuple(args, "OOOO", &po, &io, &dobj, &wco)) return NULL;
+    Py_buffer p, ix = {0}, d = {0}, wc = {0};
     Sell *s = NULL;
     RowLen *order = NULL;
     PyObject *result = NULL;
@@ -129,9 +128,8 @@ static PyObject *py_sell_new(PyObject *self, PyObject *args) {
     if (get_view(io, &ix, "indices", 4, indptr[n], 0) < 0) goto fail_p;
     if (get_view(dobj, &d, "data", 8, indptr[n], 0) < 0) goto fail_ix;
     if (get_view(wco, &wc, "w_cls", 8, n, 0) < 0) goto fail_d;
-    if (get_view(wmo, &wm, "w_max", 8, n, 0) < 0) goto fail_wc;
     const int32_t *indices = ix.buf;
-    const double *data = d.buf, *w_cls = wc.buf, *w_max = wm.buf;
+    const double *data = d.buf, *w_cls = wc.buf;
     Py_ssize_t n_slices = (n + LANES - 1) / LANES, padded = n_slices * LANES;
     s = calloc(1, sizeof *s);
     order = malloc((padded ? padded : 1) * sizeof *order);
@@ -146,9 +144,8 @@ static PyObject *py_sell_new(PyObject *self, PyObject *args) {
     s->perm = malloc((padded ? padded : 1) * sizeof *s->perm);
     s->len = malloc((padded ? padded : 1) * sizeof *s->len);
     s->w_cls = calloc(padded ? padded : 1, sizeof *s->w_cls);
-    s->w_max = calloc(padded ? padded : 1, sizeof *s->w_max);
     s->off = malloc((n_slices + 1) * sizeof *s->off);
-    if (!s->perm || !s->len || !s->w_cls || !s->w_max || !s->off) goto nomem;
+    if (!s->perm || !s->len || !s->w_cls || !s->off) goto nomem;
     s->off[0] = 0;
     for (Py_ssize_t sl = 0; sl < n_slices; sl++) {
         int64_t width = order[sl * LANES].len > 0 ? order[sl * LANES].len : 0;
@@ -167,7 +164,6 @@ static PyObject *py_sell_new(PyObject *self, PyObject *args) {
             s->len[slot] = r->len > 0 ? (int32_t)r->len : 0;
             if (r->row < 0) continue;
             s->w_cls[slot] = w_cls[r->row];
-            s->w_max[slot] = w_max[r->row];
             for (int64_t j = 0; j < r->len; j++) {
                 int64_t src = indptr[r->row] + j, dst = s->off[sl] + j * LANES + l;
                 s->live[s->off[sl] / LANES + j] |= (uint8_t)(1u << l);
@@ -184,8 +180,6 @@ nomem:
 done:
     sell_release(s);
     free(order);
-    PyBuffer_Release(&wm);
-fail_wc:
     PyBuffer_Release(&wc);
 fail_d:
     PyBuffer_Release(&d);
@@ -198,14 +192,14 @@ fail_p:
 
 /* One depth of the chain for every row: numpy's
  *     row = gt @ nu; row += add; row *= 1 - eta; row += eta   (if eta)
- *     h = row; vmax = h * w_max; nu_out = w_cls * h
+ *     h = row; nu_out = w_cls * h
  * each a separate rounding, in that order; a row's product sums its terms from 0.0 in
  * increasing column order (scipy's csc_matvec adds column by column). Lanes are sorted by
  * decreasing length, so the lanes still adding at term j are a prefix of the slice. Every
  * version below adds the same products in the same order (the vector ones add 4 or 8 rows at a
  * time, never two terms of one row at once), so they give the same floats. */
 #define STEP_ARGS const Sell *s, const double *nu, double add, double scale, double shift, \
-    int has_eta, double *h, double *vmax, double *nu_out
+    int has_eta, double *h, double *nu_out
 
 static void step_generic(STEP_ARGS) {
     for (Py_ssize_t sl = 0; sl < s->n_slices; sl++) {
@@ -227,7 +221,6 @@ static void step_generic(STEP_ARGS) {
                 r = r + shift;
             }
             h[i] = r;
-            vmax[i] = r * s->w_max[slot];
             nu_out[i] = s->w_cls[slot] * r;
         }
     }
@@ -239,7 +232,7 @@ static void step_generic(STEP_ARGS) {
 
 __attribute__((target("avx512f"))) static inline void finish_avx512(
     const Sell *s, Py_ssize_t sl, __m512d acc, double add, double scale, double shift,
-    int has_eta, double *h, double *vmax, double *nu_out) {
+    int has_eta, double *h, double *nu_out) {
     Py_ssize_t slot = sl * LANES;
     __m512i perm = _mm512_loadu_si512((const void *)(s->perm + slot));
     __mmask8 real = _mm512_cmpge_epi64_mask(perm, _mm512_setzero_si512());
@@ -249,8 +242,6 @@ __attribute__((target("avx512f"))) static inline void finish_avx512(
         r = _mm512_add_pd(r, _mm512_set1_pd(shift));
     }
     _mm512_mask_i64scatter_pd(h, real, perm, r, 8);
-    _mm512_mask_i64scatter_pd(vmax, real, perm,
-                              _mm512_mul_pd(r, _mm512_loadu_pd(s->w_max + slot)), 8);
     _mm512_mask_i64scatter_pd(nu_out, real, perm,
                               _mm512_mul_pd(_mm512_loadu_pd(s->w_cls + slot), r), 8);
 }
@@ -280,16 +271,16 @@ __attribute__((target("avx512f"))) static void step_avx512(STEP_ARGS) {
                 TERM(a2, o2);
                 TERM(a3, o3);
             }
-            finish_avx512(s, sl, a0, add, scale, shift, has_eta, h, vmax, nu_out);
-            finish_avx512(s, sl + 1, a1, add, scale, shift, has_eta, h, vmax, nu_out);
-            finish_avx512(s, sl + 2, a2, add, scale, shift, has_eta, h, vmax, nu_out);
-            finish_avx512(s, sl + 3, a3, add, scale, shift, has_eta, h, vmax, nu_out);
+            finish_avx512(s, sl, a0, add, scale, shift, has_eta, h, nu_out);
+            finish_avx512(s, sl + 1, a1, add, scale, shift, has_eta, h, nu_out);
+            finish_avx512(s, sl + 2, a2, add, scale, shift, has_eta, h, nu_out);
+            finish_avx512(s, sl + 3, a3, add, scale, shift, has_eta, h, nu_out);
             sl += 4;
         } else {
             const int64_t o0 = s->off[sl];
             __m512d a0 = _mm512_setzero_pd();
             for (int64_t j = 0; j < width; j++) TERM(a0, o0);
-            finish_avx512(s, sl, a0, add, scale, shift, has_eta, h, vmax, nu_out);
+            finish_avx512(s, sl, a0, add, scale, shift, has_eta, h, nu_out);
             sl += 1;
         }
     }
@@ -332,7 +323,6 @@ __attribute__((target("avx2"))) static void step_avx2(STEP_ARGS) {
                 r = r + shift;
             }
             h[i] = r;
-            vmax[i] = r * s->w_max[slot];
             nu_out[i] = s->w_cls[slot] * r;
         }
     }
@@ -395,37 +385,34 @@ static PyObject *py_set_simd(PyObject *self, PyObject *args) {
 }
 
 static const char chain_step_doc[] =
-    "chain_step(sell, nu, nu_out, add, scale, shift, has_eta, h, vmax): one depth of the class "
-    "chain. h[i] = (G^T nu)[i] + add, then (if has_eta) * scale + shift; vmax[i] = h[i] * "
-    "w_max[i]; nu_out[i] = w_cls[i] * h[i]. Float64 (n,) arrays; nu_out must not be nu.";
+    "chain_step(sell, nu, nu_out, add, scale, shift, has_eta, h): one depth of the class "
+    "chain. h[i] = (G^T nu)[i] + add, then (if has_eta) * scale + shift; nu_out[i] = w_cls[i] * "
+    "h[i]. Float64 (n,) arrays; nu_out must not be nu.";
 
 static PyObject *py_chain_step(PyObject *self, PyObject *args) {
-    PyObject *cap, *nuo, *nooo, *ho, *vo;
+    PyObject *cap, *nuo, *nooo, *ho;
     double add, scale, shift;
     int has_eta;
-    if (!PyArg_ParseTuple(args, "OOOdddpOO", &cap, &nuo, &nooo, &add, &scale, &shift, &has_eta,
-                          &ho, &vo))
+    if (!PyArg_ParseTuple(args, "OOOdddpO", &cap, &nuo, &nooo, &add, &scale, &shift, &has_eta,
+                          &ho))
         return NULL;
     const Sell *s = PyCapsule_GetPointer(cap, "treespec_sim.cworld.Sell");
     if (s == NULL) return NULL;
     Py_ssize_t n = s->n;
-    Py_buffer nu, no, h, vm;
+    Py_buffer nu, no, h;
     PyObject *result = NULL;
     if (get_view(nuo, &nu, "nu", 8, n, 0) < 0) return NULL;
     if (get_view(nooo, &no, "nu_out", 8, n, 1) < 0) goto e1;
     if (get_view(ho, &h, "h", 8, n, 1) < 0) goto e2;
-    if (get_view(vo, &vm, "vmax", 8, n, 1) < 0) goto e3;
     if (no.buf == nu.buf) {
         PyErr_SetString(PyExc_ValueError, "nu_out must not be nu (nu is read while written)");
     } else {
         Py_BEGIN_ALLOW_THREADS
-        chain_rows(s, nu.buf, add, scale, shift, has_eta, h.buf, vm.buf, no.buf);
+        chain_rows(s, nu.buf, add, scale, shift, has_eta, h.buf, no.buf);
         Py_END_ALLOW_THREADS
         result = Py_None;
         Py_INCREF(result);
     }
-    PyBuffer_Release(&vm);
-e3:
     PyBuffer_Release(&h);
 e2:
     PyBuffer_Release(&no);

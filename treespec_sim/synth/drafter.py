@@ -270,14 +270,14 @@ class BlockDiffusionDrafter:
             yield row
             np.multiply(tab.w_cls, row, out=nu)
 
-    def _chain(self, tab: _ClassTable, last_token: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """``h_1..h_L`` float64 (L, V / m) and, on the compiled path, the class maxima
-        ``h * w_max`` (else None: ClassLogMarginals computes them on first use).
+    def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
+        """``h_1..h_L`` float64 (L, V / m).
 
         The compiled path (``compiled.world_kernel.chain_step``) gives :meth:`_class_h`'s floats:
         the same sums in the same order (tests/test_cworld.py); the dots ``nu . pi`` stay
         numpy's (BLAS). The chain comes first, then the rows' norms and top lists
-        (ClassLogMarginals): working on each row between the products evicts G^T from cache.
+        (ClassLogMarginals): working on each row between the products evicts G^T from cache
+        (and the class maxima are not written here: with them G^T no longer stays in L2).
         """
         n = tab.pi.shape[0]
         h = np.empty((self.depth, n))
@@ -285,8 +285,7 @@ class BlockDiffusionDrafter:
         if kern is None or tab.sell is None:
             for d, row in enumerate(self._class_h(tab, last_token)):
                 h[d] = row
-            return h, None
-        vmax = np.empty_like(h)
+            return h
         gt = tab.gt
         c0 = int(self._cls_of[last_token])
         lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]           # depth 1 as in _class_h
@@ -294,14 +293,13 @@ class BlockDiffusionDrafter:
         row.fill(0.0)
         row[gt.indices[lo:hi]] = gt.data[lo:hi]
         row += tab.pi[c0]
-        np.multiply(row, tab.w_max, out=vmax[0])
         nu, nu_next = tab.w_cls * row, np.empty(n)
         for d in range(1, self.depth):
             eta = self.eta[d]
             kern.chain_step(tab.sell, nu, nu_next, float(nu @ tab.pi), float(1.0 - eta),
-                            float(eta), bool(eta), h[d], vmax[d])
+                            float(eta), bool(eta), h[d])
             nu, nu_next = nu_next, nu
-        return h, vmax
+        return h
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -340,7 +338,7 @@ class BlockDiffusionDrafter:
             gt_rows = g.tocsc()
             sell = compiled.world_kernel.sell_new(gt_rows.indptr.astype(np.int64),
                                                   gt_rows.indices.astype(np.int32),
-                                                  gt_rows.data, w_cls, w[members].max(axis=1))
+                                                  gt_rows.data, w_cls)
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
                           w_max=w[members].max(axis=1), log_w=log_w, sell=sell)
         self._class_tables[topic] = tab
@@ -380,10 +378,9 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        h, vmax = self._chain(tab, key[1])
+        h = self._chain(tab, key[1])
         lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
-                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab),
-                                 class_max=vmax)
+                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
             self._lazy.popitem(last=False)
@@ -568,13 +565,11 @@ class ClassLogMarginals(LazyLogMarginals):
         ``beta_d`` and ``j_d``.
     sharpen_sums : ndarray of float64, shape (L, V / m)
         ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
-    class_max : ndarray of float64, shape (L, V / m), optional
-        ``h * w_max`` if the caller has it (the compiled chain does), else computed on first use.
     """
 
     def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
                  cls_of: np.ndarray, *, beta: np.ndarray, junk: np.ndarray,
-                 sharpen_sums: np.ndarray, class_max: np.ndarray | None = None) -> None:
+                 sharpen_sums: np.ndarray) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
         self._w = table.w
         self._w_max = table.w_max
@@ -586,7 +581,7 @@ class ClassLogMarginals(LazyLogMarginals):
         self._floor = junk / table.w.shape[0]
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
-        self._vmax = class_max                 # (L, V / m) class maxima, or on first use
+        self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
         self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
 
