@@ -13,6 +13,10 @@ that gives the same result and is tested equal to it (``tests/test_ckernel.py``)
 Callers read :data:`kernel` at call time, so a test or a benchmark switches every path to numpy
 with ``monkeypatch.setattr(treespec_sim.compiled, "kernel", None)``. Design and measurements:
 docs/performance.md.
+
+:data:`world_kernel` (``treespec_sim/cworld.c``) is the synthetic drafter's: its class chain and
+top lists (:mod:`treespec_sim.synth.drafter`), the numpy code's floats bit for bit
+(``tests/test_cworld.py``); ``world_kernel = None`` switches the drafter to numpy.
 """
 
 from __future__ import annotations
