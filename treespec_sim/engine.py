@@ -160,6 +160,7 @@ class Round:
     cost_s: float | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     edges_given: np.ndarray | None = None
+    reach_given: np.ndarray | None = None
 
     # ------------------------------------------------------------------ the draft
     @property
@@ -192,7 +193,8 @@ class Round:
     @cached_property
     def exits(self) -> ExitDecomposition:
         """Lost target mass by depth and cause (:func:`treespec_sim.exits.exit_decomposition`)."""
-        return decompose_from_edges(self.tree, self.edges, depth_limit=self.depth_limit)
+        return decompose_from_edges(self.tree, self.edges, depth_limit=self.depth_limit,
+                                    reach=self.reach_given)
 
     @property
     def coverage(self) -> float:
@@ -241,8 +243,10 @@ class Round:
         if self.draft.sampled:
             raise ValueError("at_budget needs a deterministic nested tree")
         tree = prefix_tree(self.tree, int(budget))
+        n = tree.n_nodes
+        # a prefix's reach is this tree's, node for node (the same products down each path)
         return Round(self.method, self.rule, self.temperature, Draft(tree), self.log_q, None,
-                     self.depth_limit, None, None, {}, self.edges[: tree.n_nodes])
+                     self.depth_limit, None, None, {}, self.edges[:n], self.exits_reach[:n])
 
     @property
     def tau_curve(self) -> np.ndarray:

@@ -79,9 +79,13 @@ def reach_probabilities(tree: DraftTree, target_rows) -> np.ndarray:
     return reach_from_edges(tree, edge_probabilities(tree, target_rows))
 
 
-def exit_from_edges(tree: DraftTree, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(reach, exit law)`` from edge probabilities (:func:`edge_probabilities`)."""
-    reach = reach_from_edges(tree, edges)
+def exit_from_edges(tree: DraftTree, edges: np.ndarray, reach: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(reach, exit law)`` from edge probabilities (:func:`edge_probabilities`); ``reach``,
+    if given, is :func:`reach_from_edges` already computed (e.g. a prefix of a larger nested
+    tree's, which is the same floats)."""
+    if reach is None:
+        reach = reach_from_edges(tree, edges)
     child_mass = np.bincount(tree.parent[1:], weights=edges[1:], minlength=tree.n_nodes)
     # Clamp rounding: a fully covered node has residual mass exactly 0, never negative.
     residual = np.clip(1.0 - child_mass, 0.0, None)
@@ -157,14 +161,15 @@ def exit_decomposition(tree: DraftTree, target_rows, *, depth_limit: int | None 
                                 depth_limit=depth_limit)
 
 
-def decompose_from_edges(tree: DraftTree, edges: np.ndarray, *, depth_limit: int | None = None
-                         ) -> ExitDecomposition:
+def decompose_from_edges(tree: DraftTree, edges: np.ndarray, *, depth_limit: int | None = None,
+                         reach: np.ndarray | None = None) -> ExitDecomposition:
     """:func:`exit_decomposition` from the tree's edge probabilities (e.g. a prefix of a
-    larger nested tree's edges)."""
+    larger nested tree's edges) and, optionally, its reach probabilities (see
+    :func:`exit_from_edges`)."""
     if depth_limit is not None and depth_limit < tree.max_depth:
         raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
                          f"{tree.max_depth}")
-    reach, w = exit_from_edges(tree, edges)
+    reach, w = exit_from_edges(tree, edges, reach)
     leaf = tree.is_leaf()
     cause = np.zeros(tree.n_nodes, dtype=np.int64)  # 0 = uncovered (inner node)
     cause[leaf] = 1
