@@ -109,9 +109,10 @@ class ArrayOracle:
         return out
 
 
-#: Classes whose instances are TargetOracles by their class alone (the protocol's members are
-#: class attributes): isinstance against a runtime-checkable Protocol costs ~10 us a call, and a
-#: round asks several times.
+#: Classes one of whose instances was a TargetOracle: isinstance against a runtime-checkable
+#: Protocol costs ~10 us a call and a round asks several times, so the answer is kept per class
+#: (an oracle class gives every instance the protocol's members; one that does not fails at the
+#: first missing member with an AttributeError).
 _ORACLE_CLASSES: set[type] = set()
 
 
@@ -121,8 +122,7 @@ def _is_oracle(obj) -> bool:
         return True
     if isinstance(obj, np.ndarray) or not isinstance(obj, TargetOracle):
         return False
-    if all(hasattr(cls, name) for name in ("shape", "row", "edge_probs")):
-        _ORACLE_CLASSES.add(cls)
+    _ORACLE_CLASSES.add(cls)
     return True
 
 
