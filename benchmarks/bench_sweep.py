@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim import compiled
 from treespec_sim.engine import run_round
 from treespec_sim.families import DDTreeGrid, world_for
 from treespec_sim.sweep import Plan, run_plan
@@ -104,9 +105,14 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     sweep) and reads exact ``E[tau]`` and the exit decomposition (``follow``); the nested case
     builds the ``B = 512`` tree once and reads both at the six budgets of
     :data:`NESTED_BUDGETS`. Per-topic tables are warmed first (built once per process).
+
+    Each case also runs with the drafter's numpy path (``compiled.world_kernel = None``: the
+    same floats, tests/test_cworld.py) in blocks of 10 rounds interleaved with the compiled
+    ones, so ``vs_numpy`` is a ratio measured in the same run.
     """
     world = make_world(regime, seed=seed)
     world.warm((0.0, 1.0))
+    built = compiled.world_kernel
     out = []
     for name in FRESH_TARGETS:
         rng = np.random.default_rng(seed)
@@ -130,14 +136,30 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
 
         for _ in range(min(20, rounds)):
             one()
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(rounds):
-            one()
-        rate = rounds / (time.perf_counter() - t0)
-        # CPU time too: on a shared machine the wall clock counts the time other processes ran
-        cpu_rate = rounds / (time.process_time() - c0)
-        out.append({"case": name, "rounds_per_s": rate, "cpu_rounds_per_s": cpu_rate,
-                    "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name]})
+        wall = {True: 0.0, False: 0.0}
+        cpu = {True: 0.0, False: 0.0}
+        done = {True: 0, False: 0}
+        paths = (True, False) if built is not None else (True,)
+        try:
+            while done[True] < rounds:
+                for fast in paths:
+                    compiled.world_kernel = built if fast else None
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    for _ in range(10):
+                        one()
+                    wall[fast] += time.perf_counter() - t0
+                    # CPU time too: on a shared machine the wall clock counts other processes
+                    cpu[fast] += time.process_time() - c0
+                    done[fast] += 10
+        finally:
+            compiled.world_kernel = built
+        rate = done[True] / wall[True]
+        row = {"case": name, "rounds_per_s": rate, "cpu_rounds_per_s": done[True] / cpu[True],
+               "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name]}
+        if built is not None:
+            row["numpy_drafter_rounds_per_s"] = done[False] / wall[False]
+            row["vs_numpy"] = (done[True] / cpu[True]) / (done[False] / cpu[False])
+        out.append(row)
     return out
 
 
@@ -207,9 +229,11 @@ def main(argv=None) -> dict:
 def _print_fresh(regime: str, fresh: list[dict]) -> None:
     print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits (issue 23 targets):")
     for r in fresh:
+        vs = (f"; numpy drafter {r['numpy_drafter_rounds_per_s']:.1f}/s, compiled "
+              f"{r['vs_numpy']:.2f}x per CPU second" if "vs_numpy" in r else "")
         print(f"  {r['case']:32s} {r['rounds_per_s']:8.1f} rounds/s  target "
               f"{r['target']:6.0f}  ({r['of_target']:.2f}x of target; "
-              f"{r['cpu_rounds_per_s']:.1f} per CPU second)")
+              f"{r['cpu_rounds_per_s']:.1f} per CPU second{vs})")
 
 
 if __name__ == "__main__":
