@@ -96,6 +96,11 @@ def test_chain_rejects_bad_buffers():
     nu = np.ones(n)
     with pytest.raises(ValueError, match="nu_out must not be nu"):
         kern.chain_step(sell, nu, nu, 0.0, 1.0, 0.0, False, np.empty(n))
+    with pytest.raises(ValueError, match="h: expected a C-contiguous float64 array"):
+        kern.chain_step(sell, nu, np.empty(n), 0.0, 1.0, 0.0, False, np.empty(n, dtype=np.int64))
+    with pytest.raises(ValueError, match="indices: expected a C-contiguous int32 array"):
+        kern.sell_new(gt_rows.indptr.astype(np.int64), gt_rows.indices.astype(np.int64),
+                      gt_rows.data, np.ones(n))
     with pytest.raises(ValueError, match="h: expected 16 items"):
         kern.chain_step(sell, nu, np.empty(n), 0.0, 1.0, 0.0, False, np.empty(n - 1))
     with pytest.raises(ValueError, match="w_cls: expected 16 items"):

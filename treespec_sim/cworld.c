@@ -32,15 +32,43 @@
 
 /* ------------------------------------------------------------------ buffers */
 
-/* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any), else an error
- * naming the argument. */
-static int get_view(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t itemsize,
+/* Whether a buffer holds `want` items: 'd' float64, 'q' int64, 'i' int32 (native order). */
+static int format_ok(const Py_buffer *v, char want) {
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=') f++;
+#if PY_LITTLE_ENDIAN
+    if (*f == '<') f++;
+#else
+    if (*f == '>' || *f == '!') f++;
+#endif
+    if (f[0] == 0 || f[1] != 0) return 0;
+    switch (want) {
+    case 'd': return f[0] == 'd' && v->itemsize == 8;
+    case 'q': return strchr("qln", f[0]) != NULL && v->itemsize == 8;
+    case 'i': return strchr("il", f[0]) != NULL && v->itemsize == 4;
+    default: return 0;
+    }
+}
+
+static const char *type_name(char want) {
+    return want == 'd' ? "float64" : want == 'q' ? "int64" : "int32";
+}
+
+/* A C-contiguous buffer of `count` items of type `want` (count < 0: any), else an error naming
+ * the argument. */
+static int get_view(PyObject *obj, Py_buffer *view, const char *name, char want,
                     Py_ssize_t count, int writable) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (view->itemsize != itemsize || (count >= 0 && view->len != count * itemsize)) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes of "
-                     "%zd-byte items", name, count, itemsize, view->len, view->itemsize);
+    if (!format_ok(view, want)) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a C-contiguous %s array, got format '%s'",
+                     name, type_name(want), view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (count >= 0 && view->len != count * view->itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items, got %zd", name, count,
+                     view->len / view->itemsize);
         PyBuffer_Release(view);
         return -1;
     }
@@ -118,16 +146,16 @@ static PyObject *py_sell_new(PyObject *self, PyObject *args) {
     Sell *s = NULL;
     RowLen *order = NULL;
     PyObject *result = NULL;
-    if (get_view(po, &p, "indptr", 8, -1, 0) < 0) return NULL;
+    if (get_view(po, &p, "indptr", 'q', -1, 0) < 0) return NULL;
     Py_ssize_t n = p.len / 8 - 1;
     const int64_t *indptr = p.buf;
     if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "indptr: empty");
+        PyErr_SetString(PyExc_ValueError, "indptr: expected at least one item");
         goto fail_p;
     }
-    if (get_view(io, &ix, "indices", 4, indptr[n], 0) < 0) goto fail_p;
-    if (get_view(dobj, &d, "data", 8, indptr[n], 0) < 0) goto fail_ix;
-    if (get_view(wco, &wc, "w_cls", 8, n, 0) < 0) goto fail_d;
+    if (get_view(io, &ix, "indices", 'i', indptr[n], 0) < 0) goto fail_p;
+    if (get_view(dobj, &d, "data", 'd', indptr[n], 0) < 0) goto fail_ix;
+    if (get_view(wco, &wc, "w_cls", 'd', n, 0) < 0) goto fail_d;
     const int32_t *indices = ix.buf;
     const double *data = d.buf, *w_cls = wc.buf;
     Py_ssize_t n_slices = (n + LANES - 1) / LANES, padded = n_slices * LANES;
@@ -401,9 +429,9 @@ static PyObject *py_chain_step(PyObject *self, PyObject *args) {
     Py_ssize_t n = s->n;
     Py_buffer nu, no, h;
     PyObject *result = NULL;
-    if (get_view(nuo, &nu, "nu", 8, n, 0) < 0) return NULL;
-    if (get_view(nooo, &no, "nu_out", 8, n, 1) < 0) goto e1;
-    if (get_view(ho, &h, "h", 8, n, 1) < 0) goto e2;
+    if (get_view(nuo, &nu, "nu", 'd', n, 0) < 0) return NULL;
+    if (get_view(nooo, &no, "nu_out", 'd', n, 1) < 0) goto e1;
+    if (get_view(ho, &h, "h", 'd', n, 1) < 0) goto e2;
     if (no.buf == nu.buf) {
         PyErr_SetString(PyExc_ValueError, "nu_out must not be nu (nu is read while written)");
     } else {
@@ -464,18 +492,18 @@ static PyObject *py_sharpen_exponents(PyObject *self, PyObject *args) {
     PyObject *bo, *be, *mo;
     if (!PyArg_ParseTuple(args, "OOO", &bo, &be, &mo)) return NULL;
     Py_buffer b, bt, m;
-    if (get_view(bo, &b, "buf", 8, -1, 1) < 0) return NULL;
+    if (get_view(bo, &b, "buf", 'd', -1, 1) < 0) return NULL;
     if (b.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "buf: expected a 2-D array");
         PyBuffer_Release(&b);
         return NULL;
     }
     Py_ssize_t r = b.shape[0], n = b.shape[1];
-    if (get_view(be, &bt, "beta", 8, r, 0) < 0) {
+    if (get_view(be, &bt, "beta", 'd', r, 0) < 0) {
         PyBuffer_Release(&b);
         return NULL;
     }
-    if (get_view(mo, &m, "m", 8, r, 1) < 0) {
+    if (get_view(mo, &m, "m", 'd', r, 1) < 0) {
         PyBuffer_Release(&bt);
         PyBuffer_Release(&b);
         return NULL;
@@ -575,7 +603,7 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     Py_ssize_t k;
     if (!PyArg_ParseTuple(args, "OnOOO", &vo, &k, &to, &no, &co)) return NULL;
     Py_buffer v, t, nx, c;
-    if (get_view(vo, &v, "v", 8, -1, 0) < 0) return NULL;
+    if (get_view(vo, &v, "v", 'd', -1, 0) < 0) return NULL;
     if (v.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "v: expected a 2-D array");
         PyBuffer_Release(&v);
@@ -587,9 +615,9 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
         PyBuffer_Release(&v);
         return NULL;
     }
-    if (get_view(to, &t, "thr", 8, r, 1) < 0) goto e1;
-    if (get_view(no, &nx, "nxt", 8, r, 1) < 0) goto e2;
-    if (get_view(co, &c, "cols", 8, r * k, 1) < 0) goto e3;
+    if (get_view(to, &t, "thr", 'd', r, 1) < 0) goto e1;
+    if (get_view(no, &nx, "nxt", 'd', r, 1) < 0) goto e2;
+    if (get_view(co, &c, "cols", 'q', r * k, 1) < 0) goto e3;
     PyObject *flags = PyBytes_FromStringAndSize(NULL, r);
     if (flags == NULL) goto e4;
     char *exact = PyBytes_AS_STRING(flags);
@@ -724,7 +752,7 @@ static PyObject *py_rank_top(PyObject *self, PyObject *args) {
     Py_ssize_t k;
     if (!PyArg_ParseTuple(args, "OOnOO", &to, &vo, &k, &too, &voo)) return NULL;
     Py_buffer t, v, tout, vout;
-    if (get_view(vo, &v, "vals", 8, -1, 0) < 0) return NULL;
+    if (get_view(vo, &v, "vals", 'd', -1, 0) < 0) return NULL;
     if (v.ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "vals: expected a 2-D array");
         PyBuffer_Release(&v);
@@ -736,9 +764,9 @@ static PyObject *py_rank_top(PyObject *self, PyObject *args) {
         PyBuffer_Release(&v);
         return NULL;
     }
-    if (get_view(to, &t, "toks", 8, r * n, 0) < 0) goto e1;
-    if (get_view(too, &tout, "toks_out", 8, r * k, 1) < 0) goto e2;
-    if (get_view(voo, &vout, "vals_out", 8, r * k, 1) < 0) goto e3;
+    if (get_view(to, &t, "toks", 'q', r * n, 0) < 0) goto e1;
+    if (get_view(too, &tout, "toks_out", 'q', r * k, 1) < 0) goto e2;
+    if (get_view(voo, &vout, "vals_out", 'd', r * k, 1) < 0) goto e3;
     PyObject *flags = PyBytes_FromStringAndSize(NULL, r);
     Pair *pairs = flags == NULL ? NULL : scratch(2 * n * sizeof *pairs + n * sizeof(double));
     if (pairs == NULL) {
