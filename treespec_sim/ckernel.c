@@ -216,6 +216,75 @@ static int ranked_cmp(const void *pa, const void *pb) {
     return (a->tok > b->tok) - (a->tok < b->tok);
 }
 
+/* a ranks before b: ranked_cmp's order, inlined (a strict total order: a row's tokens differ) */
+INLINE int rk_before(const Ranked *a, const Ranked *b) {
+    return a->val > b->val || (a->val == b->val && a->tok < b->tok);
+}
+
+INLINE void rk_swap(Ranked *a, Ranked *b) {
+    Ranked t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Partition a[0..n) (n >= 3) around the median of a[0], a[n/2], a[n-1]: returns the pivot's
+ * index p, with a[i] ranking before it for i < p and after it for i > p. */
+static Py_ssize_t rk_partition(Ranked *a, Py_ssize_t n) {
+    Py_ssize_t m = n / 2;
+    if (rk_before(&a[m], &a[0])) rk_swap(&a[m], &a[0]);
+    if (rk_before(&a[n - 1], &a[0])) rk_swap(&a[n - 1], &a[0]);
+    if (rk_before(&a[m], &a[n - 1])) rk_swap(&a[m], &a[n - 1]);  /* a[n-1]: the median */
+    Ranked piv = a[n - 1];
+    Py_ssize_t s = 0;
+    for (Py_ssize_t i = 0; i < n - 1; i++)
+        if (rk_before(&a[i], &piv)) rk_swap(&a[i], &a[s++]);
+    rk_swap(&a[s], &a[n - 1]);
+    return s;
+}
+
+/* Sort a[0..n) in rank order: quicksort, insertion sort below 24, qsort past a depth limit. */
+static void rk_sort(Ranked *a, Py_ssize_t n, int depth) {
+    while (n > 24) {
+        if (depth-- <= 0) {
+            qsort(a, n, sizeof *a, ranked_cmp);
+            return;
+        }
+        Py_ssize_t p = rk_partition(a, n);
+        if (p < n - 1 - p) {
+            rk_sort(a, p, depth);
+            a += p + 1;
+            n -= p + 1;
+        } else {
+            rk_sort(a + p + 1, n - p - 1, depth);
+            n = p;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Ranked x = a[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && rk_before(&x, &a[j - 1]); j--) a[j] = a[j - 1];
+        a[j] = x;
+    }
+}
+
+/* The k first of a[0..n) in rank order, sorted, in a[0..k) (1 <= k <= n): quickselect narrows
+ * them to a[0..hi), which is then sorted. */
+static void rk_top(Ranked *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n;  /* a[0..lo) rank before a[lo..hi), which rank before a[hi..n) */
+    for (int guard = 0; k < hi && hi - lo > 24 && guard < 64; guard++) {
+        Py_ssize_t p = lo + rk_partition(a + lo, hi - lo);
+        if (p >= k - 1 && p <= k) {
+            hi = p + 1;
+            break;
+        }
+        if (p > k) hi = p;
+        else lo = p + 1;
+    }
+    int depth = 2;
+    for (Py_ssize_t m = hi; m > 1; m >>= 1) depth += 2;
+    rk_sort(a, hi, depth);
+}
+
 /* ------------------------------------------------------------------ best-first heap */
 typedef struct {
     double score;
@@ -410,57 +479,93 @@ static int lists_reserve(Lists *l, Py_ssize_t extra) {
     return 0;
 }
 
-static int desc_cmp(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return (a < b) - (a > b);
+/* Score histograms for certificates: bin b holds scores s <= 0 with b <= -s HSCALE < b + 1,
+ * i.e. s in (-(b+1)/HSCALE, -b/HSCALE]; every score counted in bins 0..b is > -(b+1)/HSCALE
+ * (an exact double). Scores below -HBINS/HSCALE (or -inf) are not counted: a certificate
+ * that ignores valid nodes stays valid. */
+#define HBINS 4096
+#define HSCALE 16.0
+
+INLINE int hbin(double s) {
+    double u = -s * HSCALE;  /* exact (a power of two); s <= 0, so u >= 0 or -0 */
+    return u < HBINS ? (int)u : -1;
 }
 
-/* Number of depth-1 nodes (a) and depth-2 nodes (a, b) scoring >= t, from descending lists
- * x0 (row 0) and x1 (row 1): each pair is a distinct node, so any t with count >= B bounds the
- * B-th best score from below. Two pointers: O(n0 + n1). */
-static Py_ssize_t count_depth12(const double *x0, Py_ssize_t n0, const double *x1, Py_ssize_t n1,
-                                double t) {
-    Py_ssize_t total = 0, j = n1;
-    for (Py_ssize_t i = 0; i < n0; i++) {
-        if (x0[i] < t) break;
-        total++;
-        while (j > 0 && x0[i] + x1[j - 1] < t) j--;
-        total += j;
+/* The largest edge -(b+1)/HSCALE with at least `budget` counts in bins 0..b, or -inf. */
+static double hist_certify(const int64_t *h, Py_ssize_t budget) {
+    int64_t cum = 0;
+    for (int b = 0; b < HBINS; b++)
+        if ((cum += h[b]) >= budget) return -(b + 1) / HSCALE;
+    return -INFINITY;
+}
+
+/* Nodes of depth 1 and 2 over rows 0 and 1 scoring >= -k/HSCALE, from the histograms h0, h1 of
+ * the rows' kept values (c1: h1's running sums): every row-0 entry x0 in bins <= k-1 is a node
+ * scoring > -k/HSCALE; every pair (x0 in bin a, x1 in bin c) with a + c <= k - 2 is a distinct
+ * depth-2 node scoring fl(x0 + x1) >= -(a+c+2)/HSCALE >= -k/HSCALE (the exact sum is above that
+ * exact double, and rounding is monotone). */
+static int64_t count_depth12(const int64_t *h0, const int64_t *c0, const int64_t *c1, int a_lo,
+                             int a_hi, int k, int64_t enough) {
+    int64_t total = c0[k - 1 < HBINS - 1 ? k - 1 : HBINS - 1];
+    for (int a = a_lo; a <= a_hi && a <= k - 2 && total < enough; a++) {
+        int c = k - 2 - a;
+        total += h0[a] * c1[c < HBINS - 1 ? c : HBINS - 1];
     }
     return total;
 }
 
-/* The largest t (to ~1e-12 relative) with count_depth12(t) >= budget, or -inf. */
-static double certify_depth12(double *x0, Py_ssize_t n0, double *x1, Py_ssize_t n1,
-                              Py_ssize_t budget) {
-    if (n0 == 0) return -INFINITY;
-    qsort(x0, n0, sizeof *x0, desc_cmp);
-    qsort(x1, n1, sizeof *x1, desc_cmp);
-    double hi = x0[0] + (n1 ? (x1[0] > 0.0 ? x1[0] : 0.0) : 0.0) + 1.0;
-    double lo = n1 ? x0[n0 - 1] + x1[n1 - 1] : x0[n0 - 1];
-    if (!isfinite(lo) || count_depth12(x0, n0, x1, n1, lo) < budget) return -INFINITY;
-    for (int it = 0; it < 60 && hi - lo > 1e-12 * (1.0 + fabs(lo)); it++) {
-        double mid = 0.5 * (lo + hi);
-        if (count_depth12(x0, n0, x1, n1, mid) >= budget) lo = mid;
-        else hi = mid;
+/* A certified bound from depth-1 and depth-2 nodes of rows 0 and 1 (values x0, x1 kept from
+ * them): the largest -k/HSCALE with count_depth12 >= budget, or -inf. O(HBINS log HBINS). */
+static double certify_depth12(const double *x0, Py_ssize_t n0, const double *x1, Py_ssize_t n1,
+                              Py_ssize_t budget, int64_t *work) {
+    int64_t *h0 = work, *c0 = work + HBINS, *c1 = work + 2 * HBINS;
+    memset(work, 0, 3 * HBINS * sizeof *work);
+    for (Py_ssize_t j = 0; j < n0; j++) {
+        int b = hbin(x0[j]);
+        if (b >= 0) h0[b]++;
     }
-    return lo;
+    for (Py_ssize_t j = 0; j < n1; j++) {
+        int b = hbin(x1[j]);
+        if (b >= 0) c1[b]++;
+    }
+    int a_lo = HBINS, a_hi = -1;
+    for (int b = 0; b < HBINS; b++) {
+        if (h0[b]) {
+            if (a_lo == HBINS) a_lo = b;
+            a_hi = b;
+        }
+        c0[b] = h0[b] + (b ? c0[b - 1] : 0);
+        c1[b] += b ? c1[b - 1] : 0;
+    }
+    if (a_hi < 0) return -INFINITY;
+    int lo = 0, hi = 2 * HBINS;  /* count(lo) < budget (lo = 0: nothing scores > 0 here) */
+    if (count_depth12(h0, c0, c1, a_lo, a_hi, hi, budget) < budget) return -INFINITY;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (count_depth12(h0, c0, c1, a_lo, a_hi, mid, budget) >= budget) hi = mid;
+        else lo = mid;
+    }
+    return -hi / HSCALE;
 }
 
 /* Before any bound is certified, a row would keep its first entries wholesale: guess a
- * threshold that leaves ~2 k0 entries from a strided sample of SAMPLE_ROW values instead. It is
- * not certified: the row's list is then complete only above it, and the row is read again if
- * the final threshold falls below it. Returns 0 where the sample is too small to guess. */
+ * threshold that leaves ~2 k0 entries from a sample of SAMPLE_ROW values instead (SAMPLE_RUNS
+ * runs of consecutive entries, evenly spaced: few cache lines). It is not certified: the row's
+ * list is then complete only above it, and the row is read again if the final threshold falls
+ * below it. Returns 0 where the sample is too small to guess. */
 #define SAMPLE_ROW 512
+#define SAMPLE_RUNS 64
 static int sample_threshold(const Py_buffer *view, Py_ssize_t d, Py_ssize_t k0, double *theta,
                             double *buf) {
-    Py_ssize_t V = view->shape[1], stride = V / SAMPLE_ROW, ns = 0;
-    if (stride < 1) return 0;
-    for (Py_ssize_t i = 0; i < V && ns < SAMPLE_ROW; i += stride) {
-        double v = view->itemsize == 4 ? (double)((const float *)view->buf)[d * V + i]
-                                       : ((const double *)view->buf)[d * V + i];
-        if (v == v) buf[ns++] = v;
-    }
+    const Py_ssize_t run = SAMPLE_ROW / SAMPLE_RUNS;
+    Py_ssize_t V = view->shape[1], stride = V / SAMPLE_RUNS, ns = 0;
+    if (stride < run) return 0;
+    for (Py_ssize_t i = 0; i + run <= V && ns + run <= SAMPLE_ROW; i += stride)
+        for (Py_ssize_t q = i; q < i + run; q++) {
+            double v = view->itemsize == 4 ? (double)((const float *)view->buf)[d * V + q]
+                                           : ((const double *)view->buf)[d * V + q];
+            if (v == v) buf[ns++] = v;
+        }
     Py_ssize_t r = 2 * k0 * ns / V + 4;
     if (r >= ns) return 0;
     double g = kth_largest_inplace(buf, ns, r);
@@ -504,15 +609,15 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
     int64_t *row_off = malloc((L + 1) * sizeof *row_off), *row_len = malloc((L + 1) * 8);
     int64_t *off = malloc((L + 1) * sizeof *off);
     Lists all = {NULL, NULL, 0, 0};       /* rows' kept entries */
-    Lists pool = {NULL, NULL, 0, 0};      /* single-deviation scores >= t */
-    double *scratch = NULL;
-    Py_ssize_t scratch_cap = 0;
+    int64_t *hist = calloc(4 * HBINS, sizeof *hist);  /* single deviations; + d12's work */
+    int64_t counted = 0;                  /* single deviations in hist */
     Ranked *ranked = NULL;
     double *vals = NULL;
     int64_t *toks = NULL;
     double scratch_small[SAMPLE_ROW];
-    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off) goto done;
-    double t = -INFINITY;  /* certified: >= budget single deviations score >= t */
+    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off || !hist)
+        goto done;
+    double t = -INFINITY;  /* certified: >= budget distinct nodes score >= t */
     pbest[0] = 0.0;
     for (int d = 0; d < L; d++) {
         c.n = 0;
@@ -526,38 +631,29 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         cut[d] = c.compacted ? c.theta : -INFINITY;
         row_off[d] = all.n;
         row_len[d] = c.n;
-        if (lists_reserve(&all, c.n) < 0 || lists_reserve(&pool, c.n) < 0) goto done;
+        if (lists_reserve(&all, c.n) < 0) goto done;
         memcpy(all.val + all.n, c.val, c.n * sizeof *c.val);
         memcpy(all.tok + all.n, c.tok, c.n * sizeof *c.tok);
         all.n += c.n;
-        for (Py_ssize_t j = 0; j < c.n; j++) pool.val[pool.n++] = pbest[d] + c.val[j];
-        if (d == 1 && pool.n < budget) {
+        /* the row's kept entries are single deviations (argmax tokens above d, any token at
+         * d), distinct nodes scoring P_d + x: t rises to the histogram's bound on the B-th */
+        for (Py_ssize_t j = 0; j < c.n; j++) {
+            int b = hbin(pbest[d] + c.val[j]);
+            if (b >= 0) {
+                hist[b]++;
+                counted++;
+            }
+        }
+        if (counted >= budget) {
+            double th = hist_certify(hist, budget);
+            if (th > t) t = th;
+        }
+        if (d == 1 && !isfinite(t)) {
             /* too few single deviations yet: certify t from depth-1 and depth-2 nodes of the
              * two short lists instead, so that deeper rows keep few entries */
-            Py_ssize_t n0 = row_len[0], n1 = row_len[1];
-            double *x = malloc((n0 + n1 + 1) * sizeof *x);
-            if (!x) goto done;
-            memcpy(x, all.val + row_off[0], n0 * sizeof *x);
-            memcpy(x + n0, all.val + row_off[1], n1 * sizeof *x);
-            double t12 = certify_depth12(x, n0, x + n0, n1, budget);
-            free(x);
+            double t12 = certify_depth12(all.val + row_off[0], row_len[0], all.val + row_off[1],
+                                         row_len[1], budget, hist + HBINS);
             if (t12 > t) t = t12;
-        }
-        /* re-certify t once the pool holds B scores, then whenever it has doubled */
-        if (pool.n >= budget && (!isfinite(t) || pool.n >= 2 * budget || d == L - 1)) {
-            if (pool.n > scratch_cap) {
-                free(scratch);
-                scratch_cap = 2 * pool.n;
-                scratch = malloc(scratch_cap * sizeof *scratch);
-                if (!scratch) goto done;
-            }
-            memcpy(scratch, pool.val, pool.n * sizeof *scratch);
-            double tb = kth_largest_inplace(scratch, pool.n, budget);
-            if (tb > t) t = tb;
-            Py_ssize_t w = 0;
-            for (Py_ssize_t j = 0; j < pool.n; j++)
-                if (pool.val[j] >= t) pool.val[w++] = pool.val[j];
-            pool.n = w;
         }
     }
     double sl = slack_of(t);
@@ -596,7 +692,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         Py_ssize_t m = 0;
         for (int64_t j = row_off[d]; j < row_off[d] + row_len[d]; j++)
             if (all.val[j] >= thr) ranked[m++] = (Ranked){all.val[j], all.tok[j]};
-        qsort(ranked, m, sizeof *ranked, ranked_cmp);
+        if (m > 0) rk_top(ranked, m, m < K ? m : K);
         if (m > K) m = K;
         off[d] = w;
         for (Py_ssize_t j = 0; j < m; j++, w++) {
@@ -616,9 +712,7 @@ done:
     free(off);
     free(all.val);
     free(all.tok);
-    free(pool.val);
-    free(pool.tok);
-    free(scratch);
+    free(hist);
     free(ranked);
     free(vals);
     free(toks);
