@@ -479,73 +479,109 @@ static int lists_reserve(Lists *l, Py_ssize_t extra) {
     return 0;
 }
 
-/* Score histograms for certificates: bin b holds scores s <= 0 with b <= -s HSCALE < b + 1,
- * i.e. s in (-(b+1)/HSCALE, -b/HSCALE]; every score counted in bins 0..b is > -(b+1)/HSCALE
- * (an exact double). Scores below -HBINS/HSCALE (or -inf) are not counted: a certificate
- * that ignores valid nodes stays valid. */
-#define HBINS 4096
+/* ------------------------------------------------------------------ the certified bound t
+ * t is a lower bound on the B-th best score, certified by counting B distinct nodes (token
+ * paths from the root) that score >= t. The counted nodes are every path over the rows' kept
+ * entries read so far, through histograms:
+ *
+ *  - a path of depth j has loss P_j - score >= 0 (P_j: the sum of the row maxima above j); a
+ *    kept entry x of row d has loss l = m_d - x and goes to loss bin ceil(l LSCALE) (0 exactly
+ *    for the argmax: the argmax chain loses nothing);
+ *  - D_j[k] counts paths of depth j with loss <= k / LSCALE: D_{j+1} = D_j (*) the row's
+ *    loss bins (a convolution; a path and a kept entry make a distinct longer path); bins
+ *    whose score bound P_{j+1} - k/LSCALE is already below t are dropped (their paths and
+ *    every extension of them score below t);
+ *  - G counts every path so far by score bound, in bins of 1/HSCALE: bin b holds bounds in
+ *    (-(b+1)/HSCALE, -b/HSCALE], each lowered by slack_of() first (the bounds are exact-real;
+ *    the computed scores differ by a few ulps). The largest edge -(b+1)/HSCALE with B counts
+ *    at or above it is certified.
+ *
+ * Only the count matters (doubles, capped at 1e18: exact below 2^53, far above any budget),
+ * and paths not counted (losses past LBINS, scores past HBINS) only weaken the bound. */
+#define HBINS 2048
 #define HSCALE 16.0
+#define LBINS 512
+#define LSCALE 8.0
 
-INLINE int hbin(double s) {
-    double u = -s * HSCALE;  /* exact (a power of two); s <= 0, so u >= 0 or -0 */
-    return u < HBINS ? (int)u : -1;
+typedef struct {
+    double *mem;             /* the one allocation */
+    double *D, *Dn, *lh, *G; /* LBINS, LBINS, LBINS, HBINS */
+    int kd;                  /* D's bins in use; 0: no path left above t */
+    double counted;          /* paths counted in G */
+} Certifier;
+
+static int cert_init(Certifier *q) {
+    q->mem = q->D = calloc(3 * LBINS + HBINS, sizeof *q->D);
+    if (!q->D) return -1;
+    q->Dn = q->D + LBINS;
+    q->lh = q->Dn + LBINS;
+    q->G = q->lh + LBINS;
+    q->D[0] = 1.0;  /* the root: depth 0, loss 0 */
+    q->kd = 1;
+    q->counted = 0.0;
+    return 0;
 }
 
-/* The largest edge -(b+1)/HSCALE with at least `budget` counts in bins 0..b, or -inf. */
-static double hist_certify(const int64_t *h, Py_ssize_t budget) {
-    int64_t cum = 0;
+/* The paths through row d's kept entries val[0..n) (max m <= 0, P_d = pd, P_{d+1} = pd1), then
+ * the certified bound given the old one t. */
+static double cert_row(Certifier *q, const double *val, Py_ssize_t n, double m, double pd1,
+                       double t, Py_ssize_t budget) {
+    if (q->kd == 0 || !isfinite(pd1)) {
+        q->kd = 0;
+        return t;
+    }
+    int kmax = LBINS;
+    if (isfinite(t)) {
+        double span = (pd1 - t) * LSCALE + 1.0;  /* bins k with pd1 - k/LSCALE >= t, + 1 */
+        kmax = span < 1.0 ? 0 : span < LBINS ? (int)span : LBINS;
+    }
+    if (kmax == 0) {
+        q->kd = 0;
+        return t;
+    }
+    double *lh = q->lh, *D = q->D, *Dn = q->Dn;
+    memset(lh, 0, kmax * sizeof *lh);
+    int lhi = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double l = (m - val[j]) * LSCALE;  /* >= 0: m is the row's maximum */
+        if (!(l < kmax)) continue;
+        int c = (int)ceil(l);
+        if (c >= kmax) continue;
+        lh[c] += 1.0;
+        if (c >= lhi) lhi = c + 1;
+    }
+    memset(Dn, 0, kmax * sizeof *Dn);
+    int kd = q->kd < kmax ? q->kd : kmax;
+    for (int k1 = 0; k1 < kd; k1++) {
+        double a = D[k1];
+        if (a == 0.0) continue;
+        int lim = kmax - k1 < lhi ? kmax - k1 : lhi;
+        double *out = Dn + k1;
+        for (int c = 0; c < lim; c++) out[c] += a * lh[c];
+    }
+    int top = 0;
+    for (int k = 0; k < kmax; k++) {
+        double cnt = Dn[k];
+        if (cnt == 0.0) continue;
+        if (cnt > 1e18) Dn[k] = cnt = 1e18;
+        top = k + 1;
+        double bound = pd1 - k / LSCALE;
+        double u = -(bound - slack_of(bound)) * HSCALE;  /* >= 0 */
+        if (!(u < HBINS)) continue;
+        q->G[(int)u] += cnt;
+        q->counted += cnt;
+    }
+    q->D = Dn;
+    q->Dn = D;
+    q->kd = top;
+    if (q->counted < budget) return t;
+    double cum = 0.0;
     for (int b = 0; b < HBINS; b++)
-        if ((cum += h[b]) >= budget) return -(b + 1) / HSCALE;
-    return -INFINITY;
-}
-
-/* Nodes of depth 1 and 2 over rows 0 and 1 scoring >= -k/HSCALE, from the histograms h0, h1 of
- * the rows' kept values (c1: h1's running sums): every row-0 entry x0 in bins <= k-1 is a node
- * scoring > -k/HSCALE; every pair (x0 in bin a, x1 in bin c) with a + c <= k - 2 is a distinct
- * depth-2 node scoring fl(x0 + x1) >= -(a+c+2)/HSCALE >= -k/HSCALE (the exact sum is above that
- * exact double, and rounding is monotone). */
-static int64_t count_depth12(const int64_t *h0, const int64_t *c0, const int64_t *c1, int a_lo,
-                             int a_hi, int k, int64_t enough) {
-    int64_t total = c0[k - 1 < HBINS - 1 ? k - 1 : HBINS - 1];
-    for (int a = a_lo; a <= a_hi && a <= k - 2 && total < enough; a++) {
-        int c = k - 2 - a;
-        total += h0[a] * c1[c < HBINS - 1 ? c : HBINS - 1];
-    }
-    return total;
-}
-
-/* A certified bound from depth-1 and depth-2 nodes of rows 0 and 1 (values x0, x1 kept from
- * them): the largest -k/HSCALE with count_depth12 >= budget, or -inf. O(HBINS log HBINS). */
-static double certify_depth12(const double *x0, Py_ssize_t n0, const double *x1, Py_ssize_t n1,
-                              Py_ssize_t budget, int64_t *work) {
-    int64_t *h0 = work, *c0 = work + HBINS, *c1 = work + 2 * HBINS;
-    memset(work, 0, 3 * HBINS * sizeof *work);
-    for (Py_ssize_t j = 0; j < n0; j++) {
-        int b = hbin(x0[j]);
-        if (b >= 0) h0[b]++;
-    }
-    for (Py_ssize_t j = 0; j < n1; j++) {
-        int b = hbin(x1[j]);
-        if (b >= 0) c1[b]++;
-    }
-    int a_lo = HBINS, a_hi = -1;
-    for (int b = 0; b < HBINS; b++) {
-        if (h0[b]) {
-            if (a_lo == HBINS) a_lo = b;
-            a_hi = b;
+        if ((cum += q->G[b]) >= budget) {
+            double e = -(b + 1) / HSCALE;
+            return e > t ? e : t;
         }
-        c0[b] = h0[b] + (b ? c0[b - 1] : 0);
-        c1[b] += b ? c1[b - 1] : 0;
-    }
-    if (a_hi < 0) return -INFINITY;
-    int lo = 0, hi = 2 * HBINS;  /* count(lo) < budget (lo = 0: nothing scores > 0 here) */
-    if (count_depth12(h0, c0, c1, a_lo, a_hi, hi, budget) < budget) return -INFINITY;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (count_depth12(h0, c0, c1, a_lo, a_hi, mid, budget) >= budget) hi = mid;
-        else lo = mid;
-    }
-    return -hi / HSCALE;
+    return t;
 }
 
 /* Before any bound is certified, a row would keep its first entries wholesale: guess a
@@ -609,13 +645,13 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
     int64_t *row_off = malloc((L + 1) * sizeof *row_off), *row_len = malloc((L + 1) * 8);
     int64_t *off = malloc((L + 1) * sizeof *off);
     Lists all = {NULL, NULL, 0, 0};       /* rows' kept entries */
-    int64_t *hist = calloc(4 * HBINS, sizeof *hist);  /* single deviations; + d12's work */
-    int64_t counted = 0;                  /* single deviations in hist */
+    Certifier cert = {0};
     Ranked *ranked = NULL;
     double *vals = NULL;
     int64_t *toks = NULL;
     double scratch_small[SAMPLE_ROW];
-    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off || !hist)
+    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off ||
+        cert_init(&cert) < 0)
         goto done;
     double t = -INFINITY;  /* certified: >= budget distinct nodes score >= t */
     pbest[0] = 0.0;
@@ -635,26 +671,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         memcpy(all.val + all.n, c.val, c.n * sizeof *c.val);
         memcpy(all.tok + all.n, c.tok, c.n * sizeof *c.tok);
         all.n += c.n;
-        /* the row's kept entries are single deviations (argmax tokens above d, any token at
-         * d), distinct nodes scoring P_d + x: t rises to the histogram's bound on the B-th */
-        for (Py_ssize_t j = 0; j < c.n; j++) {
-            int b = hbin(pbest[d] + c.val[j]);
-            if (b >= 0) {
-                hist[b]++;
-                counted++;
-            }
-        }
-        if (counted >= budget) {
-            double th = hist_certify(hist, budget);
-            if (th > t) t = th;
-        }
-        if (d == 1 && !isfinite(t)) {
-            /* too few single deviations yet: certify t from depth-1 and depth-2 nodes of the
-             * two short lists instead, so that deeper rows keep few entries */
-            double t12 = certify_depth12(all.val + row_off[0], row_len[0], all.val + row_off[1],
-                                         row_len[1], budget, hist + HBINS);
-            if (t12 > t) t = t12;
-        }
+        t = cert_row(&cert, c.val, c.n, m < 0.0 ? m : 0.0, pbest[d + 1], t, budget);
     }
     double sl = slack_of(t);
     /* rows whose short list was cut above t - P_d: read again, up to K entries */
@@ -712,7 +729,7 @@ done:
     free(off);
     free(all.val);
     free(all.tok);
-    free(hist);
+    free(cert.mem);
     free(ranked);
     free(vals);
     free(toks);
