@@ -204,85 +204,70 @@ static double kth_largest_inplace(double *a, Py_ssize_t n, Py_ssize_t k) {
     return a[want];
 }
 
-typedef struct {
-    double val;
-    int64_t tok;
-} Ranked;
-
-static int ranked_cmp(const void *pa, const void *pb) {
-    const Ranked *a = pa, *b = pb;  /* decreasing value, ties to the smaller token id */
-    if (a->val > b->val) return -1;
-    if (a->val < b->val) return 1;
-    return (a->tok > b->tok) - (a->tok < b->tok);
+/* ------------------------------------------------------------------ stable radix sort */
+/* The sort key of a value or score v <= 0 (+0.0 or negative, -inf allowed; never -0.0 or NaN:
+ * values are clamped with `v < 0 ? v : 0`): its bits, which increase as v decreases. */
+INLINE uint64_t desc_key(double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
 }
 
-/* a ranks before b: ranked_cmp's order, inlined (a strict total order: a row's tokens differ) */
-INLINE int rk_before(const Ranked *a, const Ranked *b) {
-    return a->val > b->val || (a->val == b->val && a->tok < b->tok);
+INLINE double key_value(uint64_t u) {
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
-INLINE void rk_swap(Ranked *a, Ranked *b) {
-    Ranked t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Partition a[0..n) (n >= 3) around the median of a[0], a[n/2], a[n-1]: returns the pivot's
- * index p, with a[i] ranking before it for i < p and after it for i > p. */
-static Py_ssize_t rk_partition(Ranked *a, Py_ssize_t n) {
-    Py_ssize_t m = n / 2;
-    if (rk_before(&a[m], &a[0])) rk_swap(&a[m], &a[0]);
-    if (rk_before(&a[n - 1], &a[0])) rk_swap(&a[n - 1], &a[0]);
-    if (rk_before(&a[m], &a[n - 1])) rk_swap(&a[m], &a[n - 1]);  /* a[n-1]: the median */
-    Ranked piv = a[n - 1];
-    Py_ssize_t s = 0;
-    for (Py_ssize_t i = 0; i < n - 1; i++)
-        if (rk_before(&a[i], &piv)) rk_swap(&a[i], &a[s++]);
-    rk_swap(&a[s], &a[n - 1]);
-    return s;
-}
-
-/* Sort a[0..n) in rank order: quicksort, insertion sort below 24, qsort past a depth limit. */
-static void rk_sort(Ranked *a, Py_ssize_t n, int depth) {
-    while (n > 24) {
-        if (depth-- <= 0) {
-            qsort(a, n, sizeof *a, ranked_cmp);
-            return;
+/* Sort (key[i], pay[i]) by increasing key, stably (equal keys keep their order): LSD radix on
+ * 8-bit digits, skipping digits every key shares; insertion sort below 64 pairs. tk, tp:
+ * scratch of n pairs. */
+static void radix_sort(uint64_t *key, int64_t *pay, Py_ssize_t n, uint64_t *tk, int64_t *tp) {
+    if (n < 64) {
+        for (Py_ssize_t i = 1; i < n; i++) {
+            uint64_t k = key[i];
+            int64_t p = pay[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && key[j - 1] > k; j--) {
+                key[j] = key[j - 1];
+                pay[j] = pay[j - 1];
+            }
+            key[j] = k;
+            pay[j] = p;
         }
-        Py_ssize_t p = rk_partition(a, n);
-        if (p < n - 1 - p) {
-            rk_sort(a, p, depth);
-            a += p + 1;
-            n -= p + 1;
-        } else {
-            rk_sort(a + p + 1, n - p - 1, depth);
-            n = p;
+        return;
+    }
+    Py_ssize_t cnt[8][256];
+    memset(cnt, 0, sizeof cnt);
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++) cnt[d][(key[i] >> (8 * d)) & 255]++;
+    uint64_t *k0 = key, *k1 = tk;
+    int64_t *p0 = pay, *p1 = tp;
+    for (int d = 0; d < 8; d++) {
+        Py_ssize_t *c = cnt[d];
+        if (c[(k0[0] >> (8 * d)) & 255] == n) continue;  /* every key shares this digit */
+        Py_ssize_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            Py_ssize_t x = c[b];
+            c[b] = sum;
+            sum += x;
         }
-    }
-    for (Py_ssize_t i = 1; i < n; i++) {
-        Ranked x = a[i];
-        Py_ssize_t j = i;
-        for (; j > 0 && rk_before(&x, &a[j - 1]); j--) a[j] = a[j - 1];
-        a[j] = x;
-    }
-}
-
-/* The k first of a[0..n) in rank order, sorted, in a[0..k) (1 <= k <= n): quickselect narrows
- * them to a[0..hi), which is then sorted. */
-static void rk_top(Ranked *a, Py_ssize_t n, Py_ssize_t k) {
-    Py_ssize_t lo = 0, hi = n;  /* a[0..lo) rank before a[lo..hi), which rank before a[hi..n) */
-    for (int guard = 0; k < hi && hi - lo > 24 && guard < 64; guard++) {
-        Py_ssize_t p = lo + rk_partition(a + lo, hi - lo);
-        if (p >= k - 1 && p <= k) {
-            hi = p + 1;
-            break;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t at = c[(k0[i] >> (8 * d)) & 255]++;
+            k1[at] = k0[i];
+            p1[at] = p0[i];
         }
-        if (p > k) hi = p;
-        else lo = p + 1;
+        uint64_t *sk = k0;
+        k0 = k1;
+        k1 = sk;
+        int64_t *sp = p0;
+        p0 = p1;
+        p1 = sp;
     }
-    int depth = 2;
-    for (Py_ssize_t m = hi; m > 1; m >>= 1) depth += 2;
-    rk_sort(a, hi, depth);
+    if (k0 != key) {
+        memcpy(key, k0, n * sizeof *key);
+        memcpy(pay, p0, n * sizeof *pay);
+    }
 }
 
 /* ------------------------------------------------------------------ best-first heap */
@@ -407,6 +392,94 @@ done:
         free(token);
         free(depth);
         return -1;
+    }
+    *parent_out = parent;
+    *token_out = token;
+    *depth_out = depth;
+    return n;
+}
+
+/* The tree by enumeration, where a certified bound t is known (B distinct nodes score >= t, so
+ * every node of the tree does): every node scoring >= t over the ranked lists, visited depth
+ * first with children by rank -- the order of rank tuples, a prefix before its extensions --
+ * then sorted stably by decreasing score. That is the heap's key order (-score, rank tuple),
+ * so the first B are best_first's nodes in its pop order; scores are computed alike
+ * (score(parent) + value). Returns n as best_first does, -1 on a failed allocation, or -2 when
+ * more than `cap` nodes score >= t (the caller pops the heap instead). */
+static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const int64_t *off,
+                                 int L, Py_ssize_t budget, double t, Py_ssize_t cap,
+                                 int64_t **parent_out, int64_t **token_out,
+                                 int64_t **depth_out) {
+    uint64_t *key = malloc(2 * cap * sizeof *key);
+    int64_t *idx = malloc(2 * cap * sizeof *idx);
+    int64_t *epar = malloc(cap * sizeof *epar), *pos = malloc(cap * sizeof *pos);
+    int32_t *elev = malloc(cap * sizeof *elev), *erank = malloc(cap * sizeof *erank);
+    int64_t *spar = malloc((L + 1) * sizeof *spar), *srank = malloc((L + 1) * sizeof *srank);
+    double *ssc = malloc((L + 1) * sizeof *ssc);
+    int64_t *parent = NULL, *token = NULL, *depth = NULL;
+    Py_ssize_t N = 0, n = -1;
+    if (!key || !idx || !epar || !pos || !elev || !erank || !spar || !srank || !ssc) goto out;
+    /* stack: at level l, the parent's enumeration index (-1: the root), its score, next rank */
+    int l = 0;
+    spar[0] = -1;
+    ssc[0] = 0.0;
+    srank[0] = 0;
+    while (l >= 0) {
+        int64_t r = srank[l];
+        double sc;
+        if (off[l] + r < off[l + 1] && (sc = ssc[l] + vals[off[l] + r]) >= t) {
+            if (N == cap) {
+                n = -2;
+                goto out;
+            }
+            key[N] = desc_key(sc);
+            idx[N] = N;
+            epar[N] = spar[l];
+            elev[N] = l;
+            erank[N] = (int32_t)r;
+            srank[l] = r + 1;
+            if (l + 1 < L) {
+                l++;
+                spar[l] = N;
+                ssc[l] = sc;
+                srank[l] = 0;
+            }
+            N++;
+        } else {
+            l--;  /* a list is sorted: the next ranks score below t too */
+        }
+    }
+    radix_sort(key, idx, N, key + cap, idx + cap);
+    Py_ssize_t b = N < budget ? N : budget;
+    parent = malloc((b + 1) * sizeof *parent);
+    token = malloc((b + 1) * sizeof *token);
+    depth = malloc((b + 1) * sizeof *depth);
+    if (!parent || !token || !depth) goto out;
+    parent[0] = token[0] = -1;
+    depth[0] = 0;
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t e = idx[i];
+        pos[e] = i + 1;
+        parent[i + 1] = epar[e] < 0 ? 0 : pos[epar[e]];  /* a parent precedes its children */
+        token[i + 1] = toks[off[elev[e]] + erank[e]];
+        depth[i + 1] = elev[e] + 1;
+    }
+    n = b;
+out:
+    free(key);
+    free(idx);
+    free(epar);
+    free(pos);
+    free(elev);
+    free(erank);
+    free(spar);
+    free(srank);
+    free(ssc);
+    if (n < 0) {
+        free(parent);
+        free(token);
+        free(depth);
+        return n;
     }
     *parent_out = parent;
     *token_out = token;
@@ -646,7 +719,8 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
     int64_t *off = malloc((L + 1) * sizeof *off);
     Lists all = {NULL, NULL, 0, 0};       /* rows' kept entries */
     Certifier cert = {0};
-    Ranked *ranked = NULL;
+    uint64_t *keys = NULL;
+    int64_t *pay = NULL;
     double *vals = NULL;
     int64_t *toks = NULL;
     double scratch_small[SAMPLE_ROW];
@@ -698,27 +772,34 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         all.n += wide.n;
     }
     /* Per depth: keep values >= t - P_d, rank them (decreasing value, ties to the smaller
-     * token id), cap at K. */
-    ranked = malloc((all.n > 0 ? all.n : 1) * sizeof *ranked);
+     * token id: a row's entries are in token order, and the sort is stable), cap at K. */
+    keys = malloc(2 * (all.n > 0 ? all.n : 1) * sizeof *keys);
+    pay = malloc(2 * (all.n > 0 ? all.n : 1) * sizeof *pay);
     vals = malloc((all.n > 0 ? all.n : 1) * sizeof *vals);
     toks = malloc((all.n > 0 ? all.n : 1) * sizeof *toks);
-    if (!ranked || !vals || !toks) goto done;
+    if (!keys || !pay || !vals || !toks) goto done;
     int64_t w = 0;
     for (int d = 0; d < L; d++) {
         double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
         Py_ssize_t m = 0;
         for (int64_t j = row_off[d]; j < row_off[d] + row_len[d]; j++)
-            if (all.val[j] >= thr) ranked[m++] = (Ranked){all.val[j], all.tok[j]};
-        if (m > 0) rk_top(ranked, m, m < K ? m : K);
+            if (all.val[j] >= thr) {
+                keys[m] = desc_key(all.val[j]);
+                pay[m++] = all.tok[j];
+            }
+        radix_sort(keys, pay, m, keys + all.n, pay + all.n);
         if (m > K) m = K;
         off[d] = w;
         for (Py_ssize_t j = 0; j < m; j++, w++) {
-            vals[w] = ranked[j].val;
-            toks[w] = ranked[j].tok;
+            vals[w] = key_value(keys[j]);
+            toks[w] = pay[j];
         }
     }
     off[L] = w;
-    n = best_first(vals, toks, off, L, budget, parent, token, depth);
+    n = -2;
+    if (isfinite(t))  /* every tree node scores >= t: enumerate them, unless there are many */
+        n = enumerate_tree(vals, toks, off, L, budget, t, 4 * budget + 64, parent, token, depth);
+    if (n == -2) n = best_first(vals, toks, off, L, budget, parent, token, depth);
 done:
     collect_free(&c);
     collect_free(&wide);
@@ -730,7 +811,8 @@ done:
     free(all.val);
     free(all.tok);
     free(cert.mem);
-    free(ranked);
+    free(keys);
+    free(pay);
     free(vals);
     free(toks);
     return n;
