@@ -258,8 +258,11 @@ def test_ancestor_mask_equals_the_level_by_level_mask():
     for budget in (0, 1, 5, 64, 1024):
         lp = _rows(rng, 15, 3000, "flat")
         tree = ddtree(lp, budget)
-        got = np.zeros((tree.n_nodes, tree.n_nodes), dtype=bool)
-        kernel.ancestor_mask(tree.parent, got)
-        np.testing.assert_array_equal(got, ancestor_mask(tree.parent, tree.levels))
+        want = ancestor_mask(tree.parent, tree.levels)
+        for fill in (False, True):  # every entry is written, whatever the array held
+            got = np.full((tree.n_nodes, tree.n_nodes), fill, dtype=bool)
+            kernel.ancestor_mask(tree.parent, got)
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(tree.attention_mask(), want)
     with pytest.raises(ValueError, match="precede"):
         kernel.ancestor_mask(np.array([-1, 2, 0], dtype=np.int64), np.zeros((3, 3), dtype=bool))

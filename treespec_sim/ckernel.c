@@ -981,9 +981,10 @@ out:
 
 static const char ancestor_mask_doc[] =
     "ancestor_mask(parent, out) -> None\n\n"
-    "Fill a zeroed C-contiguous bool (n+1, n+1) array with the ancestor-or-self mask of a tree\n"
-    "whose parents precede their children (parent[0] = -1, 0 <= parent[i] < i; int64).\n"
-    "Row i is row parent[i] (its first i entries: nothing later is set) plus the diagonal.";
+    "Write the ancestor-or-self mask of a tree whose parents precede their children (parent[0]\n"
+    "= -1, 0 <= parent[i] < i; int64) into a C-contiguous bool (n+1, n+1) array, every entry\n"
+    "(its old contents do not matter: np.empty will do). Row i is row parent[i]'s first i\n"
+    "entries (nothing later is set there), then True on the diagonal, then False.";
 
 static PyObject *py_ancestor_mask(PyObject *self, PyObject *args) {
     PyObject *po, *oo;
@@ -1008,10 +1009,13 @@ static PyObject *py_ancestor_mask(PyObject *self, PyObject *args) {
             goto out;
         }
     uint8_t *m = o.buf;
-    m[0] = 1;
+    m[0] = 1;  /* each byte written once: the array is ~B^2 bytes, its writes the cost */
+    memset(m + 1, 0, (size_t)(n1 - 1));
     for (Py_ssize_t i = 1; i < n1; i++) {
-        memcpy(m + i * n1, m + par[i] * n1, (size_t)i);
-        m[i * n1 + i] = 1;
+        uint8_t *row = m + i * n1;
+        memcpy(row, m + par[i] * n1, (size_t)i);
+        row[i] = 1;
+        memset(row + i + 1, 0, (size_t)(n1 - i - 1));
     }
     res = Py_None;
     Py_INCREF(res);
