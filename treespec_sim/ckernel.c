@@ -698,6 +698,13 @@ static void collect_free(Collect *c) {
     free(c->scratch);
 }
 
+/* What this thread's last dense_build did (for tests: last_build()). */
+static __thread struct {
+    Py_ssize_t rereads;  /* rows read a second time */
+    int heap;            /* the tree came from the heap (no bound, or too many nodes above it) */
+    double t;            /* the final certified bound */
+} last;
+
 /* Rows' stats into rows[]; the tree into parent/token/depth (n + 1 entries). Returns n, or -1
  * on a failed allocation. Never fails on bad values (NaN, +-inf, positives): the caller
  * rejects those from rows[] and discards the tree.
@@ -706,8 +713,8 @@ static void collect_free(Collect *c) {
  * (enough single deviations to certify t: L k0 >= 2B); a row whose short list was cut above
  * its final threshold t - P_d is read again for entries >= t - P_d, up to K (rare). */
 static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want_sum,
-                              RowOut *rows, int64_t **parent, int64_t **token,
-                              int64_t **depth) {
+                              Py_ssize_t enum_cap, RowOut *rows, int64_t **parent,
+                              int64_t **token, int64_t **depth) {
     int L = (int)view->shape[0];
     Py_ssize_t V = view->shape[1], K = budget < V ? budget : V, n = -1;
     Py_ssize_t k0 = 2 * ((budget + L - 1) / L) + 16;
@@ -729,6 +736,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         goto done;
     double t = -INFINITY;  /* certified: >= budget distinct nodes score >= t */
     pbest[0] = 0.0;
+    last.rereads = 0;
     for (int d = 0; d < L; d++) {
         c.n = 0;
         c.compacted = 0;
@@ -753,6 +761,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
         if (!(cut[d] > thr)) continue;
         if (!wide.tok && collect_init(&wide, K) < 0) goto done;
+        last.rereads++;
         RowOut ignored;
         for (int guess = V > 8 * K; ; guess = 0) {
             /* guess a threshold leaving ~2K entries; if fewer than K are at or above it (and
@@ -770,6 +779,17 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         memcpy(all.val + all.n, wide.val, wide.n * sizeof *wide.val);
         memcpy(all.tok + all.n, wide.tok, wide.n * sizeof *wide.tok);
         all.n += wide.n;
+    }
+    if (last.rereads) {
+        /* the rows read again hold more paths: count them all again (a few microseconds) */
+        free(cert.mem);
+        if (cert_init(&cert) < 0) goto done;
+        for (int d = 0; d < L; d++) {
+            double m = rows[d].max;
+            t = cert_row(&cert, all.val + row_off[d], row_len[d], m < 0.0 ? m : 0.0,
+                         pbest[d + 1], t, budget);
+        }
+        sl = slack_of(t);
     }
     /* Per depth: keep values >= t - P_d, rank them (decreasing value, ties to the smaller
      * token id: a row's entries are in token order, and the sort is stable), cap at K. */
@@ -797,8 +817,12 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
     }
     off[L] = w;
     n = -2;
-    if (isfinite(t))  /* every tree node scores >= t: enumerate them, unless there are many */
-        n = enumerate_tree(vals, toks, off, L, budget, t, 4 * budget + 64, parent, token, depth);
+    if (enum_cap < 0) enum_cap = 4 * budget + 64;
+    if (isfinite(t) && enum_cap > 0)  /* every tree node scores >= t: enumerate them, unless
+                                       * there are many */
+        n = enumerate_tree(vals, toks, off, L, budget, t, enum_cap, parent, token, depth);
+    last.heap = n == -2;
+    last.t = t;
     if (n == -2) n = best_first(vals, toks, off, L, budget, parent, token, depth);
 done:
     collect_free(&c);
@@ -890,16 +914,21 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
 }
 
 static const char ddtree_dense_doc[] =
-    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol) -> (clear, parent, token, depth)\n\n"
+    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol, enum_cap=-1)\n"
+    "    -> (clear, parent, token, depth)\n\n"
     "scan()'s verdict and DDTree's nodes from the same pass: parent/token/depth are int64\n"
-    "bytearrays of n + 1 entries (node 0 the root), valid only if the rows pass the check.";
+    "bytearrays of n + 1 entries (node 0 the root), valid only if the rows pass the check.\n"
+    "enum_cap: the most nodes above the certified bound to enumerate before the heap pops the\n"
+    "tree instead (-1: 4 budget + 64; 0: always the heap; for tests: the same tree).";
 
 static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t budget;
     int want_sum;
     double tol, margin, pos_tol;
-    if (!PyArg_ParseTuple(args, "Onpddd", &obj, &budget, &want_sum, &tol, &margin, &pos_tol))
+    Py_ssize_t enum_cap = -1;
+    if (!PyArg_ParseTuple(args, "Onpddd|n", &obj, &budget, &want_sum, &tol, &margin, &pos_tol,
+                          &enum_cap))
         return NULL;
     if (budget < 1) {
         PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
@@ -911,7 +940,7 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     Py_ssize_t L = view.shape[0], n;
     int64_t *parent = NULL, *token = NULL, *depth = NULL;
     Py_BEGIN_ALLOW_THREADS
-    n = dense_build(&view, budget, want_sum, rows, &parent, &token, &depth);
+    n = dense_build(&view, budget, want_sum, enum_cap, rows, &parent, &token, &depth);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     int clear = n >= 0 && clear_pass(rows, L, want_sum, tol, margin, pos_tol);
@@ -1025,6 +1054,11 @@ out:
     return res;
 }
 
+static PyObject *py_last_build(PyObject *self, PyObject *noargs) {
+    return Py_BuildValue("{s:n,s:O,s:d}", "rereads", last.rereads, "heap",
+                         last.heap ? Py_True : Py_False, "t", last.t);
+}
+
 static const char *simd_names[] = {"generic", "avx2", "avx512"};
 
 static PyObject *py_simd(PyObject *self, PyObject *noargs) {
@@ -1058,6 +1092,10 @@ static PyMethodDef methods[] = {
     {"ddtree_dense", py_ddtree_dense, METH_VARARGS, ddtree_dense_doc},
     {"ranked_tree", py_ranked_tree, METH_VARARGS, ranked_tree_doc},
     {"ancestor_mask", py_ancestor_mask, METH_VARARGS, ancestor_mask_doc},
+    {"last_build", py_last_build, METH_NOARGS,
+     "What this thread's last ddtree_dense did (for tests): {'rereads': rows read a second\n"
+     "time, 'heap': whether the heap popped the tree (no bound, or over 4B+64 nodes above it;\n"
+     "else the nodes above the bound were enumerated and sorted), 't': the certified bound}."},
     {"simd", py_simd, METH_NOARGS,
      "The vector code this CPU runs: 'avx512', 'avx2' or 'generic'."},
     {"simd_paths", py_simd_paths, METH_NOARGS,
