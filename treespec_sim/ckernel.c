@@ -577,22 +577,38 @@ static int lists_reserve(Lists *l, Py_ssize_t extra) {
 #define LSCALE 8.0
 
 typedef struct {
-    double *mem;             /* the one allocation */
-    double *D, *Dn, *lh, *G; /* LBINS, LBINS, LBINS, HBINS */
+    double *mem;                   /* the one allocation */
+    double *D, *Dn, *lh, *lr, *G;  /* LBINS each (lr: lh reversed), G: HBINS */
     int kd;                  /* D's bins in use; 0: no path left above t */
     double counted;          /* paths counted in G */
 } Certifier;
 
 static int cert_init(Certifier *q) {
-    q->mem = q->D = calloc(3 * LBINS + HBINS, sizeof *q->D);
+    q->mem = q->D = calloc(4 * LBINS + HBINS, sizeof *q->D);
     if (!q->D) return -1;
     q->Dn = q->D + LBINS;
     q->lh = q->Dn + LBINS;
-    q->G = q->lh + LBINS;
+    q->lr = q->lh + LBINS;
+    q->G = q->lr + LBINS;
     q->D[0] = 1.0;  /* the root: depth 0, loss 0 */
     q->kd = 1;
     q->counted = 0.0;
     return 0;
+}
+
+/* sum of a[i] b[i], i < n, for counts (>= 0, exact below 2^53 in any order): four
+ * accumulators, not one chain of dependent adds */
+static double dot_counts(const double *a, const double *b, int n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
 }
 
 /* The paths through row d's kept entries val[0..n) (max m <= 0, P_d = pd, P_{d+1} = pd1), then
@@ -623,26 +639,30 @@ static double cert_row(Certifier *q, const double *val, Py_ssize_t n, double m, 
         lh[c] += 1.0;
         if (c >= lhi) lhi = c + 1;
     }
-    memset(Dn, 0, kmax * sizeof *Dn);
-    int kd = q->kd < kmax ? q->kd : kmax;
-    for (int k1 = 0; k1 < kd; k1++) {
-        double a = D[k1];
-        if (a == 0.0) continue;
-        int lim = kmax - k1 < lhi ? kmax - k1 : lhi;
-        double *out = Dn + k1;
-        for (int c = 0; c < lim; c++) out[c] += a * lh[c];
-    }
-    int top = 0;
+    /* Dn[k] = sum_c D[k - c] lh[c], bin by bin into G, until B paths are counted at or above
+     * the bin's bound: the later bins' paths score below the bound that certifies (within
+     * 1/HSCALE), and so do their extensions; dropping them only weakens later bounds */
+    int kd = q->kd, top = 0, gb = 0;
+    double gcum = 0.0, *lr = q->lr;  /* gcum: G[0..gb) */
+    for (int c = 0; c < lhi; c++) lr[c] = lh[lhi - 1 - c];
     for (int k = 0; k < kmax; k++) {
-        double cnt = Dn[k];
+        /* sum over c in [clo, chi] of D[k - c] lh[c], with both read forwards */
+        int clo = k - kd + 1 > 0 ? k - kd + 1 : 0, chi = k < lhi - 1 ? k : lhi - 1;
+        double cnt = chi < clo ? 0.0 : dot_counts(D + k - chi, lr + lhi - 1 - chi, chi - clo + 1);
+        if (cnt > 1e18) cnt = 1e18;
+        Dn[k] = cnt;
         if (cnt == 0.0) continue;
-        if (cnt > 1e18) Dn[k] = cnt = 1e18;
         top = k + 1;
         double bound = pd1 - k / LSCALE;
         double u = -(bound - slack_of(bound)) * HSCALE;  /* >= 0 */
         if (!(u < HBINS)) continue;
-        q->G[(int)u] += cnt;
+        int hb = (int)u;
+        q->G[hb] += cnt;
         q->counted += cnt;
+        if (hb < gb) gcum += cnt;
+        else
+            while (gb <= hb) gcum += q->G[gb++];
+        if (gcum >= budget) break;
     }
     q->D = Dn;
     q->Dn = D;
