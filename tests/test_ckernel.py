@@ -269,8 +269,8 @@ def test_ancestor_mask_equals_the_level_by_level_mask():
 
 
 def _kernel_nodes(lp, budget, enum_cap=-1):
-    raw = kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf, enum_cap)
-    return [np.frombuffer(a, dtype=np.int64) for a in raw[1:]]
+    nodes = kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf, -1, enum_cap)[1]
+    return np.frombuffer(nodes, dtype=np.int64).reshape(3, -1)
 
 
 def _dflash(rng, L, V, top, bottom):

@@ -334,20 +334,18 @@ static Entry heap_pop(Entry *h, Py_ssize_t *n, const TieCtx *t) {
 }
 
 /* Pops up to `budget` nodes over ranked lists vals[off[l] : off[l+1]] (level l = depth l+1).
- * Writes parent/token/depth of nodes 1..n (node 0 = root) into freshly allocated arrays. */
+ * Writes parent/token/depth of nodes 0..n (node 0 = the root, token -1) into the caller's
+ * arrays of budget + 1 entries; returns n, or -1 on a failed allocation. */
 static Py_ssize_t best_first(const double *vals, const int64_t *toks, const int64_t *off,
-                             int L, Py_ssize_t budget, int64_t **parent_out,
-                             int64_t **token_out, int64_t **depth_out) {
-    int64_t *parent = malloc((budget + 1) * sizeof *parent);
-    int64_t *token = malloc((budget + 1) * sizeof *token);
-    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+                             int L, Py_ssize_t budget, int64_t *parent, int64_t *token,
+                             int64_t *depth) {
     double *score = malloc((budget + 1) * sizeof *score);
     int32_t *rank = malloc((budget + 1) * sizeof *rank);
     int32_t *level = malloc((budget + 1) * sizeof *level);
     Entry *heap = malloc((2 * budget + 2) * sizeof *heap);
     int32_t *bufs = malloc(2 * (size_t)(L > 0 ? L : 1) * sizeof *bufs);
     Py_ssize_t n = 0, hn = 0;
-    if (!parent || !token || !depth || !score || !rank || !level || !heap || !bufs) {
+    if (!score || !rank || !level || !heap || !bufs) {
         n = -1;
         goto done;
     }
@@ -387,15 +385,6 @@ done:
     free(level);
     free(heap);
     free(bufs);
-    if (n < 0) {
-        free(parent);
-        free(token);
-        free(depth);
-        return -1;
-    }
-    *parent_out = parent;
-    *token_out = token;
-    *depth_out = depth;
     return n;
 }
 
@@ -404,19 +393,17 @@ done:
  * first with children by rank -- the order of rank tuples, a prefix before its extensions --
  * then sorted stably by decreasing score. That is the heap's key order (-score, rank tuple),
  * so the first B are best_first's nodes in its pop order; scores are computed alike
- * (score(parent) + value). Returns n as best_first does, -1 on a failed allocation, or -2 when
- * more than `cap` nodes score >= t (the caller pops the heap instead). */
+ * (score(parent) + value). Writes and returns as best_first does (-1: a failed allocation),
+ * or returns -2 when more than `cap` nodes score >= t (the caller pops the heap instead). */
 static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const int64_t *off,
                                  int L, Py_ssize_t budget, double t, Py_ssize_t cap,
-                                 int64_t **parent_out, int64_t **token_out,
-                                 int64_t **depth_out) {
+                                 int64_t *parent, int64_t *token, int64_t *depth) {
     uint64_t *key = malloc(2 * cap * sizeof *key);
     int64_t *idx = malloc(2 * cap * sizeof *idx);
     int64_t *epar = malloc(cap * sizeof *epar), *pos = malloc(cap * sizeof *pos);
     int32_t *elev = malloc(cap * sizeof *elev), *erank = malloc(cap * sizeof *erank);
     int64_t *spar = malloc((L + 1) * sizeof *spar), *srank = malloc((L + 1) * sizeof *srank);
     double *ssc = malloc((L + 1) * sizeof *ssc);
-    int64_t *parent = NULL, *token = NULL, *depth = NULL;
     Py_ssize_t N = 0, n = -1;
     if (!key || !idx || !epar || !pos || !elev || !erank || !spar || !srank || !ssc) goto out;
     /* stack: at level l, the parent's enumeration index (-1: the root), its score, next rank */
@@ -451,10 +438,6 @@ static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const 
     }
     radix_sort(key, idx, N, key + cap, idx + cap);
     Py_ssize_t b = N < budget ? N : budget;
-    parent = malloc((b + 1) * sizeof *parent);
-    token = malloc((b + 1) * sizeof *token);
-    depth = malloc((b + 1) * sizeof *depth);
-    if (!parent || !token || !depth) goto out;
     parent[0] = token[0] = -1;
     depth[0] = 0;
     for (Py_ssize_t i = 0; i < b; i++) {
@@ -475,15 +458,6 @@ out:
     free(spar);
     free(srank);
     free(ssc);
-    if (n < 0) {
-        free(parent);
-        free(token);
-        free(depth);
-        return n;
-    }
-    *parent_out = parent;
-    *token_out = token;
-    *depth_out = depth;
     return n;
 }
 
@@ -725,7 +699,8 @@ static __thread struct {
     double t;            /* the final certified bound */
 } last;
 
-/* Rows' stats into rows[]; the tree into parent/token/depth (n + 1 entries). Returns n, or -1
+/* Rows' stats into rows[]; the tree's parent/token/depth arrays into out at stride budget + 1
+ * (n + 1 entries each). Returns n, or -1
  * on a failed allocation. Never fails on bad values (NaN, +-inf, positives): the caller
  * rejects those from rows[] and discards the tree.
  *
@@ -733,8 +708,8 @@ static __thread struct {
  * (enough single deviations to certify t: L k0 >= 2B); a row whose short list was cut above
  * its final threshold t - P_d is read again for entries >= t - P_d, up to K (rare). */
 static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want_sum,
-                              Py_ssize_t enum_cap, RowOut *rows, int64_t **parent,
-                              int64_t **token, int64_t **depth) {
+                              Py_ssize_t enum_cap, RowOut *rows, int64_t *out) {
+    int64_t *parent = out, *token = out + (budget + 1), *depth = out + 2 * (budget + 1);
     int L = (int)view->shape[0];
     Py_ssize_t V = view->shape[1], K = budget < V ? budget : V, n = -1;
     Py_ssize_t k0 = 2 * ((budget + L - 1) / L) + 16;
@@ -934,44 +909,61 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
 }
 
 static const char ddtree_dense_doc[] =
-    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol, enum_cap=-1)\n"
-    "    -> (clear, parent, token, depth)\n\n"
-    "scan()'s verdict and DDTree's nodes from the same pass: parent/token/depth are int64\n"
-    "bytearrays of n + 1 entries (node 0 the root), valid only if the rows pass the check.\n"
-    "enum_cap: the most nodes above the certified bound to enumerate before the heap pops the\n"
-    "tree instead (-1: 4 budget + 64; 0: always the heap; for tests: the same tree).";
+    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol, root_token=-1, enum_cap=-1)\n"
+    "    -> (clear, nodes)\n\n"
+    "scan()'s verdict and DDTree's nodes from the same pass: nodes is one bytearray of\n"
+    "3 (n + 1) int64, the parent, token and depth arrays one after the other (node 0 the root,\n"
+    "its token root_token), valid only if the rows pass the check. enum_cap: the most nodes\n"
+    "above the certified bound to enumerate before the heap pops the tree instead (-1:\n"
+    "4 budget + 64; 0: always the heap; for tests: the same tree).";
 
 static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t budget;
     int want_sum;
     double tol, margin, pos_tol;
-    Py_ssize_t enum_cap = -1;
-    if (!PyArg_ParseTuple(args, "Onpddd|n", &obj, &budget, &want_sum, &tol, &margin, &pos_tol,
-                          &enum_cap))
+    Py_ssize_t root_token = -1, enum_cap = -1;
+    if (!PyArg_ParseTuple(args, "Onpddd|nn", &obj, &budget, &want_sum, &tol, &margin, &pos_tol,
+                          &root_token, &enum_cap))
         return NULL;
     if (budget < 1) {
         PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
         return NULL;
     }
+    if (budget > PY_SSIZE_T_MAX / 32) return PyErr_NoMemory();
     Py_buffer view;
     RowOut *rows = open_rows(obj, &view);
     if (!rows) return NULL;
+    /* the three arrays at stride budget + 1, written in place, closed up below if n < budget */
+    PyObject *nodes = PyByteArray_FromStringAndSize(NULL, 3 * (budget + 1) * 8);
+    if (!nodes) {
+        PyBuffer_Release(&view);
+        free(rows);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyByteArray_AS_STRING(nodes);
     Py_ssize_t L = view.shape[0], n;
-    int64_t *parent = NULL, *token = NULL, *depth = NULL;
     Py_BEGIN_ALLOW_THREADS
-    n = dense_build(&view, budget, want_sum, enum_cap, rows, &parent, &token, &depth);
+    n = dense_build(&view, budget, want_sum, enum_cap, rows, out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     int clear = n >= 0 && clear_pass(rows, L, want_sum, tol, margin, pos_tol);
     free(rows);
-    if (n < 0) return PyErr_NoMemory();
-    PyObject *nodes = nodes_tuple(n, parent, token, depth);
-    if (!nodes) return NULL;
-    PyObject *res = Py_BuildValue("(iOOO)", clear, PyTuple_GET_ITEM(nodes, 0),
-                                  PyTuple_GET_ITEM(nodes, 1), PyTuple_GET_ITEM(nodes, 2));
-    Py_DECREF(nodes);
-    return res;
+    if (n < 0) {
+        Py_DECREF(nodes);
+        return PyErr_NoMemory();
+    }
+    if (n < budget) {
+        memmove(out + (n + 1), out + (budget + 1), (n + 1) * sizeof *out);
+        memmove(out + 2 * (n + 1), out + 2 * (budget + 1), (n + 1) * sizeof *out);
+        if (PyByteArray_Resize(nodes, 3 * (n + 1) * 8) < 0) {
+            Py_DECREF(nodes);
+            return NULL;
+        }
+        out = (int64_t *)PyByteArray_AS_STRING(nodes);
+    }
+    out[n + 1] = root_token;
+    return Py_BuildValue("(iN)", clear, nodes);
 }
 
 static const char ranked_tree_doc[] =
@@ -1011,12 +1003,18 @@ static PyObject *py_ranked_tree(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "ranked_tree: offsets must not decrease");
             goto out;
         }
-    int64_t *parent = NULL, *token = NULL, *depth = NULL;
-    Py_ssize_t n;
+    int64_t *parent = malloc((budget + 1) * sizeof *parent);
+    int64_t *token = malloc((budget + 1) * sizeof *token);
+    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+    Py_ssize_t n = -1;
     Py_BEGIN_ALLOW_THREADS
-    n = best_first(v.buf, t.buf, off, L, budget, &parent, &token, &depth);
+    if (parent && token && depth) n = best_first(v.buf, t.buf, off, L, budget, parent, token,
+                                                 depth);
     Py_END_ALLOW_THREADS
     if (n < 0) {
+        free(parent);
+        free(token);
+        free(depth);
         PyErr_NoMemory();
         goto out;
     }

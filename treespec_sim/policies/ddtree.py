@@ -154,10 +154,15 @@ def _ddtree_compiled(log_q, budget, root_token, check_sums: bool) -> DraftTree |
     if (source is None or lp.ndim != 2 or min(lp.shape) < 1 or not lp.flags.c_contiguous
             or root_token >= lp.shape[1]):
         return None
-    clear, *nodes = kernel.ddtree_dense(lp, budget, check_sums, *kernel_check_args(source))
+    clear, nodes = kernel.ddtree_dense(lp, budget, check_sums, *kernel_check_args(source),
+                                       root_token)
     if not clear:
         check_log_q(lp, check_sums=check_sums, clamp=False)  # raises, or passes a margin row
-    return trusted_tree(*_nodes(nodes), root_token)
+    # one buffer, parent/token/depth one after the other, root token set: one read-only array
+    # and three row views of it (each numpy call costs microseconds when caches are cold)
+    rows = np.frombuffer(nodes, dtype=np.int64).reshape(3, -1)
+    rows.flags.writeable = False
+    return DraftTree(*rows)
 
 
 _FLOAT_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
@@ -187,7 +192,8 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
     """
     kernel = compiled.kernel
     if kernel is not None and lp.dtype in (np.float32, np.float64) and lp.flags.c_contiguous:
-        return _nodes(kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf)[1:])
+        nodes = kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf)[1]
+        return tuple(np.frombuffer(nodes, dtype=np.int64).reshape(3, -1))
     return build_nodes_numpy(lp, row_max, budget)
 
 
