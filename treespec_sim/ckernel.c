@@ -3,10 +3,9 @@
  *
  * DDTree on a raw (L, V) float32/float64 array in ONE pass over it: per row, the maximum, a NaN
  * flag, the total mass sum(exp(x)) (the input check) and every entry that can still be in the
- * tree; then the best-first pops of DDTree's heap over the per-depth ranked lists. The result
- * is the pure-numpy path's (treespec_sim/policies/ddtree.py), node for node
- * (tests/test_ckernel.py), which is the reference heap's pop order (the proof is in that
- * module's docstring).
+ * tree; then the tree over the per-depth ranked lists. The result is the pure-numpy path's
+ * (treespec_sim/policies/ddtree.py), node for node (tests/test_ckernel.py), which is the
+ * reference heap's pop order (the proof is in that module's docstring).
  *
  * The pass is vectorised with GCC/clang vector extensions and compiled three times (generic,
  * AVX2, AVX-512; ckernel_simd.h), the best one chosen at run time. exp there has a relative
@@ -15,11 +14,17 @@
  * (compiled.ROW_SUM_MARGIN) and lets numpy decide the rows inside it.
  *
  * Which entries a row keeps: those >= theta, where theta rises during the pass to
- *  - t - P_d, t a certified lower bound on the B-th best score (B distinct single deviations,
- *    argmax tokens above depth d and any token at d, score >= t; from the rows done so far),
- *    P_d the best score of a depth-d parent (sum of the maxima above d); and
- *  - the K-th largest kept value, K = min(B, V), whenever the row's buffer fills: a token with K
- *    siblings ahead of it can never be popped within B.
+ *  - t - P_d, t a certified lower bound on the B-th best score (B distinct nodes score >= t:
+ *    every path over the entries kept so far, counted through loss histograms; Certifier),
+ *    P_d the best score of a depth-d parent (sum of the maxima above d); before any t, a guess
+ *    from a sample of the row (the row is read again if the final t - P_d falls below it); and
+ *  - the k-th largest kept value whenever the row's buffer fills (k = k0 in the pass, K =
+ *    min(B, V) when a row is read again); the list is then complete above it only, as for a
+ *    guess.
+ *
+ * The tree: every node scoring >= t, enumerated depth first and sorted stably by score (the
+ * heap's key order: enumerate_tree), or, without a bound or past 4B + 64 such nodes, the
+ * best-first pops of DDTree's heap (best_first).
  *
  * No numpy C API: arrays come in through the buffer protocol and go out as bytearrays.
  */
@@ -704,9 +709,10 @@ static __thread struct {
  * on a failed allocation. Never fails on bad values (NaN, +-inf, positives): the caller
  * rejects those from rows[] and discards the tree.
  *
- * The pass keeps, per row, its top k0 = 2 ceil(B / L) + 16 entries above the running bound
- * (enough single deviations to certify t: L k0 >= 2B); a row whose short list was cut above
- * its final threshold t - P_d is read again for entries >= t - P_d, up to K (rare). */
+ * The pass keeps, per row, the entries above the running bound, its top k0 = 2 ceil(B / L) + 16
+ * when they overflow a buffer of 4 k0 + 64 (or above a sampled guess while t is unknown); a row
+ * whose list was cut above its final threshold t - P_d is read again for entries >= t - P_d, up
+ * to K, and t is then certified again over every row's list. */
 static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want_sum,
                               Py_ssize_t enum_cap, RowOut *rows, int64_t *out) {
     int64_t *parent = out, *token = out + (budget + 1), *depth = out + 2 * (budget + 1);
