@@ -102,9 +102,9 @@ static int collect_push(Collect *c, int64_t tok, double val) {
 
 #define SUFFIX _generic
 #define ATTR
-#define VBYTES 32
-#define MASK_BITS_F(h) GENERIC_BITS(h, 8)
-#define MASK_BITS_D(h) GENERIC_BITS(h, 4)
+#define VBYTES 16 /* the baseline vector width (SSE2, NEON): wider ones compile to scalar code */
+#define MASK_BITS_F(h) GENERIC_BITS(h, 4)
+#define MASK_BITS_D(h) GENERIC_BITS(h, 2)
 #include "ckernel_simd.h"
 #undef SUFFIX
 #undef ATTR

@@ -1,7 +1,7 @@
 /*
  * One instruction set's row routine, included by ckernel.c once per target (generic, AVX2,
  * AVX-512) with these macros defined: SUFFIX (name suffix), ATTR (target attribute), and
- * VBYTES (vector size in bytes: 32 or 64).
+ * VBYTES (vector size in bytes: 16, 32 or 64).
  *
  * and MASK_BITS_F / MASK_BITS_D (lane bits of a float / double comparison mask).
  *
@@ -60,7 +60,9 @@ INLINE ATTR FN(vf) FN(exp_vf)(FN(vf) x) {
  * inside compiled.ROW_SUM_MARGIN) at twice the lanes of a double exp. */
 INLINE ATTR FN(vf) FN(narrow2)(FN(vd) a, FN(vd) b) {
     FN(vfh) ha = __builtin_convertvector(a, FN(vfh)), hb = __builtin_convertvector(b, FN(vfh));
-#if VBYTES == 32
+#if VBYTES == 16
+    return __builtin_shufflevector(ha, hb, 0, 1, 2, 3);
+#elif VBYTES == 32
     return __builtin_shufflevector(ha, hb, 0, 1, 2, 3, 4, 5, 6, 7);
 #else
     return __builtin_shufflevector(ha, hb, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
