@@ -393,24 +393,38 @@ done:
     return n;
 }
 
+/* Grow the enumeration's per-node arrays to `want` entries; 0, or -1 if memory ran out. */
+static int grow_nodes(Py_ssize_t want, uint64_t **key, int64_t **epar, int32_t **elev,
+                      int32_t **erank) {
+    uint64_t *k = realloc(*key, want * sizeof *k);
+    if (k) *key = k;
+    int64_t *p = realloc(*epar, want * sizeof *p);
+    if (p) *epar = p;
+    int32_t *l = realloc(*elev, want * sizeof *l);
+    if (l) *elev = l;
+    int32_t *r = realloc(*erank, want * sizeof *r);
+    if (r) *erank = r;
+    return k && p && l && r ? 0 : -1;
+}
+
 /* The tree by enumeration, where a certified bound t is known (B distinct nodes score >= t, so
  * every node of the tree does): every node scoring >= t over the ranked lists, visited depth
  * first with children by rank -- the order of rank tuples, a prefix before its extensions --
  * then sorted stably by decreasing score. That is the heap's key order (-score, rank tuple),
  * so the first B are best_first's nodes in its pop order; scores are computed alike
- * (score(parent) + value). Writes and returns as best_first does (-1: a failed allocation),
- * or returns -2 when more than `cap` nodes score >= t (the caller pops the heap instead). */
+ * (score(parent) + value). Writes and returns as best_first does, or returns -2 when more than
+ * `cap` nodes score >= t or memory runs out (the caller pops the heap instead). */
 static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const int64_t *off,
                                  int L, Py_ssize_t budget, double t, Py_ssize_t cap,
                                  int64_t *parent, int64_t *token, int64_t *depth) {
-    uint64_t *key = malloc(2 * cap * sizeof *key);
-    int64_t *idx = malloc(2 * cap * sizeof *idx);
-    int64_t *epar = malloc(cap * sizeof *epar), *pos = malloc(cap * sizeof *pos);
-    int32_t *elev = malloc(cap * sizeof *elev), *erank = malloc(cap * sizeof *erank);
-    int64_t *spar = malloc((L + 1) * sizeof *spar), *srank = malloc((L + 1) * sizeof *srank);
+    uint64_t *key = NULL;
+    int64_t *epar = NULL, *idx = NULL, *spar = malloc((L + 1) * sizeof *spar);
+    int64_t *srank = malloc((L + 1) * sizeof *srank);
+    int32_t *elev = NULL, *erank = NULL;
     double *ssc = malloc((L + 1) * sizeof *ssc);
-    Py_ssize_t N = 0, n = -1;
-    if (!key || !idx || !epar || !pos || !elev || !erank || !spar || !srank || !ssc) goto out;
+    Py_ssize_t N = 0, n = -2, room = 2 * budget + 64 < cap ? 2 * budget + 64 : cap;
+    /* out of memory here: the heap, which needs less, pops the tree */
+    if (!spar || !srank || !ssc || grow_nodes(room, &key, &epar, &elev, &erank) < 0) goto out;
     /* stack: at level l, the parent's enumeration index (-1: the root), its score, next rank */
     int l = 0;
     spar[0] = -1;
@@ -420,12 +434,12 @@ static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const 
         int64_t r = srank[l];
         double sc;
         if (off[l] + r < off[l + 1] && (sc = ssc[l] + vals[off[l] + r]) >= t) {
-            if (N == cap) {
-                n = -2;
-                goto out;
+            if (N == room) {
+                if (room == cap) goto out;  /* more than cap nodes: the heap */
+                room = room < cap / 2 ? 2 * room : cap;
+                if (grow_nodes(room, &key, &epar, &elev, &erank) < 0) goto out;
             }
             key[N] = desc_key(sc);
-            idx[N] = N;
             epar[N] = spar[l];
             elev[N] = l;
             erank[N] = (int32_t)r;
@@ -441,7 +455,14 @@ static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const 
             l--;  /* a list is sorted: the next ranks score below t too */
         }
     }
-    radix_sort(key, idx, N, key + cap, idx + cap);
+    /* idx: the permutation (+ the sort's scratch); key's scratch: realloc'd room */
+    idx = malloc(2 * (N > 0 ? N : 1) * sizeof *idx);
+    uint64_t *k2 = realloc(key, 2 * (N > 0 ? N : 1) * sizeof *key);
+    if (!idx || !k2) goto out;
+    key = k2;
+    for (Py_ssize_t i = 0; i < N; i++) idx[i] = i;
+    radix_sort(key, idx, N, key + N, idx + N);
+    int64_t *pos = (int64_t *)(key + N);  /* the sort's scratch, free again */
     Py_ssize_t b = N < budget ? N : budget;
     parent[0] = token[0] = -1;
     depth[0] = 0;
@@ -457,7 +478,6 @@ out:
     free(key);
     free(idx);
     free(epar);
-    free(pos);
     free(elev);
     free(erank);
     free(spar);
