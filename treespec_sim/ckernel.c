@@ -937,7 +937,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
 static const char ddtree_dense_doc[] =
     "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol, root_token=-1, enum_cap=-1)\n"
     "    -> (clear, nodes)\n\n"
-    "scan()'s verdict and DDTree's nodes from the same pass: nodes is one bytearray of\n"
+    "scan()'s verdict and DDTree's nodes from the same pass: nodes is one bytes object of\n"
     "3 (n + 1) int64, the parent, token and depth arrays one after the other (node 0 the root,\n"
     "its token root_token), valid only if the rows pass the check. enum_cap: the most nodes\n"
     "above the certified bound to enumerate before the heap pops the tree instead (-1:\n"
@@ -960,14 +960,15 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     Py_buffer view;
     RowOut *rows = open_rows(obj, &view);
     if (!rows) return NULL;
-    /* the three arrays at stride budget + 1, written in place, closed up below if n < budget */
-    PyObject *nodes = PyByteArray_FromStringAndSize(NULL, 3 * (budget + 1) * 8);
+    /* the three arrays at stride budget + 1, written in place (bytes: numpy views of it are
+     * read-only, as a tree's arrays are), copied closed up below if n < budget */
+    PyObject *nodes = PyBytes_FromStringAndSize(NULL, 3 * (budget + 1) * 8);
     if (!nodes) {
         PyBuffer_Release(&view);
         free(rows);
         return NULL;
     }
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(nodes);
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(nodes);
     Py_ssize_t L = view.shape[0], n;
     Py_BEGIN_ALLOW_THREADS
     n = dense_build(&view, budget, want_sum, enum_cap, rows, out);
@@ -980,13 +981,16 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     if (n < budget) {
-        memmove(out + (n + 1), out + (budget + 1), (n + 1) * sizeof *out);
-        memmove(out + 2 * (n + 1), out + 2 * (budget + 1), (n + 1) * sizeof *out);
-        if (PyByteArray_Resize(nodes, 3 * (n + 1) * 8) < 0) {
+        PyObject *closed = PyBytes_FromStringAndSize(NULL, 3 * (n + 1) * 8);
+        if (!closed) {
             Py_DECREF(nodes);
             return NULL;
         }
-        out = (int64_t *)PyByteArray_AS_STRING(nodes);
+        int64_t *c = (int64_t *)PyBytes_AS_STRING(closed);
+        for (int a = 0; a < 3; a++) memcpy(c + a * (n + 1), out + a * (budget + 1), (n + 1) * 8);
+        Py_DECREF(nodes);
+        nodes = closed;
+        out = c;
     }
     out[n + 1] = root_token;
     return Py_BuildValue("(iN)", clear, nodes);
