@@ -286,17 +286,20 @@ def _node_scores(lp, parent, token, depth):
 
 
 @needs_kernel
-@pytest.mark.parametrize("kind", ["dflash_sharp", "dflash_flat", "ties", "neginf"])
+@pytest.mark.parametrize("kind", ["dflash_sharp", "dflash_flat", "ties", "close", "neginf"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_enumerated_and_popped_trees_are_the_numpy_tree(kind, dtype, numpy_path, simd_path):
     # With a certified bound t the kernel enumerates every node scoring >= t and sorts them by
     # the heap's key; past enum_cap such nodes (default 4B + 64), or without a bound, the heap
     # pops the tree. Both are the numpy tree, node for node; the bound is below the B-th score.
+    # "close": values 1e-9 apart, which share their high 32 bits (the sorts' second stage)
     rng = np.random.default_rng(hash((kind, dtype)) % 2**32)
     enumerated = popped = 0
     for L, V in ((15, 32768), (6, 5000), (3, 40)):
         if kind.startswith("dflash"):
             lp = _dflash(rng, L, V, *((12.0, 3.0) if kind == "dflash_sharp" else (2.0, 0.3)))
+        elif kind == "close":
+            lp = _log_softmax(rng.integers(0, 3, size=(L, V)) + rng.uniform(0, 1e-9, (L, V)))
         else:
             lp = _rows(rng, L, V, kind)
         lp = lp.astype(dtype)
