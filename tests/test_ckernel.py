@@ -258,8 +258,89 @@ def test_ancestor_mask_equals_the_level_by_level_mask():
     for budget in (0, 1, 5, 64, 1024):
         lp = _rows(rng, 15, 3000, "flat")
         tree = ddtree(lp, budget)
-        got = np.zeros((tree.n_nodes, tree.n_nodes), dtype=bool)
-        kernel.ancestor_mask(tree.parent, got)
-        np.testing.assert_array_equal(got, ancestor_mask(tree.parent, tree.levels))
+        want = ancestor_mask(tree.parent, tree.levels)
+        for fill in (False, True):  # every entry is written, whatever the array held
+            got = np.full((tree.n_nodes, tree.n_nodes), fill, dtype=bool)
+            kernel.ancestor_mask(tree.parent, got)
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(tree.attention_mask(), want)
     with pytest.raises(ValueError, match="precede"):
         kernel.ancestor_mask(np.array([-1, 2, 0], dtype=np.int64), np.zeros((3, 3), dtype=bool))
+
+
+def _kernel_nodes(lp, budget, enum_cap=-1):
+    nodes = kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf, -1, enum_cap)[1]
+    return np.frombuffer(nodes, dtype=np.int64).reshape(3, -1)
+
+
+def _dflash(rng, L, V, top, bottom):
+    """Log-marginals whose sharpness falls with depth, as benchmarks/bench_ddtree.py's."""
+    return _log_softmax(rng.standard_normal((L, V)) * np.linspace(top, bottom, L)[:, None])
+
+
+def _node_scores(lp, parent, token, depth):
+    score = np.zeros(parent.size)
+    for v in range(1, parent.size):
+        score[v] = score[parent[v]] + min(float(lp[depth[v] - 1, token[v]]), 0.0)
+    return score
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["dflash_sharp", "dflash_flat", "ties", "close", "neginf"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_enumerated_and_popped_trees_are_the_numpy_tree(kind, dtype, numpy_path, simd_path):
+    # With a certified bound t the kernel enumerates every node scoring >= t and sorts them by
+    # the heap's key; past enum_cap such nodes (default 4B + 64), or without a bound, the heap
+    # pops the tree. Both are the numpy tree, node for node; the bound is below the B-th score.
+    # "close": values 1e-9 apart, which share their high 32 bits (the sorts' second stage)
+    rng = np.random.default_rng(hash((kind, dtype)) % 2**32)
+    enumerated = popped = 0
+    for L, V in ((15, 32768), (6, 5000), (3, 40)):
+        if kind.startswith("dflash"):
+            lp = _dflash(rng, L, V, *((12.0, 3.0) if kind == "dflash_sharp" else (2.0, 0.3)))
+        elif kind == "close":
+            lp = _log_softmax(rng.integers(0, 3, size=(L, V)) + rng.uniform(0, 1e-9, (L, V)))
+        else:
+            lp = _rows(rng, L, V, kind)
+        lp = lp.astype(dtype)
+        for budget in (1, 64, 1024):
+            want = numpy_path(ddtree, lp, budget)
+            for cap in (-1, 0, budget):  # default; always the heap; cut short, then the heap
+                parent, token, depth = _kernel_nodes(lp, budget, cap)
+                facts = kernel.last_build()
+                assert np.array_equal(parent, want.parent), (L, V, budget, cap)
+                assert np.array_equal(token[1:], want.token[1:]), (L, V, budget, cap)
+                assert np.array_equal(depth, want.depth), (L, V, budget, cap)
+                assert facts["heap"] or cap != 0
+                enumerated += not facts["heap"]
+                popped += facts["heap"]
+                if parent.size == budget + 1:  # B nodes: the B-th scores >= t
+                    assert facts["t"] <= _node_scores(lp, parent, token, depth)[-1]
+    assert enumerated and popped
+
+
+@needs_kernel
+def test_the_certified_bound_is_close_to_the_bth_score():
+    # every path over the kept entries is counted (histograms, bins of 1/8 and 1/16): on
+    # DFlash-like marginals t ends within ~1 of the B-th best score (single deviations alone
+    # left it ~5 below on sharp rows), so that rows keep few entries
+    rng = np.random.default_rng(12)
+    for top, bottom in ((12.0, 3.0), (8.0, 0.7), (2.0, 0.3)):
+        lp = _dflash(rng, 15, 32768, top, bottom)
+        parent, token, depth = _kernel_nodes(lp, 1024)
+        t, bth = kernel.last_build()["t"], _node_scores(lp, parent, token, depth)[-1]
+        assert bth - 1.0 <= t <= bth, (top, t, bth)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rows_cut_above_the_final_bound_are_read_again(dtype, numpy_path, simd_path):
+    # flat rows at B = 1024: row 0 keeps ~2 k0 entries above a sampled guess, but the tree
+    # takes ~K of its tokens, so the row is read again for every entry >= t - P_0
+    rng = np.random.default_rng(11)
+    lp = _dflash(rng, 15, 32768, 2.0, 0.3).astype(dtype)
+    got = ddtree(lp, 1024)
+    assert kernel.last_build()["rereads"] >= 1
+    want = numpy_path(ddtree, lp, 1024)
+    assert np.array_equal(got.parent, want.parent)
+    assert np.array_equal(got.token, want.token)

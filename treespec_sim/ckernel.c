@@ -3,10 +3,9 @@
  *
  * DDTree on a raw (L, V) float32/float64 array in ONE pass over it: per row, the maximum, a NaN
  * flag, the total mass sum(exp(x)) (the input check) and every entry that can still be in the
- * tree; then the best-first pops of DDTree's heap over the per-depth ranked lists. The result
- * is the pure-numpy path's (treespec_sim/policies/ddtree.py), node for node
- * (tests/test_ckernel.py), which is the reference heap's pop order (the proof is in that
- * module's docstring).
+ * tree; then the tree over the per-depth ranked lists. The result is the pure-numpy path's
+ * (treespec_sim/policies/ddtree.py), node for node (tests/test_ckernel.py), which is the
+ * reference heap's pop order (the proof is in that module's docstring).
  *
  * The pass is vectorised with GCC/clang vector extensions and compiled three times (generic,
  * AVX2, AVX-512; ckernel_simd.h), the best one chosen at run time. exp there has a relative
@@ -15,11 +14,17 @@
  * (compiled.ROW_SUM_MARGIN) and lets numpy decide the rows inside it.
  *
  * Which entries a row keeps: those >= theta, where theta rises during the pass to
- *  - t - P_d, t a certified lower bound on the B-th best score (B distinct single deviations,
- *    argmax tokens above depth d and any token at d, score >= t; from the rows done so far),
- *    P_d the best score of a depth-d parent (sum of the maxima above d); and
- *  - the K-th largest kept value, K = min(B, V), whenever the row's buffer fills: a token with K
- *    siblings ahead of it can never be popped within B.
+ *  - t - P_d, t a certified lower bound on the B-th best score (B distinct nodes score >= t:
+ *    every path over the entries kept so far, counted through loss histograms; Certifier),
+ *    P_d the best score of a depth-d parent (sum of the maxima above d); before any t, a guess
+ *    from a sample of the row (the row is read again if the final t - P_d falls below it); and
+ *  - the k-th largest kept value whenever the row's buffer fills (k = k0 in the pass, K =
+ *    min(B, V) when a row is read again); the list is then complete above it only, as for a
+ *    guess.
+ *
+ * The tree: every node scoring >= t, enumerated depth first and sorted stably by score (the
+ * heap's key order: enumerate_tree), or, without a bound or past 4B + 64 such nodes, the
+ * best-first pops of DDTree's heap (best_first).
  *
  * No numpy C API: arrays come in through the buffer protocol and go out as bytearrays.
  */
@@ -97,9 +102,9 @@ static int collect_push(Collect *c, int64_t tok, double val) {
 
 #define SUFFIX _generic
 #define ATTR
-#define VBYTES 32
-#define MASK_BITS_F(h) GENERIC_BITS(h, 8)
-#define MASK_BITS_D(h) GENERIC_BITS(h, 4)
+#define VBYTES 16 /* the baseline vector width (SSE2, NEON): wider ones compile to scalar code */
+#define MASK_BITS_F(h) GENERIC_BITS(h, 4)
+#define MASK_BITS_D(h) GENERIC_BITS(h, 2)
 #include "ckernel_simd.h"
 #undef SUFFIX
 #undef ATTR
@@ -204,16 +209,90 @@ static double kth_largest_inplace(double *a, Py_ssize_t n, Py_ssize_t k) {
     return a[want];
 }
 
-typedef struct {
-    double val;
-    int64_t tok;
-} Ranked;
+/* ------------------------------------------------------------------ stable radix sort */
+/* The sort key of a value or score v <= 0 (+0.0 or negative, -inf allowed; never -0.0 or NaN:
+ * values are clamped with `v < 0 ? v : 0`): its bits, which increase as v decreases. */
+INLINE uint64_t desc_key(double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
 
-static int ranked_cmp(const void *pa, const void *pb) {
-    const Ranked *a = pa, *b = pb;  /* decreasing value, ties to the smaller token id */
-    if (a->val > b->val) return -1;
-    if (a->val < b->val) return 1;
-    return (a->tok > b->tok) - (a->tok < b->tok);
+INLINE double key_value(uint64_t u) {
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* Stable insertion sort of (key[i], pay[i]) by increasing key. */
+static void insertion_sort(uint64_t *key, int64_t *pay, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) {
+        uint64_t k = key[i];
+        int64_t p = pay[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && key[j - 1] > k; j--) {
+            key[j] = key[j - 1];
+            pay[j] = pay[j - 1];
+        }
+        key[j] = k;
+        pay[j] = p;
+    }
+}
+
+/* Stable LSD radix sort of (key[i], pay[i]) by the key's bytes lo..hi-1 (8-bit digits; a digit
+ * every key shares is skipped). tk, tp: scratch of n pairs. */
+static void lsd_bytes(uint64_t *key, int64_t *pay, Py_ssize_t n, uint64_t *tk, int64_t *tp,
+                      int lo, int hi) {
+    Py_ssize_t cnt[8][256];
+    memset(cnt[lo], 0, (hi - lo) * sizeof cnt[0]);
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = lo; d < hi; d++) cnt[d][(key[i] >> (8 * d)) & 255]++;
+    uint64_t *k0 = key, *k1 = tk;
+    int64_t *p0 = pay, *p1 = tp;
+    for (int d = lo; d < hi; d++) {
+        Py_ssize_t *c = cnt[d];
+        if (c[(k0[0] >> (8 * d)) & 255] == n) continue;  /* every key shares this digit */
+        Py_ssize_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            Py_ssize_t x = c[b];
+            c[b] = sum;
+            sum += x;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t at = c[(k0[i] >> (8 * d)) & 255]++;
+            k1[at] = k0[i];
+            p1[at] = p0[i];
+        }
+        uint64_t *sk = k0;
+        k0 = k1;
+        k1 = sk;
+        int64_t *sp = p0;
+        p0 = p1;
+        p1 = sp;
+    }
+    if (k0 != key) {
+        memcpy(key, k0, n * sizeof *key);
+        memcpy(pay, p0, n * sizeof *pay);
+    }
+}
+
+/* Sort (key[i], pay[i]) by increasing key, stably (equal keys keep their order): by the high 32
+ * bits first (radix; for a double's bits, sign, exponent and 20 bits of mantissa: few keys
+ * share them), then each run sharing them by the low 32 (insertion sort, radix past 16 pairs).
+ * Insertion sort below 64 pairs. tk, tp: scratch of n pairs. */
+static void radix_sort(uint64_t *key, int64_t *pay, Py_ssize_t n, uint64_t *tk, int64_t *tp) {
+    if (n < 64) {
+        insertion_sort(key, pay, n);
+        return;
+    }
+    lsd_bytes(key, pay, n, tk, tp, 4, 8);
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t j = i + 1;
+        while (j < n && key[j] >> 32 == key[i] >> 32) j++;
+        if (j - i > 16) lsd_bytes(key + i, pay + i, j - i, tk, tp, 0, 4);
+        else if (j - i > 1) insertion_sort(key + i, pay + i, j - i);
+        i = j;
+    }
 }
 
 /* ------------------------------------------------------------------ best-first heap */
@@ -280,20 +359,18 @@ static Entry heap_pop(Entry *h, Py_ssize_t *n, const TieCtx *t) {
 }
 
 /* Pops up to `budget` nodes over ranked lists vals[off[l] : off[l+1]] (level l = depth l+1).
- * Writes parent/token/depth of nodes 1..n (node 0 = root) into freshly allocated arrays. */
+ * Writes parent/token/depth of nodes 0..n (node 0 = the root, token -1) into the caller's
+ * arrays of budget + 1 entries; returns n, or -1 on a failed allocation. */
 static Py_ssize_t best_first(const double *vals, const int64_t *toks, const int64_t *off,
-                             int L, Py_ssize_t budget, int64_t **parent_out,
-                             int64_t **token_out, int64_t **depth_out) {
-    int64_t *parent = malloc((budget + 1) * sizeof *parent);
-    int64_t *token = malloc((budget + 1) * sizeof *token);
-    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+                             int L, Py_ssize_t budget, int64_t *parent, int64_t *token,
+                             int64_t *depth) {
     double *score = malloc((budget + 1) * sizeof *score);
     int32_t *rank = malloc((budget + 1) * sizeof *rank);
     int32_t *level = malloc((budget + 1) * sizeof *level);
     Entry *heap = malloc((2 * budget + 2) * sizeof *heap);
     int32_t *bufs = malloc(2 * (size_t)(L > 0 ? L : 1) * sizeof *bufs);
     Py_ssize_t n = 0, hn = 0;
-    if (!parent || !token || !depth || !score || !rank || !level || !heap || !bufs) {
+    if (!score || !rank || !level || !heap || !bufs) {
         n = -1;
         goto done;
     }
@@ -333,15 +410,99 @@ done:
     free(level);
     free(heap);
     free(bufs);
-    if (n < 0) {
-        free(parent);
-        free(token);
-        free(depth);
-        return -1;
+    return n;
+}
+
+/* Grow the enumeration's per-node arrays to `want` entries; 0, or -1 if memory ran out. */
+static int grow_nodes(Py_ssize_t want, uint64_t **key, int64_t **epar, int32_t **elev,
+                      int32_t **erank) {
+    uint64_t *k = realloc(*key, want * sizeof *k);
+    if (k) *key = k;
+    int64_t *p = realloc(*epar, want * sizeof *p);
+    if (p) *epar = p;
+    int32_t *l = realloc(*elev, want * sizeof *l);
+    if (l) *elev = l;
+    int32_t *r = realloc(*erank, want * sizeof *r);
+    if (r) *erank = r;
+    return k && p && l && r ? 0 : -1;
+}
+
+/* The tree by enumeration, where a certified bound t is known (B distinct nodes score >= t, so
+ * every node of the tree does): every node scoring >= t over the ranked lists, visited depth
+ * first with children by rank -- the order of rank tuples, a prefix before its extensions --
+ * then sorted stably by decreasing score. That is the heap's key order (-score, rank tuple),
+ * so the first B are best_first's nodes in its pop order; scores are computed alike
+ * (score(parent) + value). Writes and returns as best_first does, or returns -2 when more than
+ * `cap` nodes score >= t or memory runs out (the caller pops the heap instead). */
+static Py_ssize_t enumerate_tree(const double *vals, const int64_t *toks, const int64_t *off,
+                                 int L, Py_ssize_t budget, double t, Py_ssize_t cap,
+                                 int64_t *parent, int64_t *token, int64_t *depth) {
+    uint64_t *key = NULL;
+    int64_t *epar = NULL, *idx = NULL, *spar = malloc((L + 1) * sizeof *spar);
+    int64_t *srank = malloc((L + 1) * sizeof *srank);
+    int32_t *elev = NULL, *erank = NULL;
+    double *ssc = malloc((L + 1) * sizeof *ssc);
+    Py_ssize_t N = 0, n = -2, room = 2 * budget + 64 < cap ? 2 * budget + 64 : cap;
+    /* out of memory here: the heap, which needs less, pops the tree */
+    if (!spar || !srank || !ssc || grow_nodes(room, &key, &epar, &elev, &erank) < 0) goto out;
+    /* stack: at level l, the parent's enumeration index (-1: the root), its score, next rank */
+    int l = 0;
+    spar[0] = -1;
+    ssc[0] = 0.0;
+    srank[0] = 0;
+    while (l >= 0) {
+        int64_t r = srank[l];
+        double sc;
+        if (off[l] + r < off[l + 1] && (sc = ssc[l] + vals[off[l] + r]) >= t) {
+            if (N == room) {
+                if (room == cap) goto out;  /* more than cap nodes: the heap */
+                room = room < cap / 2 ? 2 * room : cap;
+                if (grow_nodes(room, &key, &epar, &elev, &erank) < 0) goto out;
+            }
+            key[N] = desc_key(sc);
+            epar[N] = spar[l];
+            elev[N] = l;
+            erank[N] = (int32_t)r;
+            srank[l] = r + 1;
+            if (l + 1 < L) {
+                l++;
+                spar[l] = N;
+                ssc[l] = sc;
+                srank[l] = 0;
+            }
+            N++;
+        } else {
+            l--;  /* a list is sorted: the next ranks score below t too */
+        }
     }
-    *parent_out = parent;
-    *token_out = token;
-    *depth_out = depth;
+    /* idx: the permutation (+ the sort's scratch); key's scratch: realloc'd room */
+    idx = malloc(2 * (N > 0 ? N : 1) * sizeof *idx);
+    uint64_t *k2 = realloc(key, 2 * (N > 0 ? N : 1) * sizeof *key);
+    if (!idx || !k2) goto out;
+    key = k2;
+    for (Py_ssize_t i = 0; i < N; i++) idx[i] = i;
+    radix_sort(key, idx, N, key + N, idx + N);
+    int64_t *pos = (int64_t *)(key + N);  /* the sort's scratch, free again */
+    Py_ssize_t b = N < budget ? N : budget;
+    parent[0] = token[0] = -1;
+    depth[0] = 0;
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t e = idx[i];
+        pos[e] = i + 1;
+        parent[i + 1] = epar[e] < 0 ? 0 : pos[epar[e]];  /* a parent precedes its children */
+        token[i + 1] = toks[off[elev[e]] + erank[e]];
+        depth[i + 1] = elev[e] + 1;
+    }
+    n = b;
+out:
+    free(key);
+    free(idx);
+    free(epar);
+    free(elev);
+    free(erank);
+    free(spar);
+    free(srank);
+    free(ssc);
     return n;
 }
 
@@ -410,57 +571,149 @@ static int lists_reserve(Lists *l, Py_ssize_t extra) {
     return 0;
 }
 
-static int desc_cmp(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return (a < b) - (a > b);
+/* ------------------------------------------------------------------ the certified bound t
+ * t is a lower bound on the B-th best score, certified by counting B distinct nodes (token
+ * paths from the root) that score >= t. The counted nodes are every path over the rows' kept
+ * entries read so far, through histograms:
+ *
+ *  - a path of depth j has loss P_j - score >= 0 (P_j: the sum of the row maxima above j); a
+ *    kept entry x of row d has loss l = m_d - x and goes to loss bin ceil(l LSCALE) (0 exactly
+ *    for the argmax: the argmax chain loses nothing);
+ *  - D_j[k] counts paths of depth j with loss <= k / LSCALE: D_{j+1} = D_j (*) the row's
+ *    loss bins (a convolution; a path and a kept entry make a distinct longer path); bins
+ *    whose score bound P_{j+1} - k/LSCALE is already below t are dropped (their paths and
+ *    every extension of them score below t);
+ *  - G counts every path so far by score bound, in bins of 1/HSCALE: bin b holds bounds in
+ *    (-(b+1)/HSCALE, -b/HSCALE], each lowered by slack_of() first (the bounds are exact-real;
+ *    the computed scores differ by a few ulps). The largest edge -(b+1)/HSCALE with B counts
+ *    at or above it is certified.
+ *
+ * Only the count matters (doubles, capped at 1e18: exact below 2^53, far above any budget),
+ * and paths not counted (losses past LBINS, scores past HBINS) only weaken the bound. */
+#define HBINS 2048
+#define HSCALE 16.0
+#define LBINS 512
+#define LSCALE 8.0
+
+typedef struct {
+    double *mem;                   /* the one allocation */
+    double *D, *Dn, *lh, *lr, *G;  /* LBINS each (lr: lh reversed), G: HBINS */
+    int kd;                  /* D's bins in use; 0: no path left above t */
+    double counted;          /* paths counted in G */
+} Certifier;
+
+static int cert_init(Certifier *q) {
+    q->mem = q->D = calloc(4 * LBINS + HBINS, sizeof *q->D);
+    if (!q->D) return -1;
+    q->Dn = q->D + LBINS;
+    q->lh = q->Dn + LBINS;
+    q->lr = q->lh + LBINS;
+    q->G = q->lr + LBINS;
+    q->D[0] = 1.0;  /* the root: depth 0, loss 0 */
+    q->kd = 1;
+    q->counted = 0.0;
+    return 0;
 }
 
-/* Number of depth-1 nodes (a) and depth-2 nodes (a, b) scoring >= t, from descending lists
- * x0 (row 0) and x1 (row 1): each pair is a distinct node, so any t with count >= B bounds the
- * B-th best score from below. Two pointers: O(n0 + n1). */
-static Py_ssize_t count_depth12(const double *x0, Py_ssize_t n0, const double *x1, Py_ssize_t n1,
-                                double t) {
-    Py_ssize_t total = 0, j = n1;
-    for (Py_ssize_t i = 0; i < n0; i++) {
-        if (x0[i] < t) break;
-        total++;
-        while (j > 0 && x0[i] + x1[j - 1] < t) j--;
-        total += j;
+/* sum of a[i] b[i], i < n, for counts (>= 0, exact below 2^53 in any order): four
+ * accumulators, not one chain of dependent adds */
+static double dot_counts(const double *a, const double *b, int n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
     }
-    return total;
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
 }
 
-/* The largest t (to ~1e-12 relative) with count_depth12(t) >= budget, or -inf. */
-static double certify_depth12(double *x0, Py_ssize_t n0, double *x1, Py_ssize_t n1,
-                              Py_ssize_t budget) {
-    if (n0 == 0) return -INFINITY;
-    qsort(x0, n0, sizeof *x0, desc_cmp);
-    qsort(x1, n1, sizeof *x1, desc_cmp);
-    double hi = x0[0] + (n1 ? (x1[0] > 0.0 ? x1[0] : 0.0) : 0.0) + 1.0;
-    double lo = n1 ? x0[n0 - 1] + x1[n1 - 1] : x0[n0 - 1];
-    if (!isfinite(lo) || count_depth12(x0, n0, x1, n1, lo) < budget) return -INFINITY;
-    for (int it = 0; it < 60 && hi - lo > 1e-12 * (1.0 + fabs(lo)); it++) {
-        double mid = 0.5 * (lo + hi);
-        if (count_depth12(x0, n0, x1, n1, mid) >= budget) lo = mid;
-        else hi = mid;
+/* The paths through row d's kept entries val[0..n) (max m <= 0, P_d = pd, P_{d+1} = pd1), then
+ * the certified bound given the old one t. */
+static double cert_row(Certifier *q, const double *val, Py_ssize_t n, double m, double pd1,
+                       double t, Py_ssize_t budget) {
+    if (q->kd == 0 || !isfinite(pd1)) {
+        q->kd = 0;
+        return t;
     }
-    return lo;
+    int kmax = LBINS;
+    if (isfinite(t)) {
+        double span = (pd1 - t) * LSCALE + 1.0;  /* bins k with pd1 - k/LSCALE >= t, + 1 */
+        kmax = span < 1.0 ? 0 : span < LBINS ? (int)span : LBINS;
+    }
+    if (kmax == 0) {
+        q->kd = 0;
+        return t;
+    }
+    double *lh = q->lh, *D = q->D, *Dn = q->Dn;
+    memset(lh, 0, kmax * sizeof *lh);
+    int lhi = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double l = (m - val[j]) * LSCALE;  /* >= 0: m is the row's maximum */
+        if (!(l < kmax)) continue;
+        int c = (int)ceil(l);
+        if (c >= kmax) continue;
+        lh[c] += 1.0;
+        if (c >= lhi) lhi = c + 1;
+    }
+    /* Dn[k] = sum_c D[k - c] lh[c], bin by bin into G, until B paths are counted at or above
+     * the bin's bound: the later bins' paths score below the bound that certifies (within
+     * 1/HSCALE), and so do their extensions; dropping them only weakens later bounds */
+    int kd = q->kd, top = 0, gb = 0;
+    double gcum = 0.0, *lr = q->lr;  /* gcum: G[0..gb) */
+    for (int c = 0; c < lhi; c++) lr[c] = lh[lhi - 1 - c];
+    for (int k = 0; k < kmax; k++) {
+        /* sum over c in [clo, chi] of D[k - c] lh[c], with both read forwards */
+        int clo = k - kd + 1 > 0 ? k - kd + 1 : 0, chi = k < lhi - 1 ? k : lhi - 1;
+        double cnt = chi < clo ? 0.0 : dot_counts(D + k - chi, lr + lhi - 1 - chi, chi - clo + 1);
+        if (cnt > 1e18) cnt = 1e18;
+        Dn[k] = cnt;
+        if (cnt == 0.0) continue;
+        top = k + 1;
+        double bound = pd1 - k / LSCALE;
+        double u = -(bound - slack_of(bound)) * HSCALE;  /* >= 0 */
+        if (!(u < HBINS)) continue;
+        int hb = (int)u;
+        q->G[hb] += cnt;
+        q->counted += cnt;
+        if (hb < gb) gcum += cnt;
+        else
+            while (gb <= hb) gcum += q->G[gb++];
+        if (gcum >= budget) break;
+    }
+    q->D = Dn;
+    q->Dn = D;
+    q->kd = top;
+    if (q->counted < budget) return t;
+    double cum = 0.0;
+    for (int b = 0; b < HBINS; b++)
+        if ((cum += q->G[b]) >= budget) {
+            double e = -(b + 1) / HSCALE;
+            return e > t ? e : t;
+        }
+    return t;
 }
 
 /* Before any bound is certified, a row would keep its first entries wholesale: guess a
- * threshold that leaves ~2 k0 entries from a strided sample of SAMPLE_ROW values instead. It is
- * not certified: the row's list is then complete only above it, and the row is read again if
- * the final threshold falls below it. Returns 0 where the sample is too small to guess. */
+ * threshold that leaves ~2 k0 entries from a sample of SAMPLE_ROW values instead (SAMPLE_RUNS
+ * runs of consecutive entries, evenly spaced: few cache lines). It is not certified: the row's
+ * list is then complete only above it, and the row is read again if the final threshold falls
+ * below it. Returns 0 where the sample is too small to guess. */
 #define SAMPLE_ROW 512
+#define SAMPLE_RUNS 64
 static int sample_threshold(const Py_buffer *view, Py_ssize_t d, Py_ssize_t k0, double *theta,
                             double *buf) {
-    Py_ssize_t V = view->shape[1], stride = V / SAMPLE_ROW, ns = 0;
-    if (stride < 1) return 0;
-    for (Py_ssize_t i = 0; i < V && ns < SAMPLE_ROW; i += stride) {
-        double v = view->itemsize == 4 ? (double)((const float *)view->buf)[d * V + i]
-                                       : ((const double *)view->buf)[d * V + i];
-        if (v == v) buf[ns++] = v;
-    }
+    const Py_ssize_t run = SAMPLE_ROW / SAMPLE_RUNS;
+    Py_ssize_t V = view->shape[1], stride = V / SAMPLE_RUNS, ns = 0;
+    if (stride < run) return 0;
+    for (Py_ssize_t i = 0; i + run <= V && ns + run <= SAMPLE_ROW; i += stride)
+        for (Py_ssize_t q = i; q < i + run; q++) {
+            double v = view->itemsize == 4 ? (double)((const float *)view->buf)[d * V + q]
+                                           : ((const double *)view->buf)[d * V + q];
+            if (v == v) buf[ns++] = v;
+        }
     Py_ssize_t r = 2 * k0 * ns / V + 4;
     if (r >= ns) return 0;
     double g = kth_largest_inplace(buf, ns, r);
@@ -484,16 +737,25 @@ static void collect_free(Collect *c) {
     free(c->scratch);
 }
 
-/* Rows' stats into rows[]; the tree into parent/token/depth (n + 1 entries). Returns n, or -1
+/* What this thread's last dense_build did (for tests: last_build()). */
+static __thread struct {
+    Py_ssize_t rereads;  /* rows read a second time */
+    int heap;            /* the tree came from the heap (no bound, or too many nodes above it) */
+    double t;            /* the final certified bound */
+} last;
+
+/* Rows' stats into rows[]; the tree's parent/token/depth arrays into out at stride budget + 1
+ * (n + 1 entries each). Returns n, or -1
  * on a failed allocation. Never fails on bad values (NaN, +-inf, positives): the caller
  * rejects those from rows[] and discards the tree.
  *
- * The pass keeps, per row, its top k0 = 2 ceil(B / L) + 16 entries above the running bound
- * (enough single deviations to certify t: L k0 >= 2B); a row whose short list was cut above
- * its final threshold t - P_d is read again for entries >= t - P_d, up to K (rare). */
+ * The pass keeps, per row, the entries above the running bound, its top k0 = 2 ceil(B / L) + 16
+ * when they overflow a buffer of 4 k0 + 64 (or above a sampled guess while t is unknown); a row
+ * whose list was cut above its final threshold t - P_d is read again for entries >= t - P_d, up
+ * to K, and t is then certified again over every row's list. */
 static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want_sum,
-                              RowOut *rows, int64_t **parent, int64_t **token,
-                              int64_t **depth) {
+                              Py_ssize_t enum_cap, RowOut *rows, int64_t *out) {
+    int64_t *parent = out, *token = out + (budget + 1), *depth = out + 2 * (budget + 1);
     int L = (int)view->shape[0];
     Py_ssize_t V = view->shape[1], K = budget < V ? budget : V, n = -1;
     Py_ssize_t k0 = 2 * ((budget + L - 1) / L) + 16;
@@ -504,16 +766,18 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
     int64_t *row_off = malloc((L + 1) * sizeof *row_off), *row_len = malloc((L + 1) * 8);
     int64_t *off = malloc((L + 1) * sizeof *off);
     Lists all = {NULL, NULL, 0, 0};       /* rows' kept entries */
-    Lists pool = {NULL, NULL, 0, 0};      /* single-deviation scores >= t */
-    double *scratch = NULL;
-    Py_ssize_t scratch_cap = 0;
-    Ranked *ranked = NULL;
+    Certifier cert = {0};
+    uint64_t *keys = NULL;
+    int64_t *pay = NULL;
     double *vals = NULL;
     int64_t *toks = NULL;
     double scratch_small[SAMPLE_ROW];
-    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off) goto done;
-    double t = -INFINITY;  /* certified: >= budget single deviations score >= t */
+    if (collect_init(&c, k0) < 0 || !pbest || !cut || !row_off || !row_len || !off ||
+        cert_init(&cert) < 0)
+        goto done;
+    double t = -INFINITY;  /* certified: >= budget distinct nodes score >= t */
     pbest[0] = 0.0;
+    last.rereads = 0;
     for (int d = 0; d < L; d++) {
         c.n = 0;
         c.compacted = 0;
@@ -526,39 +790,11 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         cut[d] = c.compacted ? c.theta : -INFINITY;
         row_off[d] = all.n;
         row_len[d] = c.n;
-        if (lists_reserve(&all, c.n) < 0 || lists_reserve(&pool, c.n) < 0) goto done;
+        if (lists_reserve(&all, c.n) < 0) goto done;
         memcpy(all.val + all.n, c.val, c.n * sizeof *c.val);
         memcpy(all.tok + all.n, c.tok, c.n * sizeof *c.tok);
         all.n += c.n;
-        for (Py_ssize_t j = 0; j < c.n; j++) pool.val[pool.n++] = pbest[d] + c.val[j];
-        if (d == 1 && pool.n < budget) {
-            /* too few single deviations yet: certify t from depth-1 and depth-2 nodes of the
-             * two short lists instead, so that deeper rows keep few entries */
-            Py_ssize_t n0 = row_len[0], n1 = row_len[1];
-            double *x = malloc((n0 + n1 + 1) * sizeof *x);
-            if (!x) goto done;
-            memcpy(x, all.val + row_off[0], n0 * sizeof *x);
-            memcpy(x + n0, all.val + row_off[1], n1 * sizeof *x);
-            double t12 = certify_depth12(x, n0, x + n0, n1, budget);
-            free(x);
-            if (t12 > t) t = t12;
-        }
-        /* re-certify t once the pool holds B scores, then whenever it has doubled */
-        if (pool.n >= budget && (!isfinite(t) || pool.n >= 2 * budget || d == L - 1)) {
-            if (pool.n > scratch_cap) {
-                free(scratch);
-                scratch_cap = 2 * pool.n;
-                scratch = malloc(scratch_cap * sizeof *scratch);
-                if (!scratch) goto done;
-            }
-            memcpy(scratch, pool.val, pool.n * sizeof *scratch);
-            double tb = kth_largest_inplace(scratch, pool.n, budget);
-            if (tb > t) t = tb;
-            Py_ssize_t w = 0;
-            for (Py_ssize_t j = 0; j < pool.n; j++)
-                if (pool.val[j] >= t) pool.val[w++] = pool.val[j];
-            pool.n = w;
-        }
+        t = cert_row(&cert, c.val, c.n, m < 0.0 ? m : 0.0, pbest[d + 1], t, budget);
     }
     double sl = slack_of(t);
     /* rows whose short list was cut above t - P_d: read again, up to K entries */
@@ -566,6 +802,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
         if (!(cut[d] > thr)) continue;
         if (!wide.tok && collect_init(&wide, K) < 0) goto done;
+        last.rereads++;
         RowOut ignored;
         for (int guess = V > 8 * K; ; guess = 0) {
             /* guess a threshold leaving ~2K entries; if fewer than K are at or above it (and
@@ -584,28 +821,50 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         memcpy(all.tok + all.n, wide.tok, wide.n * sizeof *wide.tok);
         all.n += wide.n;
     }
+    if (last.rereads) {
+        /* the rows read again hold more paths: count them all again (a few microseconds) */
+        free(cert.mem);
+        if (cert_init(&cert) < 0) goto done;
+        for (int d = 0; d < L; d++) {
+            double m = rows[d].max;
+            t = cert_row(&cert, all.val + row_off[d], row_len[d], m < 0.0 ? m : 0.0,
+                         pbest[d + 1], t, budget);
+        }
+        sl = slack_of(t);
+    }
     /* Per depth: keep values >= t - P_d, rank them (decreasing value, ties to the smaller
-     * token id), cap at K. */
-    ranked = malloc((all.n > 0 ? all.n : 1) * sizeof *ranked);
+     * token id: a row's entries are in token order, and the sort is stable), cap at K. */
+    keys = malloc(2 * (all.n > 0 ? all.n : 1) * sizeof *keys);
+    pay = malloc(2 * (all.n > 0 ? all.n : 1) * sizeof *pay);
     vals = malloc((all.n > 0 ? all.n : 1) * sizeof *vals);
     toks = malloc((all.n > 0 ? all.n : 1) * sizeof *toks);
-    if (!ranked || !vals || !toks) goto done;
+    if (!keys || !pay || !vals || !toks) goto done;
     int64_t w = 0;
     for (int d = 0; d < L; d++) {
         double thr = isfinite(t) ? t - pbest[d] - sl : -INFINITY;
         Py_ssize_t m = 0;
         for (int64_t j = row_off[d]; j < row_off[d] + row_len[d]; j++)
-            if (all.val[j] >= thr) ranked[m++] = (Ranked){all.val[j], all.tok[j]};
-        qsort(ranked, m, sizeof *ranked, ranked_cmp);
+            if (all.val[j] >= thr) {
+                keys[m] = desc_key(all.val[j]);
+                pay[m++] = all.tok[j];
+            }
+        radix_sort(keys, pay, m, keys + all.n, pay + all.n);
         if (m > K) m = K;
         off[d] = w;
         for (Py_ssize_t j = 0; j < m; j++, w++) {
-            vals[w] = ranked[j].val;
-            toks[w] = ranked[j].tok;
+            vals[w] = key_value(keys[j]);
+            toks[w] = pay[j];
         }
     }
     off[L] = w;
-    n = best_first(vals, toks, off, L, budget, parent, token, depth);
+    n = -2;
+    if (enum_cap < 0) enum_cap = 4 * budget + 64;
+    if (isfinite(t) && enum_cap > 0)  /* every tree node scores >= t: enumerate them, unless
+                                       * there are many */
+        n = enumerate_tree(vals, toks, off, L, budget, t, enum_cap, parent, token, depth);
+    last.heap = n == -2;
+    last.t = t;
+    if (n == -2) n = best_first(vals, toks, off, L, budget, parent, token, depth);
 done:
     collect_free(&c);
     collect_free(&wide);
@@ -616,10 +875,9 @@ done:
     free(off);
     free(all.val);
     free(all.tok);
-    free(pool.val);
-    free(pool.tok);
-    free(scratch);
-    free(ranked);
+    free(cert.mem);
+    free(keys);
+    free(pay);
     free(vals);
     free(toks);
     return n;
@@ -697,39 +955,65 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
 }
 
 static const char ddtree_dense_doc[] =
-    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol) -> (clear, parent, token, depth)\n\n"
-    "scan()'s verdict and DDTree's nodes from the same pass: parent/token/depth are int64\n"
-    "bytearrays of n + 1 entries (node 0 the root), valid only if the rows pass the check.";
+    "ddtree_dense(lp, budget, check_sums, tol, margin, pos_tol, root_token=-1, enum_cap=-1)\n"
+    "    -> (clear, nodes)\n\n"
+    "scan()'s verdict and DDTree's nodes from the same pass: nodes is one bytes object of\n"
+    "3 (n + 1) int64, the parent, token and depth arrays one after the other (node 0 the root,\n"
+    "its token root_token), valid only if the rows pass the check. enum_cap: the most nodes\n"
+    "above the certified bound to enumerate before the heap pops the tree instead (-1:\n"
+    "4 budget + 64; 0: always the heap; for tests: the same tree).";
 
 static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t budget;
     int want_sum;
     double tol, margin, pos_tol;
-    if (!PyArg_ParseTuple(args, "Onpddd", &obj, &budget, &want_sum, &tol, &margin, &pos_tol))
+    Py_ssize_t root_token = -1, enum_cap = -1;
+    if (!PyArg_ParseTuple(args, "Onpddd|nn", &obj, &budget, &want_sum, &tol, &margin, &pos_tol,
+                          &root_token, &enum_cap))
         return NULL;
     if (budget < 1) {
         PyErr_SetString(PyExc_ValueError, "budget must be >= 1");
         return NULL;
     }
+    if (budget > PY_SSIZE_T_MAX / 32) return PyErr_NoMemory();
     Py_buffer view;
     RowOut *rows = open_rows(obj, &view);
     if (!rows) return NULL;
+    /* the three arrays at stride budget + 1, written in place (bytes: numpy views of it are
+     * read-only, as a tree's arrays are), copied closed up below if n < budget */
+    PyObject *nodes = PyBytes_FromStringAndSize(NULL, 3 * (budget + 1) * 8);
+    if (!nodes) {
+        PyBuffer_Release(&view);
+        free(rows);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(nodes);
     Py_ssize_t L = view.shape[0], n;
-    int64_t *parent = NULL, *token = NULL, *depth = NULL;
     Py_BEGIN_ALLOW_THREADS
-    n = dense_build(&view, budget, want_sum, rows, &parent, &token, &depth);
+    n = dense_build(&view, budget, want_sum, enum_cap, rows, out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     int clear = n >= 0 && clear_pass(rows, L, want_sum, tol, margin, pos_tol);
     free(rows);
-    if (n < 0) return PyErr_NoMemory();
-    PyObject *nodes = nodes_tuple(n, parent, token, depth);
-    if (!nodes) return NULL;
-    PyObject *res = Py_BuildValue("(iOOO)", clear, PyTuple_GET_ITEM(nodes, 0),
-                                  PyTuple_GET_ITEM(nodes, 1), PyTuple_GET_ITEM(nodes, 2));
-    Py_DECREF(nodes);
-    return res;
+    if (n < 0) {
+        Py_DECREF(nodes);
+        return PyErr_NoMemory();
+    }
+    if (n < budget) {
+        PyObject *closed = PyBytes_FromStringAndSize(NULL, 3 * (n + 1) * 8);
+        if (!closed) {
+            Py_DECREF(nodes);
+            return NULL;
+        }
+        int64_t *c = (int64_t *)PyBytes_AS_STRING(closed);
+        for (int a = 0; a < 3; a++) memcpy(c + a * (n + 1), out + a * (budget + 1), (n + 1) * 8);
+        Py_DECREF(nodes);
+        nodes = closed;
+        out = c;
+    }
+    out[n + 1] = root_token;
+    return Py_BuildValue("(iN)", clear, nodes);
 }
 
 static const char ranked_tree_doc[] =
@@ -769,12 +1053,18 @@ static PyObject *py_ranked_tree(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "ranked_tree: offsets must not decrease");
             goto out;
         }
-    int64_t *parent = NULL, *token = NULL, *depth = NULL;
-    Py_ssize_t n;
+    int64_t *parent = malloc((budget + 1) * sizeof *parent);
+    int64_t *token = malloc((budget + 1) * sizeof *token);
+    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+    Py_ssize_t n = -1;
     Py_BEGIN_ALLOW_THREADS
-    n = best_first(v.buf, t.buf, off, L, budget, &parent, &token, &depth);
+    if (parent && token && depth) n = best_first(v.buf, t.buf, off, L, budget, parent, token,
+                                                 depth);
     Py_END_ALLOW_THREADS
     if (n < 0) {
+        free(parent);
+        free(token);
+        free(depth);
         PyErr_NoMemory();
         goto out;
     }
@@ -788,9 +1078,10 @@ out:
 
 static const char ancestor_mask_doc[] =
     "ancestor_mask(parent, out) -> None\n\n"
-    "Fill a zeroed C-contiguous bool (n+1, n+1) array with the ancestor-or-self mask of a tree\n"
-    "whose parents precede their children (parent[0] = -1, 0 <= parent[i] < i; int64).\n"
-    "Row i is row parent[i] (its first i entries: nothing later is set) plus the diagonal.";
+    "Write the ancestor-or-self mask of a tree whose parents precede their children (parent[0]\n"
+    "= -1, 0 <= parent[i] < i; int64) into a C-contiguous bool (n+1, n+1) array, every entry\n"
+    "(its old contents do not matter: np.empty will do). Row i is row parent[i]'s first i\n"
+    "entries (nothing later is set there), then True on the diagonal, then False.";
 
 static PyObject *py_ancestor_mask(PyObject *self, PyObject *args) {
     PyObject *po, *oo;
@@ -815,10 +1106,13 @@ static PyObject *py_ancestor_mask(PyObject *self, PyObject *args) {
             goto out;
         }
     uint8_t *m = o.buf;
-    m[0] = 1;
+    m[0] = 1;  /* each byte written once: the array is ~B^2 bytes, its writes the cost */
+    memset(m + 1, 0, (size_t)(n1 - 1));
     for (Py_ssize_t i = 1; i < n1; i++) {
-        memcpy(m + i * n1, m + par[i] * n1, (size_t)i);
-        m[i * n1 + i] = 1;
+        uint8_t *row = m + i * n1;
+        memcpy(row, m + par[i] * n1, (size_t)i);
+        row[i] = 1;
+        memset(row + i + 1, 0, (size_t)(n1 - i - 1));
     }
     res = Py_None;
     Py_INCREF(res);
@@ -826,6 +1120,11 @@ out:
     PyBuffer_Release(&p);
     PyBuffer_Release(&o);
     return res;
+}
+
+static PyObject *py_last_build(PyObject *self, PyObject *noargs) {
+    return Py_BuildValue("{s:n,s:O,s:d}", "rereads", last.rereads, "heap",
+                         last.heap ? Py_True : Py_False, "t", last.t);
 }
 
 static const char *simd_names[] = {"generic", "avx2", "avx512"};
@@ -861,6 +1160,10 @@ static PyMethodDef methods[] = {
     {"ddtree_dense", py_ddtree_dense, METH_VARARGS, ddtree_dense_doc},
     {"ranked_tree", py_ranked_tree, METH_VARARGS, ranked_tree_doc},
     {"ancestor_mask", py_ancestor_mask, METH_VARARGS, ancestor_mask_doc},
+    {"last_build", py_last_build, METH_NOARGS,
+     "What this thread's last ddtree_dense did (for tests): {'rereads': rows read a second\n"
+     "time, 'heap': whether the heap popped the tree (no bound, or over 4B+64 nodes above it;\n"
+     "else the nodes above the bound were enumerated and sorted), 't': the certified bound}."},
     {"simd", py_simd, METH_NOARGS,
      "The vector code this CPU runs: 'avx512', 'avx2' or 'generic'."},
     {"simd_paths", py_simd_paths, METH_NOARGS,

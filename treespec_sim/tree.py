@@ -203,8 +203,8 @@ class DraftTree:
         mask (DDTree ``compile_ddtree_tree``); the cached prefix is visible to every row.
         """
         kernel = compiled.kernel
-        if kernel is not None:  # one row copy per node (docs/performance.md); same mask
-            mask = np.zeros((self.n_nodes, self.n_nodes), dtype=bool)
+        if kernel is not None:  # one row copy per node, every byte written once; same mask
+            mask = np.empty((self.n_nodes, self.n_nodes), dtype=bool)
             kernel.ancestor_mask(np.ascontiguousarray(self.parent, dtype=np.int64), mask)
             return mask
         return ancestor_mask(self.parent, self.levels)

@@ -100,6 +100,11 @@ def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True)
     ValueError
         Bad ``log_q`` (shape, NaN, positive entries), negative ``budget``, bad ``root_token``.
     """
+    tried = type(log_q) is np.ndarray
+    if tried:  # a raw array first: an isinstance check against the ABC costs microseconds
+        fast = _ddtree_compiled(log_q, budget, root_token, check_sums)
+        if fast is not None:
+            return fast
     if isinstance(log_q, LazyLogMarginals) and log_q.shape[1] < _RANKED_MIN_VOCAB:
         log_q = log_q.dense()  # small V: one pass over the array is cheaper than ranking
     if isinstance(log_q, LazyLogMarginals):
@@ -109,7 +114,7 @@ def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True)
             return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
         return trusted_tree(parent, token, depth, root_token)
-    fast = _ddtree_compiled(log_q, budget, root_token, check_sums)
+    fast = None if tried else _ddtree_compiled(log_q, budget, root_token, check_sums)
     if fast is not None:
         return fast
     # clamp=False: no copy of the array for tiny positive rounding; the builder clamps the
@@ -144,20 +149,23 @@ def _ddtree_compiled(log_q, budget, root_token, check_sums: bool) -> DraftTree |
     if (kernel is None or type(budget) is not int or budget < 1
             or type(root_token) is not int or root_token < -1):
         return None
-    if type(log_q).__module__.split(".")[0] == "torch":
-        lp, source = as_float_array(log_q, "log_q")  # a view of a CPU float32/64 tensor
-    elif isinstance(log_q, np.ndarray):
+    if isinstance(log_q, np.ndarray):
         lp = log_q
         source = _FLOAT_NAMES.get(lp.dtype)
+    elif type(log_q).__module__.split(".")[0] == "torch":
+        lp, source = as_float_array(log_q, "log_q")  # a view of a CPU float32/64 tensor
     else:
         return None
-    if (source is None or lp.ndim != 2 or min(lp.shape) < 1 or not lp.flags.c_contiguous
+    if (source is None or lp.ndim != 2 or lp.size == 0 or not lp.flags.c_contiguous
             or root_token >= lp.shape[1]):
         return None
-    clear, *nodes = kernel.ddtree_dense(lp, budget, check_sums, *kernel_check_args(source))
+    clear, nodes = kernel.ddtree_dense(lp, budget, check_sums, *kernel_check_args(source),
+                                       root_token)
     if not clear:
         check_log_q(lp, check_sums=check_sums, clamp=False)  # raises, or passes a margin row
-    return trusted_tree(*_nodes(nodes), root_token)
+    # one bytes object, parent/token/depth one after the other, root token set: one read-only
+    # array and three row views of it (each numpy call costs microseconds when caches are cold)
+    return DraftTree(*np.frombuffer(nodes, dtype=np.int64).reshape(3, -1))
 
 
 _FLOAT_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
@@ -187,7 +195,8 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
     """
     kernel = compiled.kernel
     if kernel is not None and lp.dtype in (np.float32, np.float64) and lp.flags.c_contiguous:
-        return _nodes(kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf)[1:])
+        nodes = kernel.ddtree_dense(lp, budget, False, 0.0, 0.0, np.inf)[1]
+        return tuple(np.frombuffer(bytearray(nodes), dtype=np.int64).reshape(3, -1))  # writable
     return build_nodes_numpy(lp, row_max, budget)
 
 
