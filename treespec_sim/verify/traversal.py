@@ -298,6 +298,8 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     np.subtract(m, rho, out=diff)
                     resid = np.maximum(diff, 0.0, out=own)  # may overwrite r: m is read
                     z_mass = float(resid.sum())
+                    if z_mass <= _ZERO_MASS and v != 0:
+                        return  # v is deleted for sure (below), whatever R is: not summed
                     r_mass = -float(np.minimum(diff, 0.0, out=diff).sum())
                 if r_mass <= _ZERO_MASS:
                     return  # rho <= mu everywhere: the trial could not fail
