@@ -338,10 +338,18 @@ def test_check_proposal_rows_errors_match_the_dense_ones():
         ((good, np.array([0.5, 0.5, 0.0])),
          r"node 3 drafted token 2 with zero proposal mass \(proposal\[1, 2\] = 0\)"),
     ]
+    def with_stats(laws, row_of):
+        """ProposalRows over read-only copies of ``laws`` with the builder's (min, sum)."""
+        frozen = tuple(np.array(q) for q in laws)
+        for q in frozen:
+            q.flags.writeable = False
+        return ProposalRows(frozen, row_of, 3, law_stats=tuple((q.min(), q.sum())
+                                                               for q in frozen))
+
     for laws, message in cases:
         row_of = np.array([0, len(laws) - 1, -1, -1])
         rows = ProposalRows(laws, row_of, 3)
-        for prop in (rows, np.asarray(rows)):
+        for prop in (rows, np.asarray(rows), with_stats(laws, row_of)):
             with pytest.raises(ValueError, match=message):
                 check_proposal(prop, tree, without_replacement=True)
     wide = DraftTree.from_parents([-1, 0, 0, 1], [0, 0, 1, 3])   # token 3 with V = 3
@@ -356,6 +364,16 @@ def test_check_proposal_rows_errors_match_the_dense_ones():
     off = ProposalRows((good * 1.0001,), np.array([0, 0, -1, -1]), 3)
     fixed = check_proposal(off, tree, without_replacement=True)
     np.testing.assert_allclose(fixed[1], good, rtol=1e-15)
+    # the same renormalisation from the builder's statistics (and none for a clean law)
+    for laws in ((good * 1.0001,), (good * (1.0 + 5e-12),)):
+        a = check_proposal(with_stats(laws, np.array([0, 0, -1, -1])), tree,
+                           without_replacement=True)
+        b = check_proposal(ProposalRows(laws, np.array([0, 0, -1, -1]), 3), tree,
+                           without_replacement=True)
+        np.testing.assert_array_equal(a[1], b[1])
+        assert a[1].sum() != laws[0].sum()
+    clean = with_stats((good,), np.array([0, 0, -1, -1]))
+    assert check_proposal(clean, tree, without_replacement=True) is clean
 
 
 def test_each_distinct_law_is_prepared_once():

@@ -133,15 +133,19 @@ def test_lazy_trials_are_the_trials(step):
         q = rng.dirichlet(np.full(vocab, 0.5))
         k = 2 if step in ("reverse", "condrev") else int(rng.integers(1, 4))
         tokens = rng.choice(vocab, size=k, replace=False)
+        if rng.random() < 0.5:  # a law whose sum is exactly 1.0: the first trial is q itself
+            q = q / q.sum()
         scratch = np.empty(vocab)
-        # a built proposal lives in scratch until the next trial: copy it before resuming
-        lazy = [(pos, rho_x, rho().copy() if callable(rho) else rho)
-                for pos, rho_x, rho in _lazy_trials(step, q, tokens, scratch)]
         ref = list(trials(step, q, tokens))
-        assert [p for p, _, _ in lazy] == [p for p, _ in ref]
-        for (pos, rho_x, rho), (_, want) in zip(lazy, ref, strict=True):
-            assert rho_x == want[tokens[pos]]
-            if rho is _POINT:
-                assert want[tokens[pos]] == 1.0 and want.sum() == 1.0
-            else:
-                assert np.array_equal(rho, want)
+        # with and without the builder's q.sum() (the same float: the run's law statistics)
+        for q_sum in (None, q.sum()):
+            # a built proposal lives in scratch until the next trial: copy it before resuming
+            lazy = [(pos, rho_x, rho().copy() if callable(rho) else rho)
+                    for pos, rho_x, rho in _lazy_trials(step, q, tokens, scratch, q_sum)]
+            assert [p for p, _, _ in lazy] == [p for p, _ in ref]
+            for (pos, rho_x, rho), (_, want) in zip(lazy, ref, strict=True):
+                assert rho_x == want[tokens[pos]]
+                if rho is _POINT:
+                    assert want[tokens[pos]] == 1.0 and want.sum() == 1.0
+                else:
+                    assert np.array_equal(rho, want)

@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .._sampling import sample_categorical
+from ..policies.draft import ProposalRows
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome
@@ -161,8 +162,8 @@ def _give(*bufs: np.ndarray | None) -> None:
             free.append(buf)
 
 
-def _lazy_trials(step: str, q: np.ndarray, tokens: np.ndarray, scratch: np.ndarray
-                 ) -> Iterator[tuple[int, float, object]]:
+def _lazy_trials(step: str, q: np.ndarray, tokens: np.ndarray, scratch: np.ndarray,
+                 q_sum: float | None = None) -> Iterator[tuple[int, float, object]]:
     """:func:`~treespec_sim.verify.univer.trials` without building a proposal no one reads.
 
     Yields ``(position, rho[x], rho)`` in trial order, where ``rho`` is the trial proposal
@@ -171,14 +172,19 @@ def _lazy_trials(step: str, q: np.ndarray, tokens: np.ndarray, scratch: np.ndarr
     child's entry, the same float as the array's. The traversal and conditional steps are
     built here (the same floats as ``trials``: ``left / left.sum()`` with the tokens drawn
     before zeroed, in a pooled work array); the others come from ``trials`` as they are.
+    ``q_sum``, if given, is ``q.sum()`` (the builder's law statistics: the same float), so the
+    first traversal trial need not read ``q`` for it; and a first trial whose total is exactly
+    1.0 is ``q`` itself (``q / 1.0`` is ``q``; read-only, like every trial proposal).
     """
     k = tokens.size
     if step == "traversal" or k == 1:
         left = q  # copied only when a draw has to be taken out of it
         try:
             for i, x in enumerate(tokens.tolist()):
-                total = left.sum()
-                yield i, left[x] / total, (lambda a=left, t=total: np.divide(a, t, out=scratch))
+                total = q_sum if (i == 0 and q_sum is not None) else left.sum()
+                rho = (lambda a=left: a) if left is q and total == 1.0 else \
+                    (lambda a=left, t=total: np.divide(a, t, out=scratch))
+                yield i, left[x] / total, rho
                 if i + 1 < k:
                     if left is q:
                         left = _take(q.size)
@@ -225,6 +231,8 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     else:
         raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
     laws = laws and _bonus
+    # each law's sum, as the builder computed it (read-only laws): saves a pass per node
+    stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
     sizes = _subtree_sizes(tree)
     paths = [(), *tree.paths()]
     scratch: list[np.ndarray] = []  # [rho, mu, diff], taken on first use
@@ -248,13 +256,17 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
             ) -> Iterator[Opportunity]:
         tokens = tree.token[kids]
         q = proposal[v]
+        q_sum = None
+        if stats is not None:
+            law = int(proposal.row_of[v])
+            q_sum = stats[law][1] if law >= 0 else None
         if not scratch:
             scratch.extend(_take(r.size) for _ in range(3))
         rho_buf, mu, diff = scratch
         own = None  # this node's residual array (r is the caller's until the first update)
         try:
             n_left = kids.size
-            for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf):
+            for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf, q_sum):
                 n_left -= 1
                 child, x = int(kids[pos]), int(tokens[pos])
                 mu_x = s * r[x]
@@ -277,14 +289,18 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                 else:
                     if callable(rho):
                         rho = rho()
-                    # np.maximum, not np.clip (same values, ~10x faster); rho - mu is
-                    # -(mu - rho) bit for bit, so R is exactly the sum of np.clip(-diff, 0)
-                    np.multiply(r, s, out=mu)
-                    np.subtract(mu, rho, out=diff)
-                    resid = np.maximum(diff, 0.0, out=own)
+                    # mu = s r (r itself at s = 1: r * 1.0 is r). np.maximum, not np.clip
+                    # (same values, ~10x faster). R = sum (rho - mu)_+ is -sum min(mu - rho, 0)
+                    # exactly: rho - mu is -(mu - rho) bit for bit, and rounding is symmetric,
+                    # so the (pairwise) sum of the negated terms is the negated sum (the sign
+                    # of an all-zero R aside, which only meets the <= _ZERO_MASS test)
+                    m = r if s == 1.0 else np.multiply(r, s, out=mu)
+                    np.subtract(m, rho, out=diff)
+                    resid = np.maximum(diff, 0.0, out=own)  # may overwrite r: m is read
                     z_mass = float(resid.sum())
-                    np.subtract(rho, mu, out=diff)
-                    r_mass = float(np.maximum(diff, 0.0, out=diff).sum())
+                    if z_mass <= _ZERO_MASS and v != 0:
+                        return  # v is deleted for sure (below), whatever R is: not summed
+                    r_mass = -float(np.minimum(diff, 0.0, out=diff).sum())
                 if r_mass <= _ZERO_MASS:
                     return  # rho <= mu everywhere: the trial could not fail
                 if z_mass <= _ZERO_MASS:
