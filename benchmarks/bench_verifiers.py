@@ -58,9 +58,7 @@ def main(argv=None) -> dict:
     rng = np.random.default_rng(args.seed)
     t = args.temperature
     if not args.cold_tables:
-        world.warm((t,))
-        for topic in range(world.n_topics):
-            world.draft_kernel(topic)  # read by the correction proposal; warm() leaves it out
+        world.warm((t,))  # every topic's target kernels and drafter tables
 
     def ddtree_round() -> float:
         ctx = world.sample_context(rng)

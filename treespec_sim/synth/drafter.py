@@ -176,11 +176,11 @@ class BlockDiffusionDrafter:
         return k
 
     def warm(self, topic: int) -> None:
-        """Build ``topic``'s tables (the class chain and sharpening sums in a word-class world,
-        else the token-level kernel) so that the next round does not pay for them."""
-        if self._classes is None:
-            self.kernel(topic)
-        else:
+        """Build ``topic``'s tables (the token-level kernel, which the correction proposal
+        reads, and in a word-class world the class chain and sharpening sums) so that the next
+        round does not pay for them."""
+        self.kernel(topic)
+        if self._classes is not None:
             self._beta_class_sums(topic, self._class_table(topic))
 
     def unigram(self, topic: int) -> np.ndarray:
