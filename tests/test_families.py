@@ -106,6 +106,10 @@ def test_a_headline_holds_only_when_every_cell_holds_and_shows_the_weakest():
     h = headline("c", [*cells, bad], margin=lambda c: c.low)
     assert h.verdict == "does not hold" and h.scope == "cell 3" and "reversed" in h.reason
     assert headline("c", [], margin=lambda c: c.low) is None
+    many = [*(Claim("c", 1.0, 0.5, 1.5, "u", "holds", scope=f"h{i}") for i in range(31)), bad]
+    h = headline("c", many, margin=lambda c: c.low)
+    assert h.verdict == "does not hold"
+    assert "by chance alone about 1.6 of 32 95% intervals miss" in h.reason
 
 
 def _ddtree(regime, t, chain, dd, half=0.1):

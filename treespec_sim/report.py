@@ -55,7 +55,7 @@ def findings_lines(claims: Sequence[Claim], *, markdown: bool = True) -> list[st
             verdict = c.verdict.upper()
             target = _LINK.search(c.page)
             page = f" — {target.group(1)}" if target else ""
-        reason = f" ({c.reason})" if c.reason else ""
+        reason = f". {c.reason[:1].upper()}{c.reason[1:]}" if c.reason else ""
         out.append(f"- {verdict}: {c.text}: {_number(c)}{reason}{page}")
     return out
 

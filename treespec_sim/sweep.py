@@ -28,7 +28,10 @@ work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
     the run record: plan, seed, versions, git commit, cost-model provenance, timings, and
     ``extrapolated``: the cells that priced latency outside a model's measured range;
 ``summary.md`` and figures
-    per-claim tables with confidence intervals (links relative to the run folder);
+    the findings first (one line per claim: the number, its interval, the verdict; the
+    families' :func:`~treespec_sim.families.all_claims`, also printed on the console), then
+    per-claim tables with confidence intervals (links relative to the run folder); the
+    families' figures:
     ``tau_vs_budget.png``, ``lost_mass_by_depth.png``, ``throughput_vs_budget.png``,
     ``tau_vs_temperature.png``, ``verifier_gains.png``.
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import synth
 from ..cost import get_cost_model, round_time
-from ..stats import throughput
+from ..stats import LEVEL, throughput
 from ..validation import check_temperature
 
 __all__ = ["CALIBRATED", "COLUMNS", "SYNTHETIC", "VERDICTS", "Cell", "Claim", "Family",
@@ -330,6 +330,10 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
     shown = f"shown: {'the weakest, ' if n > 1 else ''}{weakest.scope}" + (
         f" ({weakest.reason})" if weakest.reason else "")
     parts = [reason, tally, shown]
+    miss = (1 - LEVEL) * n
+    if 0 < counts["does not hold"] <= miss:
+        # a few contrary cells among many can be chance: say how many intervals would miss
+        parts.append(f"by chance alone about {miss:.1f} of {n} {100 * LEVEL:g}% intervals miss")
     return Claim(text, weakest.estimate, weakest.low, weakest.high, weakest.unit, verdict,
                  reason="; ".join(p for p in parts if p), page=page or weakest.page,
                  scope=weakest.scope, family=weakest.family)

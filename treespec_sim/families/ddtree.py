@@ -102,7 +102,7 @@ class DDTreeGrid:
         for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
                            ("temperatures", float)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
-                                                  f"{self.family}.{name}"))
+                                                    f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
         for m in self.methods:
             if m not in ("chain", "ddtree", "dynamic"):

@@ -153,15 +153,16 @@ def interval_label(rows: Sequence[dict], kind: str, unit: str, *,
     return f"95% {kind} over {n} {unit}{pool}{tail}"
 
 
-def figure_grid(n: int, w: float = 4.4, h: float = 3.4):
-    """A constrained-layout grid of ``n`` panels (at most 4 a row); spare panels switched off.
+def figure_grid(n: int, w: float = 4.4, h: float = 3.4, *, cols: int = 4):
+    """A constrained-layout grid of ``n`` panels (at most ``cols`` a row, each ``w`` by ``h``
+    inches); spare panels switched off.
 
     Constrained layout keeps every label and an ``"outside ..."`` figure legend inside the
     canvas (``tight_layout`` with a figure legend clips or overlaps it).
     """
     import matplotlib.pyplot as plt
 
-    cols = min(4, n)
+    cols = min(cols, n)
     nrows = -(-n // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(w * cols, h * nrows + 0.8), squeeze=False,
                              layout="constrained")

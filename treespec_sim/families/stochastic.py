@@ -71,10 +71,28 @@ from .render import (
     worlds_label,
 )
 
-__all__ = ["CLAIMS", "DEFAULT_METHODS", "DRAFTERS", "PairClaim", "PairedDifference",
-           "StochasticGrid", "claims", "drafter_spec", "figures", "grid", "name",
-           "paired_differences", "plot_tau_vs_temperature", "preset", "preset_note", "run",
-           "run_methods", "tables"]
+__all__ = [
+    "BASELINE",
+    "CLAIMS",
+    "DEFAULT_METHODS",
+    "DRAFTERS",
+    "STYLES",
+    "PairClaim",
+    "PairedDifference",
+    "StochasticGrid",
+    "claims",
+    "drafter_spec",
+    "figures",
+    "grid",
+    "name",
+    "paired_differences",
+    "plot_tau_vs_temperature",
+    "preset",
+    "preset_note",
+    "run",
+    "run_methods",
+    "tables",
+]
 
 #: The family's name (its ``[stochastic]`` table in a config, the rows' ``family``).
 name = "stochastic"
@@ -115,7 +133,7 @@ class StochasticGrid:
         for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
                            ("budgets", int), ("methods", str)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
-                                                  f"{self.family}.{name}"))
+                                                    f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
         for d in self.drafters:
             if d not in DRAFTERS:
@@ -452,14 +470,25 @@ def preset(which: str) -> StochasticGrid | None:
     return None
 
 
-def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = None) -> None:
-    """E[tau] vs T per method, one panel per (regime, drafter), at ``budget`` (default: 64, or
-    the grid's first budget without 64).
+#: Colour and line style of each method in the family's figure.
+STYLES = {"chain": ("k", ":"), "dynamic": ("tab:cyan", "--"), "sampled-chain": ("tab:gray", ":"),
+          "sampled-chain-corrected": ("tab:brown", "-."), "tsubame-rrs": ("tab:orange", "--"),
+          "tsubame-rrsw": ("tab:red", "-"), "tsubame-univer": ("tab:purple", "-"),
+          "tsubame-rrsw-tempered-plan": ("tab:pink", "--")}
+#: The method every other is drawn against.
+BASELINE = "ddtree"
 
-    Error bars are each method's 95% t-interval over the cell's contexts, pooled over its
-    worlds (:func:`treespec_sim.stats.mean_ci`); the methods are drawn on the same contexts, so
-    differences are better read from the paired claims table than from overlapping bars.
-    One legend for the figure, below the panels and inside the canvas (constrained layout).
+
+def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = None) -> None:
+    """Each method's paired difference in E[tau] to DDTree vs T, one panel per (regime,
+    drafter), at ``budget`` (default: 64, or the grid's first budget without 64).
+
+    The methods are drawn on the same contexts, so the comparison is the paired difference
+    ``tau(method) - tau(ddtree)`` per context; its mean and 95% t-interval over the contexts
+    pooled over the worlds (:func:`treespec_sim.stats.mean_ci`) are plotted, DDTree being the
+    line at 0 (its own τ is in the panel's title). The methods are spread a little along T so
+    that their bars do not hide each other. Rows without per-context values (``taus``) are
+    left out. One legend for the figure, below the panels and inside the canvas.
     """
     import matplotlib
 
@@ -468,50 +497,61 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = N
 
     if budget is None:
         budget = default_budget(rows)
-    panels = list(dict.fromkeys((r["regime"], r["drafter"]) for r in rows))
+    at = [r for r in rows if "taus" in r and _at_budget(r, budget)]
+    panels = list(dict.fromkeys((r["regime"], r["drafter"]) for r in at)) or [("—", "—")]
     cols = min(3, len(panels))
     nrows = -(-len(panels) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows + 1.0),
                              squeeze=False, layout="constrained")
-    styles = {"chain": ("k", ":"), "ddtree": ("tab:blue", "-"), "dynamic": ("tab:cyan", "--"),
-              "sampled-chain": ("tab:gray", ":"), "sampled-chain-corrected": ("tab:brown", "-."),
-              "tsubame-rrs": ("tab:orange", "--"), "tsubame-rrsw": ("tab:red", "-"),
-              "tsubame-univer": ("tab:purple", "-"),
-              "tsubame-rrsw-tempered-plan": ("tab:pink", "--")}
+    temps = sorted({r["temperature"] for r in at})
+    step = 0.012 * max(1.0, (temps[-1] - temps[0]) / 0.5) if temps else 0.0
     handles: dict[str, object] = {}
     for ax, (regime, drafter) in zip(axes.flat, panels, strict=False):
-        for method, (color, ls) in styles.items():
-            sub = sorted((r for r in rows if r["regime"] == regime and r["drafter"] == drafter
-                          and r["method"] == method and _at_budget(r, budget)),
-                         key=lambda r: r["temperature"])
-            if not sub:
+        cell = {(r["method"], r["temperature"]): r for r in at
+                if (r["regime"], r["drafter"]) == (regime, drafter)}
+        base = {t: cell[(BASELINE, t)] for t in temps if (BASELINE, t) in cell}
+        shown = [m for m in STYLES if any((m, t) in cell for t in base)]
+        for k, method in enumerate(shown):
+            color, ls = STYLES[method]
+            pts = []
+            for t in sorted(base):
+                r = cell.get((method, t))
+                if r is None or len(r["taus"]) != len(base[t]["taus"]):
+                    continue
+                pts.append((t, mean_ci(np.subtract(r["taus"], base[t]["taus"])),
+                            r["verifier"]))
+            if not pts:
                 continue
-            t = [r["temperature"] for r in sub]
-            art = ax.errorbar(t, [r["tau_mean"] for r in sub],
-                              yerr=[[r["tau_mean"] - r["tau_ci_low"] for r in sub],
-                                    [r["tau_ci_high"] - r["tau_mean"] for r in sub]],
+            x = [t + (k - (len(shown) - 1) / 2) * step for t, _, _ in pts]
+            art = ax.errorbar(x, [d.mean for _, d, _ in pts],
+                              yerr=[[d.mean - d.low for _, d, _ in pts],
+                                    [d.high - d.mean for _, d, _ in pts]],
                               color=color, ls=ls, marker="o", ms=3, capsize=2)
-            verifiers = "/".join(dict.fromkeys(r["verifier"] for r in sub))
+            verifiers = "/".join(dict.fromkeys(v for *_, v in pts))
             handles.setdefault(f"{method} ({verifiers})", art)
-        ax.set_title(f"{regime} · drafter {drafter} · B = {budget}", fontsize=10)
+        ax.axhline(0.0, color="tab:blue", lw=1.2)
+        levels = ", ".join(f"{base[t]['tau_mean']:.2f}" for t in sorted(base))
+        ax.set_title(f"{regime} · drafter {drafter} · B = {budget}\nDDTree τ = {levels} "
+                     f"at T = {', '.join(f'{t:g}' for t in sorted(base))}", fontsize=9)
         ax.set_xlabel("temperature T")
-        ax.set_ylabel("E[τ] (tokens per round)")
-        ax.set_xticks(sorted({r["temperature"] for r in rows}))
+        ax.set_ylabel("Δ E[τ] vs DDTree (tokens per round)")
+        ax.set_xticks(temps)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    counts = "/".join(sorted({str(r["rounds"]) for r in rows if "rounds" in r})) or "the"
-    worlds = "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")}))
+    n = "/".join(sorted({str(len(r["taus"])) for r in at})) or "the"
+    worlds = "/".join(sorted({str(r["worlds"]) for r in at if r.get("worlds")}))
     pooled = f" pooled over {worlds} worlds" if worlds else ""
+    handles["DDTree (follow), the baseline: 0"] = plt.Line2D([], [], color="tab:blue")
     figure_legend(fig, list(handles.values()), list(handles), max_cols=4,
-                  title=f"method (verifier at T = 0 / T > 0); bars: 95% t-interval over "
-                  f"{counts} contexts{pooled} (the same contexts for every method); chains "
-                  "have L nodes")
+                  title=f"method (verifier at T = 0 / T > 0) minus DDTree on the same contexts; "
+                  f"bars: paired 95% t-interval over {n} contexts{pooled}; chains have L nodes")
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 #: File name -> figure.
 figures = {
-    "tau_vs_temperature.png": FigureSpec("τ vs temperature per method", plot_tau_vs_temperature),
+    "tau_vs_temperature.png": FigureSpec("τ vs temperature: each method minus DDTree, paired",
+                                         plot_tau_vs_temperature),
 }
