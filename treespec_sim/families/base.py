@@ -358,7 +358,8 @@ class Family(Protocol):
         The family's name: its ``[table]`` in a config file, the rows' ``family``.
     grid : type
         Its frozen, validated grid dataclass (``family`` and ``unit`` class attributes,
-        ``cells()``; optionally ``cell_axes``, see :func:`treespec_sim.sweep._cell_fingerprint`).
+        ``cells()``; optionally ``cell_axes``: the fields each cell takes one value of, which the
+        sweep leaves out of a cell's settings fingerprint).
     figures : mapping str -> FigureSpec
         File name -> figure, drawn from the family's rows.
     preset_note : str

@@ -318,6 +318,7 @@ class PairedDifference:
 
     @property
     def scope(self) -> str:
+        """The cell, as the findings name it (``"math500, drafter corrected, T = 0"``)."""
         return f"{self.regime}, drafter {self.drafter}, T = {self.temperature:g}"
 
     def verdict(self) -> tuple[str, str]:
