@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .calibrate import QUANTITIES, QUANTITY_LABELS, TOLERANCE, calibration_rows
 from .families import FAMILIES, Claim, all_claims
+from .families.render import cost_label
 from .stats import t_quantile
 
 __all__ = ["findings_lines", "findings_section", "results_page", "summary_markdown",
@@ -271,6 +272,8 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
         Where the summary will be written: its links into ``docs/`` are made relative to it,
         so they work where the file lies. Without it they are relative to the repository root.
     """
+    default = str(record.get("cost_model"))
+    kind = cost_label(default)[len(default):]  # " (measured)" / " (estimate)"
     lines = [f"# treespec sweep: preset {record.get('preset')!r}", "",
              f"{len(rows)} result rows from {record.get('cells')} cells "
              f"({record.get('cells_skipped_on_resume', 0)} reused on resume), "
@@ -278,8 +281,8 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
              f"{record.get('git_commit', '?')[:10]}. Every throughput (tok/s) is modelled, "
              "not measured: E[τ] / (C_d + C_v(B + 1)), drafting plus one verification pass "
              "over B + 1 tokens, timed by a latency preset of `treespec_sim.cost`; each table "
-             "names its preset (this run's default: "
-             f"`{record.get('cost_model')}`). Figures: "
+             "names its preset and whether it was measured or is an estimate (this run's "
+             f"default: `{default}`{kind}). Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
     lines += findings_section(rows)
     calibration = _calibration_section(rows)

@@ -71,6 +71,7 @@ from .base import (
 )
 from .render import (
     between_worlds,
+    cost_label,
     figure_grid,
     figure_legend,
     pct,
@@ -434,7 +435,7 @@ def tables(rows: list[dict]) -> list[str]:
         total += 1
         wins += cad["rel_ci_high"] >= 1.0
         out.append(
-            f"| {regime} | {t:g} | {cm} | {orc['tree_size_mean']:.0f} | "
+            f"| {regime} | {t:g} | {cost_label(cm)} | {orc['tree_size_mean']:.0f} | "
             f"{cad['tree_size_mean']:.0f} | {pct(cad['rel_to_baseline'])} "
             f"[{pct(cad['rel_ci_low'])}, {pct(cad['rel_ci_high'])}] | "
             f"{between_worlds(cad, prefix='rel', pct=True)} | "
@@ -443,16 +444,6 @@ def tables(rows: list[dict]) -> list[str]:
     out += ["", f"CaDDTree matches (pooled CI reaches 0%) or beats the oracle budget in {wins} "
                 f"of {total} (regime, T, cost model) cells.", ""]
     return out
-
-
-def _cost_label(name: str) -> str:
-    """``"a800-qwen3-8b (measured)"`` or ``"h200-qwen3-8b (estimate)"``: a figure names
-    whether its latencies were measured (``LatencyModel.estimate``, ``run.json`` provenance)."""
-    try:
-        estimate = bool(get_cost_model(name).estimate)
-    except (ValueError, OSError):
-        return name
-    return f"{name} ({'estimate' if estimate else 'measured'})"
 
 
 #: The adaptive rules in the figure: method -> (marker, colour, label).
@@ -502,7 +493,7 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
         ax.set_xticks(np.arange(len(regimes)), names, fontsize=7, rotation=30 * (len(regimes)
                                                                                   > 4))
         ax.set_xlim(-0.6, len(regimes) - 0.4)
-        ax.set_title(f"T = {t:g} · cost model {_cost_label(cm)}", fontsize=9)
+        ax.set_title(f"T = {t:g} · cost model {cost_label(cm)}", fontsize=9)
         ax.set_ylabel("throughput vs oracle budget (%)")
         ax.grid(alpha=0.3, axis="y")
     handles = [Line2D([], [], color="tab:orange", label="0: DDTree at the oracle budget B* "

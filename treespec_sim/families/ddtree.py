@@ -48,6 +48,7 @@ from .base import (
 from .render import (
     between_worlds,
     budget_axis,
+    cost_label,
     counts,
     figure_grid,
     figure_legend,
@@ -310,7 +311,7 @@ def tables(rows: list[dict]) -> list[str]:
                              f"{r['tau_ci_high']:.2f}]" if r else "—")
             best = max(dd.values(), key=lambda r: r["throughput_tok_s"], default=None)
             cells.append(f"{best['budget']} ({best['throughput_tok_s']:.0f}, "
-                         f"{best['cost_model']})" if best else "—")
+                         f"{cost_label(best['cost_model'])})" if best else "—")
             out.append(f"| {regime} | " + " | ".join(cells) + " |")
             if any(r.get("tau_world_means") for r in rr):
                 means = (chain or {}).get("tau_world_means")

@@ -14,16 +14,28 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cost import get_cost_model
 from ..plot import figure_legend
 
 __all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
-           "counts", "figure_grid", "figure_legend", "finite", "interval_label", "missing",
-           "notes", "pct", "pooled", "save_figure", "verdict_text", "worlds_label"]
+           "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
+           "missing", "notes", "pct", "pooled", "save_figure", "verdict_text", "worlds_label"]
 
 
 def pct(x: float) -> str:
     """A ratio as a signed percentage: ``1.052 -> "+5.2%"``."""
     return f"{100 * (x - 1):+.1f}%"
+
+
+def cost_label(name: str) -> str:
+    """``"a800-qwen3-8b (measured)"`` or ``"h200-qwen3-8b (estimate)"``: every table and figure
+    that prices latency says whether its model was measured (``LatencyModel.estimate``; the
+    provenance is in ``run.json``). A name no model answers to is returned as it is."""
+    try:
+        estimate = bool(get_cost_model(name).estimate)
+    except (ValueError, OSError):
+        return name
+    return f"{name} ({'estimate' if estimate else 'measured'})"
 
 
 # Pages that explain a result which does not go the way a paper (or our own theory) says.
