@@ -46,7 +46,21 @@ def _number(c: Claim) -> str:
 
 def findings_lines(claims: Sequence[Claim], *, markdown: bool = True) -> list[str]:
     """One line per claim: the verdict, the claim, the number with its interval and unit, the
-    reason and the theory page (``markdown=False``: plain text, the page's path)."""
+    reason and the theory page.
+
+    Parameters
+    ----------
+    claims : sequence of Claim
+        The families' headline claims (:func:`treespec_sim.families.all_claims`).
+    markdown : bool
+        Markdown (bold verdict, the page as a link; ``summary.md``) or plain text (the verdict
+        in capitals, the page's path; the console).
+
+    Returns
+    -------
+    list of str
+        ``"- <verdict>: <claim>: <estimate> [<low>, <high>] <unit>. <Reason> — <page>"``.
+    """
     out = []
     for c in claims:
         if markdown:
@@ -62,7 +76,18 @@ def findings_lines(claims: Sequence[Claim], *, markdown: bool = True) -> list[st
 
 
 def findings_section(rows: Sequence[dict]) -> list[str]:
-    """``## Findings``: every family's claims, one line each (empty if no family has one)."""
+    """``## Findings``: every family's claims, one line each (empty if no family has one).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        The sweep's result rows (each family's claims read its own).
+
+    Returns
+    -------
+    list of str
+        Markdown lines: the heading, how to read a line, the lines (:func:`findings_lines`).
+    """
     claims = all_claims(rows)
     if not claims:
         return []

@@ -109,8 +109,18 @@ def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
 
 
 def all_claims(rows: Sequence[dict]) -> list[Claim]:
-    """Every family's headline claims measured on ``rows`` (families without rows give none),
-    in registry order."""
+    """Every family's headline claims measured on ``rows``, in registry order.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Result rows of any families (each family's ``claims`` gets its own; a family without
+        rows gives none).
+
+    Returns
+    -------
+    list of Claim
+    """
     out: list[Claim] = []
     for family in FAMILIES.values():
         sub = [r for r in rows if r.get("family") == family.name]
