@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from treespec_sim.cost import RooflineCost, get_cost_model
-from treespec_sim.experiments.budget_choice import chosen_budgets, collect, evaluate
+from treespec_sim.families.caddtree import chosen_budgets, collect, evaluate
 from treespec_sim.policies import caddtree, ddtree
 from treespec_sim.synth import make_world
 from treespec_sim.verify import expected_length

@@ -28,7 +28,10 @@ work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
     the run record: plan, seed, versions, git commit, cost-model provenance, timings, and
     ``extrapolated``: the cells that priced latency outside a model's measured range;
 ``summary.md`` and figures
-    per-claim tables with confidence intervals (links relative to the run folder);
+    the findings first (one line per claim: the number, its interval, the verdict; the
+    families' :func:`~treespec_sim.families.all_claims`, also printed on the console), then
+    per-claim tables with confidence intervals (links relative to the run folder); the
+    families' figures:
     ``tau_vs_budget.png``, ``lost_mass_by_depth.png``, ``throughput_vs_budget.png``,
     ``tau_vs_temperature.png``, ``verifier_gains.png``.
 
@@ -74,19 +77,8 @@ import numpy as np
 from . import __version__
 from .cli import OneLineParser, add_debug
 from .cost import get_cost_model, record_extrapolation
-from .families import (
-    COLUMNS,
-    FAMILIES,
-    CaDDTreeGrid,
-    Cell,
-    DDTreeGrid,
-    RunSettings,
-    StochasticGrid,
-    VerifierGrid,
-    run_cell,
-)
-from .report import summary_markdown, write_figures
-from .synth import REGIMES
+from .families import COLUMNS, FAMILIES, Cell, Claim, RunSettings, all_claims, run_cell
+from .report import findings_lines, summary_markdown, write_figures
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
     import fcntl
@@ -95,13 +87,6 @@ except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides 
 
 __all__ = ["COLUMNS", "LOCK_NAME", "PRESETS", "Plan", "check_out", "load_config", "main",
            "out_lock", "plan_from_dict", "run_plan"]
-
-#: Calibrated regimes (issue "main job"); the paper preset uses those that are installed.
-CALIBRATED = ("math500", "gsm8k", "aime25", "humaneval", "mbpp", "livecodebench", "mt-bench",
-              "alpaca")
-#: Synthetic stand-ins when no calibrated regime is installed.
-SYNTHETIC = ("low-entropy", "mid-entropy", "high-entropy")
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -134,80 +119,26 @@ class Plan:
         return out
 
 
-def _installed(names: Sequence[str]) -> tuple[str, ...]:
-
-    return tuple(n for n in names if n in REGIMES)
-
-
-def _paper_regimes() -> tuple[str, ...]:
-    return _installed(CALIBRATED) or SYNTHETIC
+def _all(which: str) -> Plan:
+    """Every registered family's grid in preset ``which`` (families without one left out)."""
+    grids = tuple(g for g in (f.preset(which) for f in FAMILIES.values()) if g is not None)
+    return Plan(grids)
 
 
-def _pick(regimes: tuple[str, ...], wanted: Sequence[str]) -> tuple[str, ...]:
-    """A subset of ``regimes`` (``wanted`` if installed, else the first/middle/last)."""
-    got = tuple(w for w in wanted if w in regimes)
-    if got:
-        return got
-    idx = sorted({0, len(regimes) // 2, len(regimes) - 1})
-    return tuple(regimes[i] for i in idx)
-
-
-def _paper() -> Plan:
-    """Every family on 3 worlds per regime at the regimes' own V (32768 for the calibrated
-    ones); rounds are multiples of 3, so every world holds as many contexts as the others."""
-    regimes = _paper_regimes()
-    three = _pick(regimes, ("math500", "mt-bench", "alpaca"))
-    return Plan((
-        # every chain/DDTree tau to +-2% (95% over contexts): 63 contexts are the pilot, then
-        # as many as each cell's variance needs (docs/usage.md "Precision")
-        DDTreeGrid(regimes, budgets=(16, 32, 64, 128, 256, 512), temperatures=(0.0, 1.0),
-                   rounds=63, worlds=3, precision=0.02, max_rounds=10080),
-        CaDDTreeGrid(regimes, temperatures=(0.0, 1.0),
-                     cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=96, worlds=3),
-        StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
-                       budgets=(64,), rounds=33, worlds=3, vocab=0),
-        # UniVer where its paper measured it (balanced binary depth 5) and on the trees a
-        # tree drafter builds (Tsubame at B = 64), at T = 0.6 and 1
-        VerifierGrid(three, shapes=("2x5", "tsubame64"), temperatures=(0.6, 1.0), rounds=36,
-                     worlds=3),
-    ))
-
-
-def _quick() -> Plan:
-    """The paper's comparisons in miniature: 3 worlds per regime too, a few rounds each."""
-    two = _pick(_paper_regimes(), ("math500", "alpaca"))[:2]
-    return Plan((
-        DDTreeGrid(two, budgets=(16, 64, 256), temperatures=(0.0, 1.0), rounds=9, worlds=3),
-        CaDDTreeGrid(two[:1], cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=12,
-                     max_budget=512, worlds=3),
-        StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=9, worlds=3),
-        VerifierGrid(("small",), shapes=("2x2", "tsubame8"), rounds=9, worlds=3),
-    ))
+def _one(family: str) -> Plan:
+    """A family's own preset: its grid alone."""
+    return Plan((FAMILIES[family].preset(family),))
 
 
 #: Named presets: name -> (description, factory). Factories run lazily (regimes may be fitted
-#: after import).
+#: after import); each family's grid in a preset is the family's (its ``preset``).
 PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     "paper": ("all four families on the calibrated regimes, 3 worlds per regime, V = 32768 "
-              "(the default; <= 5 min on 2 cores with --workers 2)", _paper),
-    "quick": ("a small version of every family, 3 worlds per regime (under a minute)", _quick),
-    "ddtree": ("DDTree and the chain, 8 budgets x T in {0, 1}, 64 rounds",
-               lambda: Plan((DDTreeGrid(_paper_regimes(), methods=("chain", "ddtree", "dynamic"),
-                                        budgets=(8, 16, 32, 64, 128, 256, 512, 1024),
-                                        rounds=64),))),
-    "caddtree": ("budget rules under the A800 and H200 presets and the tiled illustration",
-                 lambda: Plan((CaDDTreeGrid(_paper_regimes(),
-                                            cost_models=("a800-qwen3-8b", "h200-qwen3-8b",
-                                                         "tiled-illustrative"),
-                                            rounds=256),))),
-    "stochastic": ("Tsubame, sampled chains, deterministic trees; 3 drafters x T in {0, 0.6, 1}",
-                   lambda: Plan((StochasticGrid(_pick(_paper_regimes(), ("math500", "mt-bench",
-                                                                         "alpaca")),
-                                                drafters=("none", "corrected", "strong"),
-                                                budgets=(16, 64, 256), rounds=48),))),
-    "verifiers": ("RRSw vs Traversal vs UniVer on sampled k-ary trees at T = 1",
-                  lambda: Plan((VerifierGrid(_paper_regimes(), shapes=("2x4", "3x3"),
-                                             rounds=100),))),
+              "(the default; <= 5 min on 2 cores with --workers 2)",
+              functools.partial(_all, "paper")),
+    "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
+              functools.partial(_all, "quick")),
+    **{f.name: (f.preset_note, functools.partial(_one, f.name)) for f in FAMILIES.values()},
 }
 
 
@@ -227,8 +158,8 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     """Build a plan from a parsed TOML/JSON dict; every unknown key is an error naming it.
 
     Top level: ``seed``, ``cost_model``, optionally ``preset`` (start from a preset and override
-    its families), and one table per family (``[ddtree]``, ``[caddtree]``, ``[stochastic]``,
-    ``[verifiers]``) whose keys are that grid's fields.
+    its families), and one table per family of :data:`~treespec_sim.families.FAMILIES`
+    (``[ddtree]``, ...) whose keys are that family's grid fields.
     """
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a table at the top level")
@@ -240,7 +171,8 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
             raise ValueError(f"{source}: [{key}] must be a table")
     base = get_preset(data["preset"]) if "preset" in data else None
     grids = {g.family: g for g in base.grids} if base else {}
-    for fam, cls in FAMILIES.items():
+    for fam, family in FAMILIES.items():
+        cls = family.grid
         if fam not in data:
             continue
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -261,8 +193,8 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
     if not grids:
-        raise ValueError(f"{source}: no family table ([ddtree], [caddtree], [stochastic], "
-                         "[verifiers]) and no preset")
+        tables = ", ".join(f"[{f}]" for f in FAMILIES)
+        raise ValueError(f"{source}: no family table ({tables}) and no preset")
     try:
         return Plan(tuple(grids[f] for f in FAMILIES if f in grids),
                     seed=data.get("seed", base.seed if base else 0),
@@ -895,10 +827,20 @@ def _csv_value(v: object) -> object:
     return v
 
 
+def print_findings(claims: Sequence[Claim]) -> None:
+    """The findings, one line per claim (as ``summary.md`` opens), on the console."""
+    if claims:
+        print("Findings (95% intervals; details in summary.md):")
+        for line in findings_lines(claims, markdown=False):
+            print(line)
+
+
 def print_table(rows: Sequence[dict]) -> None:
+    """The findings, then the first rows of every family as a table."""
     from rich.console import Console
     from rich.table import Table
 
+    print_findings(all_claims(rows))
     table = Table(title="treespec sweep (first rows per family; all in results.csv)")
     for col in ("family", "regime", "method", "verifier", "T", "B", "tau", "tok/s",
                 "cost model"):

@@ -5,7 +5,8 @@ Public API::
     from treespec_sim.synth import RegimeSpec, REGIMES, get_regime, make_world, World, Context
 
 * :mod:`.kernel` -- :class:`SparseBoostKernel`, exact sparse-boost Markov kernels at large V.
-* :mod:`.regimes` -- :class:`RegimeSpec` (all knobs) and the named :data:`REGIMES`.
+* :mod:`.regimes` -- :class:`RegimeSpec` (all knobs), the named :data:`REGIMES` and the
+  drafter variants of a regime (:data:`DRAFTER_VARIANTS`, :func:`drafter_variant`).
 * :mod:`.world` -- :func:`make_world`, :class:`World`, :class:`Context` (the target chain).
 * :mod:`.drafter` -- :class:`BlockDiffusionDrafter` (per-depth marginals, correction proposal).
 * :mod:`.oracle` -- :class:`MarkovTargetOracle` (lazy target rows for a draft tree).
@@ -16,10 +17,11 @@ from .diagnostics import argmax_mass_profile, chain_tau, mean_chain_tau
 from .drafter import BlockDiffusionDrafter
 from .kernel import SparseBoostKernel, check_temperature
 from .oracle import MarkovTargetOracle
-from .regimes import REGIMES, RegimeSpec, get_regime
+from .regimes import DRAFTER_VARIANTS, REGIMES, RegimeSpec, drafter_variant, get_regime
 from .world import Context, World, make_world
 
 __all__ = [
+    "DRAFTER_VARIANTS",
     "REGIMES",
     "BlockDiffusionDrafter",
     "Context",
@@ -30,6 +32,7 @@ __all__ = [
     "argmax_mass_profile",
     "chain_tau",
     "check_temperature",
+    "drafter_variant",
     "get_regime",
     "make_world",
     "mean_chain_tau",

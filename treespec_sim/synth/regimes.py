@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from numbers import Integral, Real
 from pathlib import Path
 
-__all__ = ["CALIBRATION_FILE", "REGIMES", "RegimeSpec", "get_regime", "load_calibrated"]
+__all__ = ["CALIBRATION_FILE", "DRAFTER_VARIANTS", "REGIMES", "RegimeSpec", "drafter_variant",
+           "get_regime", "load_calibrated"]
 
 #: The package data file holding the calibrated regimes (written by
 #: ``python -m treespec_sim.calibrate``).
@@ -291,3 +292,41 @@ def get_regime(name: str) -> RegimeSpec:
     except (KeyError, TypeError):
         raise ValueError(f"unknown regime {name!r}; known regimes: "
                          f"{', '.join(sorted(REGIMES))}") from None
+
+
+#: Drafter variants of a regime (the ``stochastic`` sweep family's ``drafters``): name -> knob
+#: overrides of the regime's drafter (:mod:`treespec_sim.synth.drafter`). ``none``: the
+#: correction proposal *is* the marginal (DFlash as is); ``corrected``: a first-order
+#: (Markov-head-like) correction from the parent; ``strong``: a better correction with
+#: mismatch, depth degradation and junk halved.
+DRAFTER_VARIANTS = {
+    "none": {"correction_quality": 0.0},
+    "corrected": {"correction_quality": 0.8},
+    "strong": {"correction_quality": 0.95, "_halve": ("mismatch", "degradation", "junk")},
+}
+
+
+def drafter_variant(regime: str, drafter: str) -> RegimeSpec:
+    """The regime ``regime`` with the knobs of drafter variant ``drafter``.
+
+    Parameters
+    ----------
+    regime : str
+        A name of :data:`REGIMES`.
+    drafter : str
+        A name of :data:`DRAFTER_VARIANTS`.
+
+    Returns
+    -------
+    RegimeSpec
+        Named ``"<regime>+<drafter>"``; its target knobs are the regime's.
+    """
+    if drafter not in DRAFTER_VARIANTS:
+        raise ValueError(f"unknown drafter {drafter!r}; known drafters: "
+                         f"{', '.join(DRAFTER_VARIANTS)}")
+    spec = get_regime(regime)
+    knobs = dict(DRAFTER_VARIANTS[drafter])
+    halve = knobs.pop("_halve", ())
+    for name in halve:
+        knobs[name] = getattr(spec, name) / 2
+    return replace(spec, name=f"{regime}+{drafter}", **knobs)

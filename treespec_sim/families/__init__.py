@@ -1,0 +1,129 @@
+r"""The sweep's families: one module per family, one registry.
+
+Each family (:class:`~treespec_sim.families.base.Family`) owns its grid (a frozen, validated
+dataclass), the cells it expands into, the runner of one cell (through
+:func:`treespec_sim.engine.run_round`), its rows, its tables and figures in the report, and its
+claims as numbers (:class:`Claim`). :mod:`treespec_sim.sweep` and :mod:`treespec_sim.report`
+loop over :data:`FAMILIES` and never name one.
+
+``ddtree`` (:mod:`.ddtree`)
+    DDTree (and the DFlash chain, the dynamic tree) across budgets and temperatures: exact
+    :math:`E[\tau]`, coverage, the exit-law decomposition of lost target mass by depth and cause.
+``caddtree`` (:mod:`.caddtree`)
+    budget rules under latency presets: DDTree at fixed budgets and at the oracle budget,
+    CaDDTree, the exhaustive argmax and the long-run rule, on the same rounds.
+``stochastic`` (:mod:`.stochastic`)
+    deterministic trees, sampled chains and Tsubame across temperatures and drafters.
+``verifiers`` (:mod:`.verifiers`)
+    RRSw, Traversal and UniVer on the same sampled trees at ``T > 0``.
+
+A cell runs in any process (a local worker or a dask worker): :func:`run_cell` finds its
+family by name, and the family builds (and caches, :func:`world_for`) its worlds; its
+randomness depends only on the seed and the cell's key, so the numbers are the same whichever
+process runs it. Worlds, the split of a cell's rounds over them and the row columns:
+:mod:`.base`.
+
+Adding a family: one module with the :class:`Family` attributes (the four modules here are
+the examples), and one line in the registry below (or :func:`register` from outside the
+package); ``docs/architecture.md`` says what its test must check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from . import caddtree, ddtree, stochastic, verifiers
+from .base import (
+    COLUMNS,
+    VERDICTS,
+    Cell,
+    Claim,
+    Family,
+    FigureSpec,
+    RunSettings,
+    WorldShare,
+    throughput_columns,
+    world_for,
+    world_shares,
+)
+from .caddtree import CaDDTreeGrid
+from .ddtree import DDTreeGrid, cell_rng
+from .stochastic import StochasticGrid
+from .verifiers import VerifierGrid
+
+__all__ = ["COLUMNS", "FAMILIES", "VERDICTS", "CaDDTreeGrid", "Cell", "Claim", "DDTreeGrid",
+           "Family", "FigureSpec", "RunSettings", "StochasticGrid", "VerifierGrid",
+           "WorldShare", "all_claims", "cell_rng", "register", "run_cell",
+           "throughput_columns", "world_for", "world_shares"]
+
+#: The registry: family name -> family (a module satisfying :class:`Family`), in report order.
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add ``family`` to :data:`FAMILIES` (under ``family.name``); returns it.
+
+    Raises
+    ------
+    ValueError
+        ``family`` lacks an attribute of :class:`Family`, its grid names another family, or
+        its name is taken by another family.
+    """
+    if not isinstance(family, Family):
+        missing = [a for a in ("name", "grid", "figures", "preset_note", "run", "tables",
+                               "claims", "preset") if not hasattr(family, a)]
+        raise ValueError(f"family {getattr(family, '__name__', family)!r} lacks "
+                         f"{', '.join(missing)} (see treespec_sim.families.Family)")
+    if getattr(family.grid, "family", None) != family.name:
+        raise ValueError(f"family {family.name!r}: its grid's family is "
+                         f"{getattr(family.grid, 'family', None)!r}")
+    held = FAMILIES.get(family.name)
+    if held is not None and held is not family:
+        raise ValueError(f"a family named {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    return family
+
+
+for _family in (ddtree, caddtree, stochastic, verifiers):
+    register(_family)
+
+
+def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
+    """Run one cell; return its rows (dicts with :data:`COLUMNS` keys, plus per-family extras).
+
+    Pure given ``(cell, settings)``: the same inputs give the same rows in any process. The
+    family's runner gives the rows; every row gets ``family``, ``seed``, ``worlds`` (unless
+    set), ``cell`` (the key) and ``wall_s`` (the cell's wall clock shared over its rows).
+    """
+    start = time.perf_counter()
+    rows = FAMILIES[cell.family].run(cell, settings)
+    wall = time.perf_counter() - start
+    for r in rows:
+        r.setdefault("family", cell.family)
+        r.setdefault("seed", settings.seed)
+        r.setdefault("worlds", cell.grid.worlds)
+        r["wall_s"] = wall / max(1, len(rows))
+        r["cell"] = cell.key
+    return rows
+
+
+def all_claims(rows: Sequence[dict]) -> list[Claim]:
+    """Every family's headline claims measured on ``rows``, in registry order.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Result rows of any families (each family's ``claims`` gets its own; a family without
+        rows gives none).
+
+    Returns
+    -------
+    list of Claim
+    """
+    out: list[Claim] = []
+    for family in FAMILIES.values():
+        sub = [r for r in rows if r.get("family") == family.name]
+        if sub:
+            out += family.claims(sub)
+    return out

@@ -1,0 +1,206 @@
+"""Writing a family's tables and figures: number formats, intervals, verdicts, pages, panels.
+
+The helpers every family's ``tables`` and ``figures`` share (so that one convention is written
+once): how a ratio, an interval and a between-world interval are printed, what an interval is
+called, which theory page explains a result that does not go the way its claim says, and the
+panel grid, budget axis and saving of a figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..cost import get_cost_model
+from ..plot import figure_legend
+
+__all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
+           "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
+           "missing", "notes", "pct", "pooled", "save_figure", "verdict_text", "worlds_label"]
+
+
+def pct(x: float) -> str:
+    """A ratio as a signed percentage: ``1.052 -> "+5.2%"``."""
+    return f"{100 * (x - 1):+.1f}%"
+
+
+def cost_label(name: str) -> str:
+    """``"a800-qwen3-8b (measured)"`` or ``"h200-qwen3-8b (estimate)"``: every table and figure
+    that prices latency says whether its model was measured (``LatencyModel.estimate``; the
+    provenance is in ``run.json``). A name no model answers to is returned as it is."""
+    try:
+        estimate = bool(get_cost_model(name).estimate)
+    except (ValueError, OSError):
+        return name
+    return f"{name} ({'estimate' if estimate else 'measured'})"
+
+
+# Pages that explain a result which does not go the way a paper (or our own theory) says.
+# Paths are from the repository root; the report rewrites them relative to the run
+# folder (where summary.md lies), results_page relative to its page.
+UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-t--1)"
+TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
+#: What a table says under itself when one of its rows links a page.
+PAGE_NOTES = {
+    UNIVER_PAGE: "`univer` (safe step choice) is ≥ Traversal in expectation on every tree, but "
+                 "neither it nor Traversal is ≥ RRSw on every shape (witness: a deep subtree under "
+                 "the second-drawn child); `univer-fixed` (the fixed-order reconstruction) loses "
+                 "to RRSw when the first-drawn child carries the deep subtree, as on "
+                 "DDTree-planned shapes; `univer-guided` has no guarantee. The safe rule's "
+                 "guarantee is in expectation over the draws: on a drawn tree it often loses a "
+                 "little to Traversal and rarely wins by more, so a few dozen contexts can put "
+                 "its interval against Traversal below 0 (150 contexts per cell: "
+                 "`docs/results/verifiers/`, all six T = 1 intervals contain 0). What each rule "
+                 "guarantees and where each claim was checked: [`docs/theory/univer.md` "
+                 "§3–4](docs/theory/univer.md#4-synthetic-results-at-t--1) and the issue "
+                 "“UniVer that never falls below Traversal”.",
+    TSUBAME_PAGE: "What the Tsubame / sampled-chain claims are, where they hold on the "
+                  "worlds calibrated at T = 0 and T = 1, how they moved from the older worlds "
+                  "(the sampled-chain advantage at high T flips: the drafter's own T > 0 law is "
+                  "not calibrated) and their caveats: [`docs/theory/tsubame.md` §4]"
+                  "(docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic).",
+}
+
+
+def verdict_text(sign: int, low: float, high: float, page: str, n: int | None = None) -> str:
+    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not.
+
+    An interval that spans 0 says so, and, given the ``n`` contexts it rests on, about how many
+    would decide a difference of the size observed: the half-width shrinks as ``1/sqrt(n)``,
+    so ``n (half-width / |mid|)^2``.
+    """
+    if (low > 0 if sign > 0 else high < 0):
+        return "holds"
+    if (high < 0 if sign > 0 else low > 0):
+        return f"**reversed**, see {page}"
+    mid, half = (low + high) / 2, (high - low) / 2
+    if n and mid != 0:
+        need = math.ceil(n * (half / abs(mid)) ** 2)
+        return (f"undecided: CI spans 0 on {n} contexts; ≈ {need:,} would decide a difference "
+                f"this size, see {page}")
+    return f"undecided: CI spans 0, see {page}"
+
+
+def notes(lines: Sequence[str]) -> list[str]:
+    """The notes of the pages that ``lines`` link, one paragraph each (empty if none)."""
+    text = "\n".join(lines)
+    return [x for page, note in PAGE_NOTES.items() if page in text for x in ("", note)]
+
+
+def finite(*xs: object) -> bool:
+    """Every value a finite number (a CSV round trip leaves strings and NaN)."""
+    return all(isinstance(x, int | float) and np.isfinite(x) for x in xs)
+
+
+def between_worlds(r: dict, *, prefix: str = "tau", pct: bool = False) -> str:
+    """A row's between-world interval and per-world values, e.g. ``[7.10, 7.80] (7.35 / 7.49 /
+    7.51)``; ``pct`` writes ratios as signed percentages. A dash without per-world values."""
+    means = r.get(f"{prefix}_world_means")
+    if not means:
+        return "—"
+    fmt = (lambda x: f"{100 * (x - 1):+.1f}%") if pct else (lambda x: f"{x:.2f}")
+    each = "(" + " / ".join(fmt(x) for x in means) + ")"
+    lo, hi = r.get(f"{prefix}_world_ci_low"), r.get(f"{prefix}_world_ci_high")
+    if not finite(lo, hi):
+        return f"one world {each}"
+    head = f"{fmt(float(np.mean(means)))} " if pct else ""
+    return f"{head}[{fmt(lo)}, {fmt(hi)}] {each}"
+
+
+def worlds_label(rows: Sequence[dict]) -> str:
+    """The rows' worlds per regime, e.g. ``"3"`` (``"?"`` for rows from before worlds)."""
+    return "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")})) or "?"
+
+
+def pooled(rows: Sequence[dict]) -> str:
+    """``" pooled over 3 worlds"`` (empty for rows from before worlds)."""
+    k = worlds_label(rows)
+    return "" if k == "?" else f" pooled over {k} worlds"
+
+
+def counts(rows: Sequence[dict]) -> str:
+    """The rows' context counts: ``"63"``, ``"33/36"``, or their range when a precision
+    target gave each cell its own (``"642 to 7,596 (each row's rounds)"``)."""
+    used = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
+    if len(used) > 3:
+        return f"{used[0]:,} to {used[-1]:,} (each row's `rounds`)"
+    return "/".join(map(str, used)) if used else "the"
+
+
+def missing(value: object) -> bool:
+    """An empty cell: absent, empty (a CSV round trip) or NaN."""
+    if value is None or value == "":
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def interval_label(rows: Sequence[dict], kind: str, unit: str, *,
+                   by_sequence: bool = False) -> str:
+    """What an interval of a family's rows is: the statistic, the level, over how many what.
+
+    Reads the number of rounds and of worlds from the rows, e.g. ``"95% t-interval over 64
+    contexts pooled over 3 worlds"``; the kind follows :mod:`treespec_sim.stats` (these are
+    the pooled intervals, not the between-world ones).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+    kind : str
+        ``"t-interval"``, ``"percentile-bootstrap interval"``, ...
+    unit : str
+        What one round is (the family's grid ``unit``).
+    by_sequence : bool
+        The bootstrap resamples decoded sequences, not rounds (said in the label).
+    """
+    n = counts(rows)
+    worlds = sorted({int(r["worlds"]) for r in rows if r.get("worlds")})
+    pool = f" pooled over {'/'.join(map(str, worlds))} worlds" if worlds else ""
+    tail = " (resampled by sequence)" if by_sequence else ""
+    return f"95% {kind} over {n} {unit}{pool}{tail}"
+
+
+def figure_grid(n: int, w: float = 4.4, h: float = 3.4, *, cols: int = 4):
+    """A constrained-layout grid of ``n`` panels (at most ``cols`` a row, each ``w`` by ``h``
+    inches); spare panels switched off.
+
+    Constrained layout keeps every label and an ``"outside ..."`` figure legend inside the
+    canvas (``tight_layout`` with a figure legend clips or overlaps it).
+    """
+    import matplotlib.pyplot as plt
+
+    cols = min(cols, n)
+    nrows = -(-n // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(w * cols, h * nrows + 0.8), squeeze=False,
+                             layout="constrained")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)[:n]
+
+
+def budget_axis(ax, budgets: Sequence[int]) -> None:
+    """Log-2 budget axis ticked at the grid's budgets, written as numbers (not 2^k)."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(budgets))
+    if len(ticks) > 8:  # keep tick labels from colliding: the powers of two among them
+        ticks = [b for b in ticks if b & (b - 1) == 0] or ticks[::2]
+    ax.set_xticks(ticks, [str(b) for b in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("budget B (draft nodes)")
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write ``fig`` to ``path`` (PNG, 110 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+

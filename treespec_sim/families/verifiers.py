@@ -1,0 +1,505 @@
+r"""The ``verifiers`` family: how much do Traversal and UniVer gain over RRSw on the same trees?
+
+For each round: draw a context, draft a tree by sampling without replacement at temperature
+``T`` -- a full ``W``-ary shape filled from the drafter's per-depth marginals (``"WxD"``), or
+Tsubame's ``B``-node DDTree-shaped tree (``"tsubameB"``, :class:`TreeSpec`) -- and compute the
+*exact* :math:`E[\tau]` of ``rrsw``, ``traversal`` and every ``univer`` rule on that same tree;
+for ``W``-ary shapes fill the shape again with Greedy drafts (top ``k-1`` + one sampled) and
+compute ``univer-fixed`` on it. Only
+contexts and drafted tokens are sampled; the verifier's coins are integrated out. Gains are
+ratios of means over rounds, with percentile-bootstrap 95% intervals (rounds resampled, paired;
+:mod:`treespec_sim.stats`). Over several worlds the rounds are pooled for those intervals, and
+the per-world means give the between-world ones (:meth:`GainResult.world_ratios`).
+
+Each fill is one :func:`treespec_sim.engine.run_round` with method ``sampled-tree[WxD]``,
+``greedy-tree[WxD]`` or ``tsubame-rrsw`` (``python -m treespec_sim.sweep --preset verifiers``).
+
+UniVer (Weng, Hu & Yairi 2026) reports +4.2-8.5% acceptance length over RRSw. Gains of the UniVer
+rules over Traversal on the same trees are reported too (``GainResult.gain_vs_traversal``).
+Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/univer.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from ..engine import run_round
+from ..policies import k_ary_shape
+from ..stats import mean_ci, paired_bootstrap, world_columns
+from .base import (
+    Cell,
+    Claim,
+    FigureSpec,
+    RunSettings,
+    as_tuple,
+    check_regimes,
+    check_rounds,
+    check_temperatures,
+    check_worlds,
+    headline,
+    paper_regimes,
+    pick_regimes,
+    shares,
+    world_for,
+)
+from .render import (
+    UNIVER_PAGE,
+    between_worlds,
+    figure_legend,
+    missing,
+    notes,
+    pct,
+    save_figure,
+    worlds_label,
+)
+from .render import interval_label as render_interval
+
+__all__ = ["ARMS", "CLAIM_RANGE", "GainResult", "TreeSpec", "VerifierGrid", "arm_lengths",
+           "claims", "figures", "grid", "interval_label", "measure", "name", "parse_tree",
+           "plot_verifier_gains", "preset", "preset_note", "run", "tables"]
+
+#: The family's name (its ``[verifiers]`` table in a config, the rows' ``family``).
+name = "verifiers"
+#: What ``--preset verifiers`` runs.
+preset_note = "RRSw vs Traversal vs UniVer on sampled k-ary trees at T = 1"
+#: UniVer's published gain in acceptance length over RRSw, percent (Weng, Hu & Yairi 2026).
+CLAIM_RANGE = (4.2, 8.5)
+
+@dataclass(frozen=True)
+class VerifierGrid:
+    """RRSw vs Traversal vs UniVer on the same sampled trees at ``T > 0``.
+
+    ``shapes``: ``"WxD"`` (full ``W``-ary trees of depth ``D``, e.g. ``"2x5"``: binary depth 5,
+    as in the UniVer paper) or ``"tsubameB"`` (Tsubame's ``B``-node DDTree-shaped trees); see
+    :func:`treespec_sim.experiments.parse_tree`.
+    """
+
+    family: ClassVar[str] = "verifiers"
+    #: The lists each cell takes one value of (a resumed run may gain values of these).
+    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "temperatures", "shapes")
+    #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
+    unit: ClassVar[str] = "contexts"
+    regimes: tuple[str, ...]
+    shapes: tuple[str, ...] = ("2x4", "3x3")
+    temperatures: tuple[float, ...] = (1.0,)
+    rounds: int = 48
+    #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
+    worlds: int = 3
+
+    def __post_init__(self) -> None:
+        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
+            object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
+                                                    f"{self.family}.{name}"))
+        check_regimes(self.regimes, self.family)
+        check_temperatures(self.temperatures, self.family, positive=True)
+        check_rounds(self.rounds, self.family)
+        check_worlds(self.worlds, self.rounds, self.family)
+        for s in self.shapes:
+            try:
+                parse_tree(s)
+            except ValueError as exc:
+                raise ValueError(f"verifiers.shapes: {exc}") from None
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for r in self.regimes:
+            for t in self.temperatures:
+                for s in self.shapes:
+                    out.append(Cell(self, r, t, parse_tree(s).nodes, s))
+        return out
+
+
+#: The family's grid class (the registry's ``grid``).
+grid = VerifierGrid
+
+
+#: (label, method family, rule); the first arm is the baseline. Arms of the same method share
+#: one drafted tree per round.
+ARMS = (("rrsw", "sampled-tree", "rrsw"),
+        ("traversal", "sampled-tree", "traversal"),
+        ("univer", "sampled-tree", "univer"),
+        ("univer-guided", "sampled-tree", "univer-guided"),
+        ("univer-fixed", "sampled-tree", "univer-fixed"),
+        ("univer+greedy drafts", "greedy-tree", "univer-fixed"))
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """Which trees a verifier cell drafts.
+
+    ``"WxD"``: the full ``W``-ary tree of depth ``D`` (the UniVer paper's balanced trees, e.g.
+    ``"2x5"``, binary depth 5), filled from the drafter's per-depth marginals
+    (``sampled-tree[WxD]``; its Greedy-draft arm: ``greedy-tree[WxD]``). ``"tsubameB"``:
+    Tsubame's ``B``-node tree (DDTree's shape on the drafter's marginals, each node's children
+    drawn without replacement from the correction proposal, method ``tsubame-rrsw``): the
+    deep-first, DDTree-shaped trees a tree drafter actually builds. No Greedy-draft arm there.
+    """
+
+    text: str
+    kind: str            # "k-ary" or "tsubame"
+    width: int = 0
+    depth: int = 0
+    budget: int = 0
+
+    def method(self, family: str) -> str | None:
+        """The registry method of an arm's method family (``None``: no such arm here)."""
+        if self.kind == "k-ary":
+            return f"{family}[{self.width}x{self.depth}]"
+        return "tsubame-rrsw" if family == "sampled-tree" else None
+
+    @property
+    def nodes(self) -> int:
+        """Nodes of the planned tree (root excluded)."""
+        return k_ary_shape(self.width, self.depth).size if self.kind == "k-ary" else self.budget
+
+    @property
+    def label(self) -> str:
+        return (f"{self.width}-ary depth {self.depth}" if self.kind == "k-ary"
+                else f"Tsubame B={self.budget}")
+
+
+def parse_tree(text: str) -> TreeSpec:
+    """``"WxD"`` or ``"tsubameB"`` as a :class:`TreeSpec`; ``ValueError`` naming the format."""
+    t = str(text)
+    if t.startswith("tsubame") and t[7:].isdigit() and int(t[7:]) >= 1:
+        return TreeSpec(t, "tsubame", budget=int(t[7:]))
+    parts = t.split("x")
+    if len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts):
+        return TreeSpec(t, "k-ary", width=int(parts[0]), depth=int(parts[1]))
+    raise ValueError(f"{text!r} is not a verifier tree: WIDTHxDEPTH (e.g. '2x5') or tsubameB "
+                     f"(e.g. 'tsubame64')")
+
+
+@dataclass(frozen=True)
+class GainResult:
+    """Every arm's exact E[tau] on the same trees, pooled over worlds and per world.
+
+    Attributes
+    ----------
+    mean, tau_ci : dict
+        Per arm label: the mean over every context of every world and its t-interval over
+        those contexts (pooled).
+    gain : dict
+        Per arm but the baseline: ``(gain, lo, hi)`` relative to ``rrsw``, the ratio of pooled
+        means minus 1 with its paired percentile-bootstrap interval (contexts resampled).
+    gain_vs_traversal : dict
+        The same relative to ``traversal``, for every UniVer arm.
+    world_means : dict
+        Per arm label: the mean of each world, in world order.
+    """
+
+    regime: str
+    shape: str
+    budget: int
+    temperature: float
+    rounds: int
+    mean: dict[str, float]
+    gain: dict[str, tuple[float, float, float]]  # (gain, lo, hi) relative to rrsw
+    tau_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    world_means: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    gain_vs_traversal: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+
+    def world_ratios(self, label: str) -> tuple[float, ...]:
+        """Each world's ratio of ``label``'s mean to the baseline's (``rrsw``) mean."""
+        base = self.world_means[ARMS[0][0]]
+        return tuple(a / b for a, b in zip(self.world_means[label], base, strict=True))
+
+
+def arm_lengths(world, *, tree: TreeSpec, temperature: float, rounds: int,
+                rng: np.random.Generator) -> np.ndarray:
+    r"""Exact per-round :math:`E[\tau]` of every arm on ``rounds`` fresh contexts of ``world``.
+
+    Returns
+    -------
+    ndarray (rounds, len(ARMS))
+        Contexts and drafted tokens draw from ``rng``, in round order; NaN in the columns of
+        arms the tree spec has no method for.
+    """
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for sampled trees; got {temperature}")
+    lengths = np.full((rounds, len(ARMS)), np.nan)
+    budget = tree.budget if tree.kind == "tsubame" else None
+    for i in range(rounds):
+        ctx = world.sample_context(rng)
+        drafted = {}
+        for j, (_, family, rule) in enumerate(ARMS):
+            method = tree.method(family)
+            if method is None:
+                continue
+            if method not in drafted:
+                drafted[method] = run_round(world, ctx, method=method, budget=budget,
+                                            rule=rule, temperature=temperature, rng=rng,
+                                            sample=False)
+            lengths[i, j] = drafted[method].expected_tau_under(rule)
+    return lengths
+
+
+def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequence[int],
+            seeds: Sequence[int], temperature: float = 1.0, boot: int = 2000) -> GainResult:
+    """Every arm on ``rounds[i]`` contexts of ``worlds[i]``, pooled over the worlds.
+
+    ``tree`` is a :class:`TreeSpec` or its text (``"2x5"``, ``"tsubame64"``); arms without a
+    method for it (the Greedy-draft arm on Tsubame trees) are left out of the result.
+
+    World ``i``'s contexts and draws come from ``default_rng(seeds[i] + 1)`` (so a world is
+    the same as a one-world measurement with its seed); the bootstrap, over the pooled
+    contexts, from ``default_rng(seeds[0] + 2)``.
+    """
+    if not (len(worlds) == len(rounds) == len(seeds) >= 1):
+        raise ValueError(f"worlds, rounds and seeds must have the same length >= 1; got "
+                         f"{len(worlds)}, {len(rounds)}, {len(seeds)}")
+    if sum(rounds) < 2:
+        raise ValueError(f"rounds must add up to >= 2; got {list(rounds)}")
+    spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree)
+    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n,
+                         rng=np.random.default_rng(s + 1))
+             for w, n, s in zip(worlds, rounds, seeds, strict=True)]
+    lengths = np.concatenate(parts)
+    keep = [j for j in range(len(ARMS)) if not np.isnan(lengths[:, j]).any()]
+    labels = [ARMS[j][0] for j in keep]
+    lengths = lengths[:, keep]
+    parts = [p[:, keep] for p in parts]
+    means = lengths.mean(axis=0)
+    boot_means = paired_bootstrap(lengths, rng=np.random.default_rng(seeds[0] + 2), n_boot=boot)
+
+    def gains_over(base: int, arms) -> dict[str, tuple[float, float, float]]:
+        out = {}
+        for j in arms:
+            ratio = boot_means[:, j] / boot_means[:, base] - 1.0
+            out[labels[j]] = (float(means[j] / means[base] - 1.0),
+                              float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975)))
+        return out
+
+    trav = labels.index("traversal")
+    cis = [mean_ci(lengths[:, j]) for j in range(len(labels))]
+    return GainResult(regime, spec.label, spec.nodes, temperature, int(lengths.shape[0]),
+                      {a: float(m) for a, m in zip(labels, means, strict=True)},
+                      gains_over(0, range(1, len(labels))),
+                      {a: (c.low, c.high) for a, c in zip(labels, cis, strict=True)},
+                      {a: tuple(float(p[:, j].mean()) for p in parts)
+                       for j, a in enumerate(labels)},
+                      gains_over(trav, [j for j, a in enumerate(labels)
+                                        if a.startswith("univer")]))
+
+
+def run(cell: Cell, settings: RunSettings) -> list[dict]:
+    """Every arm of :data:`ARMS` on the same trees of every world (:func:`measure`); one row
+    per arm, gains relative to RRSw (and to Traversal for the UniVer rules)."""
+    tree = parse_tree(cell.option)
+    parts = shares(cell, settings)
+    res = measure([world_for(cell.regime, s.seed) for s in parts],
+                                regime=cell.regime, tree=tree,
+                                temperature=cell.temperature, rounds=[s.rounds for s in parts],
+                                seeds=[s.seed for s in parts])
+    rows = []
+    name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
+            else f"tsubame-rrsw[B={tree.budget}]")
+    for label, method, rule in ARMS:
+        if label not in res.mean:           # no such arm on this tree (Greedy drafts)
+            continue
+        gain = res.gain.get(label, (0.0, 0.0, 0.0))
+        trav = res.gain_vs_traversal.get(label)
+        rows.append({
+            "regime": cell.regime, "method": name + ("+greedy" if method == "greedy-tree"
+                                                      else ""), "verifier": rule,
+            "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
+            "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
+            "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
+            "tree_size_mean": float(res.budget),
+            "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
+            "rel_ci_high": 1.0 + gain[2],
+            **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
+            **({"rel_traversal": 1.0 + trav[0], "rel_traversal_ci_low": 1.0 + trav[1],
+                "rel_traversal_ci_high": 1.0 + trav[2]} if trav else {}),
+        })
+    return rows
+
+
+def tables(rows: list[dict]) -> list[str]:
+    """The family's section of ``summary.md``: every rule against RRSw (pooled, between
+    worlds) and the UniVer rules against Traversal, each row read against the claims."""
+    out = ["## UniVer's and Traversal's gain over RRSw (same sampled trees)", "",
+           "UniVer reports +4.2–8.5% over RRSw. Here `univer` is the safe per-node step choice "
+           "(≥ Traversal in expectation), `univer-guided` the value-guided one (no guarantee), "
+           "`univer-fixed` the earlier fixed-order reconstruction (the rule for Greedy drafts); "
+           "Traversal ≥ RRSw holds on balanced and deep-first shapes, not on every shape "
+           "(`python -m proofs_check`). *vs RRSw*: the ratio of pooled means with the "
+           f"{interval_label(rows)} (paired); *between worlds*: the mean of the "
+           f"per-world gains with their 95% t-interval ({worlds_label(rows)} worlds, k − 1 degrees "
+           "of freedom), then each world's gain; *vs Traversal*: a UniVer rule against "
+           "Traversal on the same trees (pooled, paired bootstrap). Trees: `sampled-tree[WxD]` "
+           "full W-ary trees of depth D (the UniVer paper's balanced trees), "
+           "`tsubame-rrsw[B=..]` Tsubame's DDTree-shaped trees. The last column reads the "
+           "pooled interval.", "",
+           "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
+           "vs RRSw between worlds (t) | vs Traversal (pooled) | against the claim |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
+            continue
+        lo, hi = 100 * (r["rel_ci_low"] - 1), 100 * (r["rel_ci_high"] - 1)
+        if r["verifier"].startswith("univer"):
+            note = ("**behind RRSw**" if hi < 0 else "below +4.2–8.5%" if hi < 4.2
+                    else "above +4.2–8.5%" if lo > 8.5 else "consistent (CI meets the range)")
+            if hi < 4.2:
+                note += f", see {UNIVER_PAGE}"
+        elif r["verifier"] == "traversal":
+            note = (f"**behind RRSw**, see {UNIVER_PAGE}" if hi < 0
+                    else "consistent (not behind)")
+        else:
+            note = "—"
+        trav = ("—" if missing(r.get("rel_traversal")) else
+                f"{pct(float(r['rel_traversal']))} [{pct(float(r['rel_traversal_ci_low']))}, "
+                f"{pct(float(r['rel_traversal_ci_high']))}]")
+        out.append(f"| {r['regime']} | {r['temperature']:g} | {r['method']} | {r['verifier']} "
+                   f"| {r['tau_mean']:.3f} | {pct(r['rel_to_baseline'])} "
+                   f"[{pct(r['rel_ci_low'])}, {pct(r['rel_ci_high'])}] | "
+                   f"{between_worlds(r, prefix='rel', pct=True)} | {trav} | {note} |")
+    return [*out, *notes(out), ""]
+
+
+def _tree_label(method: str) -> str:
+    """``sampled-tree[2x5]`` -> ``2 wide × 5 deep``; ``tsubame-rrsw[B=64]`` -> ``Tsubame B=64``."""
+    inner = method.split("[", 1)[1].split("]", 1)[0] if "[" in method else method
+    if method.startswith("tsubame"):
+        return f"Tsubame {inner}"
+    return inner.replace("x", " wide × ") + " deep"
+
+
+def plot_verifier_gains(rows: list[dict], path: Path) -> None:
+    """Gain in exact E[τ] over RRSw on the same sampled trees, with paired interval bars.
+
+    One panel per regime (two columns when the panels are narrow), in it one group per (T,
+    tree) and one bar per arm that the tree has (Tsubame trees have no Greedy-draft arm); the
+    band is UniVer's published gain (:data:`CLAIM_RANGE`). All panels share the gain axis.
+    """
+    import matplotlib.pyplot as plt
+
+    sub = [r for r in rows if not (r["verifier"] == "rrsw" and "greedy" not in r["method"])]
+    regimes = list(dict.fromkeys(r["regime"] for r in sub))
+    groups = {reg: list(dict.fromkeys((r["temperature"], r["method"].removesuffix("+greedy"))
+                                      for r in sub if r["regime"] == reg)) for reg in regimes}
+    per = max(len(g) for g in groups.values())
+    cols = 1 if per >= 4 or len(regimes) == 1 else 2
+    nrows = -(-len(regimes) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(cols * (1.5 * per + 1.6), 2.9 * nrows + 1.2),
+                             squeeze=False, sharey=True, layout="constrained")
+    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
+            ("univer-guided", False, "UniVer (value-guided)"),
+            ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
+    width = 0.8 / len(arms)
+    low, high = CLAIM_RANGE
+    for ax, regime in zip(axes.flat, regimes, strict=False):
+        for j, (verifier, greedy, label) in enumerate(arms):
+            xs, ys, los, his = [], [], [], []
+            for i, (t, method) in enumerate(groups[regime]):
+                hit = [r for r in sub if (r["regime"], r["temperature"]) == (regime, t)
+                       and r["method"] == method + ("+greedy" if greedy else "")
+                       and r["verifier"] == verifier]
+                if not hit:
+                    continue
+                r = hit[0]
+                y = 100 * (r["rel_to_baseline"] - 1)
+                xs.append(i + (j - (len(arms) - 1) / 2) * width)
+                ys.append(y)
+                # a percentile interval may miss its point estimate on few rounds: clip at 0
+                los.append(max(0.0, y - 100 * (r["rel_ci_low"] - 1)))
+                his.append(max(0.0, 100 * (r["rel_ci_high"] - 1) - y))
+            if xs:
+                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}")
+        ax.axhspan(low, high, color="gray", alpha=0.15,
+                   label=f"UniVer's reported +{low:g}–{high:g}%")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(np.arange(len(groups[regime])),
+                      [f"T = {t:g}\n{_tree_label(m)}" for t, m in groups[regime]], fontsize=8)
+        ax.set_title(regime, fontsize=10)
+        ax.set_ylabel("E[τ] gain over RRSw (%)")
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(regimes):]:
+        ax.axis("off")
+    # Below the panels: inside, it would cover the tallest interval bars.
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure_legend(fig, handles, labels, max_cols=3,
+                  title="Verifiers on the same sampled trees; bars: " + interval_label(sub)
+                  + " (paired)")
+    save_figure(fig, path)
+
+
+def interval_label(rows: list[dict]) -> str:
+    """What the family's gain intervals are (a paired bootstrap over contexts)."""
+    return render_interval(rows, "percentile-bootstrap interval", VerifierGrid.unit)
+
+
+#: File name -> figure.
+figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains)}
+
+
+# ----------------------------------------------------------------------------------- claims
+def _gains(rows: list[dict], verifier: str, text: str, verdict) -> list[Claim]:
+    """Per (regime, T, tree) evidence: ``verifier``'s pooled gain over RRSw, in percent."""
+    out = []
+    for r in rows:
+        if r["verifier"] != verifier or "greedy" in r["method"]:
+            continue
+        est, lo, hi = (100 * (float(r[k]) - 1) for k in ("rel_to_baseline", "rel_ci_low",
+                                                            "rel_ci_high"))
+        # a percentile interval may miss its point estimate on few rounds: widen it to hold it
+        out.append(Claim(text, est, min(lo, est), max(hi, est), "% E[τ] over RRSw",
+                         *verdict(lo, hi), page=UNIVER_PAGE,
+                         scope=f"{r['regime']}, T = {float(r['temperature']):g}, {r['method']}",
+                         family=name))
+    return out
+
+
+def _univer_verdict(lo: float, hi: float) -> tuple[str, str]:
+    low, high = CLAIM_RANGE
+    if hi < low:
+        return "does not hold", ("behind RRSw" if hi < 0 else f"below +{low:g}–{high:g}%")
+    if lo > high:
+        return "does not hold", f"above +{low:g}–{high:g}%"
+    return "holds", ""
+
+
+def _traversal_verdict(lo: float, hi: float) -> tuple[str, str]:
+    if hi < 0:
+        return "does not hold", "behind RRSw"
+    return ("holds", "") if lo >= 0 else ("undecided", "the interval spans 0")
+
+
+def claims(rows: list[dict]) -> list[Claim]:
+    """UniVer's (safe rule) published +4.2–8.5% over RRSw (holds where the interval meets the
+    range), and Traversal ≥ RRSw on the same trees; each over every (regime, T, tree) cell."""
+    low, high = CLAIM_RANGE
+    univer = f"UniVer gains +{low:g}–{high:g}% E[τ] over RRSw (Weng, Hu & Yairi 2026)"
+    out = [headline(univer, _gains(rows, "univer", univer, _univer_verdict),
+                    margin=lambda c: min(c.high - low, high - c.low), cells="(regime, T, tree) "
+                    "cells", reason="holds where the pooled interval meets the range"),
+           headline("Traversal ≥ RRSw on the same sampled trees",
+                    _gains(rows, "traversal", "Traversal ≥ RRSw on the same sampled trees",
+                           _traversal_verdict),
+                    margin=lambda c: c.low, cells="(regime, T, tree) cells")]
+    return [c for c in out if c is not None]
+
+
+def preset(which: str) -> VerifierGrid | None:
+    """The family's grid in sweep preset ``which`` (``"paper"``, ``"quick"``,
+    ``"verifiers"``)."""
+    regimes = paper_regimes()
+    if which == "paper":
+        # UniVer where its paper measured it (balanced binary depth 5) and on the trees a
+        # tree drafter builds (Tsubame at B = 64), at T = 0.6 and 1
+        return VerifierGrid(pick_regimes(regimes, ("math500", "mt-bench", "alpaca")),
+                            shapes=("2x5", "tsubame64"), temperatures=(0.6, 1.0), rounds=36,
+                            worlds=3)
+    if which == "quick":
+        return VerifierGrid(("small",), shapes=("2x2", "tsubame8"), rounds=9, worlds=3)
+    if which == name:
+        return VerifierGrid(regimes, shapes=("2x4", "3x3"), rounds=100)
+    return None
