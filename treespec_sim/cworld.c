@@ -75,6 +75,17 @@ static int get_view(PyObject *obj, Py_buffer *view, const char *name, char want,
     return 0;
 }
 
+/* A C-contiguous 2-D float64 array, else an error naming the argument. */
+static int get_matrix(PyObject *obj, Py_buffer *view, const char *name, int writable) {
+    if (get_view(obj, view, name, 'd', -1, writable) < 0) return -1;
+    if (view->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 2-D array", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 /* Scratch memory reused across calls (selection and ranking hold the GIL, so one caller at a
  * time): a fresh 100 KB+ malloc per call is an mmap and its page faults. */
 static void *scratch_mem = NULL;
@@ -492,12 +503,7 @@ static PyObject *py_sharpen_exponents(PyObject *self, PyObject *args) {
     PyObject *bo, *be, *mo;
     if (!PyArg_ParseTuple(args, "OOO", &bo, &be, &mo)) return NULL;
     Py_buffer b, bt, m;
-    if (get_view(bo, &b, "buf", 'd', -1, 1) < 0) return NULL;
-    if (b.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "buf: expected a 2-D array");
-        PyBuffer_Release(&b);
-        return NULL;
-    }
+    if (get_matrix(bo, &b, "buf", 1) < 0) return NULL;
     Py_ssize_t r = b.shape[0], n = b.shape[1];
     if (get_view(be, &bt, "beta", 'd', r, 0) < 0) {
         PyBuffer_Release(&b);
@@ -603,12 +609,7 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     Py_ssize_t k;
     if (!PyArg_ParseTuple(args, "OnOOO", &vo, &k, &to, &no, &co)) return NULL;
     Py_buffer v, t, nx, c;
-    if (get_view(vo, &v, "v", 'd', -1, 0) < 0) return NULL;
-    if (v.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "v: expected a 2-D array");
-        PyBuffer_Release(&v);
-        return NULL;
-    }
+    if (get_matrix(vo, &v, "v", 0) < 0) return NULL;
     Py_ssize_t r = v.shape[0], n = v.shape[1];
     if (k < 1 || k >= n) {
         PyErr_Format(PyExc_ValueError, "k must be in [1, %zd); got %zd", n, k);
@@ -752,12 +753,7 @@ static PyObject *py_rank_top(PyObject *self, PyObject *args) {
     Py_ssize_t k;
     if (!PyArg_ParseTuple(args, "OOnOO", &to, &vo, &k, &too, &voo)) return NULL;
     Py_buffer t, v, tout, vout;
-    if (get_view(vo, &v, "vals", 'd', -1, 0) < 0) return NULL;
-    if (v.ndim != 2) {
-        PyErr_SetString(PyExc_ValueError, "vals: expected a 2-D array");
-        PyBuffer_Release(&v);
-        return NULL;
-    }
+    if (get_matrix(vo, &v, "vals", 0) < 0) return NULL;
     Py_ssize_t r = v.shape[0], n = v.shape[1];
     if (k < 1 || k > n) {
         PyErr_Format(PyExc_ValueError, "k must be in [1, %zd]; got %zd", n, k);
