@@ -37,7 +37,6 @@ import datetime as _dt
 import itertools
 import json
 import math
-import os
 import platform
 import sys
 import time
@@ -49,6 +48,7 @@ import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.cost import TabulatedCost, cost_model_from_dict
+from treespec_sim.files import atomic_path, atomic_write_text
 from treespec_sim.policies import ddtree
 
 from . import bundle as bundle_mod
@@ -558,15 +558,6 @@ def plot_profile(data: dict, path) -> None:
 
 
 # ------------------------------------------------------------------------------ saving
-def _write_atomic(path: Path, text: str) -> None:
-    """Write through ``.NAME.tmp`` in the same folder, so a kill never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def save_profile(bundle, result: ProfileResult, out, *, figure=None, name: str | None = None,
                  warmup: int = 2, repeats: int = 7) -> dict:
     """Write ``result`` to ``out``: first the raw medians, then the fitted latency file.
@@ -595,15 +586,12 @@ def save_profile(bundle, result: ProfileResult, out, *, figure=None, name: str |
         The fit failed; ``out`` then holds the raw document (``"fit": "pending"``).
     """
     raw = raw_document(bundle, result, name=name, warmup=warmup, repeats=repeats)
-    _write_atomic(out, json.dumps(raw, indent=1) + "\n")
+    atomic_write_text(out, json.dumps(raw, indent=1) + "\n")
     data = fit_document(raw).to_dict()
     if figure is not None:  # before the fitted file: a fitted file implies its figure
-        figure = Path(figure)
-        figure.parent.mkdir(parents=True, exist_ok=True)
-        tmp = figure.with_name(f".{figure.name}.tmp")
-        plot_profile(data, tmp)
-        os.replace(tmp, figure)
-    _write_atomic(out, json.dumps(data, indent=1) + "\n")
+        with atomic_path(figure) as tmp:
+            plot_profile(data, tmp)
+    atomic_write_text(out, json.dumps(data, indent=1) + "\n")
     return data
 
 

@@ -81,7 +81,6 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-import os
 import platform
 import sys
 import time
@@ -94,6 +93,7 @@ import numpy as np
 
 from .cli import OneLineParser, add_debug, run
 from .engine import run_round
+from .files import atomic_write_text
 from .synth import World, make_world
 from .synth.diagnostics import greedy_continuation, token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec
@@ -868,10 +868,7 @@ def _write(path: Path, entries: dict[str, dict], t0: float) -> dict:
         "last_run_seconds": round(time.perf_counter() - t0, 1),
         "regimes": ordered,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
     return data
 
 

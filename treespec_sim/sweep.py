@@ -64,7 +64,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 import zlib
@@ -78,6 +77,7 @@ from . import __version__
 from .cli import OneLineParser, add_debug
 from .cost import get_cost_model, record_extrapolation
 from .families import COLUMNS, FAMILIES, Cell, Claim, RunSettings, all_claims, run_cell
+from .files import atomic_write_text, default_file_mode
 from .report import findings_lines, summary_markdown, write_figures
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
@@ -216,31 +216,6 @@ def load_config(path: str | Path) -> Plan:
     return plan_from_dict(data, source=str(p))
 
 
-# ------------------------------------------------------------------------------- running
-@functools.cache
-def _file_mode() -> int:
-    """The mode ``open()`` would give a new file: ``0o666`` less the process's umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file, then a rename), with the user's
-    normal file permissions (``mkstemp`` alone would leave them at 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # --------------------------------------------------------------------------- the --out lock
 #: The file in ``--out`` that marks it as in use by a running sweep: its pid, host, start.
 LOCK_NAME = ".sweep.lock"
@@ -288,7 +263,7 @@ def _take_lock(path: Path) -> int:
     """Open and lock ``path`` for this process; return its descriptor (see :func:`out_lock`)."""
     here = socket.gethostname()
     for _ in range(10):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, _file_mode())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, default_file_mode())
         try:
             if fcntl is not None:
                 try:
@@ -442,7 +417,7 @@ def _cell_path(out: Path, cell: Cell, settings: RunSettings) -> Path:
 
 
 def _save_cell(out: Path, settings: RunSettings, cell: Cell, rows: list[dict]) -> None:
-    _atomic_write(_cell_path(out, cell, settings), json.dumps(rows))
+    atomic_write_text(_cell_path(out, cell, settings), json.dumps(rows))
 
 
 def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
@@ -788,8 +763,8 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
             stale.unlink()
     record["figures"] = write_figures(rows, out) if plot else []
     record["elapsed_s"] = time.time() - started
-    _atomic_write(out / "run.json", json.dumps(record, indent=1, default=str))
-    _atomic_write(out / "summary.md", summary_markdown(rows, record, folder=out))
+    atomic_write_text(out / "run.json", json.dumps(record, indent=1, default=str))
+    atomic_write_text(out / "summary.md", summary_markdown(rows, record, folder=out))
     return rows
 
 
@@ -815,7 +790,7 @@ def _write_results(out: Path, rows: Sequence[dict]) -> None:
     writer.writeheader()
     for r in rows:
         writer.writerow({k: _csv_value(v) for k, v in r.items() if k in COLUMNS})
-    _atomic_write(out / "results.csv", buf.getvalue())
+    atomic_write_text(out / "results.csv", buf.getvalue())
 
 
 def _csv_value(v: object) -> object:
