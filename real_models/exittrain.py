@@ -386,15 +386,6 @@ def marginal_stats(bundles: dict, data: dict) -> dict:
     return out
 
 
-def paired_bootstrap(a, b, *, n_boot: int = 4000, seed: int = 0):
-    """Mean of ``b - a`` over prompts and its 95% percentile-bootstrap interval (paired)."""
-    d = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    boot = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return float(d.mean()), float(lo), float(hi)
-
-
 def _fmt(ci, signed: bool) -> str:
     f = "{:+.3f}" if signed else "{:.3f}"
     return f"{f.format(ci.mean)} [{f.format(ci.low)}, {f.format(ci.high)}]"

@@ -39,7 +39,7 @@ from treespec_sim import DraftTree, engine
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
 from treespec_sim.policies.caddtree import prefix_tree
-from treespec_sim.stats import paired_bootstrap
+from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
 
 from ._deps import require
@@ -122,15 +122,10 @@ def caddtree_table(run: dict, *, n_boot: int = 4000, seed: int = 0) -> tuple[str
              "vs CaDDTree [95% CI] | speedup vs AR | model-predicted tok/s |",
              "|---|---:|---:|---|---|---|---:|---:|"]
 
-    def rel(j, base):
-        r = boot[:, j] / boot[:, base]
-        lo, hi = np.percentile(r, [2.5, 97.5])
-        return float(point[j] / point[base]), float(lo), float(hi)
-
     for j, m in enumerate(names):
-        lo, hi = np.percentile(boot[:, j], [2.5, 97.5])
+        lo, hi = percentile_ci(boot[:, j])
         taus = [t for r in stats[m]["rounds"] for t in r]
-        vo, vc = rel(j, oracle), rel(j, j_cad)
+        vo, vc = ratio_ci(boot, j, oracle, point), ratio_ci(boot, j, j_cad, point)
         pred = tok[:, j].sum() / msec[:, j].sum()
         rows.append({"method": m, "tree_nodes": float(np.mean(stats[m]["tree"])),
                      "tau": float(np.mean(taus)), "tok_s": float(point[j]),
@@ -492,17 +487,17 @@ def simvsreal(bundle, args, tr: dict) -> None:
                                 rng=np.random.default_rng(boot_rng_seed))
         bp, brl = both[:, 0], both[:, 1]
         d = bp - brl
-        ci = lambda x: np.percentile(x, [2.5, 97.5])  # noqa: E731
         e = float(pr.mean() - rr.mean())
         rows.append({"budget": B, "replay_tau": float(pr.mean()), "real_tau": float(rr.mean()),
-                     "error": e, "error_ci": ci(d).tolist(),
+                     "error": e, "error_ci": list(percentile_ci(d)),
                      "replay_exits": dict(zip(EXIT_CAUSES, rep["exits"][j].tolist(),
                                               strict=True)),
                      "real_exits": dict(zip(EXIT_CAUSES, real[B]["exits"].tolist(),
                                             strict=True))})
-        lines.append(f"| {B} | {pr.mean():.3f} [{ci(bp)[0]:.3f}, {ci(bp)[1]:.3f}] | "
-                     f"{rr.mean():.3f} [{ci(brl)[0]:.3f}, {ci(brl)[1]:.3f}] | {e:+.3f} "
-                     f"[{ci(d)[0]:+.3f}, {ci(d)[1]:+.3f}] | {100 * e / rr.mean():+.1f}% |")
+        (p_lo, p_hi), (r_lo, r_hi), (d_lo, d_hi) = (percentile_ci(x) for x in (bp, brl, d))
+        lines.append(f"| {B} | {pr.mean():.3f} [{p_lo:.3f}, {p_hi:.3f}] | "
+                     f"{rr.mean():.3f} [{r_lo:.3f}, {r_hi:.3f}] | {e:+.3f} "
+                     f"[{d_lo:+.3f}, {d_hi:+.3f}] | {100 * e / rr.mean():+.1f}% |")
     lines += ["", "Exit-law decomposition (mean exit mass per round by cause; replay = prefix "
               "trees of the traced B_max trees, real = exact decomposition of each real round's "
               "tree under its own target rows):", "",

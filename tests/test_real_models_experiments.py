@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 import real_models
 from real_models.backend import prefill
 from real_models.decode import run_from
-from real_models.exittrain import exit_targets, paired_bootstrap
+from real_models.exittrain import exit_targets
 from real_models.experiments import caddtree_experiment, caddtree_table, record_traces, replay
 from real_models.profile import CPU_TINY
 from real_models.target import LogitsOracle
@@ -75,14 +75,6 @@ def test_caddtree_experiment_table(bundle, prompts):
     assert names == ["ar", "ddtree@2", "ddtree@8", "caddtree", "exhaustive"]
     assert sum(r["oracle"] for r in rows) == 1 and "oracle" in table
     assert all(r["tok_s_ci"][0] <= r["tok_s"] <= r["tok_s_ci"][1] for r in rows)
-
-
-def test_paired_bootstrap_detects_a_shift():
-    a = np.linspace(1, 2, 20)
-    d, lo, hi = paired_bootstrap(a, a + 0.5)
-    assert d == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
-    d, lo, hi = paired_bootstrap(a, a + np.r_[np.ones(10), -np.ones(10)])
-    assert lo < 0 < hi
 
 
 def test_exittrain_collect_and_train_steps(bundle, monkeypatch):

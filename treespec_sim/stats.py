@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEVEL", "N_BOOT", "MeanCI", "mean_ci", "paired_bootstrap", "t_quantile", "throughput",
-           "world_ci", "world_columns"]
+__all__ = ["LEVEL", "N_BOOT", "MeanCI", "mean_ci", "paired_bootstrap", "percentile_ci", "ratio_ci",
+           "t_quantile", "throughput", "world_ci", "world_columns"]
 
 #: Confidence level of every interval treespec reports.
 LEVEL = 0.95
@@ -167,8 +167,8 @@ def paired_bootstrap(numer: np.ndarray, denom: np.ndarray | None = None, *,
     Returns
     -------
     ndarray (n_boot, m)
-        Take ``np.percentile(..., [2.5, 97.5], axis=0)`` for an interval, or divide two columns
-        of it for a paired ratio of ratios.
+        :func:`percentile_ci` of a column for an interval, :func:`ratio_ci` of two columns for
+        a paired ratio of ratios.
     """
     numer = np.asarray(numer, dtype=np.float64)
     if numer.ndim == 1:
@@ -188,6 +188,24 @@ def paired_bootstrap(numer: np.ndarray, denom: np.ndarray | None = None, *,
     np.add.at(den, inv, denom)
     draws = rng.integers(0, ids.size, size=(n_boot, ids.size))
     return num[draws].sum(axis=1) / den[draws].sum(axis=1)
+
+
+def percentile_ci(replicates: np.ndarray, *, level: float = LEVEL) -> tuple[float, float]:
+    """The ``level`` percentile interval of bootstrap replicates (1-D), e.g. a column of
+    :func:`paired_bootstrap`'s output."""
+    # 2.5 and 97.5 exactly at level 0.95 (100 (1 - level) / 2 is 2.5000000000000027)
+    tail = round(50.0 * (1.0 - level), 12)
+    lo, hi = np.percentile(np.asarray(replicates, dtype=np.float64), [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def ratio_ci(boot: np.ndarray, j: int, base: int, point: np.ndarray, *, level: float = LEVEL
+             ) -> tuple[float, float, float]:
+    """Column ``j`` against column ``base`` of :func:`paired_bootstrap` replicates ``(n_boot,
+    m)``: ``(point[j] / point[base], low, high)``, the interval that of the paired ratio
+    ``boot[:, j] / boot[:, base]``."""
+    lo, hi = percentile_ci(boot[:, j] / boot[:, base], level=level)
+    return float(point[j] / point[base]), lo, hi
 
 
 def throughput(tokens: np.ndarray, seconds: np.ndarray) -> float:

@@ -51,7 +51,7 @@ import numpy as np
 from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model
 from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
-from ..stats import mean_ci, paired_bootstrap, world_columns
+from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
 from .base import (
     Cell,
     Claim,
@@ -322,12 +322,8 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
     point_worlds = np.array([tokens[m].sum(axis=0) / seconds[m].sum(axis=0) for m in in_world])
     out = []
     for j, name in enumerate(names):
-        lo, hi = np.percentile(boot[:, j], [2.5, 97.5])
-        rel = []
-        for base in (i_oracle, i_longrun):
-            ratio = boot[:, j] / boot[:, base]
-            r_lo, r_hi = np.percentile(ratio, [2.5, 97.5])
-            rel.append((float(point[j] / point[base]), float(r_lo), float(r_hi)))
+        lo, hi = percentile_ci(boot[:, j])
+        rel = [ratio_ci(boot, j, base, point) for base in (i_oracle, i_longrun)]
         out.append(RuleResult(
             regime=curves.regime, cost_model=getattr(cost, "name", "custom"), method=name,
             budget_mean=float(budgets[:, j].mean()), tau_mean=float(tokens[:, j].mean()),

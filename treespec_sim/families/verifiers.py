@@ -30,7 +30,7 @@ import numpy as np
 
 from ..engine import run_round
 from ..policies import k_ary_shape
-from ..stats import mean_ci, paired_bootstrap, world_columns
+from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
 from .base import (
     Cell,
     Claim,
@@ -273,8 +273,7 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
         out = {}
         for j in arms:
             ratio = boot_means[:, j] / boot_means[:, base] - 1.0
-            out[labels[j]] = (float(means[j] / means[base] - 1.0),
-                              float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975)))
+            out[labels[j]] = (float(means[j] / means[base] - 1.0), *percentile_ci(ratio))
         return out
 
     trav = labels.index("traversal")
