@@ -97,6 +97,7 @@ from .files import atomic_write_text
 from .synth import World, make_world
 from .synth.diagnostics import greedy_continuation, token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec
+from .validation import check_positive_int, check_rng
 
 __all__ = [
     "BUDGET",
@@ -387,12 +388,6 @@ class Evaluation:
         return out
 
 
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
 def _split(n: int, k: int) -> list[int]:
     """``n`` contexts over ``k`` worlds, as evenly as possible."""
     return [n // k + (i < n % k) for i in range(k)]
@@ -433,13 +428,12 @@ def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
     """
     if not isinstance(spec, RegimeSpec):
         raise ValueError(f"spec must be a RegimeSpec; got {type(spec).__name__}")
-    contexts = _check_positive_int(contexts, "contexts")
+    contexts = check_positive_int(contexts, "contexts")
     seeds = tuple(int(s) for s in world_seeds)
     if not seeds:
         raise ValueError("world_seeds must be non-empty")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
-    budget = _check_positive_int(budget, "budget")
+    check_rng(rng)
+    budget = check_positive_int(budget, "budget")
     if isinstance(entropy_contexts, bool) or not isinstance(entropy_contexts, int) \
             or entropy_contexts < 0:
         raise ValueError(f"entropy_contexts must be a non-negative integer; got "
@@ -724,7 +718,7 @@ def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
         family's defaults.
     """
     name = _check_regime_name(name)
-    contexts = _check_positive_int(contexts, "contexts")
+    contexts = check_positive_int(contexts, "contexts")
     t0 = time.perf_counter()
     target = derive_targets()[name]
     fam = _FAMILY_OF[name]
@@ -823,8 +817,8 @@ def fit(regimes: Sequence[str] = CALIBRATED_REGIMES, *, contexts: int = DEFAULT_
     processes go to stdout).
     """
     names = [_check_regime_name(r) for r in regimes]
-    contexts = _check_positive_int(contexts, "contexts")
-    workers = _check_positive_int(workers, "workers")
+    contexts = check_positive_int(contexts, "contexts")
+    workers = check_positive_int(workers, "workers")
     t0 = time.perf_counter()
     data = _load(Path(out))
     entries = dict(data.get("regimes", {}))
@@ -890,7 +884,7 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = 1000,
         _check_regime_name(r)
         if r not in stored:
             raise ValueError(f"regime {r!r} is not in the calibration file {path}")
-    contexts = _check_positive_int(contexts, "contexts")
+    contexts = check_positive_int(contexts, "contexts")
     out: dict[str, Evaluation] = {}
     short = {"chain": "chain", "ddtree64": "DD@64 T0", "ddtree64_t1": "DD@64 T1"}
     log(f"{'regime':<14} " + "  ".join(f"{short[q] + ' tgt':>12} {'stored':>12} {'now':>12}"

@@ -61,6 +61,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .validation import check_positive_int
+
 __all__ = [
     "DEFAULT_CONTEXT_LENGTH",
     "PRESETS",
@@ -724,8 +726,7 @@ class TiledCost:
         _positive_float(self.slope_s, "slope_s")
         _positive_float(self.step_s, "step_s")
         _positive_float(self.draft_s, "draft_s")
-        if not isinstance(self.tile_tokens, int | np.integer) or self.tile_tokens < 1:
-            raise ValueError(f"tile_tokens must be a positive integer; got {self.tile_tokens!r}")
+        check_positive_int(self.tile_tokens, "tile_tokens")
 
     def __repr__(self) -> str:
         return describe(self)

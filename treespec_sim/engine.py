@@ -50,6 +50,7 @@ from .policies.draft import Draft
 from .stats import MeanCI, mean_ci
 from .surrogate import path_probabilities
 from .tree import DraftTree
+from .validation import check_rng
 from .verify import expected_length, verify
 from .verify.outcome import Outcome
 
@@ -363,8 +364,7 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
     -------
     Round
     """
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    check_rng(rng)
     check_backend(backend, "round")
     t = check_temperature(temperature)
     if isinstance(cost, str | PurePath):

@@ -36,8 +36,8 @@ import numpy as np
 from . import compiled
 
 __all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array",
-           "check_budget", "check_log_q", "check_root_token", "check_temperature",
-           "kernel_check_args", "row_sum_tolerance"]
+           "check_budget", "check_log_q", "check_positive_int", "check_rng", "check_root_token",
+           "check_temperature", "kernel_check_args", "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -193,6 +193,20 @@ def check_budget(budget, name: str = "budget") -> int:
     if budget < 0:
         raise ValueError(f"{name} must be >= 0; got {budget}")
     return int(budget)
+
+
+def check_positive_int(value, name: str) -> int:
+    """An integer ``>= 1`` (numpy integers too, not a bool) as a Python int."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
+
+
+def check_rng(rng, name: str = "rng") -> np.random.Generator:
+    """A ``numpy.random.Generator`` (every stochastic function takes one; no global state)."""
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{name} must be a numpy.random.Generator; got {type(rng).__name__}")
+    return rng
 
 
 def check_root_token(root_token, name: str = "root_token", *, vocab_size: int | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tree import DraftTree
-from ..validation import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_positive_int, check_root_token
 from .ddtree import ranked_candidates
 
 __all__ = ["dynamic_tree"]
@@ -46,8 +46,7 @@ def dynamic_tree(log_q, budget: int, *, root_token: int = -1, top_k: int = 8) ->
     lp, _ = check_log_q(log_q)
     budget = check_budget(budget)
     root_token = check_root_token(root_token, vocab_size=lp.shape[1])
-    if not isinstance(top_k, int | np.integer) or top_k < 1:
-        raise ValueError(f"top_k must be a positive integer; got {top_k!r}")
+    top_k = check_positive_int(top_k, "top_k")
     if budget == 0:
         return DraftTree.root_only(root_token)
     L, _V = lp.shape

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..validation import check_positive_int
 from .world import Context, World
 
 __all__ = ["argmax_mass_profile", "chain_tau", "mean_chain_tau", "token_entropies"]
@@ -73,8 +74,7 @@ def token_entropies(world: World, contexts, steps: int, rng: np.random.Generator
     -------
     ndarray of float64, shape (len(contexts) * steps,)
     """
-    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
-        raise ValueError(f"steps must be a positive integer; got {steps!r}")
+    steps = check_positive_int(steps, "steps")
     out = []
     for ctx in contexts:
         k = world.target_kernel(ctx.topic, temperature)

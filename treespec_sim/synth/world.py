@@ -86,6 +86,7 @@ import numpy as np
 from ..marginals import LazyLogMarginals
 from ..rows import TargetOracle
 from ..tree import DraftTree
+from ..validation import check_rng
 from .drafter import BlockDiffusionDrafter
 from .kernel import SparseBoostKernel, as_token_array, check_temperature
 from .oracle import MarkovTargetOracle
@@ -250,7 +251,7 @@ class World:
         ``logit_scale`` does not apply to it) followed by ``spec.context_burn_in`` steps of the
         ``T = 1`` target chain.
         """
-        _check_rng(rng)
+        check_rng(rng)
         topic = int(rng.integers(self.n_topics))
         k = self.target_kernel(topic, 1.0)
         # The first token stands for a benchmark's diverse prompts: it is drawn from the
@@ -315,7 +316,7 @@ class World:
         self._check_ctx(ctx)
         if isinstance(n_tokens, bool) or not isinstance(n_tokens, Integral) or n_tokens < 0:
             raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
-        _check_rng(rng)
+        check_rng(rng)
         k = self.target_kernel(ctx.topic, temperature)
         out = np.empty(int(n_tokens), dtype=np.int64)
         x = ctx.last_token
@@ -635,6 +636,4 @@ def _mismatched_copy(rng: np.random.Generator, background: np.ndarray, succ: np.
     return new.astype(np.int64), d_boost
 
 
-def _check_rng(rng: object) -> None:
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+
