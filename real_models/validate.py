@@ -35,10 +35,10 @@ from treespec_sim.cli import OneLineParser, add_debug, run
 from treespec_sim.verify import RULES
 
 from . import bundle as bundle_mod
+from ._decode import check_request, decode, latency_profile, run_from
 from ._deps import require
 from .backend import prefill
 from .bundle import DTYPES, check_device
-from .decode import check_request, decode, latency_profile, run_from
 from .target import logits_to_rows
 
 torch = require("torch")

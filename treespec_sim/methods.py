@@ -54,6 +54,7 @@ from .policies import (
     dynamic_tree,
     exhaustive_budget_tree,
     longrun_tree,
+    tsubame,
 )
 from .policies.draft import Draft
 from .policies.sampled import (
@@ -64,7 +65,6 @@ from .policies.sampled import (
     marginal_proposal,
     sampled_chain,
 )
-from .policies.tsubame import tsubame
 from .tree import DraftTree
 from .validation import check_temperature
 from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q
-from .ddtree import ddtree
+from ._ddtree import ddtree
 from .sampled import ProposalFn, SampledDraft, fill_tree, marginal_proposal
 
 __all__ = ["PLANNERS", "tsubame", "tsubame_shape"]
