@@ -34,7 +34,7 @@ def main(argv=None) -> list[dict]:
     import torch
 
     from real_models import bundle as bundle_mod
-    from real_models.decode import decode
+    from real_models import decode
     from real_models.validate import load_prompts
 
     torch.set_num_threads(args.threads)

@@ -22,8 +22,7 @@ import numpy as np
 
 from treespec_sim.cost import TiledCost
 from treespec_sim.exits import reach_probabilities
-from treespec_sim.policies import caddtree, ddtree
-from treespec_sim.policies.caddtree import longrun_budget
+from treespec_sim.policies import caddtree, ddtree, longrun_budget
 from treespec_sim.surrogate import surrogate_length
 
 from .reference import caddtree_heap_reference

@@ -3,7 +3,7 @@
 These are deliberately plain: a per-node Python ``heapq`` DDTree builder written the way the
 DDTree reference code is (top-K extraction per depth, then best-first pops pushing the next
 sibling and the first child), and an exhaustive enumeration of all prefixes. Neither shares
-code with :mod:`treespec_sim.policies.ddtree`.
+code with :func:`treespec_sim.policies.ddtree`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
-from treespec_sim.verify import RULES, expected_length
+from treespec_sim.verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, expected_length
 from treespec_sim.verify.traversal import emission_weights, opportunities, traversal_round_law
 from treespec_sim.verify.univer import (
     CHOOSERS,
@@ -170,8 +170,9 @@ FAMILIES = {
     "deep-first": {"deep-first": SHAPES["deep-first"], "ddtree-like": DDTREE_LIKE},
     "deep-second": {k: SHAPES[k] for k in ("deep-second", "link + deep-second")},
 }
-#: The rules of the step family on sequential draws without replacement.
-STEP_RULES = ("traversal", "univer", "univer-guided", "univer-fixed")
+#: The rules of the step family on sequential draws without replacement (those with a step
+#: chooser in the verifier, in its rule table's order).
+STEP_RULES = tuple(CHOOSERS)
 
 
 def _lossless_gap(world: RandomWorld, shape: DraftTree, scheme: str, law_fn) -> float:
@@ -426,8 +427,8 @@ def _le_global_optimum(rng, size):
     n, worst = 0, 0.0
     shape = two_level_shape(2, 2)
     for w, p2, q2 in _two_level_worlds(rng, size):
-        for scheme, rules in (("without_replacement", ("rrsw", *STEP_RULES)),
-                              ("greedy", ("univer-fixed",))):
+        for scheme in ("without_replacement", "greedy"):
+            rules = MATCHING_RULES[scheme]
             world = TwoLevelWorld(w.p(()), w.q(()), p2, q2, 2, 2, scheme)
             c1 = global_optimum(world)
             worst = max(worst, decomposed_optimum(world) - c1)
@@ -723,8 +724,7 @@ CHECKS: list[Check] = [
             f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES "
             "(one level k=2/3, chain, 2x2, deep-first, deep-second, link + deep-second, "
             "three children)", _sampled_lossless(rule, scheme))
-      for rule, scheme in (("rrs", "iid"), ("rrsw", "without_replacement"),
-                           *((r, "without_replacement") for r in STEP_RULES))],
+      for rule, scheme in SCHEME_FOR_RULE.items()],
     Check("lossless[univer-fixed,greedy]", "theorem", EXACT_TOL,
           "univer-fixed on Greedy drafts (top k-1 + one sampled) emits the target's law",
           _sampled_lossless("univer-fixed", "greedy")),

@@ -3,7 +3,7 @@ r"""Sampled drafting policies at T > 0 (Tsubame, sampled chains, dynamic trees) 
 A *Tsubame world* has a target ``p(path)``, a drafter whose conditional proposal
 ``q̂(path)`` depends on the sampled ancestors (a correction), and per-depth marginals ``m_d`` (a
 DFlash drafter's one-pass output, which ignores the path). Pass 1 of every check is the
-package's own planner (:func:`treespec_sim.policies.tsubame.tsubame_shape` on ``log m``); pass 2
+package's own planner (:func:`treespec_sim.policies.tsubame_shape` on ``log m``); pass 2
 is enumerated exactly (:func:`proofs_check.sampled.enumerate_trees`) with either proposal; the
 package's verifier laws are mixed over every filled tree and compared with the target's law
 (``docs/theory/tsubame.md``, conditions C1-C4).
@@ -32,8 +32,8 @@ from collections import defaultdict
 import numpy as np
 
 from treespec_sim import DraftTree
+from treespec_sim.policies import tsubame_shape
 from treespec_sim.policies.dynamic import dynamic_tree
-from treespec_sim.policies.tsubame import tsubame_shape
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES
 

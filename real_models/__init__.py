@@ -17,21 +17,25 @@ Public API::
 
 torch and transformers are imported on first use of these names (the ``models`` extra).
 
-``real_models.decode`` is the function; the module of the same name is reached with
-``from real_models.decode import ...`` (or ``importlib.import_module("real_models.decode")``).
+The decoding loop lives in the private module ``real_models._decode`` (no module shares a name
+with a function here, so ``real_models.decode`` is always the function); import its names from
+this package: ``from real_models import decode, run_from``. The names are loaded on first
+look-up through a module ``__getattr__`` (PEP 562), so ``import real_models`` stays light.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
-__all__ = ["TINY_DRAFTER", "TINY_TARGET", "ModelBackend", "decode", "generate", "load"]
+__all__ = ["TINY_DRAFTER", "TINY_TARGET", "DecodeResult", "ModelBackend", "RoundStats",
+           "check_request", "decode", "generate", "latency_profile", "load", "run_from"]
 
+#: public name -> the module (in this package) that defines it
 _LAZY = {"load": "bundle", "TINY_TARGET": "bundle", "TINY_DRAFTER": "bundle",
-         "generate": "decode", "decode": "decode", "ModelBackend": "backend"}
+         "ModelBackend": "backend",
+         **{name: "_decode" for name in ("generate", "decode", "run_from", "check_request",
+                                         "latency_profile", "DecodeResult", "RoundStats")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -42,21 +46,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'real_models' has no attribute {name!r}")
 
 
-class _Package(types.ModuleType):
-    """The package module, keeping its lazy public names over same-named submodules.
-
-    Importing a submodule binds it to the parent's attribute of the same name
-    (``real_models.decode = <module real_models.decode>``), which would shadow the public
-    function ``real_models.decode`` after the first ``from real_models.decode import ...``.
-    Such a binding is dropped here: the public name stays the function, and the submodule
-    stays importable through ``sys.modules``.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if (name in _LAZY and isinstance(value, types.ModuleType)
-                and value.__name__ == f"{__name__}.{name}"):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

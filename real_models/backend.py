@@ -80,7 +80,7 @@ def prefill(bundle: Bundle, prompt, *, with_drafter: bool = True) -> Prefilled:
     ----------
     bundle : Bundle
     prompt : sequence of int
-        At least 2 token ids (validated by :func:`real_models.decode.check_request`).
+        At least 2 token ids (validated by :func:`real_models.check_request`).
     with_drafter : bool
         Also fill the drafter's context cache (needed by every method but ``ar``).
     """
@@ -149,7 +149,7 @@ class DecodeState:
         This round's verification forward (set by ``target_oracle``, cleared by ``commit``):
         its logits and the context features the commit feeds the drafter.
     split : dict
-        Seconds of this round's sub-steps that :class:`real_models.decode.RoundStats` moves
+        Seconds of this round's sub-steps that :class:`real_models.RoundStats` moves
         between stages: ``"mask"`` (built inside ``target_oracle``, counted as build),
         ``"rows"`` (the oracle's set-up after the forward, counted as decide) and ``"extend"``
         (the drafter cache update inside ``commit``, counted as draft).
@@ -178,7 +178,7 @@ class ModelBackend:
     Parameters
     ----------
     bundle : Bundle
-        With a drafter (the ``ar`` baseline of :func:`real_models.decode.decode` needs none and
+        With a drafter (the ``ar`` baseline of :func:`real_models.decode` needs none and
         does not use a backend).
 
     Examples

@@ -52,10 +52,10 @@ from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import edge_probabilities, reach_from_edges
 from treespec_sim.stats import mean_ci as stats_mean_ci
 
+from ._decode import run_from
 from ._deps import require
 from .backend import prefill
 from .bundle import TINY_DRAFTER, TINY_TARGET, load
-from .decode import run_from
 from .target import LogitsOracle
 from .train import load_corpus, target_features
 from .validate import load_prompts

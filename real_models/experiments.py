@@ -38,14 +38,14 @@ import numpy as np
 from treespec_sim import DraftTree, engine
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
-from treespec_sim.policies.caddtree import prefix_tree
+from treespec_sim.policies import prefix_tree
 from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
 
+from ._decode import decode, resolve_cost, run_from
 from ._deps import require
 from .backend import prefill
 from .bundle import check_device, load
-from .decode import decode, resolve_cost, run_from
 from .profile import CPU_TINY
 from .validate import load_prompts
 

@@ -15,9 +15,10 @@ from treespec_sim.policies import (
     caddtree,
     ddtree,
     exhaustive_budget_tree,
+    first_non_increase,
+    longrun_budget,
     longrun_tree,
 )
-from treespec_sim.policies.caddtree import first_non_increase, longrun_budget
 
 
 def _lookup(verify):

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from proofs_check.reference import brute_force_top_prefixes, ddtree_heap_reference
 from proofs_check.strategies import log_q_arrays
 from treespec_sim import DraftTree, compiled
-from treespec_sim.policies import chain, ddtree, ddtree_with_mask
+from treespec_sim.policies import _ddtree, chain, ddtree, ddtree_with_mask
 from treespec_sim.surrogate import path_log_scores, surrogate_length
 
 
@@ -182,12 +182,10 @@ def test_levels_the_threshold_cannot_cut_are_trimmed_exactly(kind, seed, monkeyp
     # Such inputs used to enumerate every prefix (memory blow-up at L = 15, B = 64); a level is
     # now cut to its first B nodes in heap-key order (numpy path; the compiled heap never
     # enumerates a level). Exactness against the reference heap:
-    import importlib
-
     if builder_path == "compiled":
         pytest.skip("numpy-path internals")
 
-    module = importlib.import_module("treespec_sim.policies.ddtree")
+    module = _ddtree
     calls = []
     original = module._first_in_level_streamed
     monkeypatch.setattr(module, "_first_in_level_streamed",

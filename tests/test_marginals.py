@@ -5,7 +5,6 @@ References: ``ddtree_heap_reference`` (the reference's heap, independent of both
 """
 
 import dataclasses
-import importlib
 
 import numpy as np
 import pytest
@@ -20,12 +19,10 @@ from treespec_sim.marginals import (
     kth_largest,
     ranked_candidates,
 )
+from treespec_sim.policies import _ddtree as ddtree_module
 from treespec_sim.policies import chain, ddtree, path_probabilities
 from treespec_sim.synth import get_regime, make_world
 from treespec_sim.synth.drafter import ClassLogMarginals
-
-# `treespec_sim.policies.ddtree` the attribute is the function; the module is this one
-ddtree_module = importlib.import_module("treespec_sim.policies.ddtree")
 
 
 @pytest.fixture

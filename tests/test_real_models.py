@@ -16,8 +16,8 @@ pytest.importorskip("transformers")
 
 import real_models  # noqa: E402
 from real_models import bundle as bundle_mod  # noqa: E402
+from real_models import check_request, decode, generate, run_from  # noqa: E402
 from real_models.backend import DecodeState, Drafting, ModelBackend, prefill  # noqa: E402
-from real_models.decode import check_request, decode, generate, run_from  # noqa: E402
 from real_models.target import logits_to_rows  # noqa: E402
 from real_models.validate import (  # noqa: E402
     TREE_LOGIT_TOL,
@@ -47,17 +47,14 @@ def test_import_is_lazy():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_public_functions_survive_their_submodules_import():
-    """``real_models.decode`` stays the function after ``real_models.decode`` the module was
-    imported (the import system binds a submodule to its parent's attribute of that name)."""
-    import importlib
+def test_public_functions_are_the_private_modules_functions():
+    """``real_models.decode`` is the function of the private module ``real_models._decode``
+    (no submodule shares its name, so importing one never rebinds it)."""
+    from real_models import _decode
 
-    mod = importlib.import_module("real_models.decode")
-    assert real_models.decode is mod.decode and real_models.generate is mod.generate
+    assert real_models.decode is _decode.decode and real_models.generate is _decode.generate
     real_models.__dict__.pop("decode", None)      # uncached: through the lazy loader again
-    assert real_models.decode is mod.decode
-    real_models.decode = mod                       # what importing the submodule does
-    assert real_models.decode is mod.decode
+    assert real_models.decode is _decode.decode
     assert real_models.ModelBackend is ModelBackend
 
 

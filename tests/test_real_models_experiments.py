@@ -9,8 +9,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import real_models
+from real_models import run_from
 from real_models.backend import prefill
-from real_models.decode import run_from
 from real_models.exittrain import exit_targets
 from real_models.experiments import caddtree_experiment, caddtree_table, record_traces, replay
 from real_models.profile import CPU_TINY

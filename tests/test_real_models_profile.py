@@ -20,7 +20,7 @@ import torch
 
 import real_models
 import real_models.profile as profile_mod
-from real_models.decode import decode
+from real_models import decode
 from real_models.profile import (
     ARCHS,
     CPU_TINY,

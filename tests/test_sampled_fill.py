@@ -29,6 +29,7 @@ from proofs_check.enumerate import extend_law, max_law_gap, target_law
 from proofs_check.sampled import enumerate_trees, round_law
 from treespec_sim import DraftTree
 from treespec_sim.engine import run_round
+from treespec_sim.policies import tsubame
 from treespec_sim.policies.draft import ProposalRows
 from treespec_sim.policies.sampled import (
     MarginalProposal,
@@ -38,7 +39,6 @@ from treespec_sim.policies.sampled import (
     fill_tree,
     tempered,
 )
-from treespec_sim.policies.tsubame import tsubame
 from treespec_sim.rows import ArrayOracle, dense_rows
 from treespec_sim.synth import Context, make_world
 from treespec_sim.verify import RULES, expected_length, verify

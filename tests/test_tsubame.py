@@ -9,7 +9,7 @@ from scipy import stats
 from proofs_check.sampled import enumerate_trees
 from proofs_check.tsubame import TsubameWorld
 from treespec_sim import DraftTree
-from treespec_sim.policies import ddtree
+from treespec_sim.policies import ddtree, tsubame, tsubame_shape
 from treespec_sim.policies.dynamic import dynamic_tree
 from treespec_sim.policies.sampled import (
     SampledDraft,
@@ -18,7 +18,6 @@ from treespec_sim.policies.sampled import (
     sampled_chain,
     tempered,
 )
-from treespec_sim.policies.tsubame import tsubame, tsubame_shape
 
 #: False-alarm rate of each chi-square test below.
 ALPHA = 1e-4

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 import torch
 
 import real_models
-from real_models.decode import decode
+from real_models import decode
 from real_models.validate import GREEDY_TIE_TOL, TREE_LOGIT_TOL, greedy_agreement, load_prompts
 
 N_NEW = 24

@@ -7,7 +7,7 @@ that gives the same result and is tested equal to it (``tests/test_ckernel.py``)
 * :func:`treespec_sim.validation.check_log_q` -- one fused pass per row: maximum, NaN flag and
   the row's total mass; the verdict is numpy's (rows within :data:`ROW_SUM_MARGIN` of the
   tolerance are re-checked by numpy);
-* :func:`treespec_sim.policies.ddtree.build_nodes` -- candidate extraction, a certified bound
+* :func:`treespec_sim.policies._ddtree.build_nodes` -- candidate extraction, a certified bound
   on the B-th best score, and the tree (every node above the bound, sorted by the heap's key;
   or DDTree's best-first heap), the same nodes in the same order.
 

@@ -56,7 +56,7 @@ class LazyLogMarginals(ABC):
         """The ``min(k, V)`` best tokens of ``row``: ``(tokens int64, log_q float64)``.
 
         Order: decreasing log-probability, ties to the smaller token id -- exactly
-        ``ranked_candidates(dense[row], -inf, k)`` of :mod:`treespec_sim.policies.ddtree`.
+        ``ranked_candidates(dense[row], -inf, k)`` of :mod:`treespec_sim.policies._ddtree`.
         """
 
     def top_all(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:

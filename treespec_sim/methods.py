@@ -54,8 +54,9 @@ from .policies import (
     dynamic_tree,
     exhaustive_budget_tree,
     longrun_tree,
+    tsubame,
 )
-from .policies.draft import MATCHING_RULES, Draft
+from .policies.draft import Draft
 from .policies.sampled import (
     ProposalFn,
     fill_shape,
@@ -64,21 +65,28 @@ from .policies.sampled import (
     marginal_proposal,
     sampled_chain,
 )
-from .policies.tsubame import tsubame
 from .tree import DraftTree
 from .validation import check_temperature
-from .verify import RULES
+from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
            "get_method", "lossless_rules", "method_names", "no_conditional_message", "register",
-           "resolve_rule",
-           "uses_budget"]
+           "resolve_rule", "rules_for", "uses_budget"]
 
-#: Drafting scheme for each sampled-tree rule (the scheme whose draws the rule is exact for),
-#: read off :data:`~treespec_sim.policies.draft.MATCHING_RULES` (``univer-fixed`` also verifies
-#: Greedy drafts, but a rule-driven sampled builder draws without replacement for it).
-SCHEME_FOR_RULE = {rule: scheme for scheme in ("without_replacement", "iid")
-                   for rule in MATCHING_RULES[scheme]}
+
+
+def rules_for(scheme: str, *, default: str | None = None) -> tuple[str, ...]:
+    """The rules exact for ``scheme``'s draws, read off the one rule table
+    (:data:`treespec_sim.verify.RULES`) in its order, with ``default`` moved first.
+
+    ``scheme`` is a drawing scheme (:data:`~treespec_sim.verify.SCHEMES`) or ``"by-rule"``
+    (every sampled-tree rule: the builder draws with :data:`SCHEME_FOR_RULE` of the rule).
+    """
+    rules = tuple(SCHEME_FOR_RULE) if scheme == "by-rule" else MATCHING_RULES.get(scheme, ())
+    if not rules or (default is not None and default not in rules):
+        raise ValueError(f"no rule {default!r} for scheme {scheme!r}; rules for it: "
+                         f"{', '.join(rules) or 'none'}")
+    return rules if default is None else (default, *(r for r in rules if r != default))
 
 
 @dataclass(frozen=True)
@@ -308,8 +316,10 @@ def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
 
 
 # ----------------------------------------------------------------------------- the table
-_DET = ("follow", "tev")
-_SAMPLED = ("rrsw", "rrs", "traversal", "univer", "univer-guided", "univer-fixed")
+_DET = rules_for("deterministic")
+_SAMPLED = rules_for("by-rule", default="rrsw")
+_IID = rules_for("iid")
+_WO = rules_for("without_replacement")
 
 #: The registry: method name -> :class:`Method`.
 METHODS: dict[str, Method] = {}
@@ -345,36 +355,33 @@ for _m in (
            needs_cost=True, description="argmax of theta over 0..budget"),
     Method("longrun", _cost_aware(longrun_tree, "longrun"), _DET, needs_cost=True,
            description="Dinkelbach's long-run rule (options: lam)"),
-    Method("sampled-chain", _build_sampled_chain(False), ("rrs",), scheme="iid",
+    Method("sampled-chain", _build_sampled_chain(False), _IID, scheme="iid",
            uses_budget=False, description="chain of marginal draws"),
-    Method("sampled-chain-corrected", _build_sampled_chain(True), ("rrs",), scheme="iid",
+    Method("sampled-chain-corrected", _build_sampled_chain(True), _IID, scheme="iid",
            uses_budget=False, needs_conditional=True,
            description="chain of draws given the sampled parent"),
     Method("tsubame", _build_tsubame("ddtree", None, "tsubame"), _SAMPLED, scheme="by-rule",
            needs_conditional=True,
            description="Tsubame: DDTree shape, filled by the corrected proposal"),
-    Method("tsubame-rrs", _build_tsubame("ddtree", "iid", "tsubame-rrs"), ("rrs",),
+    Method("tsubame-rrs", _build_tsubame("ddtree", "iid", "tsubame-rrs"), _IID,
            scheme="iid", needs_conditional=True, description="Tsubame, i.i.d. fill"),
     Method("tsubame-rrsw", _build_tsubame("ddtree", "without_replacement", "tsubame-rrsw"),
-           ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement", needs_conditional=True,
+           _WO, scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement"),
     Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement", "tsubame-univer"),
-           ("univer", "rrsw", "traversal", "univer-guided", "univer-fixed"),
+           rules_for("without_replacement", default="univer"),
            scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement, UniVer"),
     Method("tsubame-rrsw-tempered-plan",
            _build_tsubame("tempered", "without_replacement", "tsubame-rrsw-tempered-plan"),
-           ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement", needs_conditional=True,
+           _WO, scheme="without_replacement", needs_conditional=True,
            description="Tsubame planned on the tempered marginals"),
     Method("sampled-ddtree", _build_sampled_ddtree, _SAMPLED, scheme="by-rule",
            description="DDTree's shape filled per depth from the tempered marginals"),
     Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
-           ("rrsw", "traversal", "univer", "univer-guided", "univer-fixed"),
-           scheme="without_replacement", parametrised=True, needs_positive_temperature=True,
+           _WO, scheme="without_replacement", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree filled without replacement from the tempered marginals"),
-    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), ("univer-fixed",),
+    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), rules_for("greedy"),
            scheme="greedy", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree: top W-1 tokens and one draw"),
 ):

@@ -26,7 +26,7 @@ from ..cost import get_cost_model
 from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
 from ..stats import mean_ci, world_columns
-from ..verify import RULES
+from ..verify import MATCHING_RULES, RULES
 from .base import (
     Cell,
     Claim,
@@ -109,9 +109,10 @@ class DDTreeGrid:
             if m not in ("chain", "ddtree", "dynamic"):
                 raise ValueError(f"ddtree.methods: unknown method {m!r}; known: chain, ddtree, "
                                  "dynamic")
-        if self.rule not in ("follow", "tev"):
-            raise ValueError(f"ddtree.rule must be 'follow' or 'tev' (deterministic trees); "
-                             f"got {self.rule!r}; known rules: {', '.join(sorted(RULES))}")
+        if self.rule not in MATCHING_RULES["deterministic"]:
+            raise ValueError(f"ddtree.rule must be a rule for deterministic trees "
+                             f"({', '.join(MATCHING_RULES['deterministic'])}); got "
+                             f"{self.rule!r}; known rules: {', '.join(sorted(RULES))}")
         check_budgets(self.budgets, self.family)
         check_temperatures(self.temperatures, self.family)
         check_rounds(self.rounds, self.family)

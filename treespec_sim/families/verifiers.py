@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import run_round
+from ..methods import METHODS
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
 from .base import (
@@ -118,14 +119,11 @@ class VerifierGrid:
 grid = VerifierGrid
 
 
-#: (label, method family, rule); the first arm is the baseline. Arms of the same method share
-#: one drafted tree per round.
-ARMS = (("rrsw", "sampled-tree", "rrsw"),
-        ("traversal", "sampled-tree", "traversal"),
-        ("univer", "sampled-tree", "univer"),
-        ("univer-guided", "sampled-tree", "univer-guided"),
-        ("univer-fixed", "sampled-tree", "univer-fixed"),
-        ("univer+greedy drafts", "greedy-tree", "univer-fixed"))
+#: (label, method family, rule): every rule lossless for sampled trees drawn without replacement
+#: (``sampled-tree``'s rules, read off the rule table; the first, RRSw, is the baseline), then
+#: the Greedy drafts' rule. Arms of the same method share one drafted tree per round.
+ARMS = (*((rule, "sampled-tree", rule) for rule in METHODS["sampled-tree"].rules),
+        ("univer+greedy drafts", "greedy-tree", METHODS["greedy-tree"].rules[0]))
 
 
 @dataclass(frozen=True)

@@ -6,23 +6,30 @@ Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
 proposal rows its tokens were drawn from). The one table of *methods* that the round loop, the
 sweep and the real-model decoder use, with each method's scheme and lossless rules, is
 :mod:`treespec_sim.methods`.
+
+The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtree``,
+``_tsubame``: a function and its module never share a name); import them from this package,
+``from treespec_sim.policies import ddtree``. ``draft``, ``dynamic`` and ``sampled`` are public
+modules (no function of theirs is called after them).
 """
 
 from __future__ import annotations
 
-from .caddtree import (
+from ._caddtree import (
     CaDDTreePolicy,
     LongRunPolicy,
     budget_curve,
     caddtree,
     exhaustive_budget_tree,
     first_non_increase,
+    longrun_budget,
     longrun_tree,
     path_probabilities,
     prefix_tree,
 )
-from .chain import chain
-from .ddtree import ddtree, ddtree_with_mask
+from ._chain import chain
+from ._ddtree import ddtree, ddtree_with_mask
+from ._tsubame import tsubame, tsubame_shape
 from .draft import MATCHING_RULES, Draft
 from .dynamic import dynamic_tree
 from .sampled import (
@@ -34,10 +41,10 @@ from .sampled import (
     sampled_chain,
     tempered,
 )
-from .tsubame import tsubame, tsubame_shape
 
 __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
            "budget_curve", "caddtree", "chain", "ddtree", "ddtree_with_mask", "dynamic_tree",
            "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
-           "k_ary_shape", "longrun_tree", "marginal_proposal", "path_probabilities",
-           "prefix_tree", "sampled_chain", "tempered", "tsubame", "tsubame_shape"]
+           "k_ary_shape", "longrun_budget", "longrun_tree", "marginal_proposal",
+           "path_probabilities", "prefix_tree", "sampled_chain", "tempered", "tsubame",
+           "tsubame_shape"]

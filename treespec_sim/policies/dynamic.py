@@ -18,7 +18,7 @@ import numpy as np
 
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q, check_positive_int, check_root_token
-from .ddtree import ranked_candidates
+from ._ddtree import ranked_candidates
 
 __all__ = ["dynamic_tree"]
 

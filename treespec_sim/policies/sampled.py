@@ -32,7 +32,7 @@ sweeps run) and everything is float64.
 Laws are prepared once per distinct law: a DFlash marginal (:class:`MarginalProposal`) ignores
 the parent, so one law per *depth* that has inner nodes; a conditional :data:`ProposalFn` is a
 function of ``(depth, parent_token)``, so one law per distinct pair. The draft's proposal is a
-:class:`~treespec_sim.policies.draft.ProposalRows` over those laws (never an ``(n+1, V)`` array).
+:class:`~treespec_sim.proposal.ProposalRows` over those laws (never an ``(n+1, V)`` array).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import numpy as np
 from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ..validation import check_budget, check_root_token
+from ..verify import SCHEMES
 from .draft import MATCHING_RULES, Draft, ProposalRows
 
 __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "PreparedLaw",
@@ -60,7 +61,9 @@ __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "P
 #: function of its arguments (the fill calls it once per distinct pair).
 ProposalFn = Callable[[int, int], np.ndarray]
 
-SAMPLING_SCHEMES = ("iid", "without_replacement", "greedy")
+#: The schemes a sampled builder draws with: the verifier rule table's schemes that draw
+#: (:data:`treespec_sim.verify.SCHEMES`).
+SAMPLING_SCHEMES = tuple(s for s in SCHEMES if s != "deterministic")
 
 
 # ----------------------------------------------------------------------------- one law
@@ -426,7 +429,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     -------
     SampledDraft
         The tree (children in draw order, nodes numbered breadth-first), the exact proposal as
-        :class:`~treespec_sim.policies.draft.ProposalRows` (each distinct law once; zero rows
+        :class:`~treespec_sim.proposal.ProposalRows` (each distinct law once; zero rows
         for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
         temperature.
     """

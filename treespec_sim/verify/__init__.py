@@ -56,24 +56,57 @@ from .rrs import check_proposal, rrs_expected_length, rrs_round_law, rrs_sample
 from .tev import tev_sample
 from .traversal import traversal_expected_length, traversal_round_law, traversal_sample
 
-__all__ = ["RULES", "Outcome", "VerifierRule", "expected_length", "verify"]
+__all__ = ["MATCHING_RULES", "RULES", "SCHEMES", "SCHEME_FOR_RULE", "Outcome", "VerifierRule",
+           "expected_length", "verify"]
+
+
+#: The ways a tree's tokens can be chosen: ``"deterministic"`` (chosen, not drawn: any
+#: deterministic builder, and the ``T = 0`` top-k fill of a sampled one), i.i.d. draws,
+#: sequential draws without replacement in node order, and Greedy drafts (the top ``k-1``
+#: tokens and one draw). A rule lists the schemes whose draws it is exact for (condition C4 of
+#: ``docs/theory/tsubame.md``).
+SCHEMES = ("deterministic", "iid", "without_replacement", "greedy")
 
 
 @dataclass(frozen=True)
 class VerifierRule:
-    """A verification rule: how to sample one round and how to compute its exact E[tau]."""
+    """A verification rule: the draws it is exact for, how to sample one round and how to
+    compute its exact E[tau]."""
 
     name: str
+    #: The drawing schemes (:data:`SCHEMES`) this rule is exact for; the first is the one a
+    #: sampled builder that picks its scheme from the rule draws with.
+    schemes: tuple[str, ...]
     #: ``sample(tree, oracle, rng, proposal) -> Outcome`` (proposal None for deterministic)
     sample: Callable[..., Outcome]
     #: ``expected_length(tree, oracle, proposal) -> float``
     expected_length: Callable[..., float]
-    needs_proposal: bool
     description: str
-    without_replacement: bool = False
     #: ``round_law(tree, oracle, proposal) -> {emitted tokens: probability}``, exact, for the
     #: sampled-tree rules (the deterministic rules' laws live in ``proofs_check.enumerate``)
     round_law: Callable[..., dict[tuple[int, ...], float]] | None = None
+    #: The rule this one is a variant of (``"univer-guided"`` and ``"univer-fixed"`` of
+    #: ``"univer"``); None for a rule of its own.
+    variant_of: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.schemes if s not in SCHEMES]
+        if bad or not self.schemes or (
+                "deterministic" in self.schemes and len(self.schemes) > 1):
+            raise ValueError(f"rule {self.name!r}: schemes must be a non-empty tuple of "
+                             f"{', '.join(SCHEMES)} ('deterministic' alone); "
+                             f"got {self.schemes!r}")
+
+    @property
+    def needs_proposal(self) -> bool:
+        """Whether the rule verifies drawn tokens (and so needs the proposal rows)."""
+        return self.schemes != ("deterministic",)
+
+    @property
+    def without_replacement(self) -> bool:
+        """Whether the rule verifies sequential draws without replacement (each later
+        sibling's law is renormalised off the earlier ones)."""
+        return "without_replacement" in self.schemes
 
 
 def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> float:
@@ -81,7 +114,9 @@ def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> fl
     return float(np.dot(w, 1.0 + tree.depth))
 
 
-def _rrs_rule(name: str, without_replacement: bool, description: str) -> VerifierRule:
+def _rrs_rule(name: str, scheme: str, description: str) -> VerifierRule:
+    without_replacement = scheme == "without_replacement"
+
     def sample(tree, oracle, rng, proposal):
         return rrs_sample(tree, oracle, rng, proposal, without_replacement=without_replacement)
 
@@ -92,10 +127,11 @@ def _rrs_rule(name: str, without_replacement: bool, description: str) -> Verifie
     def law(tree, oracle, proposal):
         return rrs_round_law(tree, oracle, proposal, without_replacement=without_replacement)
 
-    return VerifierRule(name, sample, length, True, description, without_replacement, law)
+    return VerifierRule(name, (scheme,), sample, length, description, law)
 
 
-def _scaled_rule(name: str, description: str) -> VerifierRule:
+def _scaled_rule(name: str, description: str, schemes=("without_replacement",),
+                 variant_of: str | None = None) -> VerifierRule:
     def sample(tree, oracle, rng, proposal):
         return traversal_sample(tree, oracle, rng, proposal, step=name)
 
@@ -105,29 +141,40 @@ def _scaled_rule(name: str, description: str) -> VerifierRule:
     def law(tree, oracle, proposal):
         return traversal_round_law(tree, oracle, proposal, step=name)
 
-    return VerifierRule(name, sample, length, True, description, True, law)
+    return VerifierRule(name, schemes, sample, length, description, law, variant_of)
 
 
-#: Known rules by name.
-RULES: dict[str, VerifierRule] = {
-    "follow": VerifierRule("follow", lambda t, o, rng, _p: follow_sample(t, o, rng),
-                           _exit_law_length, False,
-                           "predraw-and-follow (DDTree); deterministic trees"),
-    "tev": VerifierRule("tev", lambda t, o, rng, _p: tev_sample(t, o, rng),
-                        _exit_law_length, False,
-                        "exit-law sampling + residual bonus (TEV); deterministic trees"),
-    "rrs": _rrs_rule("rrs", False, "recursive rejection sampling, i.i.d. siblings (SpecInfer)"),
-    "rrsw": _rrs_rule("rrsw", True, "recursive rejection sampling without replacement (RSD)"),
-    "traversal": _scaled_rule("traversal", "Traversal verification: post-order, prefix "
-                              "acceptance weights (Weng et al. 2025)"),
-    "univer": _scaled_rule("univer", "UniVer (reconstruction), safe: exact best horizontal "
-                           "step where all children are leaves, Traversal elsewhere; >= "
-                           "Traversal"),
-    "univer-guided": _scaled_rule("univer-guided", "UniVer (reconstruction), value-guided step "
-                                  "at every node (weights = subtree sizes); no guarantee"),
-    "univer-fixed": _scaled_rule("univer-fixed", "UniVer (reconstruction), conditional step at "
-                                 "every node (Greedy plan given earlier draws)"),
-}
+#: The one rule table: every rule by name, with the drawing schemes it is exact for.
+#: :data:`MATCHING_RULES` and :data:`SCHEME_FOR_RULE` are read off it.
+RULES: dict[str, VerifierRule] = {r.name: r for r in (
+    VerifierRule("follow", ("deterministic",), lambda t, o, rng, _p: follow_sample(t, o, rng),
+                 _exit_law_length, "predraw-and-follow (DDTree); deterministic trees"),
+    VerifierRule("tev", ("deterministic",), lambda t, o, rng, _p: tev_sample(t, o, rng),
+                 _exit_law_length,
+                 "exit-law sampling + residual bonus (TEV); deterministic trees"),
+    _rrs_rule("rrs", "iid", "recursive rejection sampling, i.i.d. siblings (SpecInfer)"),
+    _rrs_rule("rrsw", "without_replacement",
+              "recursive rejection sampling without replacement (RSD)"),
+    _scaled_rule("traversal", "Traversal verification: post-order, prefix acceptance weights "
+                 "(Weng et al. 2025)"),
+    _scaled_rule("univer", "UniVer (reconstruction), safe: exact best horizontal step where "
+                 "all children are leaves, Traversal elsewhere; >= Traversal"),
+    _scaled_rule("univer-guided", "UniVer (reconstruction), value-guided step at every node "
+                 "(weights = subtree sizes); no guarantee", variant_of="univer"),
+    _scaled_rule("univer-fixed", "UniVer (reconstruction), conditional step at every node "
+                 "(Greedy plan given earlier draws)", ("without_replacement", "greedy"),
+                 variant_of="univer"),
+)}
+
+#: Scheme -> the rules exact for its draws, in table order (derived from :data:`RULES`).
+MATCHING_RULES: dict[str, tuple[str, ...]] = {
+    scheme: tuple(name for name, r in RULES.items() if scheme in r.schemes)
+    for scheme in SCHEMES}
+
+#: Sampled-tree rule -> the scheme a builder that picks its draws from the rule draws with
+#: (the rule's first scheme; derived from :data:`RULES`).
+SCHEME_FOR_RULE: dict[str, str] = {name: r.schemes[0] for name, r in RULES.items()
+                                   if r.needs_proposal}
 
 
 def _rule(rule: str, proposal) -> VerifierRule:
@@ -157,7 +204,7 @@ def verify(tree: DraftTree, target_rows, *, rule: str, rng: np.random.Generator,
     rng : numpy.random.Generator
     proposal : ndarray float64 (n+1, V) or ProposalRows, optional
         For sampled trees: row ``v`` = the law ``v``'s children were drawn from (a sampled
-        builder's :class:`~treespec_sim.policies.draft.ProposalRows` is read row by row, never
+        builder's :class:`~treespec_sim.proposal.ProposalRows` is read row by row, never
         densified).
 
     Returns

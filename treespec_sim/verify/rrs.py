@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._sampling import sample_categorical
-from ..policies.draft import ProposalRows
+from ..proposal import ProposalRows
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from ..validation import as_float_array, row_sum_tolerance
@@ -45,7 +45,7 @@ def check_proposal(proposal, tree: DraftTree, *, without_replacement: bool
     input dtype's tolerance, :data:`treespec_sim.validation.ROW_SUM_TOL_BY_DTYPE`; renormalised
     in float64), and every child's token must have positive proposal mass.
 
-    A :class:`~treespec_sim.policies.draft.ProposalRows` (what sampled builders return) is
+    A :class:`~treespec_sim.proposal.ProposalRows` (what sampled builders return) is
     checked law by law -- each distinct law once, not once per node -- and returned as a
     ``ProposalRows`` (renormalised laws replaced), never densified: the verifiers read it row by
     row. The same conditions raise the same messages, naming the first inner node that reads

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .._sampling import sample_categorical
-from ..policies.draft import ProposalRows
+from ..proposal import ProposalRows
 from ..rows import TargetOracle
 from ..tree import DraftTree
 from .outcome import Outcome

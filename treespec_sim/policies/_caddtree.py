@@ -41,9 +41,9 @@ import numpy as np
 from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q, check_root_token
-from .ddtree import build_nodes as _ddtree_build
-from .ddtree import ddtree
-from .ddtree import trusted_tree as _ddtree_tree
+from ._ddtree import build_nodes as _ddtree_build
+from ._ddtree import ddtree
+from ._ddtree import trusted_tree as _ddtree_tree
 
 __all__ = [
     "BudgetCurve",

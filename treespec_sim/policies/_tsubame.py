@@ -29,7 +29,7 @@ import numpy as np
 
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q
-from .ddtree import ddtree
+from ._ddtree import ddtree
 from .sampled import ProposalFn, SampledDraft, fill_tree, marginal_proposal
 
 __all__ = ["PLANNERS", "tsubame", "tsubame_shape"]
@@ -85,7 +85,7 @@ def tsubame(log_q, budget: int, *, rng: np.random.Generator, scheme: str = "with
     Returns
     -------
     SampledDraft
-        Tree, exact proposal rows (a :class:`~treespec_sim.policies.draft.ProposalRows` with
+        Tree, exact proposal rows (a :class:`~treespec_sim.proposal.ProposalRows` with
         one law per depth for the default marginal proposal, per ``(depth, parent token)`` for
         a conditional one; None at ``T = 0``), scheme and temperature; its
         ``verify``/``expected_length`` refuse a rule that does not match the draws.
