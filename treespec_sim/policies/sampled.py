@@ -47,7 +47,7 @@ import numpy as np
 
 from ..marginals import LazyLogMarginals
 from ..tree import DraftTree
-from ..validation import check_budget, check_root_token
+from ..validation import check_budget, check_root_token, check_temperature
 from ..verify import SCHEMES
 from .draft import MATCHING_RULES, Draft, ProposalRows
 
@@ -299,21 +299,13 @@ def tempered(row, temperature: float) -> np.ndarray:
     ``temperature`` must be ``> 0``: at ``T = 0`` sampling is the argmax, which is not a law a
     ratio verifier can use (sampled policies switch to deterministic top-k tokens there).
     """
-    t = _check_positive_temperature(temperature)
+    t = check_temperature(temperature, positive=True)
     q = np.asarray(row, dtype=np.float64)
     if t == 1.0:
         return q / q.sum()
     with np.errstate(divide="ignore"):
         z = np.log(q)
     return _softmax_inplace(z, t)
-
-
-def _check_positive_temperature(temperature: float) -> float:
-    t = float(temperature)
-    if not (t > 0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be finite and > 0 to temper a proposal; got "
-                         f"{temperature!r}")
-    return t
 
 
 def _softmax_inplace(z: np.ndarray, t: float) -> np.ndarray:
@@ -351,7 +343,7 @@ class MarginalProposal:
 
     def law(self, depth: int, temperature: float = 1.0) -> np.ndarray:
         """``softmax(log_q[depth - 1] / T)``: float64 (V,), read-only, cached per (depth, T)."""
-        t = _check_positive_temperature(temperature)
+        t = check_temperature(temperature, positive=True)
         key = (int(depth), t)
         q = self._laws.get(key)
         if q is None:
