@@ -240,6 +240,24 @@ fail_p:
 #define STEP_ARGS const Sell *s, const double *nu, double add, double scale, double shift, \
     int has_eta, double *h, double *nu_out
 
+/* a slice's eight sums -> h and nu_out, each step its own rounding (numpy's order above) */
+static inline void finish_slice(const Sell *s, Py_ssize_t sl, const double *acc, double add,
+                                double scale, double shift, int has_eta, double *h,
+                                double *nu_out) {
+    for (int l = 0; l < LANES; l++) {
+        Py_ssize_t slot = sl * LANES + l;
+        int64_t i = s->perm[slot];
+        if (i < 0) continue;
+        double r = acc[l] + add;
+        if (has_eta) {
+            r = r * scale;
+            r = r + shift;
+        }
+        h[i] = r;
+        nu_out[i] = s->w_cls[slot] * r;
+    }
+}
+
 static void step_generic(STEP_ARGS) {
     for (Py_ssize_t sl = 0; sl < s->n_slices; sl++) {
         const int32_t *len = s->len + sl * LANES;
@@ -250,18 +268,7 @@ static void step_generic(STEP_ARGS) {
         for (int64_t j = 0; j < width; j++)
             for (int l = 0; l < LANES && j < len[l]; l++)
                 acc[l] += val[j * LANES + l] * nu[col[j * LANES + l]];
-        for (int l = 0; l < LANES; l++) {
-            Py_ssize_t slot = sl * LANES + l;
-            int64_t i = s->perm[slot];
-            if (i < 0) continue;
-            double r = acc[l] + add;
-            if (has_eta) {
-                r = r * scale;
-                r = r + shift;
-            }
-            h[i] = r;
-            nu_out[i] = s->w_cls[slot] * r;
-        }
+        finish_slice(s, sl, acc, add, scale, shift, has_eta, h, nu_out);
     }
 }
 
@@ -352,18 +359,7 @@ __attribute__((target("avx2"))) static void step_avx2(STEP_ARGS) {
         double acc[LANES];
         _mm256_storeu_pd(acc, lo);
         _mm256_storeu_pd(acc + 4, hi);
-        for (int l = 0; l < LANES; l++) {
-            Py_ssize_t slot = sl * LANES + l;
-            int64_t i = s->perm[slot];
-            if (i < 0) continue;
-            double r = acc[l] + add;
-            if (has_eta) {
-                r = r * scale;
-                r = r + shift;
-            }
-            h[i] = r;
-            nu_out[i] = s->w_cls[slot] * r;
-        }
+        finish_slice(s, sl, acc, add, scale, shift, has_eta, h, nu_out);
     }
 }
 #endif
