@@ -27,8 +27,11 @@ sweep: $(VENV)/.stamp-core
 	$(BIN)/python -m treespec_sim.sweep --workers 2 $(ARGS)
 
 ## Install what the tests need and run the whole suite.
+# One BLAS/OpenMP thread per test worker: two workers on two cores gain nothing from more, and
+# one CI run (2026-12-01) sat 18 minutes in a futex wait of a worker holding the BLAS and torch
+# thread pools (not reproduced; the suite then takes the same 2.5 minutes either way).
 test: $(VENV)/.stamp-test
-	$(BIN)/python -m pytest -n 2 -q $(ARGS)
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q $(ARGS)
 	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate --quick
 
 ## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
