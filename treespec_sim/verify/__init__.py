@@ -50,6 +50,7 @@ import numpy as np
 from ..exits import exit_law
 from ..rows import TargetOracle, as_oracle
 from ..tree import DraftTree
+from ..validation import check_rng
 from .follow import follow_sample
 from .outcome import Outcome
 from .rrs import check_proposal, rrs_expected_length, rrs_round_law, rrs_sample
@@ -212,8 +213,7 @@ def verify(tree: DraftTree, target_rows, *, rule: str, rng: np.random.Generator,
     Outcome
     """
     spec = _rule(rule, proposal)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    check_rng(rng)
     oracle = as_oracle(target_rows, tree)
     return spec.sample(tree, oracle, rng, _proposal(spec, proposal, tree))
 
