@@ -39,6 +39,9 @@ def test_ratio_ci_pairs_the_columns():
     assert hi0 - lo0 > 100 * (hi - lo)          # each column varies; their paired ratio does not
 
 
-def test_mean_ci_of_units_and_errors():
+def test_mean_ci_is_the_t_interval():
     ci = mean_ci(np.r_[1.0, 2.0, 3.0])
-    assert ci.low < 2.0 < ci.high and ci.mean == 2.0
+    # mean 2, s.e. 1/sqrt(3), t quantile with 2 degrees of freedom 4.303
+    assert ci.mean == 2.0
+    assert ci.high - 2.0 == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
+    assert 2.0 - ci.low == pytest.approx(ci.high - 2.0)
