@@ -51,7 +51,7 @@ def test_register_refuses_an_incomplete_or_clashing_family():
 
     class Clash:
         name, grid, figures, preset_note = "ddtree", caddtree.grid, {}, ""
-        run = tables = claims = preset = staticmethod(lambda *a: None)
+        run = tables = claims = console_rows = preset = staticmethod(lambda *a: None)
 
     with pytest.raises(ValueError, match="its grid's family is 'caddtree'"):
         register(Clash())
@@ -136,6 +136,56 @@ def test_ddtree_claim_holds_is_undecided_and_fails():
     assert c.verdict == "undecided"
     (c,) = ddtree.claims(_ddtree("a", 0.0, 4.0, 6.0) + _ddtree("b", 0.0, 5.0, 4.0))
     assert c.verdict == "does not hold" and c.scope == "b, T = 0"
+
+
+def test_ddtree_claim_reads_the_paired_difference_when_rows_carry_it():
+    rows = _ddtree("a", 0.0, 4.0, 4.1)            # unpaired: undecided (see above)
+    rows[1].update(baseline="chain", diff_to_baseline=0.1, diff_ci_low=0.05, diff_ci_high=0.15,
+                   diff_contexts=64)
+    (c,) = ddtree.claims(rows)
+    assert c.verdict == "holds" and (c.low, c.high) == (0.05, 0.15)
+    assert c.reason.startswith("paired 95% t-intervals")
+
+
+def test_ddtree_rows_pair_each_tree_with_the_chain_on_the_same_contexts():
+    from treespec_sim.engine import run_round
+    from treespec_sim.families.base import RunSettings, shares, world_for
+    from treespec_sim.stats import mean_ci
+
+    g = ddtree.DDTreeGrid(("tiny",), budgets=(2, 4), temperatures=(0.0,), rounds=6, worlds=2)
+    (cell,) = g.cells()
+    settings = RunSettings(seed=3)
+    rows = {(r["method"], r["budget"]): r for r in ddtree.run(cell, settings)}
+    diffs = {2: [], 4: []}
+    for share in shares(cell, settings):          # the contexts, drawn again by hand
+        world, rng = world_for("tiny", share.seed), ddtree.cell_rng(share.seed, cell)
+        for _ in range(share.rounds):
+            ctx = world.sample_context(rng)
+            kw = {"rule": "follow", "temperature": 0.0, "rng": rng, "sample": False}
+            chain = run_round(world, ctx, method="chain", **kw).expected_tau
+            for b in diffs:
+                diffs[b].append(run_round(world, ctx, method="ddtree", budget=b,
+                                          **kw).expected_tau - chain)
+    for b, d in diffs.items():
+        r, want = rows[("ddtree", b)], mean_ci(np.array(d))
+        assert r["baseline"] == "chain" and r["diff_contexts"] == 6
+        assert (r["diff_to_baseline"], r["diff_ci_low"], r["diff_ci_high"]) == pytest.approx(
+            (want.mean, want.low, want.high), rel=1e-12)
+    assert "diff_to_baseline" not in next(r for (m, _), r in rows.items() if m == "chain")
+
+
+def test_the_console_shows_each_family_headline_rows(capsys):
+    from treespec_sim.sweep import print_table
+
+    rows = [*_ddtree("a", 0.0, 4.0, 6.0), dict(_ddtree("a", 0.0, 4.0, 6.0)[1], budget=16)]
+    for r in rows:
+        r.update(verifier="follow", throughput_tok_s=100.0, cost_model="h200-qwen3-8b")
+    print_table(rows)
+    out = capsys.readouterr().out
+    lines = [ln for ln in out[out.index("headline rows"):].splitlines() if "│ ddtree" in ln]
+    budgets = [[c.strip() for c in ln.split("│")][6] for ln in lines]
+    assert sorted(budgets) == ["15", "64"]        # the chain and B = 64, not B = 16
+    assert all("h200-qwen3-8b (estimate)" in ln for ln in lines)
 
 
 def _caddtree(rel, lo, hi, cost="h200-qwen3-8b"):
@@ -326,6 +376,10 @@ def _draw(rows, path):
 
 
 figures = {"toy_tau.png": FigureSpec("the toy family's τ", _draw)}
+
+
+def console_rows(rows):
+    return rows
 
 
 def preset(which):

@@ -77,6 +77,7 @@ from . import __version__
 from .cli import OneLineParser, add_debug
 from .cost import get_cost_model, record_extrapolation
 from .families import COLUMNS, FAMILIES, Cell, Claim, RunSettings, all_claims, run_cell
+from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode
 from .report import findings_lines, summary_markdown, write_figures
 
@@ -811,28 +812,28 @@ def print_findings(claims: Sequence[Claim]) -> None:
 
 
 def print_table(rows: Sequence[dict]) -> None:
-    """The findings, then the first rows of every family as a table."""
+    """The findings, then each family's headline rows (``console_rows``) as one table."""
     from rich.console import Console
     from rich.table import Table
 
     print_findings(all_claims(rows))
-    table = Table(title="treespec sweep (first rows per family; all in results.csv)")
-    for col in ("family", "regime", "method", "verifier", "T", "B", "tau", "tok/s",
-                "cost model"):
+    table = Table(title="treespec sweep: each family's headline rows (every row in results.csv;"
+                        " tok/s modelled, the cost model says measured or estimate)")
+    for col in ("family", "regime", "method", "verifier", "T", "B", "tau", "95% interval",
+                "tok/s", "cost model"):
         table.add_column(col, justify="left" if col in ("family", "regime", "method",
                                                          "verifier", "cost model") else "right")
-    shown: dict[str, int] = {}
-    for r in rows:
-        fam = r.get("family", "")
-        shown[fam] = shown.get(fam, 0) + 1
-        if shown[fam] > 12:
-            continue
-        thr = r.get("throughput_tok_s")
-        table.add_row(fam, r["regime"], r["method"], str(r.get("verifier", "")),
-                      f"{r['temperature']:g}", str(r.get("budget", "")),
-                      f"{r['tau_mean']:.3f}", f"{thr:.0f}" if thr else "",
-                      str(r.get("cost_model", "")) if thr else "")
-    Console(width=130).print(table)
+    for family in FAMILIES.values():
+        sub = [r for r in rows if r.get("family") == family.name]
+        for r in family.console_rows(sub) if sub else []:
+            thr = r.get("throughput_tok_s")
+            ci = (f"[{r['tau_ci_low']:.2f}, {r['tau_ci_high']:.2f}]"
+                  if not missing(r.get("tau_ci_low")) else "")
+            table.add_row(family.name, r["regime"], r["method"], str(r.get("verifier", "")),
+                          f"{r['temperature']:g}", str(r.get("budget", "")),
+                          f"{r['tau_mean']:.3f}", ci, f"{thr:.0f}" if thr else "",
+                          cost_label(str(r["cost_model"])) if thr else "")
+    Console(width=150).print(table)
 
 
 # ----------------------------------------------------------------------------------- CLI

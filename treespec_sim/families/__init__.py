@@ -72,7 +72,8 @@ def register(family: Family) -> Family:
     """
     if not isinstance(family, Family):
         missing = [a for a in ("name", "grid", "figures", "preset_note", "run", "tables",
-                               "claims", "preset") if not hasattr(family, a)]
+                               "claims", "console_rows", "preset")
+                   if not hasattr(family, a)]
         raise ValueError(f"family {getattr(family, '__name__', family)!r} lacks "
                          f"{', '.join(missing)} (see treespec_sim.families.Family)")
     if getattr(family.grid, "family", None) != family.name:

@@ -63,7 +63,8 @@ COLUMNS = (
     "lost_uncovered", "lost_budget", "lost_depth_cap",
     "rel_to_baseline", "rel_ci_low", "rel_ci_high", "rel_world_means", "rel_world_ci_low",
     "rel_world_ci_high", "baseline", "rel_traversal", "rel_traversal_ci_low",
-    "rel_traversal_ci_high", "wall_s",
+    "rel_traversal_ci_high", "diff_to_baseline", "diff_ci_low", "diff_ci_high",
+    "diff_contexts", "wall_s",
 )
 
 #: Calibrated regimes (``docs/results/calibration.md``); the presets use those installed.
@@ -379,6 +380,9 @@ class Family(Protocol):
 
     def claims(self, rows: list[dict]) -> list[Claim]:
         """Its headline claims, one per claim, measured on ``rows``."""
+
+    def console_rows(self, rows: list[dict]) -> list[dict]:
+        """The few of its rows the console table shows (the rest are in ``results.csv``)."""
 
     def preset(self, name: str):
         """Its grid in the sweep preset ``name`` (``"paper"``, ``"quick"``, its own name);

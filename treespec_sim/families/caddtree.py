@@ -90,6 +90,7 @@ __all__ = [
     "chosen_budgets",
     "claims",
     "collect",
+    "console_rows",
     "evaluate",
     "figures",
     "grid",
@@ -557,3 +558,8 @@ def preset(which: str) -> CaDDTreeGrid | None:
         return CaDDTreeGrid(regimes, cost_models=("a800-qwen3-8b", "h200-qwen3-8b",
                                                   "tiled-illustrative"), rounds=256)
     return None
+
+
+def console_rows(rows: list[dict]) -> list[dict]:
+    """CaDDTree and DDTree at the oracle budget in every (regime, T, cost model)."""
+    return [r for r in rows if r["method"] in ("caddtree", "ddtree-oracle")]

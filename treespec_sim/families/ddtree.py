@@ -52,15 +52,30 @@ from .render import (
     counts,
     figure_grid,
     figure_legend,
+    missing,
     pooled,
     save_figure,
     worlds_label,
 )
 from .render import interval_label as render_interval
 
-__all__ = ["CAUSES", "DDTreeGrid", "cell_rng", "claims", "figures", "grid", "interval_label",
-           "name", "plot_lost_mass", "plot_tau_vs_budget", "preset", "preset_note", "run",
-           "tables"]
+__all__ = [
+    "CAUSES",
+    "DDTreeGrid",
+    "cell_rng",
+    "claims",
+    "console_rows",
+    "figures",
+    "grid",
+    "interval_label",
+    "name",
+    "plot_lost_mass",
+    "plot_tau_vs_budget",
+    "preset",
+    "preset_note",
+    "run",
+    "tables",
+]
 
 #: The family's name (its ``[ddtree]`` table in a config, the rows' ``family``).
 name = "ddtree"
@@ -184,6 +199,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             break
     cost = get_cost_model(settings.cost_model)
     rows = []
+    chain = tally.get(("chain", 0))
     for (m, b), t in tally.items():
         tau, size = np.array(t.tau), np.array(t.size, dtype=np.float64)
         ci = mean_ci(tau)
@@ -200,8 +216,33 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
             "exit_by_depth_cause": np.mean(t.by_depth_cause, axis=0).tolist(),
             **throughput_columns(tau, size, cost, settings.cost_model),
+            **(_paired_columns(t, chain) if chain is not None and m != "chain" else {}),
         })
     return rows
+
+
+def _paired_columns(t: _Tally, base: _Tally) -> dict:
+    """``tau - tau(chain)`` on the contexts both hold: the mean and 95% t-interval of the
+    per-context differences (:func:`treespec_sim.stats.mean_ci`), ``baseline = "chain"``.
+
+    A method group holds the first ``n`` contexts of every world's stream, in stream order
+    (:func:`_ddtree_contexts`), so the ``i``-th value of world ``w`` is the same context for
+    every label; with a precision target the chain holds more contexts than the trees, and
+    the pairs are the first ``min(n_a, n_b)`` of each world.
+    """
+    tau, world = np.asarray(t.tau), np.asarray(t.world)
+    btau, bworld = np.asarray(base.tau), np.asarray(base.world)
+    diffs = []
+    for w in np.unique(world):
+        a, c = tau[world == w], btau[bworld == w]
+        n = min(a.size, c.size)
+        diffs.append(a[:n] - c[:n])
+    d = np.concatenate(diffs) if diffs else np.zeros(0)
+    if d.size < 2:
+        return {}
+    ci = mean_ci(d)
+    return {"diff_to_baseline": ci.mean, "diff_ci_low": ci.low, "diff_ci_high": ci.high,
+            "diff_contexts": int(d.size), "baseline": "chain"}
 
 
 def _contexts_needed(g: DDTreeGrid, tally: dict, groups: list[str]) -> dict[str, list[int]]:
@@ -291,7 +332,9 @@ def tables(rows: list[dict]) -> list[str]:
            f"Per regime, two rows. The first: the mean and its 95% t-interval over the {n} "
            f"contexts of its {k} worlds pooled. The second (↳ {k} worlds): the 95% t-interval "
            f"over the {k} per-world means (k − 1 degrees of freedom), then those means in "
-           "parentheses; the chain shows its means only.", ""]
+           "parentheses; the chain shows its means only. The third (↳ − chain, paired): "
+           "DDTree's E[τ] minus the chain's on the contexts both hold, with the paired 95% "
+           "t-interval.", ""]
     temps = sorted({r["temperature"] for r in rows})
     budgets = sorted({r["budget"] for r in rows if r["method"] != "chain"})
     for t in temps:
@@ -320,6 +363,9 @@ def tables(rows: list[dict]) -> list[str]:
                 worlds += [between_worlds(dd[b]) if b in dd else "—" for b in budgets]
                 n = len(next(r["tau_world_means"] for r in rr if r.get("tau_world_means")))
                 out.append(f"| ↳ {n} world{'s' * (n > 1)} | " + " | ".join(worlds) + " | |")
+            if any(not missing(r.get("diff_to_baseline")) for r in dd.values()):
+                gains = ["0"] + [_gain_text(dd.get(b)) for b in budgets]
+                out.append("| ↳ − chain, paired | " + " | ".join(gains) + " | |")
         out.append("")
     out += ["Where target mass is lost (exit law, DDTree; fractions of a round's target "
             "continuations that leave the tree at an inner node = uncovered, at a leaf below "
@@ -335,6 +381,13 @@ def tables(rows: list[dict]) -> list[str]:
     return [*out, ""]
 
 
+def _gain_text(r: dict | None) -> str:
+    """``"+2.31 [+2.20, +2.42]"``: a row's paired difference to the chain, or ``"—"``."""
+    if r is None or missing(r.get("diff_to_baseline")):
+        return "—"
+    return f"{r['diff_to_baseline']:+.2f} [{r['diff_ci_low']:+.2f}, {r['diff_ci_high']:+.2f}]"
+
+
 #: Exit causes as the figures spell them out (keys: the row columns ``lost_<cause>``).
 CAUSES = {
     "uncovered": ("uncovered", "the target chose a token none of the node's children carry",
@@ -344,39 +397,49 @@ CAUSES = {
     "depth_cap": ("depth cap", "exit at a leaf at the drafter's depth L", "tab:gray"),
 }
 def plot_tau_vs_budget(rows: list[dict], path: Path) -> None:
-    """Exact E[τ] vs budget per regime: DDTree (and dynamic) lines with interval bands per
-    temperature, the chain as a dotted level; one legend for the figure."""
+    """What the tree gains over the chain, by budget: per regime, the paired difference
+    ``E[tau](DDTree at B) - E[tau](chain)`` on the same contexts (:func:`_paired_columns`)
+    with its paired 95% t-interval as a band, per temperature (the dynamic tree dashed); the
+    chain is the line at 0 and its own E[tau] is in the panel's title. Rows without paired
+    differences (cells of an earlier release) are left out. One legend for the figure."""
     from matplotlib.patches import Patch
 
-    regimes = list(dict.fromkeys(r["regime"] for r in rows))
+    paired = [r for r in rows if r.get("baseline") == "chain"
+              and not missing(r.get("diff_to_baseline"))]
+    regimes = list(dict.fromkeys(r["regime"] for r in paired)) or ["—"]
     temps = sorted({r["temperature"] for r in rows})
     colors = {t: f"C{i}" for i, t in enumerate(temps)}
     fig, axes = figure_grid(len(regimes))
     handles: dict[str, object] = {}
     for ax, regime in zip(axes, regimes, strict=True):
+        levels = []
         for t in temps:
             c = colors[t]
             for m, style in (("ddtree", "-"), ("dynamic", "--")):
-                pts = sorted((r for r in rows if r["regime"] == regime and r["method"] == m
+                pts = sorted((r for r in paired if r["regime"] == regime and r["method"] == m
                               and r["temperature"] == t), key=lambda r: r["budget"])
                 if not pts:
                     continue
                 x = [r["budget"] for r in pts]
-                line, = ax.plot(x, [r["tau_mean"] for r in pts], style, color=c, marker="o",
-                                ms=3)
-                handles.setdefault(f"{m}, T = {t:g}", line)
-                ax.fill_between(x, [r["tau_ci_low"] for r in pts],
-                                [r["tau_ci_high"] for r in pts], color=c, alpha=0.2, lw=0)
-            for r in rows:
-                if r["regime"] == regime and r["method"] == "chain" and r["temperature"] == t:
-                    line = ax.axhline(r["tau_mean"], ls=":", color=c)
-                    handles.setdefault(f"chain (L = {r['budget']} nodes), T = {t:g}", line)
-        budget_axis(ax, [r["budget"] for r in rows if r["method"] != "chain"])
-        ax.set_title(regime, fontsize=10)
-        ax.set_ylabel("E[τ] (tokens per round)")
+                line, = ax.plot(x, [r["diff_to_baseline"] for r in pts], style, color=c,
+                                marker="o", ms=3)
+                handles.setdefault(f"{m} − chain, T = {t:g}", line)
+                ax.fill_between(x, [r["diff_ci_low"] for r in pts],
+                                [r["diff_ci_high"] for r in pts], color=c, alpha=0.25, lw=0)
+            levels += [f"{r['tau_mean']:.2f} (T = {t:g})" for r in rows
+                       if r["regime"] == regime and r["method"] == "chain"
+                       and r["temperature"] == t]
+        ax.axhline(0.0, color="k", lw=0.8)
+        budget_axis(ax, [r["budget"] for r in paired])
+        ax.set_title(f"{regime}\nchain E[τ] = {', '.join(levels) or '—'}", fontsize=9)
+        ax.set_ylabel("Δ E[τ] vs the chain (tokens/round)")
         ax.grid(alpha=0.3)
-    handles["shaded: " + interval_label(rows)] = Patch(color="0.5", alpha=0.3)
-    figure_legend(fig, list(handles.values()), list(handles))
+    n = "/".join(sorted({str(int(r["diff_contexts"])) for r in paired})) or "the"
+    handles["shaded: paired 95% t-interval"] = Patch(color="0.5", alpha=0.3)
+    figure_legend(fig, list(handles.values()), list(handles),
+                  title="exact E[τ] of the tree minus the chain's on the same contexts "
+                        f"(chain: L nodes; 0 = the chain); intervals over {n} shared "
+                        f"contexts{pooled(paired)}")
     save_figure(fig, path)
 
 
@@ -456,7 +519,8 @@ def interval_label(rows: list[dict]) -> str:
 
 #: File name -> figure.
 figures = {
-    "tau_vs_budget.png": FigureSpec("τ vs budget", plot_tau_vs_budget),
+    "tau_vs_budget.png": FigureSpec("DDTree's gain over the chain vs budget (paired)",
+                                    plot_tau_vs_budget),
     "lost_mass_by_depth.png": FigureSpec("where target mass is lost (by depth and cause)",
                                          plot_lost_mass),
 }
@@ -468,41 +532,48 @@ CLAIM = "DDTree's tree (B = {b}) accepts more tokens per round than the chain"
 THEORY_PAGE = "[ddtree_surrogate.md](docs/theory/ddtree_surrogate.md#statements)"
 
 
-def _difference(dd: dict, chain: dict) -> tuple[float, float, float]:
-    """``tau(dd) - tau(chain)`` and a 95% interval from the two rows' t-intervals.
+def _difference(dd: dict, chain: dict) -> tuple[float, float, float, bool]:
+    """``tau(dd) - tau(chain)``, a 95% interval, and whether the interval is paired.
 
-    The rows carry means and intervals, not per-context values, and with a precision target
-    the two methods hold different numbers of contexts; the half-widths are added in
-    quadrature, as for independent samples. The contexts are shared (positively correlated
-    values), so this interval is wider than the paired one would be: conservative.
+    Rows of this release carry the paired difference over the contexts both methods hold
+    (``diff_to_baseline``, :func:`_paired_columns`). Rows without it (a run resumed from
+    cells of an earlier release) carry means and intervals only; then the half-widths are
+    added in quadrature, as for independent samples -- the contexts are shared (positively
+    correlated values), so that interval is wider than the paired one: conservative.
     """
+    if not missing(dd.get("diff_to_baseline")) and dd.get("baseline") == "chain":
+        return (float(dd["diff_to_baseline"]), float(dd["diff_ci_low"]),
+                float(dd["diff_ci_high"]), True)
     d = float(dd["tau_mean"]) - float(chain["tau_mean"])
     half = math.hypot((float(dd["tau_ci_high"]) - float(dd["tau_ci_low"])) / 2,
                       (float(chain["tau_ci_high"]) - float(chain["tau_ci_low"])) / 2)
-    return d, d - half, d + half
+    return d, d - half, d + half, False
 
 
 def claims(rows: list[dict]) -> list[Claim]:
     """DDTree at B = 64 (the grid's largest budget below it if 64 is absent) vs the chain, in
-    every (regime, T): one headline claim, the weakest cell's difference shown."""
+    every (regime, T): one headline claim, the weakest cell's paired difference shown."""
     budgets = sorted({int(r["budget"]) for r in rows if r["method"] == "ddtree"})
     if not budgets:
         return []
     b = 64 if 64 in budgets else max([x for x in budgets if x < 64] or budgets[:1])
-    evidence = []
+    evidence, all_paired = [], True
     for (regime, t) in dict.fromkeys((r["regime"], r["temperature"]) for r in rows):
         cell = [r for r in rows if (r["regime"], r["temperature"]) == (regime, t)]
         chain = next((r for r in cell if r["method"] == "chain"), None)
         dd = next((r for r in cell if r["method"] == "ddtree" and int(r["budget"]) == b), None)
         if chain is None or dd is None:
             continue
-        d, lo, hi = _difference(dd, chain)
+        d, lo, hi, paired = _difference(dd, chain)
+        all_paired &= paired
         verdict = "holds" if lo > 0 else "does not hold" if hi < 0 else "undecided"
         evidence.append(Claim(CLAIM.format(b=b), d, lo, hi, "tokens per round", verdict,
                               scope=f"{regime}, T = {float(t):g}", page=THEORY_PAGE,
                               family=name))
+    reason = ("paired 95% t-intervals over shared contexts" if all_paired
+              else "unpaired 95% intervals (rows without paired differences), conservative")
     one = headline(CLAIM.format(b=b), evidence, margin=lambda c: c.low, cells="(regime, T) cells",
-                   reason="unpaired 95% intervals, conservative")
+                   reason=reason)
     return [one] if one else []
 
 
@@ -522,3 +593,11 @@ def preset(which: str) -> DDTreeGrid | None:
         return DDTreeGrid(regimes, methods=("chain", "ddtree", "dynamic"),
                           budgets=(8, 16, 32, 64, 128, 256, 512, 1024), rounds=64)
     return None
+
+
+def console_rows(rows: list[dict]) -> list[dict]:
+    """The chain and DDTree at B = 64 (else the grid's largest budget) in every (regime, T)."""
+    budgets = sorted({int(r["budget"]) for r in rows if r["method"] == "ddtree"})
+    b = 64 if 64 in budgets else (budgets[-1] if budgets else None)
+    return [r for r in rows if r["method"] == "chain"
+            or (r["method"] == "ddtree" and int(r["budget"]) == b)]

@@ -81,6 +81,7 @@ __all__ = [
     "PairedDifference",
     "StochasticGrid",
     "claims",
+    "console_rows",
     "drafter_spec",
     "figures",
     "grid",
@@ -556,3 +557,13 @@ figures = {
     "tau_vs_temperature.png": FigureSpec("τ vs temperature: each method minus DDTree, paired",
                                          plot_tau_vs_temperature),
 }
+
+
+#: The methods the console table shows (the claims' main arms).
+CONSOLE_METHODS = ("ddtree", "sampled-chain-corrected", "tsubame-rrsw", "tsubame-univer")
+
+
+def console_rows(rows: list[dict]) -> list[dict]:
+    """DDTree, the corrected sampled chain and Tsubame at the default budget, every cell."""
+    b = default_budget(rows)
+    return [r for r in rows if r["method"] in CONSOLE_METHODS and _at_budget(r, b)]

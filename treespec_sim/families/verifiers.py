@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..cost import get_cost_model
 from ..engine import run_round
 from ..methods import METHODS
 from ..policies import k_ary_shape
@@ -46,6 +47,7 @@ from .base import (
     paper_regimes,
     pick_regimes,
     shares,
+    throughput_columns,
     world_for,
 )
 from .render import (
@@ -60,9 +62,27 @@ from .render import (
 )
 from .render import interval_label as render_interval
 
-__all__ = ["ARMS", "CLAIM_RANGE", "GainResult", "TreeSpec", "VerifierGrid", "arm_lengths",
-           "claims", "figures", "grid", "interval_label", "measure", "name", "parse_tree",
-           "plot_verifier_gains", "preset", "preset_note", "run", "tables"]
+__all__ = [
+    "ARMS",
+    "CLAIM_RANGE",
+    "GainResult",
+    "TreeSpec",
+    "VerifierGrid",
+    "arm_lengths",
+    "claims",
+    "console_rows",
+    "figures",
+    "grid",
+    "interval_label",
+    "measure",
+    "name",
+    "parse_tree",
+    "plot_verifier_gains",
+    "preset",
+    "preset_note",
+    "run",
+    "tables",
+]
 
 #: The family's name (its ``[verifiers]`` table in a config, the rows' ``family``).
 name = "verifiers"
@@ -296,6 +316,8 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
                                 temperature=cell.temperature, rounds=[s.rounds for s in parts],
                                 seeds=[s.seed for s in parts])
     rows = []
+    # every rule verifies the same tree (one size): modelled tokens/s = E[tau] / D(size)
+    cost = get_cost_model(settings.cost_model)
     name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
             else f"tsubame-rrsw[B={tree.budget}]")
     for label, method, rule in ARMS:
@@ -310,6 +332,8 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
             "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
             "tree_size_mean": float(res.budget),
+            **throughput_columns(np.array([res.mean[label]]), np.array([res.budget]), cost,
+                                 settings.cost_model),
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
             "rel_ci_high": 1.0 + gain[2],
             **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
@@ -500,3 +524,8 @@ def preset(which: str) -> VerifierGrid | None:
     if which == name:
         return VerifierGrid(regimes, shapes=("2x4", "3x3"), rounds=100)
     return None
+
+
+def console_rows(rows: list[dict]) -> list[dict]:
+    """RRSw and UniVer (the safe rule) on every tree."""
+    return [r for r in rows if r["verifier"] in ("rrsw", "univer")]
