@@ -107,7 +107,7 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     :data:`NESTED_BUDGETS`. Per-topic tables are warmed first (built once per process).
 
     Each case also runs with the drafter's numpy path (``compiled.world_kernel = None``: the
-    same floats, tests/test_cworld.py) in blocks of 10 rounds interleaved with the compiled
+    same floats, tests/sim/test_cworld.py) in blocks of 10 rounds interleaved with the compiled
     ones, so ``vs_numpy`` is a ratio measured in the same run.
     """
     world = make_world(regime, seed=seed)

@@ -335,7 +335,7 @@ def optimal_acceptance_sorted(p: object, q: object, k: int, *, replacement: bool
     the proof above does not carry over. Guaranteed here: it is an upper bound on α*. Observed:
     equal to :func:`optimal_acceptance_subsets` to rounding (≤ 6e-16) on 2e4 random instances with
     exact zeros, 450 adversarial hill-climbs and full grids on V = 3, 4 — no counterexample, but
-    no proof (``tests/test_ot.py`` keeps it as an empirical check). Computed from
+    no proof (``tests/proofs/test_ot.py`` keeps it as an empirical check). Computed from
     :func:`draft_set_law`, cost ``O(#sets)``.
     """
     p_arr, q_arr, k_int = _check_pq(p, q, k, replacement)

@@ -2,7 +2,7 @@ r"""The real-model backend: a loaded :class:`~real_models.bundle.Bundle` as a ro
 
 :class:`ModelBackend` implements the :class:`treespec_sim.engine.Backend` protocol, so real
 models decode through the same :func:`treespec_sim.engine.run_round` as every synthetic world
-(research note §2.3–2.4)::
+(``docs/real_models.md``, "What one round does")::
 
     draft(ctx)                   drafter forward over [b, m × L] ──► log_q (L, V), float32
                                  log-softmax of the logits (untempered, as DDTree builds its tree)

@@ -1,6 +1,6 @@
 r"""A DFlash-architecture block drafter (Chen, Liang & Liu, *DFlash*, arXiv 2602.06036).
 
-Architecture (``dflash/model.py`` of ``z-lab/dflash``, research note §1.1):
+Architecture (``dflash/model.py`` of ``z-lab/dflash``; ``docs/real_models.md``, "The drafter"):
 
 * a stack of Qwen3-style decoder layers (RMSNorm before attention and MLP, per-head q/k
   RMSNorm, RoPE at absolute positions, SwiGLU MLP), then a final RMSNorm;

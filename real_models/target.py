@@ -1,6 +1,6 @@
 r"""The target backend: a Hugging Face ``Qwen3ForCausalLM`` with tree-attention verification.
 
-One verification forward (DDTree ``compile_ddtree_tree``, research note §2.3) feeds the root
+One verification forward (DDTree ``compile_ddtree_tree``; ``docs/real_models.md``) feeds the root
 (the last committed token, not yet in the KV cache) and the ``n`` tree nodes in node order, with
 
 * position ids ``start + depth`` (:meth:`treespec_sim.DraftTree.position_ids`),

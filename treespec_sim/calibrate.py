@@ -16,9 +16,9 @@ token counted.
 
 Targets
 -------
-:data:`PUBLISHED` holds the numbers (THEORY §6; research note §5(a)); :func:`derive_targets` turns
-them into one (chain, DDTree@64, DDTree@64 at T = 1) triple per regime. Where a value is not
-published it is derived from the published ones by a documented ratio
+:data:`PUBLISHED` holds the numbers (``docs/results/calibration.md``, "Targets");
+:func:`derive_targets` turns them into one (chain, DDTree@64, DDTree@64 at T = 1) triple per
+regime. Where a value is not published it is derived from the published ones by a documented ratio
 (``docs/results/calibration.md`` and each target's ``derivation`` string).
 
 Model and fitted knobs
@@ -156,7 +156,7 @@ DEFAULT_CONTEXTS = 3000
 #: Published Qwen3-8B numbers at T = 0 (H200, batch 1, HF; tau counts the bonus token).
 #: ``chain``: DFlash tau (DDTree Table 1); ``ddtree64``: DDTree tau at B = 64 (TEV Table 1);
 #: ``dflash_speedup`` and ``ddtree_speedup`` (best B) from DDTree Table 1 and its project page.
-#: ``None`` = not published. Sources: ``../shared/THEORY.md`` §6 and the research note §5(a).
+#: ``None`` = not published. Sources and page numbers: ``docs/results/calibration.md``.
 #: ``ddtree64_t1``: DDTree tau at B = 64 and T = 1 (TEV Table 1).
 PUBLISHED: dict[str, dict[str, float | None]] = {
     "math500": {"chain": 7.79, "ddtree64": 9.76, "ddtree64_t1": 8.17, "dflash_speedup": 5.56,

@@ -4,7 +4,7 @@
  * DDTree on a raw (L, V) float32/float64 array in ONE pass over it: per row, the maximum, a NaN
  * flag, the total mass sum(exp(x)) (the input check) and every entry that can still be in the
  * tree; then the tree over the per-depth ranked lists. The result is the pure-numpy path's
- * (treespec_sim/policies/_ddtree.py), node for node (tests/test_ckernel.py), which is the
+ * (treespec_sim/policies/_ddtree.py), node for node (tests/sim/test_ckernel.py), which is the
  * reference heap's pop order (the proof is in that module's docstring).
  *
  * The pass is vectorised with GCC/clang vector extensions and compiled three times (generic,

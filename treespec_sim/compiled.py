@@ -2,7 +2,7 @@
 
 ``pip install -e .`` compiles it (``setup.py``; optional: without a C compiler the install
 succeeds and every caller runs its pure-numpy path). Two callers use it, each with a numpy path
-that gives the same result and is tested equal to it (``tests/test_ckernel.py``):
+that gives the same result and is tested equal to it (``tests/sim/test_ckernel.py``):
 
 * :func:`treespec_sim.validation.check_log_q` -- one fused pass per row: maximum, NaN flag and
   the row's total mass; the verdict is numpy's (rows within :data:`ROW_SUM_MARGIN` of the
@@ -17,7 +17,7 @@ docs/performance.md.
 
 :data:`world_kernel` (``treespec_sim/cworld.c``) is the synthetic drafter's: its class chain and
 top lists (:mod:`treespec_sim.synth.drafter`), the numpy code's floats bit for bit
-(``tests/test_cworld.py``); ``world_kernel = None`` switches the drafter to numpy.
+(``tests/sim/test_cworld.py``); ``world_kernel = None`` switches the drafter to numpy.
 """
 
 from __future__ import annotations

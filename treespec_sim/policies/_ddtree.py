@@ -191,7 +191,7 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
 
     Runs the compiled kernel (:mod:`treespec_sim.compiled`) on a C-contiguous float32/float64
     array, :func:`build_nodes_numpy` otherwise; both give the same arrays
-    (tests/test_ckernel.py).
+    (tests/sim/test_ckernel.py).
     """
     kernel = compiled.kernel
     if kernel is not None and lp.dtype in (np.float32, np.float64) and lp.flags.c_contiguous:

@@ -1,7 +1,7 @@
 r"""Tsubame (reconstruction): plan a tree's shape from draft scores, then fill it by sampling.
 
-Only Tsubame's abstract is public; this follows the research note
-``tsubame_stochastic_trees.md`` §1 (recon.) and ``docs/theory/tsubame.md``:
+Only Tsubame's abstract is public; this follows the reconstruction in ``docs/theory/tsubame.md``
+§1:
 
 * **pass 1 (plan)**: DDTree's best-first heap over the drafter's marginals gives a tree; only its
   *shape* (how many children each node has) is kept, its tokens are discarded;

@@ -8,8 +8,9 @@ order ``"rrs"``, ``"rrsw"``, ``"traversal"`` and ``"univer"`` rely on.
     i.i.d. draws (verify with ``"rrs"``);
 ``"without_replacement"``
     a sequential sample without replacement: draw ``i`` from ``q`` renormalised over the tokens
-    not drawn before (the law of Gumbel-top-``k`` in its key order, research note
-    ``verification_theory.md`` §3); verify with ``"rrsw"``, ``"traversal"`` or ``"univer"``;
+    not drawn before (the law of Gumbel-top-``k`` in its key order,
+    ``docs/theory/verification.md``, "rrs and rrsw");
+    verify with ``"rrsw"``, ``"traversal"`` or ``"univer"``;
 ``"greedy"``
     Hu et al. (ICLR 2025): the top ``k - 1`` tokens of ``q`` (descending, ties by id) and one draw
     from ``q`` renormalised off them; verify with ``"univer"`` only.

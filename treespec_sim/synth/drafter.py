@@ -274,7 +274,7 @@ class BlockDiffusionDrafter:
         """``h_1..h_L`` float64 (L, V / m).
 
         The compiled path (``compiled.world_kernel.chain_step``) gives :meth:`_class_h`'s floats:
-        the same sums in the same order (tests/test_cworld.py); the dots ``nu . pi`` stay
+        the same sums in the same order (tests/sim/test_cworld.py); the dots ``nu . pi`` stay
         numpy's (BLAS). The chain comes first, then the rows' norms and top lists
         (ClassLogMarginals): working on each row between the products evicts G^T from cache
         (and the class maxima are not written here: with them G^T no longer stays in L2).

@@ -12,7 +12,7 @@ step). RRSw: :math:`q_i` is :math:`q_v` renormalised over the tokens not drawn b
 
 Lossless because step ``i`` is ordinary speculative sampling of :math:`q_i` against
 :math:`r_{i-1}`, with :math:`x_i \sim q_i` independent of everything that decided
-:math:`r_{i-1}` (research note ``verification_theory.md`` §2-3). Both need the siblings in their
+:math:`r_{i-1}` (``docs/theory/verification.md``, "rrs and rrsw"). Both need the siblings in their
 true draw order and the exact law they were drawn from.
 """
 

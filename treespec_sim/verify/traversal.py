@@ -30,7 +30,7 @@ of the same problem with target mass ``Z`` over a rejection event of probability
 
 Horizontal steps:
 
-``"traversal"`` (Weng et al., arXiv 2505.12398, as reconstructed in the research note §7.2)
+``"traversal"`` (Weng et al., arXiv 2505.12398, as reconstructed in ``docs/theory/verification.md``)
     children in draw order, each judged against :math:`q_a` renormalised over the tokens not
     drawn before it (RRSw's proposal). On a chain this is block verification (Sun et al.,
     arXiv 2403.10444); on one level it is RRSw.

@@ -32,11 +32,6 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def bundle():
-    return bundle_mod.load()
-
-
-@pytest.fixture(scope="module")
 def prompts(bundle):
     return load_prompts(bundle, 4, 64)
 

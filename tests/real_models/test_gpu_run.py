@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "real_models" / "gpu_run.sh"
 DOCS = ROOT / "docs" / "real_models.md"
 #: What one device run may send back (the device tool's limit).

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.calibrate", "proofs_check.__main__")
 MODULES = ("real_models.validate", "real_models.profile", "real_models.exittrain",
            "real_models.experiments", *TORCH_FREE)

@@ -18,7 +18,6 @@ pytest.importorskip("transformers")
 
 import torch
 
-import real_models
 import real_models.profile as profile_mod
 from real_models import decode
 from real_models.profile import (
@@ -35,7 +34,7 @@ from real_models.profile import (
 )
 from treespec_sim.cost import TabulatedCost, fit_monotone_convex, get_cost_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SMALL_ARCH = {"name": "small", "target": dict(
     vocab_size=64, head_dim=8, num_attention_heads=2, num_key_value_heads=1,
@@ -43,11 +42,6 @@ SMALL_ARCH = {"name": "small", "target": dict(
     initializer_range=0.02, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
     tie_word_embeddings=True),
     "drafter_layers": 1, "block_size": 4, "mask_token_id": 1, "target_layer_ids": [0, 2]}
-
-
-@pytest.fixture(scope="module")
-def bundle():
-    return real_models.load()
 
 
 @pytest.fixture(scope="module")

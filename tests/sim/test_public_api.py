@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What ``treespec_sim`` re-exports, and the module each name lives in.
 FACADE = {"run_round": "engine", "run_rounds": "engine", "decode": "engine", "Round": "engine",

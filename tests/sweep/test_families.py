@@ -28,7 +28,7 @@ from treespec_sim.families.base import headline
 from treespec_sim.report import results_page, summary_markdown
 from treespec_sim.sweep import Plan, run_plan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORD = {"preset": "test", "cells": 1, "seed": 0, "git_commit": "0" * 40,
           "cost_model": "h200-qwen3-8b", "figures": []}
 

@@ -140,7 +140,7 @@ def test_bad_input_names_the_argument(small, kwargs, match):
 
 
 # ----------------------------------------------------------------------------- the docs
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _usage_block() -> str:

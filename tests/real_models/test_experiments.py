@@ -8,7 +8,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import real_models
 from real_models import run_from
 from real_models.backend import prefill
 from real_models.exittrain import exit_targets
@@ -21,11 +20,6 @@ from treespec_sim.exits import exit_law
 # The committed CPU profile was measured with one thread (as the CLIs run by default); run with
 # one too, whichever other test modules this process imported first.
 pytest.importorskip("torch").set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def bundle():
-    return real_models.load()
 
 
 @pytest.fixture(scope="module")

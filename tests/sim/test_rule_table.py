@@ -17,7 +17,7 @@ from treespec_sim.policies import MATCHING_RULES as POLICY_MATCHING
 from treespec_sim.policies import SAMPLING_SCHEMES, Draft
 from treespec_sim.verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, SCHEMES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_maps_are_read_off_the_table():

@@ -355,7 +355,7 @@ def test_summary_links_point_at_existing_headings():
 
     from treespec_sim.families.render import PAGE_NOTES
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     links = {m for text in (*PAGE_NOTES, *PAGE_NOTES.values())
              for m in re.findall(r"\]\((docs/[^)#]+)#([^)]+)\)", text)}
     assert links
@@ -374,7 +374,7 @@ def test_results_page_rewrites_doc_links_relative_to_the_page(tmp_path):
     (run / "summary.md").write_text("# t\n\nsee [u](docs/theory/univer.md#a)\n")
     import os
 
-    docs = Path(__file__).resolve().parent.parent / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     text = results_page(run, tmp_path / "pages" / "results.md")
     rel = Path(os.path.relpath(docs, (tmp_path / "pages").resolve())).as_posix()
     assert f"[u]({rel}/theory/univer.md#a)" in text
@@ -513,7 +513,7 @@ def test_summary_links_work_from_the_folder_it_is_written_to(tmp_path):
         assert not any(t.startswith("docs/") for t in links)
         _resolve_from(folder, links)
     # without a folder: from the repository root, as before
-    _resolve_from(Path(__file__).resolve().parent.parent,
+    _resolve_from(Path(__file__).resolve().parents[2],
                   _relative_links(summary_markdown(rows, RECORD)))
 
 

@@ -4,7 +4,7 @@ The recomputations here share no code with the families beyond ``run_round`` its
 rebuild every budget's tree (the families use the nested-budget fast path), compute their own
 means, and draw from the seeds each family documents. The grids here have one world each;
 that a cell of several worlds pools exactly its one-world runs is checked in
-``test_engine_sweep.py``.
+``tests/sim/test_engine.py``.
 """
 
 import zlib

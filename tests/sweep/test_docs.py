@@ -11,7 +11,7 @@ import numpy as np
 
 from treespec_sim.sweep import load_config
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _section_code(path: Path, heading: str) -> list[str]:

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from proofs_check.ot import (
@@ -97,7 +97,6 @@ def one_minus_tv(p: np.ndarray, q: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("replacement", [True, False])
-@settings(deadline=None, max_examples=50)
 @given(data=st.data())
 def test_lp_equals_subset_closed_form(replacement, data):
     p, q, k = data.draw(instances(replacement=replacement))
@@ -107,7 +106,6 @@ def test_lp_equals_subset_closed_form(replacement, data):
 
 
 @pytest.mark.parametrize("replacement", [True, False])
-@settings(deadline=None, max_examples=40)
 @given(data=st.data())
 def test_k1_is_one_minus_tv(replacement, data):
     p, q, _ = data.draw(instances(replacement=replacement))
@@ -119,7 +117,6 @@ def test_k1_is_one_minus_tv(replacement, data):
     assert abs(rr - expected) <= EXACT_TOL
 
 
-@settings(max_examples=300)
 @given(instances(max_vocab=9, max_k=6, replacement=True))
 def test_sorted_prefix_exact_iid(inst):
     """Proven (exchange argument, see the docstring): the optimal H is a p/q-prefix."""
@@ -128,7 +125,6 @@ def test_sorted_prefix_exact_iid(inst):
                - optimal_acceptance_subsets(p, q, k, replacement=True)) <= EXACT_TOL
 
 
-@settings(max_examples=300)
 @given(instances(max_vocab=7, max_k=4, replacement=False))
 def test_sorted_prefix_without_replacement_empirical(inst):
     """Not proven (research note §5 marks it [R]); never contradicted here.
@@ -146,7 +142,6 @@ def test_sorted_prefix_without_replacement_empirical(inst):
 # ----------------------------------------------------------------------------- inequalities
 
 
-@settings(max_examples=150)
 @given(data=st.data())
 def test_rrs_le_iid_optimum_le_wo_optimum(data):
     p, q, k = data.draw(instances(max_vocab=6, max_k=4, replacement=True))
@@ -156,7 +151,6 @@ def test_rrs_le_iid_optimum_le_wo_optimum(data):
         assert iid <= optimal_acceptance_subsets(p, q, k, replacement=False) + EXACT_TOL
 
 
-@settings(max_examples=150)
 @given(instances(max_vocab=6, max_k=4, replacement=False))
 def test_rrsw_le_wo_optimum(inst):
     p, q, k = inst
@@ -164,7 +158,6 @@ def test_rrsw_le_wo_optimum(inst):
         + EXACT_TOL
 
 
-@settings(max_examples=150)
 @given(instances(max_vocab=6, max_k=1, replacement=True), st.integers(1, 5))
 def test_optimum_non_decreasing_in_k(inst, k_max):
     p, q, _ = inst
@@ -176,7 +169,6 @@ def test_optimum_non_decreasing_in_k(inst, k_max):
     assert iid[0] >= one_minus_tv(p, q) - EXACT_TOL
 
 
-@settings(max_examples=150)
 @given(instances(max_vocab=6, max_k=4, replacement=True))
 def test_spectr_upper_bound(inst):
     """SpecTr's bound ``α*_iid <= Σ_x min(p, 1 − (1 − q)^k)`` (research note §4)."""
@@ -185,7 +177,6 @@ def test_spectr_upper_bound(inst):
     assert optimal_acceptance_subsets(p, q, k, replacement=True) <= bound + EXACT_TOL
 
 
-@settings(deadline=None, max_examples=30)
 @given(data=st.data())
 def test_p_equals_q_gives_one(data):
     vocab = data.draw(st.integers(1, 5))
@@ -265,7 +256,6 @@ def test_misstated_formula_differs():
 # ----------------------------------------------------------------------------- RRS / RRSw exact
 
 
-@settings(max_examples=120)
 @given(instances(max_vocab=5, max_k=3, replacement=True))
 def test_rrs_lossless_and_acceptance_by_enumeration(inst):
     p, q, k = inst
@@ -274,7 +264,6 @@ def test_rrs_lossless_and_acceptance_by_enumeration(inst):
     assert rrs_acceptance(p, q, k) == pytest.approx(acc, abs=1e-12)
 
 
-@settings(max_examples=120)
 @given(instances(max_vocab=5, max_k=3, replacement=False))
 def test_rrsw_lossless_and_acceptance_by_enumeration(inst):
     p, q, k = inst
@@ -301,7 +290,6 @@ def test_rrsw_all_zero_residual_mid_chain():
 
 
 @pytest.mark.parametrize("replacement", [True, False])
-@settings(max_examples=100)
 @given(data=st.data())
 def test_draft_set_law_matches_tuple_enumeration(replacement, data):
     _, q, k = data.draw(instances(max_vocab=5, max_k=3, replacement=replacement))

@@ -11,7 +11,7 @@ import pytest
 
 from treespec_sim.cost import TabulatedCost, fit_monotone_convex
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU_TINY = ROOT / "real_models" / "profiles" / "cpu_tiny.json"
 A800 = sorted((ROOT / "treespec_sim" / "data" / "latency").glob("a800_*.json"))
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -51,7 +51,6 @@ def test_coverage_bound_saturated(tr, rule):
     assert abs(expected_length(tree, rows, rule=rule) - (1 + coverage(tree, rows))) < 1e-12
 
 
-@settings(max_examples=25)
 @given(trees_with_rows(max_nodes=5, vocab=3))
 def test_follow_law_equals_exit_law(tr):
     """Enumerating all joint pre-draws of follow gives TEV's exit-law emission law."""
@@ -184,7 +183,6 @@ def test_bad_rule_and_proposal():
         coverage(DraftTree.from_parents([-1, 0], [0, 5]), rows)
 
 
-@settings(max_examples=40, deadline=None)
 @given(trees_with_rows())
 def test_decomposition_table_is_the_add_at_sum_bit_for_bit(tr):
     """The by-depth-cause table (a bincount, issue 23) equals the np.add.at sum exactly."""

@@ -13,7 +13,7 @@ import pytest
 from treespec_sim.cost import get_cost_model, record_extrapolation
 from treespec_sim.sweep import load_config, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USAGE = ROOT / "docs" / "usage.md"
 #: A file name in a code block (with one of the extensions the docs use).
 FILE = re.compile(r"(?<![\w/.-])([\w-][\w./-]*\.(?:json|toml|py|png|md|csv|txt))\b")

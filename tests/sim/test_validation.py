@@ -1,0 +1,87 @@
+"""treespec_sim.validation: the argument checks written once (each names its argument)."""
+
+import numpy as np
+import pytest
+
+from treespec_sim import validation as v
+
+
+@pytest.mark.parametrize("good, want", [(0, 0), (5, 5), (np.int64(7), 7)])
+def test_check_budget_takes_non_negative_integers(good, want):
+    got = v.check_budget(good)
+    assert got == want and type(got) is int
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0, True, "3", None])
+def test_check_budget_refuses_and_names_the_argument(bad):
+    with pytest.raises(ValueError, match="max_budget"):
+        v.check_budget(bad, "max_budget")
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.0, True, np.bool_(True), "1"])
+def test_check_positive_int_refuses_and_names_the_argument(bad):
+    with pytest.raises(ValueError, match="rounds must be a positive integer"):
+        v.check_positive_int(bad, "rounds")
+
+
+def test_check_positive_int_returns_a_python_int():
+    got = v.check_positive_int(np.int32(3), "n")
+    assert got == 3 and type(got) is int
+
+
+def test_check_rng_takes_a_generator_only():
+    rng = np.random.default_rng(0)
+    assert v.check_rng(rng) is rng
+    for bad in (0, np.random.RandomState(0), None):
+        with pytest.raises(ValueError, match=r"draw_rng must be a numpy\.random\.Generator"):
+            v.check_rng(bad, "draw_rng")
+
+
+def test_check_root_token_bounds():
+    assert v.check_root_token(-1) == -1 and v.check_root_token(9, vocab_size=10) == 9
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        v.check_root_token(10, vocab_size=10)
+    with pytest.raises(ValueError, match="root_token must be >= -1"):
+        v.check_root_token(-2)
+    with pytest.raises(ValueError, match="tok must be an integer"):
+        v.check_root_token(1.0, "tok")
+
+
+def test_check_temperature_zero_is_greedy_unless_positive_is_asked():
+    assert v.check_temperature(0) == 0.0 and type(v.check_temperature(1)) is float
+    with pytest.raises(ValueError, match="T must be finite and > 0"):
+        v.check_temperature(0.0, "T", positive=True)
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="T must be finite"):
+            v.check_temperature(bad, "T")
+    for bad in ("1", True, None):
+        with pytest.raises(ValueError, match="T must be a real number"):
+            v.check_temperature(bad, "T")
+
+
+def test_row_sum_tolerance_is_loosest_for_an_unknown_dtype():
+    assert v.row_sum_tolerance("float32") == v.ROW_SUM_TOL_BY_DTYPE["float32"]
+    assert v.row_sum_tolerance("int8") == max(v.ROW_SUM_TOL_BY_DTYPE.values())
+
+
+def test_as_float_array_keeps_float32_and_float64_without_a_copy():
+    for dtype in (np.float32, np.float64):
+        x = np.zeros((2, 3), dtype=dtype)
+        arr, source = v.as_float_array(x, "x")
+        assert arr is x and source == np.dtype(dtype).name
+    arr, source = v.as_float_array(np.zeros(3, dtype=np.float16), "x")
+    assert arr.dtype == np.float64 and source == "float16"
+    with pytest.raises(ValueError, match="x must be a float array"):
+        v.as_float_array(np.array(["a"]), "x")
+
+
+def test_check_log_q_refuses_logits_and_names_the_row():
+    lp = np.log(np.full((2, 4), 0.25))
+    out, row_max = v.check_log_q(lp)
+    assert out is lp and np.allclose(row_max, np.log(0.25))
+    shifted = lp - lp.max(axis=1, keepdims=True)       # max-shifted: every row sums to 4
+    with pytest.raises(ValueError, match=r"drafts\[0\] sums to 4"):
+        v.check_log_q(shifted, "drafts")
+    with pytest.raises(ValueError, match="shape"):
+        v.check_log_q(np.zeros(4))
+    assert v.check_log_q(shifted, check_sums=False)[0] is shifted
