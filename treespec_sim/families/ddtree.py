@@ -434,7 +434,8 @@ def plot_tau_vs_budget(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{regime}\nchain E[τ] = {', '.join(levels) or '—'}", fontsize=9)
         ax.set_ylabel("Δ E[τ] vs the chain (tokens/round)")
         ax.grid(alpha=0.3)
-    n = "/".join(sorted({str(int(r["diff_contexts"])) for r in paired})) or "the"
+    used = sorted({int(r["diff_contexts"]) for r in paired})
+    n = (f"{used[0]:,} to {used[-1]:,}" if len(used) > 3 else "/".join(map(str, used))) or "the"
     handles["shaded: paired 95% t-interval"] = Patch(color="0.5", alpha=0.3)
     figure_legend(fig, list(handles.values()), list(handles),
                   title="exact E[τ] of the tree minus the chain's on the same contexts "
