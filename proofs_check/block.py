@@ -1,9 +1,10 @@
 r"""Block verification of a draft chain (Sun et al., arXiv 2403.10444), an independent reference.
 
-Written from the formulas of the research note ``verification_theory.md`` §7.1 (as in vLLM PR
-#46781), sharing no code with :mod:`treespec_sim.verify.traversal`, so that "Traversal reduces to
-block verification on a chain" is a real cross-check. For a chain :math:`X_1..X_\gamma` with
-target rows :math:`P_i = p(\cdot \mid X_{<i})` and proposals :math:`q_i`:
+Written from the formulas of ``docs/theory/verification.md`` "Block verification on a chain" (as
+in vLLM PR #46781), sharing no code with :mod:`treespec_sim.verify.traversal`, so that "Traversal
+reduces to block verification on a chain" is a real cross-check. For a chain
+:math:`X_1..X_\gamma` with target rows :math:`P_i = p(\cdot \mid X_{<i})` and proposals
+:math:`q_i`:
 
 .. math::
     w_0 = 1,\quad w_i = \min(1, w_{i-1} P_i(X_i)/q_i(X_i)),\quad

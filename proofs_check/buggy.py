@@ -1,8 +1,8 @@
 r"""Known-buggy verification variants, and an independent RRS reference they are built from.
 
 Each variant is a pair (drafting scheme of :mod:`proofs_check.sampled`, exact round-law
-function) reproducing one row of the pitfalls table (research note ``verification_theory.md``
-§11). The losslessness check must flag every one of them: a check that cannot fail is
+function) reproducing one row of the pitfalls table (``docs/theory/verification.md`` "Known
+pitfalls"). The losslessness check must flag every one of them: a check that cannot fail is
 worthless, and these prove it can.
 
 :func:`reference_rrs_law` is a second, independent implementation of RRS/RRSw (a plain loop over

@@ -23,7 +23,8 @@ Functions:
   sampling with (SpecInfer) and without (RSD) replacement; both are lossless, so they are lower
   bounds on the matching α*.
 
-See ``shared/research/verification_theory.md`` §0–6 and §9, and ``THEORY.md`` §5.
+See ``docs/theory/verification.md``: "The single-node OT problem and its min-cut bound", "Why only
+the draft set matters", "Without replacement" and "rrs and rrsw".
 All arithmetic is float64; inputs are validated and renormalised to sum exactly to 1.
 """
 
@@ -135,7 +136,8 @@ def draft_set_law(q: object, k: int, *, replacement: bool) -> dict[frozenset[int
     """Exact law of the set of distinct tokens among ``k`` drafts from ``q``.
 
     The acceptance of any verifier, and the OT problem, depend on the drafts only through this
-    set (research note §9, rule 1), so the LPs aggregate ordered tuples into sets.
+    set (``docs/theory/verification.md`` "Why only the draft set matters"), so the LPs aggregate
+    ordered tuples into sets.
 
     Parameters
     ----------
@@ -202,17 +204,19 @@ def optimal_acceptance(p: object, q: object, k: int, *, replacement: bool) -> fl
     Notes
     -----
     This is the optimal-transport multi-draft problem (OTM) of SpecTr (Sun et al., NeurIPS 2023)
-    with draft tuples aggregated into sets (research note §9 (a), (b)); its dual is the min-cut
-    form of Hu et al. (ICLR 2025) and, for ``k = 2``, Khisti et al. (ICLR 2025). For ``k = 1``
-    it is the maximal coupling, ``α* = 1 − TV(p, q)`` (Leviathan et al. 2023).
+    with draft tuples aggregated into sets (``docs/theory/verification.md`` "Why only the draft set
+    matters"); its dual is the min-cut form of Hu et al. (ICLR 2025) and, for ``k = 2``, Khisti et
+    al. (ICLR 2025). For ``k = 1`` it is the maximal coupling, ``α* = 1 − TV(p, q)`` (Leviathan et
+    al. 2023).
 
     The two marginal families have the same total mass, so one constraint is redundant; the
     column constraint of the last token is dropped (keeping it made HiGHS report infeasible on a
-    1e-14 mismatch, note §9 rule 2). Solved with HiGHS, presolve off (with presolve HiGHS
-    declared some feasible instances with tiny set masses infeasible), when cvxpy has it; the
-    default solver otherwise. Variables: ``#sets × V`` (V=5, k=2: 15 × 5 i.i.d., 10 × 5
-    without replacement; about 9 ms per solve). Agreement with the closed forms is expected
-    within ``LP_TOL`` (observed ≤ 2e-7 on 3000 stress instances).
+    1e-14 mismatch; ``docs/theory/verification.md`` "The single-node OT problem and its min-cut
+    bound"). Solved with HiGHS, presolve off (with presolve HiGHS declared some feasible instances
+    with tiny set masses infeasible), when cvxpy has it; the default solver otherwise.
+    Variables: ``#sets × V`` (V=5, k=2: 15 × 5 i.i.d., 10 × 5 without replacement; about 9 ms
+    per solve). Agreement with the closed forms is expected within ``LP_TOL`` (observed ≤ 2e-7 on
+    3000 stress instances).
     """
     import cvxpy as cp
 
@@ -278,8 +282,9 @@ def optimal_acceptance_subsets(p: object, q: object, k: int, *, replacement: boo
     Notes
     -----
     Upper bound: ``P(Y ∈ X) <= P(Y ∈ H) + P(∃ i: X_i ∉ H)`` for every ``H``; tightness is
-    max-flow/min-cut on the bipartite network draft-set → token (research note §0). Beware the
-    common mis-statement ``p(H) + (1 − q(H))^k``, which is only right at ``k = 1``.
+    max-flow/min-cut on the bipartite network draft-set → token (``docs/theory/verification.md``
+    "The single-node OT problem and its min-cut bound"). Beware the common mis-statement
+    ``p(H) + (1 − q(H))^k``, which is only right at ``k = 1``.
     ``P_wo(all ∈ H) = Σ_{C ⊆ H} D(C)`` is computed for all ``H`` at once by a subset-sum
     transform of :func:`draft_set_law`; cost ``O(V 2^V)``.
     """
@@ -329,8 +334,9 @@ def optimal_acceptance_sorted(p: object, q: object, k: int, *, replacement: bool
     ``H`` is a prefix (ties are harmless: for ``k >= 2`` the inequalities are strict, for ``k = 1``
     tied tokens have ratio 1 and contribute 0). Cost ``O(V log V)``.
 
-    **Without replacement** the research note (§5) reports agreement on 2000 instances with full
-    support and gaps up to 1e-8 when some ``q`` are near zero, and marks the prefix property for
+    **Without replacement** the sources quoted in ``docs/theory/verification.md`` ("Without
+    replacement") report agreement on 2000 instances with full support and gaps up to 1e-8
+    when some ``q`` are near zero, and mark the prefix property for
     this case as unproven [R]; ``P_wo(all ∈ H)`` depends on the individual ``q`` inside ``H``, so
     the proof above does not carry over. Guaranteed here: it is an upper bound on α*. Observed:
     equal to :func:`optimal_acceptance_subsets` to rounding (≤ 6e-16) on 2e4 random instances with
@@ -384,9 +390,10 @@ def rrs_acceptance(p: object, q: object, k: int) -> float:
 
     Notes
     -----
-    Multi-step speculative sampling of SpecInfer (Miao et al., ASPLOS 2024), research note §2:
-    draft ``i`` is accepted w.p. ``min(1, r(x_i)/q(x_i))``; on rejection ``r ← norm([r − q]_+)``
-    (also for duplicate drafts); if all ``k`` are rejected a token is drawn from ``r``. The
+    Multi-step speculative sampling of SpecInfer (Miao et al., ASPLOS 2024),
+    ``docs/theory/verification.md`` "rrs and rrsw": draft ``i`` is accepted w.p.
+    ``min(1, r(x_i)/q(x_i))``; on rejection ``r ← norm([r − q]_+)`` (also for duplicate drafts);
+    if all ``k`` are rejected a token is drawn from ``r``. The
     residual does not depend on which token was rejected, so the acceptance is the deterministic
     product above. If ``z_i = 0`` the residual is all-zero (``r_{i−1} = q``): step ``i`` accepts
     with probability 1 and the recursion stops (no 0/0). For ``k = 1`` this is ``1 − TV(p, q)``.
@@ -423,10 +430,11 @@ def rrsw_acceptance(p: object, q: object, k: int) -> float:
 
     Notes
     -----
-    Recursive rejection sampling without replacement of Jeon et al. 2024 (RSD), research note
-    §3: draft ``i`` is ``x_i ~ q_{S_{i−1}}``, accepted w.p. ``min(1, r(x_i)/q_{S_{i−1}}(x_i))``;
-    on rejection ``r ← norm([r − q_{S_{i−1}}]_+)``. Given a rejection at step ``i``, ``x_i`` has
-    law ``norm([q_S − r]_+)`` (total mass ``z``), which gives the recursion; it branches only over
+    Recursive rejection sampling without replacement of Jeon et al. 2024 (RSD),
+    ``docs/theory/verification.md`` "rrs and rrsw": draft ``i`` is ``x_i ~ q_{S_{i−1}}``,
+    accepted w.p. ``min(1, r(x_i)/q_{S_{i−1}}(x_i))``; on rejection
+    ``r ← norm([r − q_{S_{i−1}}]_+)``. Given a rejection at step ``i``, ``x_i`` has law
+    ``norm([q_S − r]_+)`` (total mass ``z``), which gives the recursion; it branches only over
     tokens that can be rejected. If ``z = 0`` (all-zero residual, ``r = q_S``) the step accepts
     surely and there is nothing to normalise. Exact; cost ``O(V^k)`` in the worst case. For
     ``k = 1`` this is ``1 − TV(p, q)``.

@@ -6,7 +6,7 @@ each node gets. A *drafting scheme* fills it: node ``v``'s children are drawn fr
 verifier's exact round law is computed on it (``VerifierRule.round_law``: analytic coin
 branching, no sampling), and the mixture is the law of the emitted tokens. Extending every
 emitted string with target draws to ``depth + 1`` tokens and comparing with the target's own law
-is the losslessness check (research note ``verification_theory.md`` §9, "exactness test").
+is the losslessness check (``docs/theory/verification.md`` "The exactness test").
 
 Drafting schemes:
 

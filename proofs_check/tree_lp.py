@@ -1,6 +1,7 @@
 r"""Ground-truth programs for tree verification: node-level conditional OT and two-level trees.
 
-Research note ``verification_theory.md`` §8-9:
+See ``docs/theory/verification.md`` "The two-level tree LP (c1) and why the last constraint
+family is needed" and ``docs/theory/univer.md``:
 
 * :func:`conditional_ot_value` — the *scaled, value-weighted* OT at one node: couple the
   children-set law :math:`D` with the sub-probability target :math:`\mu = s\,p` plus a "stop"
@@ -158,8 +159,9 @@ def global_optimum(world: TwoLevelWorld) -> float:
     :math:`\sum_{y_2}\pi_2(T, y_1, \cdot) = \pi_1(T, y_1)` and, for every :math:`(y_1, y_2)`,
     :math:`\sum_{T \ni y_1}\pi_2(T, y_1, y_2) = p_2(y_2 \mid y_1)\sum_{T \ni y_1}\pi_1(T, y_1)`:
     an accepted :math:`y_1` must be followed by :math:`y_2 \sim p_2(\cdot \mid y_1)` (without the
-    last family the LP overstates the optimum; research note §9 (c1)). One redundant equality per
-    family is dropped. Size: ``#T * V * (1 + k1)`` variables (V = 5, k = 2: 15,000).
+    last family the LP overstates the optimum; ``docs/theory/verification.md`` "The two-level tree
+    LP (c1) and why the last constraint family is needed"). One redundant equality per family is
+    dropped. Size: ``#T * V * (1 + k1)`` variables (V = 5, k = 2: 15,000).
     """
     import cvxpy as cp
     import scipy.sparse as sp

@@ -20,9 +20,9 @@ Known-buggy variants, each violating one condition:
     children drawn from the correction ``q̂(path)``, the verifier told the marginal ``m_d``.
 ``dedup_iid_siblings`` (C4)
     i.i.d. duplicates merged, the merged (distinct) children still verified with RRS, the merge
-    the research note warns about (skipping a duplicate's residual step is
-    ``caught[dropped_duplicate_residual]``). Merging and switching to RRSw is *lossless*
-    (:func:`dedup_rrsw_gap`).
+    warned against in ``docs/theory/verification.md`` "Known pitfalls" (skipping a duplicate's
+    residual step is ``caught[dropped_duplicate_residual]``). Merging and switching to RRSw is
+    *lossless* (:func:`dedup_rrsw_gap`).
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def dedup_rrsw_gap(rng: np.random.Generator, size: int) -> tuple[int, float]:
 
     The first-appearance sequence of i.i.d. draws is a without-replacement sequence whose
     length is decided independently of the next new token (so C3's adaptive stopping holds);
-    the research note's warning is about keeping the RRS rule after the merge (caught below).
+    the warning against merging (``docs/theory/verification.md`` "Known pitfalls",
+    ``docs/theory/tsubame.md`` §3) is about keeping the RRS rule after the merge (caught below).
     """
     worst, n = 0.0, 0
     for _ in range(2 * size):
