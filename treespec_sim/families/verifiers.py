@@ -527,5 +527,7 @@ def preset(which: str) -> VerifierGrid | None:
 
 
 def console_rows(rows: list[dict]) -> list[dict]:
-    """RRSw and UniVer (the safe rule) on every tree."""
-    return [r for r in rows if r["verifier"] in ("rrsw", "univer")]
+    """The baseline (RRSw) and the first UniVer arm (the safe rule) of :data:`ARMS` on every
+    tree."""
+    shown = {ARMS[0][2], next(rule for label, _, rule in ARMS if label.startswith("univer"))}
+    return [r for r in rows if r["verifier"] in shown]
