@@ -53,7 +53,7 @@ import contextvars
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -73,14 +73,21 @@ __all__ = [
     "RooflineCost",
     "TabulatedCost",
     "TiledCost",
+    "VerifyCost",
     "cost_model_from_dict",
     "fit_monotone_convex",
     "get_cost_model",
     "load_cost_model",
     "record_extrapolation",
+    "round_cost",
     "round_time",
     "save_cost_model",
 ]
+
+#: ``verify_cost(n_tokens) -> seconds`` at one context length: what a cost-aware policy is
+#: handed (an int or an int array of query-token counts, root included, in; a float or a
+#: float array of the same shape out).
+VerifyCost = Callable[[int | np.ndarray], float | np.ndarray]
 
 #: Context length used when a caller does not give one (tokens; a mid-length chat turn).
 DEFAULT_CONTEXT_LENGTH = 1024
@@ -274,10 +281,35 @@ def _context_ignored(model) -> None:
                   "the context length is ignored", UserWarning, stacklevel=3)
 
 
+def round_cost(draft_cost: float, verify_cost: VerifyCost, budget):
+    r"""Seconds for one round with ``budget`` tree nodes, :math:`D(B) = C_d + C_v(B + 1)`.
+
+    The one place the round cost is written: a draft forward plus one verification forward
+    over the root and the ``B`` nodes (``docs/theory/caddtree.md``).
+
+    Parameters
+    ----------
+    draft_cost : float
+        :math:`C_d`, seconds per drafter forward.
+    verify_cost : callable
+        ``verify_cost(n_tokens) -> seconds`` for ``n_tokens`` query tokens, root included;
+        called once, with ``budget + 1`` (an int array when ``budget`` is one).
+    budget : int or array_like of int, shape (k,)
+        Tree nodes, root excluded.
+
+    Returns
+    -------
+    float or ndarray, shape (k,)
+        :math:`D(B)` for each budget.
+    """
+    return draft_cost + verify_cost(np.asarray(budget) + 1)
+
+
 def round_time(model: LatencyModel, budget, context_length: float = DEFAULT_CONTEXT_LENGTH):
-    r"""Seconds for one round with ``budget`` tree nodes: :math:`C_d + C_v(B + 1)`."""
-    b = np.asarray(budget)
-    return model.draft_cost(context_length) + model.verify_cost(b + 1, context_length)
+    r"""Seconds for one round with ``budget`` tree nodes under a latency model at
+    ``context_length``: :func:`round_cost` with :math:`C_d(\ell)` and :math:`C_v(\cdot, \ell)`."""
+    return round_cost(model.draft_cost(context_length),
+                      lambda n: model.verify_cost(n, context_length), budget)
 
 
 # ------------------------------------------------------------------------------ validation
