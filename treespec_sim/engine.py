@@ -381,7 +381,7 @@ class _CallablePolicy:
         return getattr(self.fn, "__name__", "custom")
 
 
-def _resolve(method) -> tuple[Method | _CallablePolicy, str, str]:
+def _resolve(method: str | Callable) -> tuple[Method | _CallablePolicy, str, str]:
     if callable(method) and not isinstance(method, str):
         policy = _CallablePolicy(method)
         return policy, "", policy.name
@@ -389,7 +389,7 @@ def _resolve(method) -> tuple[Method | _CallablePolicy, str, str]:
     return m, param, method
 
 
-def _clock_of(backend) -> Callable[[], float]:
+def _clock_of(backend: Backend) -> Callable[[], float]:
     return getattr(backend, "clock", time.perf_counter)
 
 
@@ -522,7 +522,7 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
                  timings)
 
 
-def commit(backend: Backend, ctx, rnd: Round) -> Any:
+def commit(backend: Backend, ctx: Any, rnd: Round) -> Any:
     """The context after ``rnd``'s sampled outcome (``backend.commit`` or ``advance``)."""
     if rnd.outcome is None:
         raise ValueError("commit needs a round run with sample=True")
@@ -628,8 +628,9 @@ class DecodeResult:
     records: tuple[Any, ...]
 
 
-def decode(backend: Backend, ctx, *, n_tokens: int, rng: np.random.Generator,
-           record: Callable[[Round], Any] = RoundRecord.of, on_round=None,
+def decode(backend: Backend, ctx: Any, *, n_tokens: int, rng: np.random.Generator,
+           record: Callable[[Round], Any] = RoundRecord.of,
+           on_round: Callable[[Round, Any], None] | None = None,
            **round_args) -> DecodeResult:
     """Speculatively decode ``n_tokens`` tokens from ``ctx`` (the last round is truncated).
 
