@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import VerifyCost, round_cost
+from .. import cost
+from ..cost import VerifyCost
 from ..paths import LogQ, path_probabilities
 from ..tree import DraftTree, prefix_tree
 from ..validation import check_budget, check_log_q, check_root_token
@@ -123,7 +124,7 @@ def _costs(draft_cost: float, verify_cost: VerifyCost, max_tokens: int) -> np.nd
         raise ValueError(f"draft_cost must be finite and >= 0; got {draft_cost!r}")
     if not callable(verify_cost):
         raise ValueError("verify_cost must be a callable n_tokens -> seconds")
-    total = round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens))
+    total = cost.round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens))
     if total[0] <= 0:
         raise ValueError("draft_cost + verify_cost(1) must be > 0 (a round takes time)")
     return total
@@ -298,7 +299,7 @@ def longrun_tree(log_q: LogQ, *, lam: float, draft_cost: float, verify_cost: Ver
     """
     return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
                             max_budget=max_budget, root_token=root_token, start_budget=None,
-                            stop=lambda p, cost: longrun_budget(p, cost, lam))
+                            stop=lambda p, costs: longrun_budget(p, costs, lam))
 
 
 class LongRunPolicy:
