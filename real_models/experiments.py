@@ -31,14 +31,14 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from treespec_sim import DraftTree, engine
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
-from treespec_sim.exits import EXIT_CAUSES, exit_decomposition, reach_from_edges
-from treespec_sim.policies import prefix_tree
+from treespec_sim.exits import EXIT_CAUSES
 from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
 
@@ -191,11 +191,16 @@ def _trace_tree(tr: dict, r: int):
                                   tr["token"][r, :n1].astype(np.int64))
 
 
-def replay(tr: dict, budgets, depth_limit: int) -> dict:
+def replay(tr: dict, budgets: Sequence[int], depth_limit: int) -> dict:
     """The simulator's exact analysis of recorded rounds.
 
+    Each recorded round is a :meth:`treespec_sim.engine.Round.from_edges` (its tree and the
+    target's edge probabilities on it); its nested prefixes give every budget.
+
     Returns ``tau[r, j]`` = :math:`1 + \\sum_{i \\le B_j} P(v_i)` (follow verification on the
-    prefix tree of budget ``B_j``) and ``exits[j]`` = mean exit mass by cause at ``B_j``.
+    prefix tree of budget ``B_j``: :attr:`~treespec_sim.engine.Round.tau_curve`) and
+    ``exits[j]`` = mean exit mass by cause at ``B_j``
+    (:meth:`~treespec_sim.engine.Round.at_budget`).
     """
     R = len(tr["size"])
     budgets = list(budgets)
@@ -204,32 +209,16 @@ def replay(tr: dict, budgets, depth_limit: int) -> dict:
     by_depth = np.zeros((len(budgets), depth_limit + 1))
     for r in range(R):
         tree = _trace_tree(tr, r)
-        e = tr["edge"][r, :tree.n_nodes].astype(np.float64)
-        reach = reach_from_edges(tree, e)
-        cum = np.concatenate([[0.0], np.cumsum(reach[1:])])
+        rnd = engine.Round.from_edges(tree, tr["edge"][r, :tree.n_nodes],
+                                      depth_limit=depth_limit)
+        curve = rnd.tau_curve
         for j, B in enumerate(budgets):
             b = min(B, tree.size)
-            tau[r, j] = 1.0 + cum[b]
-            sub = prefix_tree(tree, b)
-            rows = _EdgeRows(e[: sub.n_nodes])
-            dec = exit_decomposition(sub, rows, depth_limit=depth_limit)
+            tau[r, j] = curve[b]
+            dec = rnd.at_budget(b).exits
             exits[j] += dec.by_depth_cause.sum(0)
             by_depth[j] += dec.by_depth
     return {"tau": tau, "exits": exits / R, "by_depth": by_depth / R}
-
-
-class _EdgeRows:
-    """A target oracle that only knows edge probabilities (enough for the exit law)."""
-
-    def __init__(self, edges: np.ndarray, vocab_size: int = 1) -> None:
-        self.edges = edges
-        self.shape = (int(edges.size), int(vocab_size))
-
-    def edge_probs(self, tree):
-        return self.edges[: tree.n_nodes]
-
-    def row(self, v):  # pragma: no cover - the exit analysis reads edges only
-        raise NotImplementedError
 
 
 def real_runs(bundle, prompts, *, budgets, temperature: float, new_tokens: int,

@@ -53,7 +53,7 @@ import contextvars
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -73,14 +73,21 @@ __all__ = [
     "RooflineCost",
     "TabulatedCost",
     "TiledCost",
+    "VerifyCost",
     "cost_model_from_dict",
     "fit_monotone_convex",
     "get_cost_model",
     "load_cost_model",
     "record_extrapolation",
+    "round_cost",
     "round_time",
     "save_cost_model",
 ]
+
+#: ``verify_cost(n_tokens) -> seconds`` at one context length: what a cost-aware policy is
+#: handed (an int or an int array of query-token counts, root included, in; a float or a
+#: float array of the same shape out).
+VerifyCost = Callable[[int | np.ndarray], float | np.ndarray]
 
 #: Context length used when a caller does not give one (tokens; a mid-length chat turn).
 DEFAULT_CONTEXT_LENGTH = 1024
@@ -105,7 +112,8 @@ class LatencyModel(Protocol):
         """Seconds for one drafter forward (independent of the tree size)."""
         ...
 
-    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
         """Seconds for one verification forward over ``n_tokens`` query tokens (root included);
         ``n_tokens`` may be an int or an int array."""
         ...
@@ -115,7 +123,7 @@ class LatencyModel(Protocol):
         ...
 
 
-def describe(model) -> str:
+def describe(model: LatencyModel) -> str:
     """One line: a latency model's class, name, provenance, and what it covers."""
     kind = type(model).__name__
     if isinstance(model, TabulatedCost):
@@ -160,7 +168,7 @@ class ExtrapolationLog:
 
     entries: dict[tuple, list[float]] = field(default_factory=dict)
 
-    def add(self, model, axis: str, low: float, high: float,
+    def add(self, model: LatencyModel, axis: str, low: float, high: float,
             measured: tuple[float, float]) -> None:
         key = (str(getattr(model, "name", "?")), type(model).__name__, axis,
                (float(measured[0]), float(measured[1])))
@@ -238,7 +246,7 @@ def _request_range(n: np.ndarray) -> tuple[float, float] | None:
     return float(n.min()), float(n.max())
 
 
-def _outside(model, axis: str, request: tuple[float, float] | None,
+def _outside(model: LatencyModel, axis: str, request: tuple[float, float] | None,
              measured: tuple[float, float]) -> None:
     """Log and (once per model and axis) warn if ``request`` leaves the ``measured`` range."""
     if request is None:
@@ -268,16 +276,43 @@ def _outside(model, axis: str, request: tuple[float, float] | None,
                   "per model and axis)", ExtrapolationWarning, stacklevel=3)
 
 
-def _context_ignored(model) -> None:
+def _context_ignored(model: LatencyModel) -> None:
     # A model without a context axis answers the same at every context length; say so once.
     warnings.warn(f"latency model {model.name!r} ({type(model).__name__}) has no context axis: "
                   "the context length is ignored", UserWarning, stacklevel=3)
 
 
-def round_time(model: LatencyModel, budget, context_length: float = DEFAULT_CONTEXT_LENGTH):
-    r"""Seconds for one round with ``budget`` tree nodes: :math:`C_d + C_v(B + 1)`."""
-    b = np.asarray(budget)
-    return model.draft_cost(context_length) + model.verify_cost(b + 1, context_length)
+def round_cost(draft_cost: float, verify_cost: VerifyCost, budget: int | np.ndarray
+               ) -> float | np.ndarray:
+    r"""Seconds for one round with ``budget`` tree nodes, :math:`D(B) = C_d + C_v(B + 1)`.
+
+    The one place the round cost is written: a draft forward plus one verification forward
+    over the root and the ``B`` nodes (``docs/theory/caddtree.md``).
+
+    Parameters
+    ----------
+    draft_cost : float
+        :math:`C_d`, seconds per drafter forward.
+    verify_cost : callable
+        ``verify_cost(n_tokens) -> seconds`` for ``n_tokens`` query tokens, root included;
+        called once, with ``budget + 1`` (an int array when ``budget`` is one).
+    budget : int or array_like of int, shape (k,)
+        Tree nodes, root excluded.
+
+    Returns
+    -------
+    float or ndarray, shape (k,)
+        :math:`D(B)` for each budget.
+    """
+    return draft_cost + verify_cost(np.asarray(budget) + 1)
+
+
+def round_time(model: LatencyModel, budget: int | np.ndarray,
+               context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
+    r"""Seconds for one round with ``budget`` tree nodes under a latency model at
+    ``context_length``: :func:`round_cost` with :math:`C_d(\ell)` and :math:`C_v(\cdot, \ell)`."""
+    return round_cost(model.draft_cost(context_length),
+                      lambda n: model.verify_cost(n, context_length), budget)
 
 
 # ------------------------------------------------------------------------------ validation
@@ -383,7 +418,8 @@ class RooflineCost:
         _context(context_length)
         return float(self.draft_s)
 
-    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
         n = np.maximum(_tokens(n_tokens), 1.0)
         ell = _context(context_length)
         t = (self.floor_s + self.floor_slope_s * (n - 1)
@@ -453,7 +489,8 @@ class PiecewiseLinearCost:
         _context(context_length)
         return float(self.draft_s)
 
-    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
         if _context(context_length) != DEFAULT_CONTEXT_LENGTH:
             _context_ignored(self)
         n = _tokens(n_tokens)
@@ -657,7 +694,8 @@ class TabulatedCost:
         _context(context_length)
         return float(self.draft_s)
 
-    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
         n = _tokens(n_tokens)
         ell = _context(context_length)
         _outside(self, "tokens", _request_range(n), (self.node_counts[0], self.node_counts[-1]))
@@ -735,7 +773,8 @@ class TiledCost:
         _context(context_length)
         return float(self.draft_s)
 
-    def verify_cost(self, n_tokens, context_length: float = DEFAULT_CONTEXT_LENGTH):
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
         if _context(context_length) != DEFAULT_CONTEXT_LENGTH:
             _context_ignored(self)
         n = np.maximum(_tokens(n_tokens), 1.0)

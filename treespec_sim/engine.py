@@ -34,9 +34,11 @@ from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .cost import DEFAULT_CONTEXT_LENGTH, get_cost_model, round_time
+from .cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model, round_time
 from .exits import EXIT_CAUSES, ExitDecomposition, decompose_from_edges, edge_probabilities
+from .marginals import LazyLogMarginals
 from .methods import (
     DraftRequest,
     Method,
@@ -45,12 +47,12 @@ from .methods import (
     no_conditional_message,
     resolve_rule,
 )
-from .policies import prefix_tree
+from .paths import LogQ, path_probabilities
 from .policies.draft import Draft
+from .rows import TargetOracle
 from .stats import MeanCI, mean_ci
-from .surrogate import path_probabilities
-from .tree import DraftTree
-from .validation import check_rng
+from .tree import DraftTree, prefix_tree
+from .validation import as_float_array, check_log_q, check_positive_int, check_rng
 from .verify import expected_length, verify
 from .verify.outcome import Outcome
 
@@ -114,9 +116,10 @@ class Backend(Protocol):
 
     def advance(self, ctx: Any, tokens: Sequence[int]) -> Any: ...
 
-    def draft(self, ctx: Any) -> Any: ...
+    def draft(self, ctx: Any) -> LogQ: ...
 
-    def target_oracle(self, ctx: Any, tree: DraftTree, temperature: float) -> Any: ...
+    def target_oracle(self, ctx: Any, tree: DraftTree, temperature: float
+                      ) -> TargetOracle | np.ndarray: ...
 
 
 #: Stages of a round's measured time, in order.
@@ -136,10 +139,12 @@ class Round:
     temperature : float
     draft : Draft
         The tree and, for sampled methods, the proposal rows it was drawn from.
-    log_q : ndarray (L, V) or LazyLogMarginals
-        The drafter's marginals this round.
-    rows : target oracle or None
-        The target rows of :attr:`tree` (None for a prefix round, which reads :attr:`edges`).
+    log_q : ndarray (L, V), LazyLogMarginals or None
+        The drafter's marginals this round (None for a round built from recorded edges without
+        them: it has no surrogate).
+    rows : TargetOracle, ndarray (n+1, V) or None
+        The target rows of :attr:`tree` (None for a prefix round or one built from recorded
+        edges, :meth:`from_edges`, which reads :attr:`edges`).
     depth_limit : int
         The drafter's depth ``L`` (leaves there exit by ``depth_cap``).
     outcome : Outcome or None
@@ -148,20 +153,112 @@ class Round:
         Modelled seconds of the round, :math:`C_d + C_v(n + 1)`, when a latency model was given.
     timings : mapping
         Measured seconds per stage of :data:`STAGES` (what ran).
+    edges_given : ndarray float64 (n+1,) or None
+        The target edge probabilities, when they are known without rows (:meth:`from_edges`,
+        :meth:`at_budget`); :attr:`edges` reads them instead of the rows.
+    reach_given : ndarray float64 (n+1,) or None
+        The reach probabilities, when already computed (a prefix of a larger nested tree's).
     """
 
     method: str
     rule: str
     temperature: float
     draft: Draft
-    log_q: Any
-    rows: Any
+    log_q: LogQ | None
+    rows: TargetOracle | np.ndarray | None
     depth_limit: int
     outcome: Outcome | None = None
     cost_s: float | None = None
     timings: Mapping[str, float] = field(default_factory=dict)
     edges_given: np.ndarray | None = None
     reach_given: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_edges(cls, tree: DraftTree, edges: ArrayLike, *, depth_limit: int,
+                   method: str = "recorded", temperature: float = 0.0,
+                   log_q: LogQ | None = None, cost_s: float | None = None) -> Round:
+        r"""A round rebuilt from a deterministic tree and its recorded target edge
+        probabilities: everything the exact analysis of rule ``follow`` needs.
+
+        The edge probability of node ``v`` is :math:`p_{\mathrm{parent}(v)}(x_v)`, the
+        target's probability of ``v``'s token after its parent's path (what
+        :attr:`edges` holds and a trace records). From them alone come the reach
+        probabilities, the exit decomposition, the coverage, exact ``follow``
+        :math:`E[\tau] = 1 + C_p(T)` (``docs/theory/exit_law.md``) and, the tree being taken
+        in node order, every smaller budget (:meth:`at_budget`, :attr:`tau_curve`: exact for
+        a best-first tree such as DDTree's). Other rules read target rows and are refused;
+        so is a sampled outcome (there is none).
+
+        Parameters
+        ----------
+        tree : DraftTree
+            A deterministic tree (no duplicate siblings).
+        edges : array_like of float, shape (n+1,)
+            ``edges[0] == 1`` (the root); ``edges[v]`` in ``[0, 1]``. Copied as float64.
+        depth_limit : int
+            The drafter's depth ``L`` (leaves there exit by ``depth_cap``), ``>=
+            tree.max_depth``.
+        method : str
+            A label for the round (default ``"recorded"``).
+        temperature : float
+            The target temperature the edges were computed at (``>= 0``; a label: the edges
+            already carry it).
+        log_q : ndarray (L, V) or LazyLogMarginals, optional
+            The drafter's marginals, for :attr:`surrogate` and :attr:`path_probabilities`
+            (checked by :func:`treespec_sim.validation.check_log_q` unless lazy).
+        cost_s : float, optional
+            Modelled seconds of the round.
+
+        Returns
+        -------
+        Round
+            ``rule == "follow"``, ``rows is None``, ``outcome is None``.
+
+        Raises
+        ------
+        ValueError
+            Naming the argument: not a DraftTree, a tree with duplicate siblings, ``edges`` of
+            the wrong shape, non-finite, outside ``[0, 1]`` or with ``edges[0] != 1``, a
+            ``depth_limit`` below the tree's depth, a bad ``temperature``, or a ``log_q`` too
+            shallow or too narrow for the tree.
+        """
+        if not isinstance(tree, DraftTree):
+            raise ValueError(f"tree must be a DraftTree; got {type(tree).__name__}")
+        if tree.has_duplicate_siblings:
+            raise ValueError("tree has duplicate siblings (an i.i.d.-sampled tree); from_edges "
+                             "needs a deterministic tree")
+        arr, _ = as_float_array(edges, "edges")
+        e = np.array(arr, dtype=np.float64)  # a private copy
+        if e.shape != (tree.n_nodes,):
+            raise ValueError(f"edges must have shape ({tree.n_nodes},) (one per node, root "
+                             f"included); got {e.shape}")
+        bad = np.flatnonzero(~np.isfinite(e) | (e < 0) | (e > 1))
+        if bad.size:
+            v = int(bad[0])
+            raise ValueError(f"edges[{v}] = {e[v]!r} is not a probability in [0, 1]")
+        if e[0] != 1.0:
+            raise ValueError(f"edges[0] = {e[0]!r}: the root's edge probability must be 1")
+        depth_limit = check_positive_int(depth_limit, "depth_limit")
+        if depth_limit < tree.max_depth:
+            raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
+                             f"{tree.max_depth}")
+        t = check_temperature(temperature)
+        if log_q is not None:
+            shape = log_q.shape
+            if not isinstance(log_q, LazyLogMarginals):
+                log_q, _ = check_log_q(log_q)
+                shape = log_q.shape
+            if shape[0] < tree.max_depth:
+                raise ValueError(f"log_q has {shape[0]} depths but the tree is "
+                                 f"{tree.max_depth} deep")
+            if tree.size and int(tree.token[1:].max()) >= shape[1]:
+                v = int(np.argmax(tree.token[1:] >= shape[1])) + 1
+                raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside log_q's "
+                                 f"vocabulary (V = {shape[1]})")
+        e.flags.writeable = False
+        return cls(str(method), "follow", t, Draft(tree), log_q, None, depth_limit, None,
+                   None if cost_s is None else float(cost_s), {}, e)
 
     # ------------------------------------------------------------------ the draft
     @property
@@ -205,6 +302,9 @@ class Round:
     @cached_property
     def path_probabilities(self) -> np.ndarray:
         """The drafter's probability of each non-root node's path, in node order (n,)."""
+        if self.log_q is None:
+            raise ValueError("this round was built from recorded edges without log_q: it has "
+                             "no surrogate (pass log_q= to Round.from_edges)")
         return path_probabilities(self.tree, self.log_q)
 
     @property
@@ -222,10 +322,10 @@ class Round:
         cache = self.__dict__.setdefault("_tau_by_rule", {})
         if rule not in cache:
             self.draft.check_rule(rule, target_temperature=self.temperature)
-            if self.rows is None:  # a prefix round: predraw-and-follow from its edges
+            if self.rows is None:  # a prefix or recorded round: follow from its edges
                 if rule != "follow":
-                    raise ValueError(f"a nested-budget round knows only rule 'follow'; got "
-                                     f"{rule!r}")
+                    raise ValueError(f"a round without target rows (a nested budget or "
+                                     f"recorded edges) knows only rule 'follow'; got {rule!r}")
                 cache[rule] = 1.0 + self.coverage
             else:
                 cache[rule] = expected_length(self.tree, self.rows, rule=rule,
@@ -281,7 +381,7 @@ class _CallablePolicy:
         return getattr(self.fn, "__name__", "custom")
 
 
-def _resolve(method) -> tuple[Method | _CallablePolicy, str, str]:
+def _resolve(method: str | Callable) -> tuple[Method | _CallablePolicy, str, str]:
     if callable(method) and not isinstance(method, str):
         policy = _CallablePolicy(method)
         return policy, "", policy.name
@@ -289,7 +389,7 @@ def _resolve(method) -> tuple[Method | _CallablePolicy, str, str]:
     return m, param, method
 
 
-def _clock_of(backend) -> Callable[[], float]:
+def _clock_of(backend: Backend) -> Callable[[], float]:
     return getattr(backend, "clock", time.perf_counter)
 
 
@@ -321,10 +421,11 @@ def _check_width(what: str, shape, backend) -> None:
                          f"(shape {tuple(shape)})")
 
 
-def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
-              rule: str | None = None, temperature: float = 0.0,
-              rng: np.random.Generator, sample: bool = True, cost=None,
-              nested: bool = False, options: Mapping[str, Any] | None = None) -> Round:
+def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTree | Draft],
+              budget: int | None = None, rule: str | None = None, temperature: float = 0.0,
+              rng: np.random.Generator, sample: bool = True,
+              cost: LatencyModel | str | PurePath | None = None, nested: bool = False,
+              options: Mapping[str, Any] | None = None) -> Round:
     """Draft, build, (optionally) verify once: THE round of treespec.
 
     Parameters
@@ -421,7 +522,7 @@ def run_round(backend: Backend, ctx, *, method, budget: int | None = None,
                  timings)
 
 
-def commit(backend: Backend, ctx, rnd: Round) -> Any:
+def commit(backend: Backend, ctx: Any, rnd: Round) -> Any:
     """The context after ``rnd``'s sampled outcome (``backend.commit`` or ``advance``)."""
     if rnd.outcome is None:
         raise ValueError("commit needs a round run with sample=True")
@@ -527,8 +628,9 @@ class DecodeResult:
     records: tuple[Any, ...]
 
 
-def decode(backend: Backend, ctx, *, n_tokens: int, rng: np.random.Generator,
-           record: Callable[[Round], Any] = RoundRecord.of, on_round=None,
+def decode(backend: Backend, ctx: Any, *, n_tokens: int, rng: np.random.Generator,
+           record: Callable[[Round], Any] = RoundRecord.of,
+           on_round: Callable[[Round, Any], None] | None = None,
            **round_args) -> DecodeResult:
     """Speculatively decode ``n_tokens`` tokens from ``ctx`` (the last round is truncated).
 

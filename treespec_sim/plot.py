@@ -10,7 +10,7 @@ The colour is one of
     ``v`` (:func:`treespec_sim.exits.exit_law`; needs ``rows``). Sums to 1 over the nodes.
 ``"path"``
     :math:`q(v)`, the drafter's probability of the path to ``v``
-    (:func:`treespec_sim.policies.path_probabilities`; needs ``log_q``). The root is 1.
+    (:func:`treespec_sim.paths.path_probabilities`; needs ``log_q``). The root is 1.
 
 The accepted path of a sampled :class:`~treespec_sim.verify.Outcome` is drawn as a thick red
 line with red node outlines. matplotlib and networkx are imported inside the functions (heavy,
@@ -27,7 +27,7 @@ import numpy as np
 
 from .exits import exit_law, reach_probabilities
 from .marginals import LazyLogMarginals
-from .policies import path_probabilities
+from .paths import path_probabilities
 from .tree import DraftTree
 from .validation import check_log_q
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import compiled
+from .validation import check_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
 
-__all__ = ["DraftTree"]
+__all__ = ["DraftTree", "prefix_tree"]
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -236,6 +237,43 @@ class DraftTree:
     def __repr__(self) -> str:
         return (f"DraftTree(size={self.size}, max_depth={self.max_depth}, "
                 f"root_token={self.root_token})")
+
+
+def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
+    """The tree of the first ``budget`` non-root nodes of ``tree``, in node order.
+
+    Parents precede children, so every prefix of the node order is a tree; for a best-first
+    builder (DDTree) it is the tree the builder returns at ``budget`` (the trees are nested:
+    ``docs/theory/caddtree.md``), which is how the budget rules and :meth:`Round.at_budget
+    <treespec_sim.engine.Round.at_budget>` read every smaller budget off one tree.
+
+    Parameters
+    ----------
+    tree : DraftTree
+    budget : int
+        Non-root nodes to keep, ``>= 0``; ``tree`` itself is returned when ``budget >=
+        tree.size``.
+
+    Returns
+    -------
+    DraftTree
+        Nodes ``0..min(budget, n)`` of ``tree`` (same ids, tokens and root token).
+
+    Raises
+    ------
+    ValueError
+        ``budget`` is not a non-negative integer.
+    """
+    budget = check_budget(budget)
+    if budget >= tree.size:
+        return tree
+    if budget == 0:
+        return DraftTree.root_only(int(tree.token[0]))
+    k = budget + 1
+    # a prefix of a valid tree is valid: no need to validate it again
+    parent, token = tree.parent[:k].copy(), tree.token[:k].copy()
+    dup = tree.has_duplicate_siblings and _has_duplicate_siblings(parent, token)
+    return DraftTree(_readonly(parent), _readonly(token), _readonly(tree.depth[:k].copy()), dup)
 
 
 # ---------------------------------------------------------------------- helpers

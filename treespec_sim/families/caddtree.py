@@ -48,7 +48,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model
+from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model, round_time
 from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
@@ -270,8 +270,7 @@ def chosen_budgets(curves: RoundCurves, cost: LatencyModel, context_length: floa
                     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Round cost per budget and each adaptive rule's budget per round."""
     B = np.arange(curves.max_budget + 1)
-    round_cost = cost.draft_cost(context_length) + np.asarray(
-        cost.verify_cost(B + 1, context_length), dtype=np.float64)
+    round_cost = np.asarray(round_time(cost, B, context_length), dtype=np.float64)
     theta = curves.surrogate / round_cost
     picks = {
         "caddtree": np.array([first_non_increase(t) for t in theta]),

@@ -11,10 +11,16 @@ The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtre
 ``_tsubame``: a function and its module never share a name); import them from this package,
 ``from treespec_sim.policies import ddtree``. ``draft``, ``dynamic`` and ``sampled`` are public
 modules (no function of theirs is called after them).
+
+``prefix_tree`` (:mod:`treespec_sim.tree`) and ``path_probabilities``
+(:mod:`treespec_sim.paths`) are written below the builders, which share them with the round loop
+and the surrogate; they are re-exported here for the callers that import them from this package.
 """
 
 from __future__ import annotations
 
+from ..paths import path_probabilities
+from ..tree import prefix_tree
 from ._caddtree import (
     CaDDTreePolicy,
     LongRunPolicy,
@@ -24,8 +30,6 @@ from ._caddtree import (
     first_non_increase,
     longrun_budget,
     longrun_tree,
-    path_probabilities,
-    prefix_tree,
 )
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask

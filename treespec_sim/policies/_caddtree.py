@@ -38,8 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..marginals import LazyLogMarginals
-from ..tree import DraftTree
+from .. import cost
+from ..cost import VerifyCost
+from ..paths import LogQ, path_probabilities
+from ..tree import DraftTree, prefix_tree
 from ..validation import check_budget, check_log_q, check_root_token
 from ._ddtree import build_nodes as _ddtree_build
 from ._ddtree import ddtree
@@ -55,8 +57,6 @@ __all__ = [
     "first_non_increase",
     "longrun_budget",
     "longrun_tree",
-    "path_probabilities",
-    "prefix_tree",
 ]
 
 #: The default largest budget (CaDDTree's reference uses ``min(1024, V)``).
@@ -92,17 +92,9 @@ class BudgetCurve:
         return self.expected_tokens / self.round_cost
 
 
-def _costs(draft_cost, verify_cost: Callable, max_tokens: int) -> np.ndarray:
-    """``draft_cost + verify_cost(n)`` for ``n = 1..max_tokens``, validated."""
-    try:
-        cd = float(draft_cost)
-    except (TypeError, ValueError):
-        raise ValueError(f"draft_cost must be a number of seconds; got {draft_cost!r}") from None
-    if not (math.isfinite(cd) and cd >= 0):
-        raise ValueError(f"draft_cost must be finite and >= 0; got {draft_cost!r}")
-    if not callable(verify_cost):
-        raise ValueError("verify_cost must be a callable n_tokens -> seconds")
-    n = np.arange(1, max_tokens + 1)
+def _verify_costs(verify_cost: VerifyCost, n: np.ndarray) -> np.ndarray:
+    """``verify_cost`` at the token counts ``n`` (int array), float64, validated: one call on
+    the array, or one per element if the callable only takes scalars."""
     try:
         cv = np.asarray(verify_cost(n), dtype=np.float64)
         if cv.shape != n.shape:
@@ -118,25 +110,27 @@ def _costs(draft_cost, verify_cost: Callable, max_tokens: int) -> np.ndarray:
         k = int(n[dec[0]])
         raise ValueError(f"verify_cost must be non-decreasing: verify_cost({k + 1}) = "
                          f"{cv[dec[0] + 1]!r} < verify_cost({k}) = {cv[dec[0]]!r}")
-    total = cd + cv
+    return cv
+
+
+def _costs(draft_cost: float, verify_cost: VerifyCost, max_tokens: int) -> np.ndarray:
+    """:math:`D(B)` (:func:`treespec_sim.cost.round_cost`) for ``B = 0..max_tokens - 1``,
+    float64 (max_tokens,), validated."""
+    try:
+        cd = float(draft_cost)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft_cost must be a number of seconds; got {draft_cost!r}") from None
+    if not (math.isfinite(cd) and cd >= 0):
+        raise ValueError(f"draft_cost must be finite and >= 0; got {draft_cost!r}")
+    if not callable(verify_cost):
+        raise ValueError("verify_cost must be a callable n_tokens -> seconds")
+    total = cost.round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens))
     if total[0] <= 0:
         raise ValueError("draft_cost + verify_cost(1) must be > 0 (a round takes time)")
     return total
 
 
-def path_probabilities(tree: DraftTree, lp: np.ndarray | LazyLogMarginals) -> np.ndarray:
-    """Surrogate probability :math:`q(u)` of every non-root node's path, in node order (for
-    DDTree: pop order), float64 (n,); ``lp`` is (L, V) log-marginals or lazy ones."""
-    scores = np.zeros(tree.n_nodes, dtype=np.float64)
-    lazy = isinstance(lp, LazyLogMarginals)
-    for d, nodes in enumerate(tree.levels[1:], start=1):
-        toks = tree.token[nodes]
-        scores[nodes] = scores[tree.parent[nodes]] + (
-            lp.values(d - 1, toks) if lazy else lp[d - 1, toks])
-    return np.exp(scores[1:])
-
-
-def budget_curve(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
+def budget_curve(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
                  root_token: int = -1) -> BudgetCurve:
     """DDTree at ``max_budget`` with its pop probabilities and round costs for every prefix."""
     lp, _ = check_log_q(log_q)
@@ -158,19 +152,7 @@ def first_non_increase(theta: np.ndarray) -> int:
     return int(falls[0]) if falls.size else int(theta.size - 1)
 
 
-def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
-    """The first ``budget`` nodes of a best-first tree (a prefix of pop order is a tree)."""
-    if budget >= tree.size:
-        return tree
-    if budget == 0:
-        return DraftTree.root_only(int(tree.token[0]))
-    k = budget + 1
-    # a prefix of a valid best-first tree is valid: no need to validate it again
-    return _ddtree_tree(tree.parent[:k].copy(), tree.token[:k].copy(), tree.depth[:k].copy(),
-                        int(tree.token[0]))
-
-
-def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: int,
+def _grow_until_stop(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
                      root_token: int, start_budget: int | None,
                      stop: Callable[[np.ndarray, np.ndarray], int],
                      round_cost: np.ndarray | None = None) -> DraftTree:
@@ -202,8 +184,9 @@ def _grow_until_stop(log_q, *, draft_cost, verify_cost: Callable, max_budget: in
         b = min(max_budget, 2 * b)
 
 
-def caddtree(log_q, *, draft_cost, verify_cost: Callable, max_budget: int = DEFAULT_MAX_BUDGET,
-             root_token: int = -1, start_budget: int | None = None) -> DraftTree:
+def caddtree(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost,
+             max_budget: int = DEFAULT_MAX_BUDGET, root_token: int = -1,
+             start_budget: int | None = None) -> DraftTree:
     r"""CaDDTree: DDTree's best-first tree, stopped at the first node that does not raise
     :math:`\theta(B) = N(B) / D(B)`.
 
@@ -255,7 +238,7 @@ class CaDDTreePolicy:
     Same result as :func:`caddtree` every round; ``last_budget`` is the decoder's state.
     """
 
-    def __init__(self, *, draft_cost, verify_cost: Callable,
+    def __init__(self, *, draft_cost: float, verify_cost: VerifyCost,
                  max_budget: int = DEFAULT_MAX_BUDGET, margin: float = 1.1) -> None:
         self.draft_cost, self.verify_cost = draft_cost, verify_cost
         self.max_budget = check_budget(max_budget, "max_budget")
@@ -266,7 +249,8 @@ class CaDDTreePolicy:
         # D(0..max_budget), evaluated and validated once (the cost model is fixed)
         self._round_cost = _costs(draft_cost, verify_cost, self.max_budget + 1)
 
-    def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
+    def __call__(self, log_q: LogQ, budget: int | None = None, *, root_token: int = -1
+                 ) -> DraftTree:
         """This round's tree (``budget``, at most ``max_budget``, overrides it if given)."""
         max_budget = self.max_budget if budget is None else min(
             check_budget(budget), self.max_budget)
@@ -279,7 +263,7 @@ class CaDDTreePolicy:
         return tree
 
 
-def exhaustive_budget_tree(log_q, *, draft_cost, verify_cost: Callable,
+def exhaustive_budget_tree(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost,
                            max_budget: int = DEFAULT_MAX_BUDGET, root_token: int = -1
                            ) -> DraftTree:
     r"""The prefix with the largest :math:`\theta` over every budget ``0..max_budget`` (the
@@ -305,7 +289,7 @@ def longrun_budget(p: np.ndarray, round_cost: np.ndarray, lam: float) -> int:
     return int(stops[0]) if stops.size else len(p)
 
 
-def longrun_tree(log_q, *, lam: float, draft_cost, verify_cost: Callable,
+def longrun_tree(log_q: LogQ, *, lam: float, draft_cost: float, verify_cost: VerifyCost,
                  max_budget: int = DEFAULT_MAX_BUDGET, root_token: int = -1) -> DraftTree:
     r"""DDTree stopped by the long-run rule :math:`p_{B+1} > \lambda\,\Delta_{B+1}`.
 
@@ -315,7 +299,7 @@ def longrun_tree(log_q, *, lam: float, draft_cost, verify_cost: Callable,
     """
     return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
                             max_budget=max_budget, root_token=root_token, start_budget=None,
-                            stop=lambda p, cost: longrun_budget(p, cost, lam))
+                            stop=lambda p, costs: longrun_budget(p, costs, lam))
 
 
 class LongRunPolicy:
@@ -333,7 +317,7 @@ class LongRunPolicy:
         Weight, in rounds, of the initial estimate (keeps the first rounds from swinging).
     """
 
-    def __init__(self, *, draft_cost, verify_cost: Callable,
+    def __init__(self, *, draft_cost: float, verify_cost: VerifyCost,
                  max_budget: int = DEFAULT_MAX_BUDGET, prior_rounds: float = 1.0) -> None:
         self.draft_cost = draft_cost
         self.verify_cost = verify_cost
@@ -369,7 +353,8 @@ class LongRunPolicy:
         self.tokens += float(tokens)
         self.seconds += float(seconds)
 
-    def __call__(self, log_q, budget: int | None = None, *, root_token: int = -1) -> DraftTree:
+    def __call__(self, log_q: LogQ, budget: int | None = None, *, root_token: int = -1
+                 ) -> DraftTree:
         """Build this round's tree (``budget`` overrides ``max_budget`` if given)."""
         max_budget = self.max_budget if budget is None else budget
         curve = budget_curve(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,

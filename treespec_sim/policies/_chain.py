@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..marginals import LazyLogMarginals
+from ..paths import LogQ
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q, check_root_token
 
 __all__ = ["chain"]
 
 
-def chain(log_q, length: int | None = None, *, root_token: int = -1) -> DraftTree:
+def chain(log_q: LogQ, length: int | None = None, *, root_token: int = -1) -> DraftTree:
     r"""The argmax chain :math:`u_d = \arg\max_a \log q_d(a)` for ``d = 1..length``.
 
     This is DFlash's own draft (``dflash/model.py``: every block position takes the argmax of

@@ -43,6 +43,7 @@ import numpy as np
 
 from .. import compiled
 from ..marginals import LazyLogMarginals, kth_largest, ranked_candidates
+from ..paths import LogQ
 from ..tree import DraftTree
 from ..validation import (
     as_float_array,
@@ -63,7 +64,7 @@ _THRESHOLD_SLACK = 1e-9
 _RANKED_MIN_VOCAB = 4096
 
 
-def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True) -> DraftTree:
+def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool = True) -> DraftTree:
     r"""The DDTree draft tree: the ``budget`` best prefixes under the factorised surrogate.
 
     Parameters
@@ -128,7 +129,7 @@ def ddtree(log_q, budget: int, *, root_token: int = -1, check_sums: bool = True)
     return trusted_tree(parent, token, depth, root_token)
 
 
-def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
+def ddtree_with_mask(log_q: LogQ, budget: int, *, root_token: int = -1
                      ) -> tuple[DraftTree, np.ndarray]:
     """:func:`ddtree` plus the tree's ancestor-only attention mask, bool ``(n+1, n+1)``."""
     tree = ddtree(log_q, budget, root_token=root_token)
@@ -136,7 +137,7 @@ def ddtree_with_mask(log_q, budget: int, *, root_token: int = -1
 
 
 # ---------------------------------------------------------------------------- internals
-def _ddtree_compiled(log_q, budget, root_token, check_sums: bool) -> DraftTree | None:
+def _ddtree_compiled(log_q: LogQ, budget, root_token, check_sums: bool) -> DraftTree | None:
     """:func:`ddtree` in one compiled pass over a raw array (check and build together), or
     ``None`` where the general path must run: no kernel, a strided or non-float input, an
     argument the general path will reject (its errors, in its order), or ``budget == 0``.

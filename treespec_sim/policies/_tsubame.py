@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..paths import LogQ
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q
 from ._ddtree import ddtree
@@ -37,7 +38,7 @@ __all__ = ["PLANNERS", "tsubame", "tsubame_shape"]
 PLANNERS = ("ddtree", "tempered")
 
 
-def tsubame_shape(log_q, budget: int, *, planner: str = "ddtree", temperature: float = 1.0,
+def tsubame_shape(log_q: LogQ, budget: int, *, planner: str = "ddtree", temperature: float = 1.0,
                   root_token: int = -1) -> DraftTree:
     """Pass 1: DDTree's tree at ``budget`` (on the planner's scores) with the tokens erased.
 
@@ -57,9 +58,10 @@ def tsubame_shape(log_q, budget: int, *, planner: str = "ddtree", temperature: f
     return DraftTree.from_parents_multiset(plan.parent, [plan.root_token] + [0] * plan.size)
 
 
-def tsubame(log_q, budget: int, *, rng: np.random.Generator, scheme: str = "without_replacement",
-            temperature: float = 1.0, proposal: ProposalFn | None = None,
-            planner: str = "ddtree", root_token: int = -1) -> SampledDraft:
+def tsubame(log_q: LogQ, budget: int, *, rng: np.random.Generator,
+            scheme: str = "without_replacement", temperature: float = 1.0,
+            proposal: ProposalFn | None = None, planner: str = "ddtree",
+            root_token: int = -1) -> SampledDraft:
     r"""Tsubame's two passes: plan a shape from ``log_q``, fill it with fresh draws.
 
     Parameters

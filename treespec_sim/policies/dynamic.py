@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..paths import LogQ
 from ..tree import DraftTree
 from ..validation import check_budget, check_log_q, check_positive_int, check_root_token
 from ._ddtree import ranked_candidates
@@ -23,7 +24,7 @@ from ._ddtree import ranked_candidates
 __all__ = ["dynamic_tree"]
 
 
-def dynamic_tree(log_q, budget: int, *, root_token: int = -1, top_k: int = 8) -> DraftTree:
+def dynamic_tree(log_q: LogQ, budget: int, *, root_token: int = -1, top_k: int = 8) -> DraftTree:
     r"""EAGLE-2-style beam expansion, then a global re-rank to ``budget`` nodes.
 
     Parameters

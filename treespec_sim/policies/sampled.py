@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..marginals import LazyLogMarginals
+from ..paths import LogQ
 from ..tree import DraftTree
 from ..validation import check_budget, check_root_token, check_temperature
 from ..verify import SCHEMES
@@ -366,7 +367,7 @@ class MarginalProposal:
                           dtype=np.float64)
 
 
-def marginal_proposal(log_q) -> MarginalProposal:
+def marginal_proposal(log_q: LogQ) -> MarginalProposal:
     """The DFlash proposal: the depth-``d`` marginal, whatever the parent (``log_q`` (L, V) or
     a :class:`~treespec_sim.marginals.LazyLogMarginals`)."""
     return MarginalProposal(log_q)
