@@ -38,6 +38,7 @@ import numpy as np
 
 from treespec_sim import DraftTree, engine
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
+from treespec_sim.cost import round_time
 from treespec_sim.exits import EXIT_CAUSES
 from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
@@ -88,8 +89,7 @@ def caddtree_experiment(bundle, prompts, *, cost_path, grid=CADDTREE_GRID, new_t
             start, model_s = len(p) - 1, 0.0
             if method != "ar":
                 for r in res.rounds:
-                    model_s += cost.draft_cost(start) + float(cost.verify_cost(r.tree_size + 1,
-                                                                               start))
+                    model_s += float(round_time(cost, r.tree_size, start))
                     start += r.tau
             else:
                 model_s = len(res.rounds) * float(cost.verify_cost(1, start + 48))

@@ -9,8 +9,8 @@ where :math:`\ell` is the context length. Every model here implements :class:`La
 (``draft_cost``, ``verify_cost``, ``to_dict``) and round-trips through JSON
 (:func:`cost_model_from_dict`, :func:`load_cost_model`, :meth:`save`). Token counts always
 include the root: a tree of ``B`` nodes is verified with ``verify_cost(B + 1)``. (CaDDTree's
-reference code looks its fit up with the non-root count; the research note
-``ddtree_dflash_caddtree.md`` §3.2 records that off-by-one; it is not reproduced here.)
+reference code looks its fit up with the non-root count; ``docs/theory/caddtree.md`` §1 records
+that off-by-one; it is not reproduced here.)
 
 Models
 ------
@@ -42,8 +42,8 @@ measured range (the sweep keeps that log per cell). No price changes.
 
 Presets (:data:`PRESETS`, :func:`get_cost_model`): the measured A800 / HF-transformers profiles
 for Qwen3-4B and Qwen3-8B from the CaDDTree release (data files in ``treespec_sim/data/latency``,
-with attribution), and H100/H200 estimates from the research note
-``cost_models_peers_style.md`` §A2, marked ``estimate=True``.
+with attribution), and H100/H200 roofline estimates (``docs/theory/caddtree.md``, "The H100/H200
+estimates"), marked ``estimate=True``.
 """
 
 from __future__ import annotations
@@ -866,9 +866,9 @@ def save_cost_model(model: LatencyModel, path: str | Path) -> None:
 
 
 # -------------------------------------------------------------------------------- presets
-_RESEARCH_A2 = ("estimate from research note cost_models_peers_style.md §A2 (roofline: "
-                "Qwen3 weights streamed per verify vs bf16 compute per token; anchored on "
-                "SGLang/vLLM batch-1 step times); not measured")
+_ROOFLINE = ("roofline estimate, docs/theory/caddtree.md 'The H100/H200 estimates' (Qwen3 "
+             "weights streamed per verify vs bf16 compute per token; anchored on SGLang/vLLM "
+             "batch-1 step times); not measured")
 
 
 def _packaged(filename: str) -> TabulatedCost:
@@ -881,7 +881,7 @@ def _packaged(filename: str) -> TabulatedCost:
 def _estimate(name: str, t0_ms: float, s_lo_us: float, knee: float, s_hi_us: float,
               draft_ms: float) -> RooflineCost:
     return RooflineCost(t0_ms * 1e-3, s_lo_us * 1e-6, knee, s_hi_us * 1e-6, draft_ms * 1e-3,
-                        name=name, provenance=_RESEARCH_A2, estimate=True)
+                        name=name, provenance=_ROOFLINE, estimate=True)
 
 
 #: Named latency presets: name -> zero-argument factory (loading is lazy).

@@ -427,7 +427,7 @@ def test_pages_name_files_that_exist():
 
 def test_theory_pages_cite_tests_that_exist():
     """The theory pages' "checked by" tables name tests; a renamed test breaks this."""
-    sources = {p: p.read_text() for p in (ROOT / "tests").glob("*.py")}
+    sources = {p: p.read_text() for p in (ROOT / "tests").rglob("*.py")}
     cited = 0
     for page in sorted((DOCS / "theory").glob("*.md")):
         for name, prefix in re.findall(r"`(?:tests/[\w/]+\.py::)?(test_\w+?)(…)?(?:\[[^`]*\])?`",
