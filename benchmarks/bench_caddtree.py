@@ -11,7 +11,6 @@ Run: ``python benchmarks/bench_caddtree.py`` (``--repeats``, ``--json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -20,23 +19,24 @@ from functools import partial
 import numpy as np
 from bench_ddtree import dflash_like
 
+from treespec_sim.cli import OneLineParser, add_json_flag, add_repeats, add_seed, positive_int
 from treespec_sim.cost import get_cost_model
 from treespec_sim.policies import CaDDTreePolicy, caddtree, ddtree
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--depth", type=int, default=15)
-    ap.add_argument("--vocab", type=int, default=32768)
-    ap.add_argument("--max-budget", type=int, default=1024)
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depth", type=positive_int, default=15)
+    ap.add_argument("--vocab", type=positive_int, default=32768)
+    ap.add_argument("--max-budget", type=positive_int, default=1024)
     ap.add_argument("--costs", nargs="+", default=["a800-qwen3-8b", "h200-qwen3-8b",
                                                    "tiled-illustrative"])
     ap.add_argument("--kinds", nargs="+", default=["sharp", "mixed", "flat"])
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--seed", type=int, default=0)
+    add_repeats(ap, default=15)
+    add_seed(ap)
     ap.add_argument("--stat", choices=["median", "min"], default="median",
                     help="summary of the repeats (min resists load from other processes)")
-    ap.add_argument("--json", action="store_true")
+    add_json_flag(ap)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     rows = []

@@ -21,7 +21,6 @@ identical. Run: ``python benchmarks/bench_ddtree.py`` (``--repeats``, ``--json``
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -30,6 +29,14 @@ import numpy as np
 
 from proofs_check.reference import ddtree_torch_reference
 from treespec_sim import compiled
+from treespec_sim.cli import (
+    OneLineParser,
+    add_budgets,
+    add_json_flag,
+    add_repeats,
+    add_seed,
+    positive_int,
+)
 from treespec_sim.policies import ddtree_with_mask
 
 
@@ -60,15 +67,15 @@ def _once(fn) -> tuple[float, object]:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--depth", type=int, default=15)
-    ap.add_argument("--vocab", type=int, default=32768)
-    ap.add_argument("--budgets", type=int, nargs="+", default=[64, 256, 1024])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depth", type=positive_int, default=15)
+    ap.add_argument("--vocab", type=positive_int, default=32768)
+    add_budgets(ap, default=[64, 256, 1024])
     ap.add_argument("--kinds", nargs="+", default=["sharp", "mixed", "flat"])
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true", help="print results as JSON only")
+    add_repeats(ap, default=15)
+    add_seed(ap)
+    add_json_flag(ap)
     args = ap.parse_args(argv)
     # One core per side: ddtree and the numpy pass are single-threaded, and torch's thread pool
     # on a shared 2-core machine spins against the other side (the reference read 7-14 ms).

@@ -12,23 +12,32 @@ Run: ``python benchmarks/bench_real_models.py`` (``--budgets``, ``--prompts``, `
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 
 import numpy as np
 
+from treespec_sim.cli import (
+    OneLineParser,
+    add_budgets,
+    add_checkpoints,
+    add_device,
+    add_json_flag,
+    add_new_tokens,
+    add_prompts,
+    add_threads,
+)
+
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default=None)
-    ap.add_argument("--drafter", default=None)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--budgets", type=int, nargs="+", default=[16, 64, 256])
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--new-tokens", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", action="store_true", help="print results as JSON only")
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    add_checkpoints(ap)
+    add_device(ap)
+    add_budgets(ap, default=[16, 64, 256])
+    add_prompts(ap, default=4)
+    add_new_tokens(ap, default=96)
+    add_threads(ap)
+    add_json_flag(ap)
     args = ap.parse_args(argv)
 
     import torch

@@ -15,7 +15,6 @@ Run: ``python benchmarks/bench_sampled_fill.py`` (``--contexts``, ``--temperatur
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import platform
@@ -23,6 +22,14 @@ import time
 
 import numpy as np
 
+from treespec_sim.cli import (
+    OneLineParser,
+    add_json_flag,
+    add_repeats,
+    add_seed,
+    positive_int,
+    temperature,
+)
 from treespec_sim.methods import DraftRequest, get_method
 from treespec_sim.policies import ddtree, tsubame
 from treespec_sim.synth import make_world
@@ -40,14 +47,14 @@ def _n_laws(draft) -> int:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--regime", default="math500")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=64)
-    ap.add_argument("--contexts", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=2, help="timed passes over the contexts")
-    ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.6])
-    ap.add_argument("--json", action="store_true", help="print results as JSON only")
+    add_seed(ap)
+    ap.add_argument("--budget", type=positive_int, default=64)
+    ap.add_argument("--contexts", type=positive_int, default=24)
+    add_repeats(ap, default=2, help="timed passes over the contexts")
+    ap.add_argument("--temperatures", type=temperature, nargs="+", default=[1.0, 0.6])
+    add_json_flag(ap)
     args = ap.parse_args(argv)
     world = make_world(args.regime, seed=args.seed)
     rng = np.random.default_rng(args.seed)

@@ -25,7 +25,6 @@ Run: ``python benchmarks/bench_sweep.py`` (``--rounds``, ``--json``, ``--fresh-o
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim import compiled
+from treespec_sim.cli import OneLineParser, add_json_flag, positive_int
 from treespec_sim.engine import run_round
 from treespec_sim.families import DDTreeGrid, world_for
 from treespec_sim.sweep import Plan, run_plan
@@ -180,14 +180,14 @@ def scaling(rounds: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=30, help="timed rounds per (V, B, path)")
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=positive_int, default=30, help="timed rounds per (V, B, path)")
     ap.add_argument("--regime", default="math500",
                     help="a word-class regime (the calibrated ones) exercises the ranked path")
-    ap.add_argument("--scaling-rounds", type=int, default=200,
+    ap.add_argument("--scaling-rounds", type=positive_int, default=200,
                     help="rounds per cell of the 1-vs-2-worker sweep")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--fresh-rounds", type=int, default=300,
+    add_json_flag(ap)
+    ap.add_argument("--fresh-rounds", type=positive_int, default=300,
                     help="rounds per case of the fresh-context targets (issue 23)")
     ap.add_argument("--fresh-only", action="store_true",
                     help="only the fresh-context targets (skip the split and the scaling)")

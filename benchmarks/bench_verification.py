@@ -15,7 +15,6 @@ Run: ``python benchmarks/bench_verification.py`` (``--repeats``, ``--json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -26,13 +25,14 @@ from proofs_check.ot import optimal_acceptance
 from proofs_check.sampled import round_law, two_level_shape
 from proofs_check.theorems import RandomWorld, _package
 from proofs_check.tree_lp import TwoLevelWorld, decomposed_optimum, global_optimum
+from treespec_sim.cli import OneLineParser, add_json_flag, add_repeats
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def main(argv=None) -> None:
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    add_repeats(parser, default=3)
+    add_json_flag(parser)
+    args = parser.parse_args(argv)
     vocab = 5
     world = RandomWorld(np.random.default_rng(0), vocab)
     p2 = np.array([world.p((y,)) for y in range(vocab)])

@@ -28,13 +28,20 @@ Run: ``python benchmarks/bench_verifiers.py`` (``--regime``, ``--contexts``, ``-
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
 
 import numpy as np
 
+from treespec_sim.cli import (
+    OneLineParser,
+    add_json_flag,
+    add_seed,
+    add_temperature,
+    nonnegative_int,
+    positive_int,
+)
 from treespec_sim.engine import run_round
 from treespec_sim.synth import make_world
 from treespec_sim.verify import expected_length
@@ -43,16 +50,16 @@ OTHER_RULES = ("traversal", "rrsw", "univer-guided", "univer-fixed")
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--regime", default="math500")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=64)
-    ap.add_argument("--contexts", type=int, default=60)
-    ap.add_argument("--warmup", type=int, default=20, help="untimed rounds first")
+    add_seed(ap)
+    ap.add_argument("--budget", type=positive_int, default=64)
+    ap.add_argument("--contexts", type=positive_int, default=60)
+    ap.add_argument("--warmup", type=nonnegative_int, default=20, help="untimed rounds first")
     ap.add_argument("--cold-tables", action="store_true",
                     help="do not build every topic's tables first (timed rounds may build them)")
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--json", action="store_true", help="print results as JSON only")
+    add_temperature(ap, default=1.0, help="sampling temperature (default: %(default)s)")
+    add_json_flag(ap)
     args = ap.parse_args(argv)
     world = make_world(args.regime, seed=args.seed)
     rng = np.random.default_rng(args.seed)

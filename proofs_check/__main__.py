@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cli import OneLineParser, add_debug, add_json_flag, add_seed, run
 
 from .theorems import CHECKS, run_checks
 
@@ -29,10 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=int, default=10,
                         help="instances per check, in units (default: %(default)s; under a "
                              "minute)")
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default: %(default)s)")
+    add_seed(parser, "base seed (default: %(default)s)")
     parser.add_argument("--only", metavar="TEXT", default=None,
                         help="run only checks whose name contains TEXT (default: all)")
-    parser.add_argument("--json", action="store_true", help="print only the table, as JSON")
+    add_json_flag(parser, "print only the table, as JSON")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     add_debug(parser)
     return parser

@@ -37,7 +37,20 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim import DraftTree, engine
-from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
+from treespec_sim.cli import (
+    OneLineParser,
+    add_budgets,
+    add_debug,
+    add_device,
+    add_new_tokens,
+    add_out,
+    add_prompts,
+    add_repeats,
+    add_temperature,
+    add_threads,
+    positive_int,
+    run_subcommand,
+)
 from treespec_sim.cost import round_time
 from treespec_sim.exits import EXIT_CAUSES
 from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
@@ -330,33 +343,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-cost-mismatch", action="store_true",
                    help="record a device/model mismatch of --cost as a warning instead of "
                         "failing")
-    c.add_argument("--grid", type=int, nargs="+", metavar="B", default=list(CADDTREE_GRID),
+    c.add_argument("--grid", type=positive_int, nargs="+", metavar="B",
+                   default=list(CADDTREE_GRID),
                    help="DDTree budgets; the largest is CaDDTree's and exhaustive's "
                         "max_budget (default: %(default)s)")
-    c.add_argument("--prompts", type=int, metavar="N", default=32,
-                   help="held-out prompts (default: %(default)s)")
-    c.add_argument("--new-tokens", type=int, metavar="N", default=96,
-                   help="tokens to generate per prompt (default: %(default)s)")
-    c.add_argument("--repeats", type=int, metavar="N", default=1,
-                   help="timed decodings per method and prompt; the median is kept "
-                        "(default: %(default)s)")
-    c.add_argument("--out", type=Path, metavar="DIR", default=None,
-                   help="write caddtree_real.md and .json here (default: print only)")
+    add_prompts(c, default=32)
+    add_new_tokens(c, default=96)
+    add_repeats(c, default=1, help="timed decodings per method and prompt; the median is kept "
+                                   "(default: %(default)s)")
+    add_out(c, "write caddtree_real.md and .json here (default: print only)", metavar="DIR")
     t = sub.add_parser("traces", help="record DDTree rounds (drafter rows, tree, target edge "
                        "probabilities) for the simulator",
                        description="Decode the held-out prompts with DDTree at --budget and "
                                    "record per round the drafter's log_q, the tree and the "
                                    "target's edge probabilities (an .npz for 'simvsreal').")
-    t.add_argument("--budget", type=int, metavar="B", default=256,
+    t.add_argument("--budget", type=positive_int, metavar="B", default=256,
                    help="DDTree budget of the traced trees (default: %(default)s)")
-    t.add_argument("--temperature", type=float, metavar="T", default=0.0,
-                   help="decoding temperature (default: %(default)s)")
-    t.add_argument("--prompts", type=int, metavar="N", default=32,
-                   help="held-out prompts (default: %(default)s)")
-    t.add_argument("--new-tokens", type=int, metavar="N", default=96,
-                   help="tokens to generate per prompt (default: %(default)s)")
-    t.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
-                   help="where to write the traces (required)")
+    add_temperature(t, default=0.0, help="decoding temperature (default: %(default)s)")
+    add_prompts(t, default=32)
+    add_new_tokens(t, default=96)
+    add_out(t, "where to write the traces (required)", metavar="FILE.npz", required=True)
     s = sub.add_parser("simvsreal", help="replay traces in the simulator and compare with real "
                        "decoding at each budget",
                        description="Replay the traces (tau(B) from the nested trees, exit-law "
@@ -364,32 +370,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "budget, fit a synthetic regime, and report the errors.")
     s.add_argument("--traces", type=Path, metavar="FILE.npz", required=True,
                    help="traces written by 'traces' (required)")
-    s.add_argument("--budgets", type=int, nargs="+", metavar="B",
-                   default=[4, 8, 16, 32, 64, 128, 256],
-                   help="budgets to compare, up to the traced budget (default: %(default)s)")
+    add_budgets(s, default=[4, 8, 16, 32, 64, 128, 256],
+                help="budgets to compare, up to the traced budget (default: %(default)s)")
     s.add_argument("--no-fit", action="store_true",
                    help="skip fitting a synthetic regime to the real tau")
-    s.add_argument("--out", type=Path, metavar="DIR", default=None,
-                   help="write simvsreal_T<T>.md and .json here (default: print only)")
+    add_out(s, "write simvsreal_T<T>.md and .json here (default: print only)", metavar="DIR")
     for p in (c, t, s):
-        p.add_argument("--device", default="cpu",
-                       help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
-        p.add_argument("--threads", type=int, default=1,
-                       help="torch threads (default: %(default)s)")
+        add_device(p)
+        add_threads(p)
         add_debug(p)
     return ap
 
 
 def main(argv=None) -> int:
     return run_subcommand(build_parser(), argv, _main)
-
-
-def _at_least(args: argparse.Namespace, **lows) -> None:
-    for opt, low in lows.items():
-        values = getattr(args, opt)
-        for v in values if isinstance(values, list) else [values]:
-            if not v >= low:
-                raise ValueError(f"--{opt.replace('_', '-')} must be >= {low}; got {v}")
 
 
 def _read_traces(path: Path) -> dict:
@@ -410,13 +404,8 @@ def _read_traces(path: Path) -> dict:
 
 
 def _main(args: argparse.Namespace) -> int:
-    _at_least(args, threads=1)
-    if args.cmd == "caddtree":
-        _at_least(args, grid=1, prompts=1, new_tokens=1, repeats=1)
-    elif args.cmd == "traces":
-        _at_least(args, budget=1, temperature=0.0, prompts=1, new_tokens=1)
-    else:
-        _at_least(args, budgets=1)
+    # the numbers were checked as they were parsed (treespec_sim.cli's types)
+    if args.cmd == "simvsreal":
         traces = _read_traces(args.traces)
     check_device(args.device)
     torch.set_num_threads(args.threads)

@@ -46,7 +46,20 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cli import (
+    OneLineParser,
+    add_checkpoints,
+    add_debug,
+    add_device,
+    add_dtype,
+    add_out,
+    add_repeats,
+    add_threads,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    run,
+)
 from treespec_sim.cost import TabulatedCost, cost_model_from_dict
 from treespec_sim.files import atomic_path, atomic_write_text
 from treespec_sim.policies import ddtree
@@ -606,20 +619,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "models on CPU, printed as JSON.",
         epilog="exit status: 0 done, 1 the fit failed (the raw medians are kept in --out), "
                "2 bad input")
-    ap.add_argument("--target", metavar="DIR", default=None,
-                    help="target checkpoint directory (default: the shipped tiny target)")
-    ap.add_argument("--drafter", metavar="DIR", default=None,
-                    help="drafter checkpoint directory (default: the shipped tiny drafter)")
+    add_checkpoints(ap)
     ap.add_argument("--arch", choices=sorted(ARCHS), default=None,
                     help="profile randomly initialised Qwen3 + DFlash drafter models of these "
                          "published shapes instead of --target/--drafter (default: none)")
     ap.add_argument("--small", action="store_true",
                     help="with --arch: scaled-down shapes (small_arch) for CPU rehearsals")
-    ap.add_argument("--device", default="cpu",
-                    help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                    help="model dtype (default: the checkpoint's; bfloat16 for --arch)")
-    ap.add_argument("--tokens", type=int, nargs="+", metavar="N", default=None,
+    add_device(ap)
+    add_dtype(ap, DTYPES, "model dtype (default: the checkpoint's; bfloat16 for --arch)")
+    ap.add_argument("--tokens", type=positive_int, nargs="+", metavar="N", default=None,
                     help="increasing query-token counts, root included (default: "
                          f"{' '.join(map(str, CPU_NODE_COUNTS))} on CPU, "
                          f"{' '.join(map(str, GPU_NODE_COUNTS))} on CUDA)")
@@ -627,22 +635,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="increasing cached context lengths (default: "
                          f"{' '.join(map(str, CPU_CONTEXTS))} on CPU, "
                          f"{' '.join(map(str, GPU_CONTEXTS))} on CUDA)")
-    ap.add_argument("--warmup", type=int, default=2,
+    ap.add_argument("--warmup", type=nonnegative_int, default=2,
                     help="untimed calls before each cell (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=7,
-                    help="timed calls per cell; the median is kept (default: %(default)s)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads on CPU (default: %(default)s)")
-    ap.add_argument("--time-budget", type=float, metavar="SECONDS", default=None,
+    add_repeats(ap, default=7,
+                help="timed calls per cell; the median is kept (default: %(default)s)")
+    add_threads(ap, "torch threads on CPU (default: %(default)s)")
+    ap.add_argument("--time-budget", type=positive_float, metavar="SECONDS", default=None,
                     help="skip the context rows that would end past this many seconds "
                          "(recorded as truncated; at least one row is measured) (default: no "
                          "limit)")
     ap.add_argument("--name", default=None,
                     help="name stored in the latency file (default: DEVICE-TARGETDIR, or "
                          "DEVICE-ARCH-random with --arch)")
-    ap.add_argument("--out", type=Path, metavar="FILE.json", default=None,
-                    help="latency file to write, updated after each context row (default: "
-                         "print the result as JSON)")
+    add_out(ap, "latency file to write, updated after each context row (default: print the "
+                "result as JSON)", metavar="FILE.json")
     ap.add_argument("--figure", type=Path, metavar="FILE.png", default=None,
                     help="cost-vs-tokens figure to draw (default: none)")
     add_debug(ap)
@@ -655,7 +661,8 @@ def main(argv=None) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> torch.device:
-    """Every argument check, before any model is built or loaded; returns the device."""
+    """The argument checks the parser cannot make (the numbers are checked as they are parsed),
+    before any model is built or loaded; returns the device."""
     if args.arch and (args.target or args.drafter):
         raise ValueError("--arch builds random models; do not combine it with "
                          "--target/--drafter")
@@ -666,12 +673,6 @@ def _check_args(args: argparse.Namespace) -> torch.device:
                                    or any(b <= a for a, b in itertools.pairwise(values))):
             raise ValueError(f"{opt} must be increasing integers >= {low}; got "
                              f"{' '.join(map(str, values))}")
-    for opt, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1),
-                            ("--threads", args.threads, 1)):
-        if value < low:
-            raise ValueError(f"{opt} must be >= {low}; got {value}")
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise ValueError(f"--time-budget must be > 0 seconds; got {args.time_budget}")
     return check_device(args.device)
 
 

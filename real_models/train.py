@@ -28,7 +28,6 @@ the same machine type and library versions (float summation order differs elsewh
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -39,6 +38,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from treespec_sim.cli import OneLineParser, add_out, add_seed, positive_float, positive_int
 
 from ._deps import require
 from .drafter import DFlashDrafter, parse_drafter_config, qwen3_config
@@ -357,21 +358,22 @@ def _versions() -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--target-steps", type=int, default=800)
-    ap.add_argument("--drafter-steps", type=int, default=1500)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--target-lr", type=float, default=3e-3)
-    ap.add_argument("--drafter-lr", type=float, default=2e-3)
-    ap.add_argument("--draft-seqs", type=int, default=3840)
-    ap.add_argument("--gen-batch", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=96)
-    ap.add_argument("--gen-len", type=int, default=128)
-    ap.add_argument("--anchors", type=int, default=24)
-    ap.add_argument("--n-prompts", type=int, default=32)
+    ap = OneLineParser(prog="python -m real_models.train",
+                       description=__doc__.splitlines()[0])
+    add_out(ap, default=DEFAULT_OUT)
+    add_seed(ap)
+    ap.add_argument("--target-steps", type=positive_int, default=800)
+    ap.add_argument("--drafter-steps", type=positive_int, default=1500)
+    ap.add_argument("--batch", type=positive_int, default=16)
+    ap.add_argument("--seq-len", type=positive_int, default=256)
+    ap.add_argument("--target-lr", type=positive_float, default=3e-3)
+    ap.add_argument("--drafter-lr", type=positive_float, default=2e-3)
+    ap.add_argument("--draft-seqs", type=positive_int, default=3840)
+    ap.add_argument("--gen-batch", type=positive_int, default=64)
+    ap.add_argument("--prompt-len", type=positive_int, default=96)
+    ap.add_argument("--gen-len", type=positive_int, default=128)
+    ap.add_argument("--anchors", type=positive_int, default=24)
+    ap.add_argument("--n-prompts", type=positive_int, default=32)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rng = np.random.default_rng(args.seed)

@@ -31,7 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim.cli import OneLineParser, add_debug, run
+from treespec_sim.cli import (
+    OneLineParser,
+    add_checkpoints,
+    add_debug,
+    add_device,
+    add_dtype,
+    add_new_tokens,
+    add_out,
+    add_prompts,
+    add_seed,
+    add_temperature,
+    positive_int,
+    run,
+)
 from treespec_sim.verify import RULES
 
 from . import bundle as bundle_mod
@@ -336,14 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "T > 0 (chi-square), and a tau / speed table. With no arguments: the "
                     "shipped tiny models and their held-out prompts on CPU.",
         epilog="exit status: 0 every check passed, 1 a check failed, 2 bad input")
-    ap.add_argument("--target", type=Path, metavar="DIR", default=None,
-                    help="target checkpoint directory (default: the shipped tiny target)")
-    ap.add_argument("--drafter", type=Path, metavar="DIR", default=None,
-                    help="drafter checkpoint directory (default: the shipped tiny drafter)")
-    ap.add_argument("--device", default="cpu",
-                    help="'cpu', 'cuda', 'cuda:N' or 'mps' (default: %(default)s)")
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                    help="model dtype (default: the checkpoint's)")
+    add_checkpoints(ap)
+    add_device(ap)
+    add_dtype(ap, DTYPES, "model dtype (default: the checkpoint's)")
     ap.add_argument("--quick", action="store_true",
                     help=f"CI size: {PRESETS['quick'].prompts} prompts, "
                          f"{PRESETS['quick'].new_tokens} new tokens, "
@@ -353,24 +361,21 @@ def build_parser() -> argparse.ArgumentParser:
                          f"{PRESETS['default'].new_tokens} tokens, "
                          f"{PRESETS['default'].law_samples} samples, budgets "
                          f"{'/'.join(map(str, PRESETS['default'].budgets))})")
-    ap.add_argument("--prompts", type=int, metavar="N", default=None,
-                    help="held-out prompts to decode (default: the preset's)")
-    ap.add_argument("--new-tokens", type=int, metavar="N", default=None,
-                    help="tokens to generate per prompt (default: the preset's)")
-    ap.add_argument("--law-samples", type=int, metavar="N", default=None,
+    add_prompts(ap, default=None, help="held-out prompts to decode (default: the preset's)")
+    add_new_tokens(ap, default=None,
+                   help="tokens to generate per prompt (default: the preset's)")
+    ap.add_argument("--law-samples", type=positive_int, metavar="N", default=None,
                     help="two-token samples per method in the law check (default: the "
                          "preset's)")
-    ap.add_argument("--temperature", type=float, metavar="T", default=1.0,
+    add_temperature(ap, default=1.0, positive=True,
                     help="temperature (> 0) of the law check and the T > 0 table "
                          "(default: %(default)s)")
     ap.add_argument("--prompts-file", type=Path, metavar="FILE.json", default=PROMPTS_FILE,
                     help="JSON with a 'prompts' list of {'text': ...} (default: the shipped "
                          "held-out prompts)")
-    ap.add_argument("--seed", type=int, default=0,
-                    help="base seed of the sampled decodings (default: %(default)s)")
-    ap.add_argument("--out", type=Path, metavar="FILE.md", default=None,
-                    help="write the report (Markdown) here, after every check (default: "
-                         "stdout only)")
+    add_seed(ap, "base seed of the sampled decodings (default: %(default)s)")
+    add_out(ap, "write the report (Markdown) here, after every check (default: stdout only)",
+            metavar="FILE.md")
     ap.add_argument("--json", type=Path, metavar="FILE.json", default=None,
                     help="write the results as JSON here, after every check (default: none)")
     ap.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS),
@@ -387,14 +392,8 @@ def main(argv=None) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """Every argument check, before any model is loaded."""
-    for opt in ("prompts", "new_tokens", "law_samples"):
-        value = getattr(args, opt)
-        if value is not None and value < 1:
-            raise ValueError(f"--{opt.replace('_', '-')} must be >= 1; got {value}")
-    if not 0 < args.temperature < float("inf"):
-        raise ValueError(f"--temperature must be > 0 (the law check samples at T > 0); got "
-                         f"{args.temperature:g}")
+    """The argument checks the parser cannot make (the numbers are checked as they are parsed),
+    before any model is loaded."""
     if not args.prompts_file.is_file():
         raise FileNotFoundError(f"--prompts-file {args.prompts_file} does not exist")
     check_device(args.device)

@@ -91,7 +91,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli import OneLineParser, add_debug, run
+from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import run_round
 from .files import atomic_write_text
 from .synth import World, make_world
@@ -1000,12 +1000,12 @@ def build_parser() -> argparse.ArgumentParser:
                          f"1000 for --check)")
     ap.add_argument("--check", action="store_true",
                     help="re-evaluate the stored fit on a fresh seed; do not refit")
-    ap.add_argument("--seed", type=int, default=CHECK_CONTEXT_SEED,
-                    help="context seed of --check (default: %(default)s)")
+    add_seed(ap, "context seed of --check (default: %(default)s)", default=CHECK_CONTEXT_SEED)
     ap.add_argument("--file", type=Path, default=CALIBRATION_FILE,
                     help="calibration data file: a fit writes it, --check and --table read it "
                          "(default: the package's treespec_sim/data/calibration.json)")
-    ap.add_argument("--workers", type=int, default=1, metavar="N",
+    # --workers is spelled here: tests/test_docs.py finds the options docs/ quote in the source
+    ap.add_argument("--workers", type=positive_int, default=1, metavar="N",
                     help="fit regimes in N processes (default: %(default)s)")
     ap.add_argument("--table", action="store_true",
                     help="print the stored fit as a Markdown table and exit")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .calibrate import QUANTITIES, QUANTITY_LABELS, TOLERANCE, calibration_rows
+from .cli import OneLineParser
 from .families import FAMILIES, Claim, all_claims
 from .families.render import cost_label
 from .stats import t_quantile
@@ -388,10 +389,8 @@ def results_page(run_dir: Path, page: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m treespec_sim.report RUN_DIR --page PAGE.md``: a results page from a sweep."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m treespec_sim.report",
-                                 description="Write a results page from a finished sweep.")
+    ap = OneLineParser(prog="python -m treespec_sim.report",
+                       description="Write a results page from a finished sweep.")
     ap.add_argument("run_dir", type=Path, help="the sweep's --out directory")
     ap.add_argument("--page", type=Path, required=True, help="the Markdown page to write")
     args = ap.parse_args(argv)

@@ -74,7 +74,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .cli import OneLineParser, add_debug
+from .cli import OneLineParser, add_debug, add_seed, positive_int
 from .cost import get_cost_model, record_extrapolation
 from .families import COLUMNS, FAMILIES, Cell, Claim, RunSettings, all_claims, run_cell
 from .families.render import cost_label, missing
@@ -851,16 +851,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a custom grid (TOML; see docs/usage.md); overrides --preset")
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
                     help="replace every family's regimes")
-    ap.add_argument("--rounds", type=int, help="replace every family's rounds per cell")
+    ap.add_argument("--rounds", type=positive_int, help="replace every family's rounds per cell")
     ap.add_argument("--worlds", type=int,
                     help="replace every family's worlds per regime (seeds seed + i; the rounds "
                          "are split over them; default: the preset's, 3 in every preset)")
-    ap.add_argument("--seed", type=int, help="seed for worlds and cells (default 0)")
+    add_seed(ap, "seed for worlds and cells (default 0)", default=None)
     ap.add_argument("--cost-model", help="latency preset or .json file for throughput columns")
+    # --out and --workers are spelled here, not through cli.add_out: tests/test_docs.py finds
+    # the options docs/ quote in the entry point's source.
     ap.add_argument("--out", type=Path,
                     help="output folder (default: runs/sweep-<preset>-<UTC time>)")
     ap.add_argument("--resume", action="store_true", help="skip cells already finished in --out")
-    ap.add_argument("--workers", type=int, default=1, help="local worker processes")
+    ap.add_argument("--workers", type=positive_int, default=1, help="local worker processes")
     ap.add_argument("--scheduler", metavar="ADDRESS",
                     help="run the cells on an existing dask.distributed scheduler")
     ap.add_argument("--no-plot", action="store_true", help="do not draw the figures")
@@ -904,8 +906,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out (the folder of the run to resume)")
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1; got {args.workers}")
     plan = plan_from_args(args)
     name = "config" if args.config else args.preset
     out = args.out or Path("runs") / (
