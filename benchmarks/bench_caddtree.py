@@ -24,8 +24,10 @@ from treespec_sim.cost import get_cost_model
 from treespec_sim.policies import CaDDTreePolicy, caddtree, ddtree
 
 
-def main(argv=None) -> list[dict]:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_caddtree.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_caddtree.py",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--depth", type=positive_int, default=15)
     ap.add_argument("--vocab", type=positive_int, default=32768)
     ap.add_argument("--max-budget", type=positive_int, default=1024)
@@ -37,7 +39,11 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--stat", choices=["median", "min"], default="median",
                     help="summary of the repeats (min resists load from other processes)")
     add_json_flag(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    args = build_parser().parse_args(argv)
     rng = np.random.default_rng(args.seed)
     rows = []
     for kind in args.kinds:

@@ -66,8 +66,10 @@ def _once(fn) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def main(argv=None) -> list[dict]:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_ddtree.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_ddtree.py",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--depth", type=positive_int, default=15)
     ap.add_argument("--vocab", type=positive_int, default=32768)
     add_budgets(ap, default=[64, 256, 1024])
@@ -76,7 +78,11 @@ def main(argv=None) -> list[dict]:
     add_repeats(ap, default=15)
     add_seed(ap)
     add_json_flag(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    args = build_parser().parse_args(argv)
     # One core per side: ddtree and the numpy pass are single-threaded, and torch's thread pool
     # on a shared 2-core machine spins against the other side (the reference read 7-14 ms).
     import torch

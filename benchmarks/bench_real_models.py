@@ -29,8 +29,10 @@ from treespec_sim.cli import (
 )
 
 
-def main(argv=None) -> list[dict]:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_real_models.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_real_models.py",
+                       description=__doc__.splitlines()[0])
     add_checkpoints(ap)
     add_device(ap)
     add_budgets(ap, default=[16, 64, 256])
@@ -38,7 +40,11 @@ def main(argv=None) -> list[dict]:
     add_new_tokens(ap, default=96)
     add_threads(ap)
     add_json_flag(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    args = build_parser().parse_args(argv)
 
     import torch
 

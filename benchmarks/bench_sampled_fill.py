@@ -46,8 +46,10 @@ def _n_laws(draft) -> int:
     return -1 if laws is None else len(laws)  # -1: a dense proposal (older code)
 
 
-def main(argv=None) -> list[dict]:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_sampled_fill.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_sampled_fill.py",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--regime", default="math500")
     add_seed(ap)
     ap.add_argument("--budget", type=positive_int, default=64)
@@ -55,7 +57,11 @@ def main(argv=None) -> list[dict]:
     add_repeats(ap, default=2, help="timed passes over the contexts")
     ap.add_argument("--temperatures", type=temperature, nargs="+", default=[1.0, 0.6])
     add_json_flag(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    args = build_parser().parse_args(argv)
     world = make_world(args.regime, seed=args.seed)
     rng = np.random.default_rng(args.seed)
     contexts = [world.sample_context(rng) for _ in range(args.contexts)]

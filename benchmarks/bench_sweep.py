@@ -179,8 +179,10 @@ def scaling(rounds: int) -> dict:
             "speedup": walls[1] / walls[2]}
 
 
-def main(argv=None) -> dict:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_sweep.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_sweep.py",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=positive_int, default=30, help="timed rounds per (V, B, path)")
     ap.add_argument("--regime", default="math500",
                     help="a word-class regime (the calibrated ones) exercises the ranked path")
@@ -191,7 +193,11 @@ def main(argv=None) -> dict:
                     help="rounds per case of the fresh-context targets (issue 23)")
     ap.add_argument("--fresh-only", action="store_true",
                     help="only the fresh-context targets (skip the split and the scaling)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
     fresh = fresh_rounds(args.regime, args.fresh_rounds)
     if args.fresh_only:
         result = {"machine": platform.platform(), "regime": args.regime, "fresh": fresh}

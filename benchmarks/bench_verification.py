@@ -28,11 +28,17 @@ from proofs_check.tree_lp import TwoLevelWorld, decomposed_optimum, global_optim
 from treespec_sim.cli import OneLineParser, add_json_flag, add_repeats
 
 
-def main(argv=None) -> None:
-    parser = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_verification.py``."""
+    parser = OneLineParser(prog="python benchmarks/bench_verification.py",
+                           description=__doc__.splitlines()[0])
     add_repeats(parser, default=3)
     add_json_flag(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     vocab = 5
     world = RandomWorld(np.random.default_rng(0), vocab)
     p2 = np.array([world.p((y,)) for y in range(vocab)])

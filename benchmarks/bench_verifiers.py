@@ -49,8 +49,10 @@ from treespec_sim.verify import expected_length
 OTHER_RULES = ("traversal", "rrsw", "univer-guided", "univer-fixed")
 
 
-def main(argv=None) -> dict:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    """The parser of ``python benchmarks/bench_verifiers.py``."""
+    ap = OneLineParser(prog="python benchmarks/bench_verifiers.py",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--regime", default="math500")
     add_seed(ap)
     ap.add_argument("--budget", type=positive_int, default=64)
@@ -60,7 +62,11 @@ def main(argv=None) -> dict:
                     help="do not build every topic's tables first (timed rounds may build them)")
     add_temperature(ap, default=1.0, help="sampling temperature (default: %(default)s)")
     add_json_flag(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
     world = make_world(args.regime, seed=args.seed)
     rng = np.random.default_rng(args.seed)
     t = args.temperature

@@ -357,7 +357,8 @@ def _versions() -> dict:
             "machine": platform.machine(), "processor": platform.processor()}
 
 
-def main(argv=None) -> None:
+def build_parser() -> OneLineParser:
+    """The parser of ``python -m real_models.train``."""
     ap = OneLineParser(prog="python -m real_models.train",
                        description=__doc__.splitlines()[0])
     add_out(ap, default=DEFAULT_OUT)
@@ -374,7 +375,11 @@ def main(argv=None) -> None:
     ap.add_argument("--gen-len", type=positive_int, default=128)
     ap.add_argument("--anchors", type=positive_int, default=24)
     ap.add_argument("--n-prompts", type=positive_int, default=32)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
