@@ -387,12 +387,18 @@ def results_page(run_dir: Path, page: Path) -> str:
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m treespec_sim.report RUN_DIR --page PAGE.md``: a results page from a sweep."""
+def build_parser() -> OneLineParser:
+    """The parser of ``python -m treespec_sim.report``."""
     ap = OneLineParser(prog="python -m treespec_sim.report",
                        description="Write a results page from a finished sweep.")
     ap.add_argument("run_dir", type=Path, help="the sweep's --out directory")
     ap.add_argument("--page", type=Path, required=True, help="the Markdown page to write")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m treespec_sim.report RUN_DIR --page PAGE.md``: a results page from a sweep."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     for name in ("run.json", "summary.md"):
         if not (args.run_dir / name).exists():
