@@ -20,7 +20,7 @@ import pytest
 from treespec_sim import cli
 from treespec_sim.validation import check_budget, check_positive_int, check_temperature
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
               "proofs_check.__main__", "bench_caddtree", "bench_sampled_fill", "bench_sweep",
               "bench_verification", "bench_verifiers")
