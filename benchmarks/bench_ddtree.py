@@ -127,8 +127,8 @@ def main(argv=None) -> list[dict]:
         print(f"{r['kind']:>9} {r['dtype']:>7} {r['budget']:>5} {r['fast_ms']:8.2f} "
               f"{r['ref_ms']:7.2f} {r['expsum_ms']:7.2f} {r['ref_over_fast']:8.2f} "
               f"{r['fast_over_expsum']:8.2f} {r['identical']!s:>5} {r['max_depth']:>5}")
-    print("targets (issue 23): ref/fast >= 3 (B=64), 5 (B=256), 10 (B=1024); fast/exp <= 2 "
-          "(B<=256), 3 (B=1024)")
+    print("targets (docs/performance.md): ref/fast >= 3 (B=64), 5 (B=256), 10 (B=1024); "
+          "fast/exp <= 2 (B<=256), 3 (B=1024)")
     return rows
 
 

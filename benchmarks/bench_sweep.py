@@ -15,10 +15,10 @@ Reported per (V, B, path): rounds/s on one core and each part's share of the rou
 over rounds, per-topic tables warmed first: a sweep builds them once per process); the
 ranked/array ratio; and the wall clock of a small sweep at 1 and 2 worker processes.
 
-Also (issue 23) the fresh-context targets: rounds/s of ddtree ``B = 64`` at ``T = 0`` and
-``T = 1`` and of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets, each against
-its target (:func:`fresh_rounds`; ``--fresh-only`` runs just those), by the wall clock and
-per CPU second of this process (steadier on a shared machine).
+Also the fresh-context targets (``docs/performance.md``): rounds/s of ddtree ``B = 64`` at
+``T = 0`` and ``T = 1`` and of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets,
+each against its target (:func:`fresh_rounds`; ``--fresh-only`` runs just those), by the wall
+clock and per CPU second of this process (steadier on a shared machine).
 
 Run: ``python benchmarks/bench_sweep.py`` (``--rounds``, ``--json``, ``--fresh-only``).
 """
@@ -92,7 +92,8 @@ def split(regime: str, vocab: int, budget: int, rounds: int, seed: int = 0,
             **{f"ms_{k}": 1e3 * v for k, v in med.items()}}
 
 
-#: Issue 23 targets (rounds/s, one process, exact E[tau]) for :func:`fresh_rounds`.
+#: The performance targets (``docs/performance.md``; rounds/s, one process, exact E[tau]) for
+#: :func:`fresh_rounds`.
 FRESH_TARGETS = {"ddtree B=64 T=0": 1000.0, "ddtree B=64 T=1": 1000.0,
                  "nested B=512, tau at 6 budgets": 500.0}
 NESTED_BUDGETS = (8, 16, 32, 64, 128, 512)
@@ -190,7 +191,7 @@ def build_parser() -> OneLineParser:
                     help="rounds per cell of the 1-vs-2-worker sweep")
     add_json_flag(ap)
     ap.add_argument("--fresh-rounds", type=positive_int, default=300,
-                    help="rounds per case of the fresh-context targets (issue 23)")
+                    help="rounds per case of the fresh-context targets (docs/performance.md)")
     ap.add_argument("--fresh-only", action="store_true",
                     help="only the fresh-context targets (skip the split and the scaling)")
     return ap
@@ -233,7 +234,8 @@ def main(argv=None) -> dict:
 
 
 def _print_fresh(regime: str, fresh: list[dict]) -> None:
-    print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits (issue 23 targets):")
+    print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits "
+          "(targets: docs/performance.md):")
     for r in fresh:
         vs = (f"; numpy drafter {r['numpy_drafter_rounds_per_s']:.1f}/s, compiled "
               f"{r['vs_numpy']:.2f}x per CPU second" if "vs_numpy" in r else "")
