@@ -7,7 +7,8 @@ run with the rounds interleaved:
   its exact ``expected_tau``) on a fresh context;
 * a ``univer`` round exactly as the performance target measures it (``docs/performance.md``):
   ``run_round(method="tsubame", budget=64, rule="univer", sample=False)`` and
-  ``rnd.expected_tau`` on another fresh context (each round on its own context: nothing cached from an earlier round of the same context);
+  ``rnd.expected_tau`` on another fresh context (each round on its own context: nothing cached
+  from an earlier round of the same context);
 * on that same tree, the exact E[tau] of each other rule (``traversal``, ``rrsw``,
   ``univer-guided``, ``univer-fixed``) on a fresh target oracle; a rule's round time is the
   univer round's draft + build time plus its own verification time.
