@@ -499,8 +499,9 @@ def plot_lost_mass(rows: list[dict], path: Path) -> None:
         ax.set_ylabel("exit mass")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, title="total lost", title_fontsize=7, loc="upper right")
+    n = counts(pts).removesuffix(" (each row's `rounds`)")
     note = ("Each bar: the fraction of target continuations that leave the tree at that depth, "
-            f"mean over {'/'.join(sorted({str(r['rounds']) for r in pts}))} "
+            f"mean over {n} "
             f"{DDTreeGrid.unit}{pooled(pts)} (exact per context, no interval drawn). ")
     if not exact_all:
         note += ("Hatched: these rows record exit mass by depth only, so uncovered and budget "
