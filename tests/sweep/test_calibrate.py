@@ -20,22 +20,37 @@ from scipy.special import logsumexp
 from treespec_sim.calibrate import (
     CALIBRATED_REGIMES,
     CALIBRATION_FILE,
+    CELLS,
+    CHECK_WORLD_SEEDS,
+    DERIVED_WEIGHT,
+    EVAL_WORLD_SEEDS,
+    FIT_WORLD_SEEDS,
     FITTED_KNOBS,
     PUBLISHED,
     QUANTITIES,
     T1_NEAREST,
+    TABLE1,
     TOLERANCE,
+    CellEvaluation,
     _solve_monotone,
     base_spec,
+    cell_values,
     check,
     derive_targets,
     evaluate,
+    evaluate_cells,
+    fit_regime_table1,
     main,
+    table1_targets,
 )
+from treespec_sim.engine import run_round
 from treespec_sim.synth import REGIMES, Context, get_regime, make_world
 from treespec_sim.synth.regimes import RegimeSpec, load_calibrated
 
 Z = 4.0
+#: Published cells the stored fit misses by more than the tolerance (see the page's
+#: "Limitations"; each has its own test of the direction of the miss).
+KNOWN_MISSES: set[tuple[str, str]] = set()
 
 
 @pytest.fixture(scope="module")
@@ -61,35 +76,54 @@ def test_stored_achieved_values_are_within_tolerance(stored):
     entries = stored["regimes"]
     assert set(entries) == set(CALIBRATED_REGIMES)
     targets = derive_targets()
+    cells = table1_targets()
     for name, e in entries.items():
         t, a = e["target"], e["achieved"]
         # the file's targets are the code's targets
         assert t["chain"] == pytest.approx(targets[name].chain)
         assert t["ddtree64"] == pytest.approx(targets[name].ddtree64)
         assert t["ddtree64_t1"] == pytest.approx(targets[name].ddtree64_t1)
+        assert e["table1"]["targets"] == cells[name]
         for q in QUANTITIES:
-            assert abs(a[q]["mean"] - t[q]) <= TOLERANCE * t[q], (name, q, a[q], t[q])
-            assert 0 < a[q]["se"] < 0.02 * t[q], (name, q)          # measured, and precisely
+            assert 0 < a[q]["se"] < 0.03 * t[q], (name, q)          # measured, and precisely
             assert a[q]["n"] >= 1000
-            # three or more worlds, each measured on its own
-            assert len(a["per_world"][q]) == len(a["world_seeds"]) >= 3
+            # many worlds, each measured on its own
+            assert len(a["per_world"][q]) == len(a["world_seeds"]) >= 8
             assert np.mean(a["per_world"][q]) == pytest.approx(a[q]["mean"], rel=0.01)
+        # every published cell within the tolerance on the held-out worlds, but the ones the
+        # page names as misses (docs/results/calibration.md, "Limitations")
+        ok = []
+        for q in CELLS:
+            got, tgt = e["table1"]["achieved"][q], cells[name][q]
+            assert got["ci"][0] < got["mean"] < got["ci"][1]
+            assert got["n"] >= 1000 and len(got["per_world"]) >= 8
+            if tgt["published"]:
+                ok.append(abs(got["mean"] - tgt["value"]) <= TOLERANCE * tgt["value"])
+                if (name, q) not in KNOWN_MISSES:
+                    assert ok[-1], (name, q, got["mean"], tgt["value"])
+        assert e["within_tolerance"] == all(ok)
         # math and code at T = 1: a large share of near-deterministic tokens and an 80th
         # percentile of order the 0.67 nats measured for Qwen3-8B on math (Wang et al. 2025)
         h = a["entropy_t1"]
         if e["family"] == "math-code":
-            assert h["share_below_0.05"] > 0.3 and 0.2 < h["p80"] < 1.0, (name, h)
+            assert 0.2 < h["p80"] < 1.0, (name, h)
+            # AIME25's published chain loses 35% at T = 1 (the others 6-17%), and its fitted
+            # target is flatter there (docs/results/calibration.md, "The target's T = 1 law")
+            if name != "aime25":
+                assert h["share_below_0.05"] > 0.3, (name, h)
         # measured on seeds that the fit did not use
         assert not set(a["world_seeds"]) & set(e["fit"]["world_seeds"])
         assert a["context_seed"] != e["fit"]["context_seed"]
         assert set(e["fitted"]) == set(FITTED_KNOBS[e["family"]])
         for k, v in e["fitted"].items():
             assert e["knobs"][k] == v
-    # chat forks more often than math and code (higher median token entropy at T = 1)
+    # chat forks more often than math and code (higher median token entropy at T = 1), but for
+    # AIME25, whose fitted target is the flattest of all at T = 1 (its chain's 35% T = 1 loss)
     med = {n: e["achieved"]["entropy_t1"]["median"] for n, e in entries.items()}
     chat = [med[n] for n, e in entries.items() if e["family"] == "chat"]
-    other = [med[n] for n, e in entries.items() if e["family"] != "chat"]
+    other = [med[n] for n, e in entries.items() if e["family"] != "chat" and n != "aime25"]
     assert min(chat) > max(other), med
+    assert med["aime25"] == max(med.values()), med
     for key in ("date", "seeds", "git_commit", "command"):
         assert key in stored
 
@@ -114,8 +148,12 @@ def test_check_command_runs(capsys):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[0].split()[0] == "regime" and lines[-1].split()[0] == "alpaca"
-    evs = check(["mt-bench"], contexts=10, log=lambda s: None)
-    assert set(evs) == {"mt-bench"} and evs["mt-bench"].chain.n == 10
+    evs = check(["mt-bench"], contexts=16, log=lambda s: None)
+    assert set(evs) == {"mt-bench"}
+    # one context on each of the sixteen check worlds, none of which a fit or evaluation used
+    assert evs["mt-bench"].values.shape == (16, 1, len(CELLS))
+    assert evs["mt-bench"].world_seeds == CHECK_WORLD_SEEDS
+    assert not set(CHECK_WORLD_SEEDS) & (set(FIT_WORLD_SEEDS) | set(EVAL_WORLD_SEEDS))
 
 
 def test_unknown_regime_is_a_clear_error(capsys):
@@ -162,16 +200,30 @@ def test_published_targets_and_derivations():
         assert (t[name].chain, t[name].ddtree64) == (chain, dd)
     assert t["mt-bench"].ddtree64 == 5.54 and t["alpaca"].chain == 3.12
     assert t["aime25"].chain == 7.39
-    ref = [PUBLISHED[r] for r in ("math500", "gsm8k", "humaneval")]
+    # DDTree Table 1 publishes every chain
+    for name in CALIBRATED_REGIMES:
+        assert t[name].chain == TABLE1[name]["chain"]
+        assert t[name].chain_derivation.startswith("published")
+    ref = [PUBLISHED[r] for r in ("math500", "gsm8k", "humaneval", "mt-bench")]
     g = np.mean([r["ddtree64"] / r["chain"] for r in ref])
     a = np.mean([r["ddtree64"] / r["chain"] / (r["ddtree_speedup"] / r["dflash_speedup"])
                  for r in ref])
     m = np.mean([r["ddtree64"] / r["ddtree_speedup"] for r in ref])
     assert t["alpaca"].ddtree64 == pytest.approx(3.12 * a * 3.36 / 2.07, abs=1e-3)
     assert t["aime25"].ddtree64 == pytest.approx(7.39 * a * 7.0 / 5.32, abs=1e-3)
-    assert t["mt-bench"].chain == pytest.approx(5.54 / (a * 4.10 / 2.56), abs=1e-3)
     assert t["mbpp"].ddtree64 == pytest.approx(m * 6.4, abs=1e-3)
-    assert t["livecodebench"].chain == pytest.approx(m * 7.1 / g, abs=1e-3)
+    assert t["livecodebench"].ddtree64 == pytest.approx(m * 7.1, abs=1e-3)
+    # a table without the chain still derives it (the older tables' case)
+    old = {r: dict(v) for r, v in PUBLISHED.items()}
+    old["mt-bench"]["chain"] = old["mbpp"]["chain"] = None
+    t_old = derive_targets(old)
+    ref = [PUBLISHED[r] for r in ("math500", "gsm8k", "humaneval")]   # mt-bench drops out
+    g = np.mean([r["ddtree64"] / r["chain"] for r in ref])
+    a = np.mean([r["ddtree64"] / r["chain"] / (r["ddtree_speedup"] / r["dflash_speedup"])
+                 for r in ref])
+    m = np.mean([r["ddtree64"] / r["ddtree_speedup"] for r in ref])
+    assert t_old["mt-bench"].chain == pytest.approx(5.54 / (a * 4.10 / 2.56), abs=1e-3)
+    assert t_old["mbpp"].chain == pytest.approx(m * 6.4 / g, abs=1e-3)
     for name in CALIBRATED_REGIMES:     # DDTree@64 beats the chain everywhere, by 15-50%
         assert 1.15 < t[name].ddtree64 / t[name].chain < 1.5
         assert t[name].chain_derivation and t[name].ddtree64_derivation
@@ -285,3 +337,127 @@ def test_argmax_marginals_equals_the_argmax_of_the_marginals(regime):
         mu = w.drafter.marginals(ctx.topic, ctx.last_token)
         np.testing.assert_array_equal(got, np.argmax(mu, axis=1))
         np.testing.assert_array_equal(got, np.argmax(w.draft(ctx), axis=1))
+
+
+# ---------------------------------------------------------------------- the Table-1 fit
+def test_table1_targets_are_the_published_cells():
+    t = table1_targets()
+    assert set(t) == set(CALIBRATED_REGIMES)
+    # the 32 cells of DDTree Table 1 (Qwen3-8B), copied from the paper, and TEV's DDTree@64
+    table1 = {"math500": (7.79, 10.73, 6.46, 9.54), "gsm8k": (6.57, 9.54, 5.93, 8.95),
+              "aime25": (7.39, 9.86, 4.79, 7.71), "humaneval": (6.61, 9.67, 5.48, 8.59),
+              "mbpp": (5.99, 9.07, 5.30, 8.34), "livecodebench": (7.22, 10.28, 6.61, 9.53),
+              "mt-bench": (4.28, 6.58, 3.77, 6.02), "alpaca": (3.12, 5.09, 2.94, 4.89)}
+    tev = {"math500": (9.76, 8.17), "gsm8k": (8.49, 7.84), "humaneval": (8.01, 7.06),
+           "mt-bench": (5.54, 5.03)}
+    derived = derive_targets()
+    for name, cells in t.items():
+        assert tuple(cells) == CELLS
+        got = tuple(cells[q]["value"] for q in ("chain", "ddtree512", "chain_t1",
+                                                 "ddtree512_t1"))
+        assert got == table1[name]
+        for q in ("chain", "ddtree512", "chain_t1", "ddtree512_t1"):
+            assert cells[q]["published"] and cells[q]["weight"] == 1.0
+        for q, j in (("ddtree64", 0), ("ddtree64_t1", 1)):
+            if name in tev:
+                assert cells[q]["published"] and cells[q]["value"] == tev[name][j]
+            else:
+                assert not cells[q]["published"] and cells[q]["weight"] == DERIVED_WEIGHT
+                assert cells[q]["value"] == getattr(derived[name], q)
+                assert cells[q]["source"].startswith("derived")
+        # the published large tree gains over B = 64 and loses at T = 1
+        assert cells["ddtree512"]["value"] > cells["ddtree64"]["value"] > cells["chain"]["value"]
+        assert cells["ddtree512_t1"]["value"] < cells["ddtree512"]["value"]
+    assert TABLE1["aime25"]["chain_t1"] == 4.79
+
+
+def test_cell_values_are_the_rounds_of_the_one_loop():
+    """The six cells of a context: the chain's and DDTree's exact E[tau] from run_round, DDTree
+    read off one nested round at B = 512 (equal to rounds built at B = 64 and B = 512)."""
+    spec = dataclasses.replace(get_regime("math500"), hard_miss=0.02)
+    w = make_world(spec, seed=9)
+    rng = np.random.default_rng(2)
+    nodraws = np.random.default_rng(0)
+    for _ in range(3):
+        ctx = w.sample_context(rng)
+        got = cell_values(w, ctx)
+        want = []
+        for t in (0.0, 1.0):
+            want.append(run_round(w, ctx, method="chain", temperature=t, rule="follow",
+                                  rng=nodraws, sample=False).expected_tau)
+            for b in (64, 512):
+                want.append(run_round(w, ctx, method="ddtree", budget=b, temperature=t,
+                                      rule="follow", rng=nodraws, sample=False).expected_tau)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+        assert got[0] <= got[1] <= got[2] and got[3] <= got[4] <= got[5]
+
+
+def test_cell_summary_intervals_and_between_world_spread():
+    rng = np.random.default_rng(0)
+    # four worlds whose means differ by 0, 1, 2, 3 (s.d. 1.29), with unit noise per context
+    base = np.array([10.0, 11.0, 12.0, 13.0])[:, None, None]
+    vals = base + rng.standard_normal((4, 400, len(CELLS)))
+    summ = CellEvaluation(vals, (0, 1, 2, 3)).summary()
+    for j, q in enumerate(CELLS):
+        c = summ[q]
+        v = vals[:, :, j]
+        assert c["mean"] == pytest.approx(v.mean(), abs=1e-4)
+        assert c["ci"][0] < c["mean"] < c["ci"][1]
+        assert c["n"] == 1600 and len(c["per_world"]) == 4
+        # world means spread by sd(0, 1, 2, 3) = 1.291; the contexts' noise adds 1/400 to the
+        # variance of each world mean, which the excess removes
+        sd_w = np.std(v.mean(axis=1), ddof=1)
+        assert c["world_sd_rel"] == pytest.approx(sd_w / v.mean(), abs=1e-4)
+        noise = np.mean(v.var(axis=1, ddof=1)) / 400
+        assert c["world_sd_excess_rel"] == pytest.approx(
+            np.sqrt(sd_w ** 2 - noise) / v.mean(), abs=1e-4)
+        assert c["world_sd_excess_rel"] * v.mean() == pytest.approx(1.291, rel=0.25)
+        # the between-world interval (3 dof) is wider than the pooled one
+        assert c["world_ci"][1] - c["world_ci"][0] > c["ci"][1] - c["ci"][0]
+    # no spread beyond the noise: the excess is 0
+    flat = CellEvaluation(rng.standard_normal((4, 50, len(CELLS))) + 5.0, (0, 1, 2, 3))
+    assert all(flat.summary()[q]["world_sd_excess_rel"] < 0.05 for q in CELLS)
+
+
+def test_evaluate_cells_arguments():
+    spec = base_spec("alpaca")
+    with pytest.raises(ValueError, match="per_world"):
+        evaluate_cells(spec, per_world=0, world_seeds=(0,), rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="world_seeds"):
+        evaluate_cells(spec, per_world=1, world_seeds=(), rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="rng"):
+        evaluate_cells(spec, per_world=1, world_seeds=(0,), rng=0)
+    with pytest.raises(ValueError, match="RegimeSpec"):
+        evaluate_cells("alpaca", per_world=1, world_seeds=(0,), rng=np.random.default_rng(0))
+
+
+def test_table1_fit_keeps_its_best_point(monkeypatch):
+    """A tiny fit (one world, two contexts, six evaluations): a Jacobian step from the start,
+    knobs inside their bounds, and the returned point the best one it evaluated."""
+    from treespec_sim import calibrate
+
+    monkeypatch.setattr(calibrate, "FIT_WORLD_SEEDS", (0,))
+    monkeypatch.setattr(calibrate, "REFINE_WORLD_SEEDS", (1,))
+    monkeypatch.setattr(calibrate, "REFINE_CONTEXTS_PER_WORLD", 3)
+    lines = []
+    out = fit_regime_table1("alpaca", per_world=2, max_evals=6, log=lines.append)
+    fit = out["fit"]
+    # six evaluations of stage 1, then one at its best point and up to two steps on the
+    # larger set, whose points alone compete for the result
+    assert fit["stage1"]["evaluations"] == 6
+    assert 7 <= fit["evaluations"] == len(fit["history"]) <= 9 and len(lines) >= 7
+    assert fit["world_seeds"] == [1] and fit["contexts_per_world"] == 3
+    assert set(out["fitted"]) == set(FITTED_KNOBS["chat"])
+    for k, v in out["fitted"].items():
+        lo, hi = calibrate._TABLE1_BOUNDS[k]
+        assert lo <= v <= hi
+    best = min(fit["history"][6:], key=lambda h: h["cost"])
+    assert out["fitted"] == {k: best[k] for k in out["fitted"]}
+    # stage 2 starts at stage 1's best point
+    first1 = min(fit["history"][:6], key=lambda h: h["cost"])
+    assert all(fit["history"][6][k] == pytest.approx(first1[k]) for k in out["fitted"])
+    assert fit["cells"] == {q: best[q] for q in CELLS}
+    # the first Jacobian moves one knob at a time from the start
+    first = fit["history"][0]
+    for h in fit["history"][1:5]:
+        assert sum(h[k] != first[k] for k in out["fitted"]) == 1

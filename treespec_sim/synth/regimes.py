@@ -11,7 +11,7 @@ Target knobs (see :mod:`treespec_sim.synth.world` for the formulas)
     ``topic_density``, ``context_burn_in``, ``logit_scale``.
 Drafter knobs (see :mod:`treespec_sim.synth.drafter`)
     ``mismatch``, ``boost_noise``, ``topic_awareness``, ``calibration``, ``degradation``,
-    ``junk``, ``correction_quality``, ``variant_noise``, ``depth_sharpening``.
+    ``junk``, ``correction_quality``, ``variant_noise``, ``depth_sharpening``, ``hard_miss``.
 
 Calibrated regimes
     The eight dataset regimes (``math500``, ``gsm8k``, ``aime25``, ``humaneval``, ``mbpp``,
@@ -113,6 +113,15 @@ class RegimeSpec:
         Real language models are near-deterministic at most positions even at ``T = 1``;
         the calibrated regimes fit ``alpha`` to the published ``T = 1`` acceptance length
         (:mod:`treespec_sim.calibrate`).
+    hard_miss : float
+        Probability, in ``[0, 1]``, that a successor slot of the drafter's *class* table names
+        a random wrong class (keeping the slot's effective logit), drawn from a random stream
+        of its own so that the renamed slots grow monotonically with the knob and every other
+        array of the world stays the same. Where the target then goes, the drafter ranks its
+        token with the background, beyond any tree's reach: a *hard* miss, against the near
+        misses of ``variant_noise`` that a tree recovers. It sets how much a large tree gains
+        over a small one (:mod:`treespec_sim.synth.world`, *Hard misses*). Word-class worlds
+        only (``variants > 1``); 0 (the default) leaves a world bit for bit as it was.
     """
 
     name: str
@@ -140,6 +149,7 @@ class RegimeSpec:
     variant_noise: float = 0.0
     depth_sharpening: float = 0.0
     logit_scale: float = 1.0
+    hard_miss: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -167,8 +177,11 @@ class RegimeSpec:
             _real(self, name, lo=0.0)
         _real(self, "topic_density", lo=0.0, hi=1.0, lo_open=True)
         for name in ("mismatch", "topic_awareness", "degradation", "junk",
-                     "correction_quality"):
+                     "correction_quality", "hard_miss"):
             _real(self, name, lo=0.0, hi=1.0)
+        if self.hard_miss > 0.0 and self.variants == 1:
+            raise ValueError(f"hard_miss needs a word-class world (variants > 1); got "
+                             f"hard_miss = {self.hard_miss!r} with variants = 1")
         _real(self, "calibration", lo=0.0, lo_open=True)
         _real(self, "logit_scale", lo=0.0, lo_open=True)
         _real(self, "depth_sharpening", lo=-1.0, lo_open=True)
@@ -298,11 +311,12 @@ def get_regime(name: str) -> RegimeSpec:
 #: overrides of the regime's drafter (:mod:`treespec_sim.synth.drafter`). ``none``: the
 #: correction proposal *is* the marginal (DFlash as is); ``corrected``: a first-order
 #: (Markov-head-like) correction from the parent; ``strong``: a better correction with
-#: mismatch, depth degradation and junk halved.
+#: mismatch, hard misses, depth degradation and junk halved.
 DRAFTER_VARIANTS = {
     "none": {"correction_quality": 0.0},
     "corrected": {"correction_quality": 0.8},
-    "strong": {"correction_quality": 0.95, "_halve": ("mismatch", "degradation", "junk")},
+    "strong": {"correction_quality": 0.95, "_halve": ("mismatch", "hard_miss", "degradation",
+                                                           "junk")},
 }
 
 

@@ -56,6 +56,26 @@ target's row entropies at ``T = 1``; each acts on one kind of mass the argmax hi
 Tempering is exact for every ``T``: ``p_T ∝ p_1^{1/T}`` (``T > 0``), and ``T = 0`` is the
 argmax law, the ``T -> 0`` limit (ties to the smallest token index).
 
+Hard misses
+-----------
+Where a real drafter's top token is wrong, the right one is sometimes its second or third
+candidate (a *near miss*, which a draft tree recovers with a sibling) and sometimes far down its
+ranking (a *hard miss*, which no tree of any size recovers). How the misses split between the two
+decides how much a large tree gains over a small one: published DDTree runs gain about 10-20% in
+tau from B = 64 to the best budget (DDTree Table 1 against TEV's B = 64), while a word-class world
+whose drafter knows the target's successor classes (``mismatch = 0``, the calibrated families)
+gains 18-26%: every miss of its argmax is a wrong *variant* inside the right class, always among
+the drafter's first ``m`` candidates, so every extra node still buys acceptance
+(``docs/results/calibration.md``, "Budget curve"). ``hard_miss`` renames each successor slot of
+the drafter's class table, with this probability, to a random class outside the target's row
+(keeping the slot's effective logit ``class_bg + boost``): when the target follows such a slot
+the drafter ranks the right token with the background. Its uniforms and replacement classes come
+from a sixth child stream of the world seed (``SeedSequence(seed).spawn(6)[5]``; the first five
+streams are those of every other draw), so the renamed slots at a larger ``hard_miss`` include
+those at a smaller one and every other array is unchanged -- common random numbers across a fit,
+and ``hard_miss = 0`` gives the same world bit for bit. (The older ``mismatch`` knob renames slots
+too, but its draws share the drafter's stream, so changing it redraws the drafter's noise.)
+
 The drafter
 -----------
 See :mod:`treespec_sim.synth.drafter`. Its kernel is a mismatched copy of the target's: each
@@ -464,13 +484,16 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
             if (vocab_size % spec.variants
                     or changes["successors"] * spec.variants > vocab_size - 1):
                 changes["variants"] = 1
+                changes["hard_miss"] = 0.0          # a word-class knob (module docstring)
     if depth is not None:
         changes["depth"] = depth
     if changes:
         spec = dataclasses.replace(spec, **changes)
 
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(5)]
-    rng_bg, rng_topic, rng_succ, rng_boost, rng_draft = streams
+    # Six child streams; the first five are those of spawn(5) (SeedSequence children are keyed
+    # by their index), the sixth is drawn from only when hard_miss > 0 (module docstring).
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(6)]
+    rng_bg, rng_topic, rng_succ, rng_boost, rng_draft, rng_hard = streams
     v = spec.vocab_size
 
     background = np.empty(v)
@@ -482,7 +505,7 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
 
     if spec.variants > 1:
         return _make_variant_world(spec, int(seed), background, topic_vectors, rng_succ,
-                                   rng_boost, rng_draft)
+                                   rng_boost, rng_draft, rng_hard)
 
     succ, boost = _successor_table(rng_succ, rng_boost, spec, background, background)
 
@@ -493,7 +516,8 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
 
 def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
                         topic_vectors: np.ndarray, rng_succ: np.random.Generator,
-                        rng_boost: np.random.Generator, rng_draft: np.random.Generator) -> World:
+                        rng_boost: np.random.Generator, rng_draft: np.random.Generator,
+                        rng_hard: np.random.Generator) -> World:
     """A world whose chain runs over word classes of ``m = spec.variants`` surface tokens.
 
     Token ``b`` belongs to class ``c(b)``; its logit after ``a`` is
@@ -501,8 +525,8 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
     ``bg[b]``, with ``bg[b] = class_bg[c(b)] + w[b]`` (``w``: variant log-weights). So the
     within-class proportions are ``softmax(w)`` and the next token's law depends on ``a`` only
     through ``c(a)``. This is still a sparse-boost kernel (``s * m`` boosted tokens per row).
-    The drafter gets mismatched successor *classes*, boost noise, and variant weights
-    ``w + variant_noise * N(0, 1)``.
+    The drafter gets mismatched successor *classes*, hard misses (``hard_miss``, from
+    ``rng_hard``), boost noise, and variant weights ``w + variant_noise * N(0, 1)``.
     """
     v, s, m = spec.vocab_size, spec.successors, spec.variants
     n_cls = v // m
@@ -526,6 +550,8 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
         allowed = np.setdiff1d(np.arange(n_cls), succ_cls[c], assume_unique=True)
         slots = np.flatnonzero(flags[c])
         d_succ_cls[c, slots] = rng_draft.choice(allowed, slots.size, replace=False)
+    if spec.hard_miss > 0.0:
+        _hard_misses(rng_hard, succ_cls, d_succ_cls, spec.hard_miss)
     d_boost_cls = np.maximum(
         0.0, boost_cls + class_bg[succ_cls] - class_bg[d_succ_cls]
         + spec.boost_noise * rng_draft.standard_normal((n_cls, s)))
@@ -544,6 +570,30 @@ def _make_variant_world(spec: RegimeSpec, seed: int, background: np.ndarray,
         arr.flags.writeable = False
     return _assemble(spec, seed, bg_tok, topic_vectors, succ, boost, d_bg_tok, d_succ, d_boost,
                      classes=(members, d_succ_cls, d_boost_cls))
+
+
+def _hard_misses(rng: np.random.Generator, succ_cls: np.ndarray, d_succ_cls: np.ndarray,
+                 p: float) -> None:
+    """Rename the drafter's class slots with probability ``p`` each, in place (hard misses).
+
+    ``succ_cls`` int64 ``(n, s)`` is the target's class table, ``d_succ_cls`` the drafter's.
+    One uniform and one candidate class per slot are drawn whatever ``p`` is, so the renamed
+    slots (``uniform < p``) at a larger ``p`` include those at a smaller one, and a slot's new
+    class is its candidate whatever ``p`` is, except for a candidate in the target's row or
+    already in the drafter's row (before or after renaming; about ``2 s / n`` of them), which
+    moves to the next class id (cyclically) until it is neither.
+    """
+    n, s = succ_cls.shape
+    u = rng.random((n, s))
+    cand = rng.integers(0, n, (n, s))
+    for c in np.flatnonzero((u < p).any(axis=1)):
+        banned = set(succ_cls[c].tolist()) | set(d_succ_cls[c].tolist())
+        for j in np.flatnonzero(u[c] < p):
+            x = int(cand[c, j])
+            while x in banned:
+                x = (x + 1) % n
+            banned.add(x)
+            d_succ_cls[c, j] = x
 
 
 def _assemble(spec: RegimeSpec, seed: int, background: np.ndarray, topic_vectors: np.ndarray,
