@@ -12,9 +12,11 @@ import pytest
 from treespec_sim.calibrate import (
     CALIBRATED_REGIMES,
     CALIBRATION_FILE,
+    CELL_LABELS,
+    CELLS,
     QUANTITIES,
-    QUANTITY_LABELS,
     calibration_rows,
+    table1_targets,
 )
 from treespec_sim.report import summary_markdown
 
@@ -29,7 +31,8 @@ def stored() -> dict:
 
 def ddtree_rows(regime: str) -> list[dict]:
     """A chain row and a DDTree B = 64 row at T = 0, enough for the DDTree tables."""
-    common = {"family": "ddtree", "regime": regime, "temperature": 0.0, "tau_mean": 5.0,
+    common = {"family": "ddtree", "regime": regime, "verifier": "follow", "temperature": 0.0,
+              "tau_mean": 5.0,
               "tau_ci_low": 4.9, "tau_ci_high": 5.1, "throughput_tok_s": 100.0,
               "cost_model": "h200-qwen3-8b", "lost_uncovered": 0.5, "lost_budget": 0.3,
               "lost_depth_cap": 0.2, "coverage_mean": 4.0}
@@ -38,7 +41,7 @@ def ddtree_rows(regime: str) -> list[dict]:
 
 def section(summary: str) -> list[str]:
     lines = summary.splitlines()
-    start = lines.index("## Calibration")
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("## Calibration"))
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
     return lines[start:end]
 
@@ -49,45 +52,50 @@ def _table(sec: list[str]) -> dict[str, list[str]]:
 
 
 def test_summary_has_a_calibration_section_for_calibrated_regimes(stored):
-    """Holds for the data file before and after the T = 1 fit (and for one mixing the two,
-    while a fit rewrites it regime by regime): a quantity a regime lacks is a dash."""
+    """The section sets every published cell beside this run's rows, recomputed here from the
+    rows and the published table; only the sweep's calibrated regimes appear."""
     rows = ddtree_rows("gsm8k") + ddtree_rows("mt-bench") + ddtree_rows("mid-entropy")
     summary = summary_markdown(rows, RECORD)
     assert summary.index("## Calibration") < summary.index("## DDTree across budgets")
     sec = section(summary)
     text = "\n".join(sec)
-    assert "docs/results/calibration.md" in text
-    assert "python -m treespec_sim.calibrate" in text
-    assert "T = 0 and T = 1 are both calibrated" in text
+    assert "docs/results/calibration.md" in text and "treespec_sim.calibrate" in text
     assert "arXiv 2506.01939" in text and "0.672" in text
     head = next(ln for ln in sec if ln.startswith("| regime"))
-    for q in QUANTITIES:
-        assert f"{QUANTITY_LABELS[q]} target" in head
-    assert "Qwen3-8B: ≈ 0 / 0.672" in head
+    assert [c.strip() for c in head.split("|")[2:8]] == [CELL_LABELS[q] for q in CELLS]
     table = _table(sec)
     assert set(table) == {"gsm8k", "mt-bench"}            # only the sweep's calibrated regimes
+    targets = table1_targets()
     for name, cells in table.items():
-        assert len(cells) == 2 * len(QUANTITIES) + 3
-        e = stored["regimes"][name]
-        t, a = e["target"], e["achieved"]
-        for i, q in enumerate(QUANTITIES):
-            if q not in t:  # a regime not yet refitted at T = 1
-                assert cells[2 * i: 2 * i + 2] == ["—", "—"]
-                assert "not in the data file" in cells[-3]
-                continue
-            star = "" if t[f"{q}_derivation"].startswith("published") else "*"
-            worlds = a.get("per_world", {}).get(q)
-            each = f" ({' / '.join(f'{x:.2f}' for x in worlds)})" if worlds else ""
-            assert cells[2 * i: 2 * i + 2] == [
-                f"{t[q]:.2f}{star}", f"{a[q]['mean']:.2f} ± {a[q]['se']:.2f}{each}"]
-        if all(q in t for q in QUANTITIES):
-            assert cells[-3].split()[0] == ("yes" if e["within_tolerance"] else "no")
-        h = a.get("entropy_t1")
+        assert len(cells) == len(CELLS) + 3
+        for q, cell in zip(CELLS, cells, strict=False):
+            t = targets[name][q]
+            star = "" if t["published"] else "*"
+            if q == "chain":          # the rows' chain at T = 0: 5.0 [4.9, 5.1]
+                rel = 100 * (5.0 / t["value"] - 1)
+                assert cell == f"{t['value']:.2f}{star} → 5.00 [4.90, 5.10] ({rel:+.1f}%)"
+            elif q == "ddtree64":
+                assert cell.startswith(f"{t['value']:.2f}{star} → 5.00 [4.90, 5.10]")
+            else:                     # no row at B = 512 or at T = 1
+                assert cell == f"{t['value']:.2f}{star} → —"
+        h = stored["regimes"][name]["achieved"].get("entropy_t1")
         assert cells[-2] == (f"{h['median']:.3f} / {h['p80']:.3f}" if h else "—")
-    assert table["gsm8k"][0] == "6.57" and table["gsm8k"][2] == "8.49"      # published
-    assert table["mt-bench"][0] == "4.28" and table["mt-bench"][2] == "5.54"       # published
-    if "ddtree64_t1" in stored["regimes"]["gsm8k"]["target"]:
-        assert table["gsm8k"][4] == "7.84"                                    # published, T = 1
+        assert cells[-3].startswith("no (chain T = 0")   # 5.0 is far from every chain target
+    assert table["gsm8k"][0].startswith("6.57 → ") and table["mt-bench"][0].startswith("4.28 → ")
+    # measured: the chain and DDTree@64 at T = 0 of both regimes, all four published
+    assert "**0 of 4 published cells within ±5%**" in text
+
+
+def test_the_calibration_section_reads_the_most_precise_row_and_the_regimes_drafter():
+    from treespec_sim.report import _calibration_section
+
+    rows = ddtree_rows("gsm8k")
+    more = dict(rows[0], family="other", rounds=900, tau_mean=6.5, tau_ci_low=6.45,
+                tau_ci_high=6.55)
+    variant = dict(more, rounds=5000, drafter="corrected", tau_mean=1.0)
+    rows = [dict(r, rounds=64) for r in rows] + [more, variant]
+    cells = _table(_calibration_section(rows))["gsm8k"]
+    assert cells[0] == "6.57 → 6.50 [6.45, 6.55] (-1.1%)"
 
 
 def _synthetic_entry(t1: bool) -> dict:
@@ -109,24 +117,15 @@ def _synthetic_entry(t1: bool) -> dict:
                       "logit_scale": 5.0}, "within_tolerance": False}
 
 
-def test_calibration_section_shows_three_quantities_worlds_and_entropy():
+def test_calibration_section_shows_the_stored_fits_entropy():
     from treespec_sim.report import _calibration_section
 
     data = {"regimes": {"gsm8k": _synthetic_entry(True)}}
-    sec = _calibration_section(ddtree_rows("gsm8k"), data)
-    assert _table(sec) == {"gsm8k": [
-        "6.57", "6.45 ± 0.08 (6.10 / 6.50 / 6.75)",
-        "8.49", "9.10 ± 0.07 (9.00 / 9.10 / 9.20)",      # 7% above its target
-        "7.84*", "7.90 ± 0.05 (7.80 / 7.95 / 7.95)",
-        "no (DDTree@64 τ (T = 0))",
-        "0.085 / 0.549", "43%"]}
-    # a file from before the T = 1 fit: dashes, and the table says why
+    cells = _table(_calibration_section(ddtree_rows("gsm8k"), data))["gsm8k"]
+    assert cells[-2:] == ["0.085 / 0.549", "43%"]
+    # a file from before the T = 1 fit has no entropy: dashes
     old = {"regimes": {"gsm8k": _synthetic_entry(False)}}
-    cells = _table(_calibration_section(ddtree_rows("gsm8k"), old))["gsm8k"]
-    assert cells[:4] == ["6.57", "6.45 ± 0.08", "8.49", "9.10 ± 0.07"]
-    assert cells[4:6] == ["—", "—"]
-    assert cells[6] == "no (DDTree@64 τ (T = 0)); not in the data file: DDTree@64 τ (T = 1)"
-    assert cells[7:] == ["—", "—"]
+    assert _table(_calibration_section(ddtree_rows("gsm8k"), old))["gsm8k"][-2:] == ["—", "—"]
     assert _calibration_section(ddtree_rows("tiny"), data) == []
 
 
