@@ -778,6 +778,12 @@ TABLE1: dict[str, dict[str, float]] = {
 BEST_BUDGET = 512
 #: The cells of the Table-1 fit: chain, DDTree@64 and DDTree@512 at T = 0, then at T = 1.
 CELLS = ("chain", "ddtree64", "ddtree512", "chain_t1", "ddtree64_t1", "ddtree512_t1")
+#: What each cell measures: ``(method, budget, temperature)``, exact E[tau] under ``follow``
+#: (budget None: the chain at the drafter's depth).
+CELL_SPECS = {f"{q}{sfx}": (method, budget, t)
+              for sfx, t in (("", 0.0), ("_t1", 1.0))
+              for q, method, budget in (("chain", "chain", None), ("ddtree64", "ddtree", BUDGET),
+                                        (f"ddtree{BEST_BUDGET}", "ddtree", BEST_BUDGET))}
 CELL_LABELS = {"chain": "chain T = 0", "ddtree64": "DDTree@64 T = 0",
                "ddtree512": "DDTree@512 T = 0", "chain_t1": "chain T = 1",
                "ddtree64_t1": "DDTree@64 T = 1", "ddtree512_t1": "DDTree@512 T = 1"}

@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .calibrate import (
-    BEST_BUDGET,
-    BUDGET,
     CELL_LABELS,
+    CELL_SPECS,
     CELLS,
     TOLERANCE,
     calibration_rows,
@@ -182,19 +181,13 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
 
 def _fidelity_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict]:
     """``(regime, cell) -> row``: for each cell of :data:`CELLS` the row that measures it on the
-    most contexts (the chain at its length, DDTree at B = 64 and at :data:`BEST_BUDGET`, exact
-    E[τ] under ``follow``, the regime's own drafter), whichever family ran it."""
-    want = {}
-    for q in CELLS:
-        t = 1.0 if q.endswith("_t1") else 0.0
-        base = q.removesuffix("_t1")
-        want[q] = (("chain", None) if base == "chain"
-                   else ("ddtree", BEST_BUDGET if base.endswith(str(BEST_BUDGET)) else BUDGET), t)
+    most contexts (:data:`treespec_sim.calibrate.CELL_SPECS`: exact E[τ] under ``follow``, the
+    regime's own drafter), whichever family ran it."""
     best: dict[tuple[str, str], dict] = {}
     for r in rows:
         if r.get("verifier") != "follow" or r.get("drafter") not in (None, "", "none"):
             continue
-        for q, ((method, budget), t) in want.items():
+        for q, (method, budget, t) in CELL_SPECS.items():
             if (r.get("method") == method and float(r.get("temperature", -1)) == t
                     and (budget is None or int(r.get("budget", -1)) == budget)
                     and not missing(r.get("tau_ci_low"))):

@@ -274,9 +274,10 @@ def test_the_summary_opens_with_one_finding_per_claim():
     lines = summary_markdown(rows, RECORD).splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("## "))
     assert lines[first] == "## Findings"
-    assert first < lines.index("## Calibration") < next(
+    calibration = next(i for i, ln in enumerate(lines) if ln.startswith("## Calibration"))
+    assert first < calibration < next(
         i for i, ln in enumerate(lines) if ln.startswith("## DDTree across"))
-    block = [ln for ln in lines[first:lines.index("## Calibration")] if ln.startswith("- ")]
+    block = [ln for ln in lines[first:calibration] if ln.startswith("- ")]
     assert len(block) == len(claims) == 3
     dd, ts, uv = block
     assert dd.startswith("- **holds**: DDTree's tree (B = 64) accepts more tokens per round")
