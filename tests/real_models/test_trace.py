@@ -1,0 +1,190 @@
+"""Traces: a recording of the tiny models replays every tree inside it exactly
+(``docs/traces.md``).
+
+A small trace is recorded once per session (``recorded``); every test replays it through
+``run_round`` and compares with live rounds of the tiny models on the same contexts, a fresh
+target forward per tree (so agreement is to float32 rounding, :data:`TOL`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from real_models.backend import ModelBackend
+from real_models.profile import CPU_TINY
+from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
+from treespec_sim import engine, trace
+from treespec_sim.cost import get_cost_model
+from treespec_sim.rows import same_tree
+from treespec_sim.verify.outcome import Outcome
+
+#: Live rounds run a fresh float32 forward per tree; the trace holds the superset tree's.
+TOL = 1e-6
+
+B_MAX = 256
+TEMPS = (0.0, 1.0)
+SAMPLED = "sampled-ddtree:16@1:rrsw"
+
+
+def _settings(**kw) -> RecordSettings:
+    base = dict(b_max=B_MAX, temperatures=TEMPS, decode_temperature=1.0, rounds=3, top_k=0,
+                target_top_k=0, sampled=parse_sampled_spec(SAMPLED, TEMPS), seed=5,
+                prompt_tokens=24)
+    base.update(kw)
+    return RecordSettings(**base)
+
+
+def _record(bundle, tmp_path, name: str, settings: RecordSettings) -> trace.Trace:
+    from real_models.validate import load_prompts
+
+    prompts = load_prompts(bundle, 2, settings.prompt_tokens)
+    recs = record(bundle, prompts, settings)
+    header = {"models": {"target": "tiny-target", "drafter": "tiny-drafter"}, "device": "cpu",
+              "dtype": "float32", "L": int(bundle.depth), "V": int(bundle.vocab_size),
+              "settings": settings.as_dict()}
+    path = trace.write(tmp_path / name, header,
+                       pack(recs, settings, L=int(bundle.depth), V=int(bundle.vocab_size)))
+    return trace.load(path)
+
+
+@pytest.fixture(scope="module")
+def recorded(bundle, tmp_path_factory):
+    return _record(bundle, tmp_path_factory.mktemp("trace"), "dense.npz", _settings())
+
+
+@pytest.fixture(scope="module")
+def recorded_topk(bundle, tmp_path_factory):
+    return _record(bundle, tmp_path_factory.mktemp("trace"), "topk.npz",
+                   _settings(top_k=B_MAX, target_top_k=16, sampled=None, rounds=2))
+
+
+#: (method, budget) of the deterministic comparisons.
+DETERMINISTIC = [("chain", None), ("ddtree", 16), ("ddtree", 64), ("ddtree", 256),
+                 ("caddtree", 256)]
+
+
+def _live_walk(bundle, tr: trace.Trace):
+    """Yield (live backend, live ctx, trace ctx) along the recorded decode of every prompt:
+    the live sequence commits the recorded outcome of each round."""
+    be = ModelBackend(bundle)
+    for prompt in sorted({c.prompt for c in tr.contexts}):
+        ctxs = [c for c in tr.contexts if c.prompt == prompt]
+        live = be.start(np.asarray(ctxs[0].tokens))
+        for c in ctxs:
+            assert live.tokens == c.tokens.tolist()
+            yield be, live, c
+            rnd = engine.run_round(be, live, method=trace.superset, budget=tr.b_max, rule="follow",
+                                   temperature=0.0, rng=np.random.default_rng(0), sample=False)
+            assert same_tree(rnd.tree, tr.superset_tree(c))
+            path, bonus = tr.recorded_outcome(c)
+            be.commit(live, Outcome.from_path(rnd.tree, path, bonus))
+
+
+def _both(be, live, tr, c, **kw):
+    a = engine.run_round(be, live, rng=np.random.default_rng(1), sample=False, **kw)
+    discard_forward(be, live)
+    b = engine.run_round(tr, c, rng=np.random.default_rng(1), sample=False, **kw)
+    return a, b
+
+
+@pytest.mark.parametrize("which", ["dense", "topk"])
+def test_deterministic_methods_replay_the_live_rounds(bundle, recorded, recorded_topk, which):
+    tr = recorded if which == "dense" else recorded_topk
+    cost = get_cost_model(CPU_TINY)
+    n = 0
+    for be, live, c in _live_walk(bundle, tr):
+        for method, budget in DETERMINISTIC:
+            for t in TEMPS:
+                for rule in ("follow", "tev"):
+                    a, b = _both(be, live, tr, c, method=method, budget=budget,
+                                 temperature=t, rule=rule, cost=cost)
+                    assert same_tree(a.tree, b.tree), (method, budget)
+                    assert abs(a.expected_tau - b.expected_tau) < TOL, (method, budget, t, rule)
+                    assert abs(a.coverage - b.coverage) < TOL
+                    np.testing.assert_allclose(b.exits.by_depth, a.exits.by_depth, atol=TOL)
+                    assert b.cost_s == pytest.approx(a.cost_s, rel=1e-12)
+                    n += 1
+    assert n == len(tr) * len(DETERMINISTIC) * len(TEMPS) * 2
+
+
+def test_nested_budgets_replay_from_one_tree(bundle, recorded):
+    for be, live, c in _live_walk(bundle, recorded):
+        a, b = _both(be, live, recorded, c, method="ddtree", budget=B_MAX, temperature=1.0,
+                     rule="follow", nested=True)
+        np.testing.assert_allclose(b.tau_curve, a.tau_curve, atol=TOL)
+
+
+def test_the_sampled_tree_replays_under_every_lossless_rule(bundle, recorded):
+    sp = recorded.sampled_spec
+    checked = 0
+    for be, live, c in _live_walk(bundle, recorded):
+        # the live draw with the recorder's seed is the recorded tree
+        a = engine.run_round(be, live, method=sp["method"], budget=sp["budget"],
+                             rule=sp["rule"], temperature=sp["temperature"],
+                             rng=np.random.default_rng([5, c.prompt, c.round, 1]), sample=False)
+        discard_forward(be, live)
+        b = engine.run_round(recorded, c, method=recorded.sampled_method, rule=sp["rule"],
+                             temperature=sp["temperature"], rng=np.random.default_rng(0),
+                             sample=False)
+        assert same_tree(a.tree, b.tree)
+        for rule in ("rrsw", "traversal", "univer"):
+            ta, tb = a.expected_tau_under(rule), b.expected_tau_under(rule)
+            assert abs(ta - tb) < TOL, (rule, ta, tb)
+            checked += 1
+        assert b.expected_tau_under("rrsw") > 1.0
+    assert checked == 3 * len(recorded)
+
+
+def test_sampled_outcomes_and_decoding_along_the_trace(recorded):
+    c = recorded.contexts[0]
+    rnd = engine.run_round(recorded, c, method="ddtree", budget=64, temperature=1.0,
+                           rng=np.random.default_rng(3))
+    assert 1 <= rnd.outcome.tau <= recorded.depth + 1
+    # committing the recorded outcome leads to the next recorded context
+    path, bonus = recorded.recorded_outcome(c)
+    tokens = [int(recorded.superset_tree(c).token[v]) for v in path] + [bonus]
+    assert recorded.advance(c, tokens) is recorded.contexts[1]
+    with pytest.raises(ValueError, match="not recorded"):
+        recorded.advance(c, [*tokens[:-1], (bonus + 1) % recorded.vocab_size])
+
+
+def test_refusals_name_what_is_missing(recorded, recorded_topk):
+    c = recorded.contexts[0]
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"temperature T = 0\.7 is not recorded"):
+        engine.run_round(recorded, c, method="ddtree", budget=16, temperature=0.7, rng=rng)
+    with pytest.raises(ValueError, match=r"budget: the tree has 300 nodes.*B_max = 256"):
+        engine.run_round(recorded, c, method="ddtree", budget=300, temperature=1.0, rng=rng)
+    sup = recorded.superset_tree(c)
+    # a child of the root whose token is not among the superset tree's root children
+    used = set(sup.token[sup.children(0)].tolist())
+    tok = next(t for t in range(recorded.vocab_size) if t not in used)
+
+    def outside(log_q, budget, *, root_token):
+        from treespec_sim import DraftTree
+        return DraftTree.from_parents([-1, 0], [root_token, tok])
+
+    with pytest.raises(ValueError, match=rf"node 1 \(depth 1, path \[{tok}\]\) is outside the "
+                                         "recorded superset tree"):
+        engine.run_round(recorded, c, method=outside, temperature=0.0, rng=rng)
+    # a top-k trace has no full target rows at T > 0: a sampled outcome is refused, exact
+    # facts are not
+    ct = recorded_topk.contexts[0]
+    with pytest.raises(ValueError, match=r"full row at node 0 \(T = 1\) is not recorded"):
+        engine.run_round(recorded_topk, ct, method="ddtree", budget=16, temperature=1.0,
+                         rng=rng)
+    engine.run_round(recorded_topk, ct, method="ddtree", budget=16, temperature=1.0, rng=rng,
+                     sample=False).expected_tau  # noqa: B018
+
+
+def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
+    assert recorded.header["format"] == trace.FORMAT
+    assert [c.index for c in recorded.contexts] == list(range(len(recorded)))
+    with pytest.raises(ValueError, match="does not exist"):
+        trace.load(tmp_path / "nope.npz")
+    est = trace.expected_bytes(rounds=len(recorded), vocab_size=recorded.vocab_size,
+                               depth=recorded.depth, b_max=B_MAX, temperatures=TEMPS,
+                               sampled_size=16, context_tokens=64)
+    stored = sum(a.nbytes for a in recorded.arrays.values())
+    assert stored <= est
