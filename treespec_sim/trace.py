@@ -37,7 +37,7 @@ import numpy as np
 from .files import atomic_path
 from .marginals import LazyLogMarginals
 from .paths import LogQ
-from .policies import chain, ddtree
+from .policies import chain, ddtree, dynamic_tree
 from .policies.draft import Draft
 from .proposal import ProposalRows
 from .rows import same_tree
@@ -55,7 +55,7 @@ FORMAT = "treespec-trace/1"
 def expected_bytes(*, rounds: int, vocab_size: int, depth: int, b_max: int,
                    temperatures: Sequence[float], top_k: int = 0, target_top_k: int = 0,
                    sampled_size: int = 0, sampled_laws: int | None = None,
-                   context_tokens: int = 64) -> int:
+                   context_tokens: int = 64, superset_size: int | None = None) -> int:
     r"""Uncompressed bytes of a trace's arrays (``docs/traces.md``, "Size"): an upper bound on
     the file (``.npz`` is compressed).
 
@@ -77,12 +77,15 @@ def expected_bytes(*, rounds: int, vocab_size: int, depth: int, b_max: int,
         Distinct proposal laws per sampled tree (default: ``sampled_size``, an upper bound).
     context_tokens : int
         Mean context length in tokens.
+    superset_size : int, optional
+        Nodes of the superset tree (default ``2 b_max + L``, the bound of :func:`superset`:
+        DDTree's ``b_max``, at most ``L`` chain nodes and ``b_max`` dynamic-tree nodes).
 
     Returns
     -------
     int
     """
-    n1 = b_max + 1
+    n1 = (2 * b_max + depth if superset_size is None else superset_size) + 1
     per = 4 * context_tokens + 8 * 8 + 8 * n1 + 4 * depth  # context, scalars, tree, outcome
     if top_k:
         per += depth * top_k * 8 + depth * 8
@@ -103,10 +106,13 @@ def expected_bytes(*, rounds: int, vocab_size: int, depth: int, b_max: int,
 
 # ----------------------------------------------------------------------------- superset
 def superset(log_q: LogQ, b_max: int, *, root_token: int = -1) -> DraftTree:
-    """The recorded deterministic superset tree: DDTree at ``b_max`` (its nodes first, in pop
-    order, so every smaller DDTree is a prefix), then the nodes of the argmax chain that DDTree
-    left out (a flat drafter can rank more than ``b_max`` shallow prefixes above a deep chain
-    node), in depth order.
+    """The recorded deterministic superset tree of a round (``docs/traces.md``, "Superset").
+
+    DDTree at ``b_max`` first (its nodes in pop order, so every smaller DDTree is a prefix),
+    then the nodes of the argmax chain that DDTree left out (a flat drafter can rank more than
+    ``b_max`` shallow prefixes above a deep chain node), then those of the EAGLE-2-like dynamic
+    tree at ``b_max`` (:func:`treespec_sim.policies.dynamic_tree`, default width;
+    nested, so it holds the dynamic tree of every smaller budget), each in its own order.
 
     Parameters
     ----------
@@ -117,22 +123,23 @@ def superset(log_q: LogQ, b_max: int, *, root_token: int = -1) -> DraftTree:
     Returns
     -------
     DraftTree
-        ``b_max + m`` nodes, ``0 <= m <= L``.
+        At least ``min(b_max, ...)`` nodes; the first ``b_max`` are ``ddtree(log_q, b_max)``.
     """
     tree = ddtree(log_q, b_max, root_token=root_token)
-    ch = chain(log_q, root_token=root_token)
     parent, token = tree.parent.tolist(), tree.token.tolist()
     kids = {(p, t): v for v, (p, t) in enumerate(zip(parent, token, strict=True)) if v}
-    at = 0
-    for v in range(1, ch.n_nodes):
-        tok = int(ch.token[v])
-        nxt = kids.get((at, tok))
-        if nxt is None:
-            nxt = len(parent)
-            parent.append(at)
-            token.append(tok)
-            kids[(at, tok)] = nxt
-        at = nxt
+    for extra in (chain(log_q, root_token=root_token),
+                  dynamic_tree(log_q, b_max, root_token=root_token)):
+        mapped = [0]
+        for v in range(1, extra.n_nodes):
+            key = (mapped[int(extra.parent[v])], int(extra.token[v]))
+            u = kids.get(key)
+            if u is None:
+                u = len(parent)
+                parent.append(key[0])
+                token.append(key[1])
+                kids[key] = u
+            mapped.append(u)
     if len(parent) == tree.n_nodes:
         return tree
     return DraftTree.from_parents(np.asarray(parent, dtype=np.int64),
@@ -516,8 +523,8 @@ class Trace:
             if u is None:
                 path = [int(x) for x in tree.paths()[v - 1]]
                 raise ValueError(f"node {v} (depth {int(tree.depth[v])}, path {path}) is "
-                                 f"outside the recorded superset tree of round {r} (DDTree at "
-                                 f"B_max = {self.b_max} and the argmax chain); its target "
+                                 f"outside the recorded superset tree of round {r} (DDTree, "
+                                 f"chain and dynamic tree at B_max = {self.b_max}); its target "
                                  "row is not recorded")
             node_of[v] = u
         a = self.arrays

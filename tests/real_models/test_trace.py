@@ -14,7 +14,8 @@ import pytest
 from real_models.backend import ModelBackend
 from real_models.profile import CPU_TINY
 from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
-from treespec_sim import engine, trace
+from real_models.validate import load_prompts
+from treespec_sim import DraftTree, engine, trace
 from treespec_sim.cost import get_cost_model
 from treespec_sim.rows import same_tree
 from treespec_sim.verify.outcome import Outcome
@@ -36,8 +37,6 @@ def _settings(**kw) -> RecordSettings:
 
 
 def _record(bundle, tmp_path, name: str, settings: RecordSettings) -> trace.Trace:
-    from real_models.validate import load_prompts
-
     prompts = load_prompts(bundle, 2, settings.prompt_tokens)
     recs = record(bundle, prompts, settings)
     header = {"models": {"target": "tiny-target", "drafter": "tiny-drafter"}, "device": "cpu",
@@ -59,9 +58,11 @@ def recorded_topk(bundle, tmp_path_factory):
                    _settings(top_k=B_MAX, target_top_k=16, sampled=None, rounds=2))
 
 
-#: (method, budget) of the deterministic comparisons.
-DETERMINISTIC = [("chain", None), ("ddtree", 16), ("ddtree", 64), ("ddtree", 256),
-                 ("caddtree", 256)]
+#: (method, budget, options) of the deterministic comparisons.
+DETERMINISTIC = [("chain", None, None), ("ddtree", 16, None), ("ddtree", 64, None),
+                 ("ddtree", 256, None), ("caddtree", 256, None), ("exhaustive", 256, None),
+                 ("longrun", 256, {"lam": 2.0}), ("dynamic", 16, None), ("dynamic", 64, None),
+                 ("dynamic", 256, None)]
 
 
 def _live_walk(bundle, tr: trace.Trace):
@@ -94,11 +95,11 @@ def test_deterministic_methods_replay_the_live_rounds(bundle, recorded, recorded
     cost = get_cost_model(CPU_TINY)
     n = 0
     for be, live, c in _live_walk(bundle, tr):
-        for method, budget in DETERMINISTIC:
+        for method, budget, options in DETERMINISTIC:
             for t in TEMPS:
                 for rule in ("follow", "tev"):
                     a, b = _both(be, live, tr, c, method=method, budget=budget,
-                                 temperature=t, rule=rule, cost=cost)
+                                 temperature=t, rule=rule, cost=cost, options=options)
                     assert same_tree(a.tree, b.tree), (method, budget)
                     assert abs(a.expected_tau - b.expected_tau) < TOL, (method, budget, t, rule)
                     assert abs(a.coverage - b.coverage) < TOL
@@ -162,7 +163,6 @@ def test_refusals_name_what_is_missing(recorded, recorded_topk):
     tok = next(t for t in range(recorded.vocab_size) if t not in used)
 
     def outside(log_q, budget, *, root_token):
-        from treespec_sim import DraftTree
         return DraftTree.from_parents([-1, 0], [root_token, tok])
 
     with pytest.raises(ValueError, match=rf"node 1 \(depth 1, path \[{tok}\]\) is outside the "
@@ -174,8 +174,9 @@ def test_refusals_name_what_is_missing(recorded, recorded_topk):
     with pytest.raises(ValueError, match=r"full row at node 0 \(T = 1\) is not recorded"):
         engine.run_round(recorded_topk, ct, method="ddtree", budget=16, temperature=1.0,
                          rng=rng)
-    engine.run_round(recorded_topk, ct, method="ddtree", budget=16, temperature=1.0, rng=rng,
-                     sample=False).expected_tau  # noqa: B018
+    exact = engine.run_round(recorded_topk, ct, method="ddtree", budget=16, temperature=1.0,
+                             rng=rng, sample=False)
+    assert 1.0 < exact.expected_tau <= recorded_topk.depth + 1
 
 
 def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
@@ -188,3 +189,59 @@ def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
                                sampled_size=16, context_tokens=64)
     stored = sum(a.nbytes for a in recorded.arrays.values())
     assert stored <= est
+    # the bound is a bound: with the recorded superset size it is within 10% of the stored
+    tight = trace.expected_bytes(rounds=len(recorded), vocab_size=recorded.vocab_size,
+                                 depth=recorded.depth, b_max=B_MAX, temperatures=TEMPS,
+                                 sampled_size=16, context_tokens=64,
+                                 superset_size=int(recorded.arrays["tree_size"].max()))
+    assert stored <= tight <= 1.1 * stored
+
+
+def test_the_recorder_resumes_to_the_file_an_uninterrupted_run_writes(tmp_path, monkeypatch,
+                                                                      capsys):
+    import real_models.record as rec
+
+    argv = ["--prompts", "2", "--rounds", "2", "--budget", "16", "--prompt-tokens", "16",
+            "--sampled-tree", "sampled-ddtree:4"]
+    assert rec.main(["--out", str(tmp_path / "a.npz"), *argv]) == 0
+    printed = capsys.readouterr().out
+    assert "expected size <=" in printed and "bytes/round" in printed
+    real_record, calls = rec.record, []
+
+    def dies_on_second_prompt(*args, **kw):
+        calls.append(kw["prompt_ids"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_record(*args, **kw)
+
+    monkeypatch.setattr(rec, "record", dies_on_second_prompt)
+    out = tmp_path / "b.npz"
+    assert rec.main(["--out", str(out), *argv]) == 130
+    assert not out.exists() and (tmp_path / "b.npz.part").is_file()
+    calls.clear()
+    calls.append(None)  # the resumed run records only the second prompt
+    monkeypatch.setattr(rec, "record", lambda *a, **kw: (calls.append(kw["prompt_ids"]),
+                                                         real_record(*a, **kw))[1])
+    assert rec.main(["--out", str(out), *argv]) == 0
+    assert calls == [None, [1]] and not (tmp_path / "b.npz.part").exists()
+    assert "resuming" in capsys.readouterr().out
+    ha, a = trace.read(tmp_path / "a.npz")
+    hb, b = trace.read(out)
+    assert ha["settings"] == hb["settings"] and set(a) == set(b)
+    for k in a:
+        if not k.endswith("_s"):  # measured seconds differ
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_recorder_options_are_checked():
+    import real_models.record as rec
+
+    with pytest.raises(ValueError, match="METHOD:BUDGET"):
+        parse_sampled_spec("tsubame", TEMPS)
+    with pytest.raises(ValueError, match="deterministic"):
+        parse_sampled_spec("ddtree:8", TEMPS)
+    with pytest.raises(ValueError, match="not among --temperatures"):
+        parse_sampled_spec("sampled-ddtree:8@0.5", TEMPS)
+    args = rec.build_parser().parse_args(["--out", "x.npz", "--top-k", "8", "--budget", "16"])
+    with pytest.raises(ValueError, match="--top-k 8 is below --budget 16"):
+        rec.settings_from(args, 1024)
