@@ -1,13 +1,15 @@
 r"""Record real rounds into a trace: ``python -m real_models.record --out FILE``.
 
-Decodes held-out prompts with DDTree at ``--budget`` (``B_max``) under rule ``follow`` at the
-decoding temperature and records, before each round's commit, what the exact replay of every
-tree inside that round's data needs (``docs/traces.md``): the context, the drafter's marginals
-(dense, or the top ``--top-k`` per depth), the DDTree superset tree at ``B_max`` and the
-target's rows on it (full float32 logits, or per recorded temperature the edge probabilities,
-the argmax and the top ``--target-top-k`` entries), optionally a sampled tree
-(``--sampled-tree METHOD:BUDGET[@T][:RULE]``) drawn on the same context with its proposal laws and
-the target's full rows on it, the decode's outcome and the measured seconds.
+Decodes held-out prompts, each round verifying the superset tree
+(:func:`treespec_sim.trace.superset`: DDTree at ``--budget`` = ``B_max``, plus the argmax chain's
+and the dynamic tree's nodes it leaves out) under rule ``follow`` at the decoding temperature,
+and records, before each round's commit, what the exact replay of every tree inside that
+round's data needs (``docs/traces.md``): the context, the drafter's marginals (dense, or the
+top ``--top-k`` per depth), the superset tree and the target's rows on it (full float32
+logits, or per recorded temperature the edge probabilities, the argmax and the top
+``--target-top-k`` entries), optionally a sampled tree (``--sampled-tree
+METHOD:BUDGET[@T][:RULE]``) drawn on the same context with its proposal laws and the target's
+full rows on it, the decode's outcome and the measured seconds.
 
 The file is written atomically (:mod:`treespec_sim.files`); after every prompt a checkpoint
 ``FILE.part`` is written the same way, and a run with the same settings resumes from it (a
@@ -324,11 +326,20 @@ def pack(recs: Sequence[dict], settings: RecordSettings, *, L: int, V: int) -> d
     return a
 
 
+def _portable(path: Path) -> str:
+    """``path`` relative to the repository for the shipped checkpoints, else as given."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def header_for(bundle, settings: RecordSettings, *, device: str, dtype: str | None,
                target: Path, drafter: Path, prompts: int) -> dict:
     """The trace header (``docs/traces.md``, "Header")."""
     return {"format": trace.FORMAT,
-            "models": {"target": str(target), "drafter": str(drafter)},
+            "models": {"target": _portable(target), "drafter": _portable(drafter)},
             "dtype": dtype or str(next(bundle.target.model.parameters()).dtype).replace(
                 "torch.", ""),
             "device": device, "torch": torch.__version__,

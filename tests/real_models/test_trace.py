@@ -8,9 +8,13 @@ target forward per tree (so agreement is to float32 rounding, :data:`TOL`).
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import real_models.record as rec
 from real_models.backend import ModelBackend
 from real_models.profile import CPU_TINY
 from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
@@ -19,6 +23,9 @@ from treespec_sim import DraftTree, engine, trace
 from treespec_sim.cost import get_cost_model
 from treespec_sim.rows import same_tree
 from treespec_sim.verify.outcome import Outcome
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "real_models" / "traces" / "tiny-b256.npz"
 
 #: Live rounds run a fresh float32 forward per tree; the trace holds the superset tree's.
 TOL = 1e-6
@@ -199,8 +206,6 @@ def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
 
 def test_the_recorder_resumes_to_the_file_an_uninterrupted_run_writes(tmp_path, monkeypatch,
                                                                       capsys):
-    import real_models.record as rec
-
     argv = ["--prompts", "2", "--rounds", "2", "--budget", "16", "--prompt-tokens", "16",
             "--sampled-tree", "sampled-ddtree:4"]
     assert rec.main(["--out", str(tmp_path / "a.npz"), *argv]) == 0
@@ -234,8 +239,6 @@ def test_the_recorder_resumes_to_the_file_an_uninterrupted_run_writes(tmp_path, 
 
 
 def test_recorder_options_are_checked():
-    import real_models.record as rec
-
     with pytest.raises(ValueError, match="METHOD:BUDGET"):
         parse_sampled_spec("tsubame", TEMPS)
     with pytest.raises(ValueError, match="deterministic"):
@@ -245,3 +248,41 @@ def test_recorder_options_are_checked():
     args = rec.build_parser().parse_args(["--out", "x.npz", "--top-k", "8", "--budget", "16"])
     with pytest.raises(ValueError, match="--top-k 8 is below --budget 16"):
         rec.settings_from(args, 1024)
+
+
+def test_the_shipped_trace_replays_the_live_tiny_models(bundle):
+    tr = trace.load(SHIPPED)
+    assert SHIPPED.stat().st_size <= 5_000_000
+    assert tr.b_max == 256 and tr.temperatures == (0.0, 1.0) and tr.sampled_spec is not None
+    cost = get_cost_model(CPU_TINY)
+    sp, seed = tr.sampled_spec, tr.header["settings"]["seed"]
+    n = 0
+    for be, live, c in _live_walk(bundle, tr):
+        for method, budget, options in DETERMINISTIC[:5]:
+            for t in TEMPS:
+                a, b = _both(be, live, tr, c, method=method, budget=budget, temperature=t,
+                             rule="follow", cost=cost, options=options)
+                assert same_tree(a.tree, b.tree)
+                assert abs(a.expected_tau - b.expected_tau) < TOL, (c.index, method, budget, t)
+        a = engine.run_round(be, live, method=sp["method"], budget=sp["budget"],
+                             rule=sp["rule"], temperature=sp["temperature"],
+                             rng=np.random.default_rng([seed, c.prompt, c.round, 1]),
+                             sample=False)
+        discard_forward(be, live)
+        b = engine.run_round(tr, c, method=tr.sampled_method, rule=sp["rule"],
+                             temperature=sp["temperature"], rng=np.random.default_rng(0),
+                             sample=False)
+        assert same_tree(a.tree, b.tree)
+        for rule in ("rrsw", "traversal", "univer"):
+            assert abs(a.expected_tau_under(rule) - b.expected_tau_under(rule)) < TOL
+        n += 1
+    assert n == len(tr) == 24
+
+
+def test_the_docs_example_runs_as_written(monkeypatch):
+    text = (ROOT / "docs" / "traces.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    monkeypatch.chdir(ROOT)
+    ns: dict = {}
+    exec(compile(code, "traces.md", "exec"), ns)
+    assert 1.0 < ns["rnd"].expected_tau <= ns["tr"].depth + 1
