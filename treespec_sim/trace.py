@@ -532,7 +532,7 @@ class Trace:
             return TraceRows(tree, node_of, t, self.vocab_size, logits=a["target_logits"][r])
         j = self.temperatures.index(t)
         return TraceRows(tree, node_of, t, self.vocab_size,
-                         edges=a.get(f"edge_t{j}", [None])[r] if t > 0 else None,
+                         edges=a[f"edge_t{j}"][r] if t > 0 else None,
                          argmax=a["target_argmax"][r],
                          what=f"the trace keeps the top {self.target_top_k} entries per node")
 

@@ -144,6 +144,21 @@ def test_the_sampled_tree_replays_under_every_lossless_rule(bundle, recorded):
     assert checked == 3 * len(recorded)
 
 
+def test_a_trace_stands_where_a_world_stands(recorded):
+    """Fresh contexts (a recorded context drawn uniformly) and given contexts, through the
+    round sequences of the engine."""
+    rng = np.random.default_rng(0)
+    seqs = engine.run_rounds(recorded, rounds=5, method="ddtree", budget=32, temperature=1.0,
+                             rng=rng, sample=False)
+    assert sum(len(s) for s in seqs) == 5
+    given = engine.run_rounds(recorded, contexts=recorded.contexts, method="ddtree",
+                              budget=32, temperature=1.0, rng=rng, sample=False)
+    per_ctx = [s[0].expected_tau for s in given]
+    assert {s[0].expected_tau for s in seqs} <= set(per_ctx)
+    summary = engine.summarize(given)
+    assert summary.rounds == len(recorded) and 1.0 < summary.expected_tau.mean < 8.0
+
+
 def test_sampled_outcomes_and_decoding_along_the_trace(recorded):
     c = recorded.contexts[0]
     rnd = engine.run_round(recorded, c, method="ddtree", budget=64, temperature=1.0,
