@@ -54,7 +54,7 @@ from treespec_sim.verify import SCHEME_FOR_RULE
 
 from ._deps import require
 from .backend import DecodeState, ModelBackend
-from .bundle import TINY_DRAFTER, TINY_TARGET, load
+from .bundle import DTYPES, TINY_DRAFTER, TINY_TARGET, load
 from .validate import load_prompts
 
 torch = require("torch")
@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_out(p, "the trace file to write (.npz)", metavar="FILE", required=True)
     add_checkpoints(p)
     add_device(p)
-    add_dtype(p, ("float32", "bfloat16", "float16"), "model dtype (default: the checkpoint's)")
+    add_dtype(p, DTYPES, "model dtype (default: the checkpoint's)")
     add_prompts(p, default=4)
     p.add_argument("--rounds", type=positive_int, metavar="N", default=8,
                    help="rounds per prompt (default: %(default)s)")

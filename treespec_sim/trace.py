@@ -624,7 +624,17 @@ def read(path: Path | str) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def load(path: Path | str) -> Trace:
-    """A trace file as a :class:`Trace` backend (``docs/traces.md``)."""
+    """A trace file as a :class:`Trace` backend (``docs/traces.md``).
+
+    Raises
+    ------
+    ValueError
+        A missing file, a file that is not a trace, another format version, or a trace that
+        lacks a header key or an array (named).
+    """
     header, arrays = read(path)
-    return Trace(header, arrays)
+    try:
+        return Trace(header, arrays)
+    except KeyError as exc:
+        raise ValueError(f"{path}: incomplete trace: no {exc.args[0]!r}") from None
 

@@ -206,6 +206,14 @@ def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
     assert [c.index for c in recorded.contexts] == list(range(len(recorded)))
     with pytest.raises(ValueError, match="does not exist"):
         trace.load(tmp_path / "nope.npz")
+    broken = dict(recorded.arrays)
+    del broken["ctx_offsets"]
+    trace.write(tmp_path / "broken.npz", recorded.header, broken)
+    with pytest.raises(ValueError, match="incomplete trace: no 'ctx_offsets'"):
+        trace.load(tmp_path / "broken.npz")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(ValueError, match="not a trace file"):
+        trace.load(tmp_path / "other.npz")
     est = trace.expected_bytes(rounds=len(recorded), vocab_size=recorded.vocab_size,
                                depth=recorded.depth, b_max=B_MAX, temperatures=TEMPS,
                                sampled_size=16, context_tokens=64)
