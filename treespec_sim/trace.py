@@ -390,6 +390,15 @@ class Trace:
         sp = s.get("sampled")
         self.sampled_spec: dict | None = dict(sp) if sp else None
 
+    _CACHES = ("_children", "_log_q", "_round_of_log_q", "_superset", "_sampled")
+
+    def __getstate__(self) -> dict:
+        """Pickled without its caches (a sweep's worker processes rebuild them)."""
+        state = dict(self.__dict__)
+        for name in self._CACHES:
+            state[name] = {}
+        return state
+
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
         return len(self.contexts)

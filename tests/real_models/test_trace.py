@@ -8,6 +8,7 @@ target forward per tree (so agreement is to float32 rounding, :data:`TOL`).
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
@@ -157,6 +158,15 @@ def test_a_trace_stands_where_a_world_stands(recorded):
     assert {s[0].expected_tau for s in seqs} <= set(per_ctx)
     summary = engine.summarize(given)
     assert summary.rounds == len(recorded) and 1.0 < summary.expected_tau.mean < 8.0
+    # a sweep ships its worlds to worker processes: so does a trace
+    copy = pickle.loads(pickle.dumps(recorded))
+    again = engine.run_rounds(copy, contexts=copy.contexts, method="ddtree", budget=32,
+                              temperature=1.0, rng=rng, sample=False)
+    assert [s[0].expected_tau for s in again] == per_ctx
+    sp = copy.sampled_spec
+    b = engine.run_round(copy, copy.contexts[0], method=copy.sampled_method, rule="traversal",
+                         temperature=sp["temperature"], rng=rng, sample=False)
+    assert b.tree.size == recorded.sampled_draft(recorded.contexts[0]).tree.size
 
 
 def test_sampled_outcomes_and_decoding_along_the_trace(recorded):
