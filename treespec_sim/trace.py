@@ -1,0 +1,649 @@
+r"""Recorded real rounds as a backend: the trace format, its reader and its replay.
+
+A *trace* keeps, for every recorded round of a real decode, what the exact analysis of any tree
+inside a recorded superset tree needs (``docs/traces.md`` documents every field):
+
+* the context (token ids; the last one is the round's root);
+* the drafter's per-depth log-marginals (dense ``(L, V)``, or the top ``K`` per depth and the
+  log of the remaining mass);
+* a deterministic superset tree, DDTree at ``B_max`` from those marginals, and the target's
+  rows at its nodes (full rows as float32 logits, or at each recorded temperature the edge
+  probabilities, the argmax and the top ``K_t`` entries with the remaining mass);
+* optionally a sampled tree with its proposal laws and the target's full rows at its nodes;
+* the sampled outcome of the decode (accepted path, bonus) and measured draft/verify seconds.
+
+:func:`load` returns a :class:`Trace`, which implements :class:`treespec_sim.engine.Backend`:
+``run_round(trace, trace.contexts[i], method=..., budget=..., temperature=..., rng=...)`` is
+exact for every tree inside the recorded data (see ``docs/traces.md``, "What replays exactly"),
+and anything outside it raises ``ValueError`` naming what is missing: a temperature that was
+not recorded, a tree larger than ``B_max``, a node outside the superset tree, a target row that
+was stored as its top entries only.
+
+The writer :func:`write` is used by the recorder (``python -m real_models.record``); it writes
+one ``.npz`` file (a JSON header plus arrays) atomically (:mod:`treespec_sim.files`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .files import atomic_path
+from .marginals import LazyLogMarginals
+from .paths import LogQ
+from .policies import chain, ddtree, dynamic_tree
+from .policies.draft import Draft
+from .proposal import ProposalRows
+from .rows import same_tree
+from .tree import DraftTree
+from .validation import check_rng, check_temperature
+
+__all__ = ["FORMAT", "TopKLogMarginals", "Trace", "TraceContext", "TraceRows", "expected_bytes",
+           "load", "read", "rows_from_logits", "superset", "write"]
+
+#: The format name and version written in every trace's header (``docs/traces.md``).
+FORMAT = "treespec-trace/1"
+
+
+# ----------------------------------------------------------------------------- sizes
+def expected_bytes(*, rounds: int, vocab_size: int, depth: int, b_max: int,
+                   temperatures: Sequence[float], top_k: int = 0, target_top_k: int = 0,
+                   sampled_size: int = 0, sampled_laws: int | None = None,
+                   context_tokens: int = 64, superset_size: int | None = None) -> int:
+    r"""Uncompressed bytes of a trace's arrays (``docs/traces.md``, "Size"): an upper bound on
+    the file (``.npz`` is compressed).
+
+    Parameters
+    ----------
+    rounds : int
+        Recorded rounds ``R``.
+    vocab_size, depth, b_max : int
+        ``V``, ``L``, ``B_max``.
+    temperatures : sequence of float
+        The recorded temperatures.
+    top_k : int
+        Drafter entries kept per depth (``0``: dense ``(L, V)``).
+    target_top_k : int
+        Target entries kept per node and positive temperature (``0``: full float32 logits).
+    sampled_size : int
+        Nodes of the recorded sampled tree (``0``: none).
+    sampled_laws : int, optional
+        Distinct proposal laws per sampled tree (default: ``sampled_size``, an upper bound).
+    context_tokens : int
+        Mean context length in tokens.
+    superset_size : int, optional
+        Nodes of the superset tree (default ``2 b_max + L``, the bound of :func:`superset`:
+        DDTree's ``b_max``, at most ``L`` chain nodes and ``b_max`` dynamic-tree nodes).
+
+    Returns
+    -------
+    int
+    """
+    n1 = (2 * b_max + depth if superset_size is None else superset_size) + 1
+    per = 4 * context_tokens + 8 * 8 + 8 * n1 + 4 * depth  # context, scalars, tree, outcome
+    if top_k:
+        per += depth * top_k * 8 + depth * 8
+    else:
+        per += depth * vocab_size * 4
+    positive = [t for t in temperatures if t > 0]
+    if target_top_k:
+        per += 4 * n1  # argmax
+        per += len(positive) * n1 * (8 + 8 + target_top_k * 8)
+    else:
+        per += n1 * vocab_size * 4
+    if sampled_size:
+        s1 = sampled_size + 1
+        laws = sampled_size if sampled_laws is None else sampled_laws
+        per += 12 * s1 + laws * vocab_size * 8 + s1 * vocab_size * 4
+    return int(rounds * per)
+
+
+# ----------------------------------------------------------------------------- superset
+def superset(log_q: LogQ, b_max: int, *, root_token: int = -1) -> DraftTree:
+    """The recorded deterministic superset tree of a round (``docs/traces.md``, "Superset").
+
+    DDTree at ``b_max`` first (its nodes in pop order, so every smaller DDTree is a prefix),
+    then the nodes of the argmax chain that DDTree left out (a flat drafter can rank more than
+    ``b_max`` shallow prefixes above a deep chain node), then those of the EAGLE-2-like dynamic
+    tree at ``b_max`` (:func:`treespec_sim.policies.dynamic_tree`, default width;
+    nested, so it holds the dynamic tree of every smaller budget), each in its own order.
+
+    Parameters
+    ----------
+    log_q : ndarray (L, V) or LazyLogMarginals
+    b_max : int
+    root_token : int
+
+    Returns
+    -------
+    DraftTree
+        At least ``min(b_max, ...)`` nodes; the first ``b_max`` are ``ddtree(log_q, b_max)``.
+    """
+    tree = ddtree(log_q, b_max, root_token=root_token)
+    parent, token = tree.parent.tolist(), tree.token.tolist()
+    kids = {(p, t): v for v, (p, t) in enumerate(zip(parent, token, strict=True)) if v}
+    for extra in (chain(log_q, root_token=root_token),
+                  dynamic_tree(log_q, b_max, root_token=root_token)):
+        mapped = [0]
+        for v in range(1, extra.n_nodes):
+            key = (mapped[int(extra.parent[v])], int(extra.token[v]))
+            u = kids.get(key)
+            if u is None:
+                u = len(parent)
+                parent.append(key[0])
+                token.append(key[1])
+                kids[key] = u
+            mapped.append(u)
+    if len(parent) == tree.n_nodes:
+        return tree
+    return DraftTree.from_parents(np.asarray(parent, dtype=np.int64),
+                                  np.asarray(token, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------- contexts
+@dataclass(frozen=True, eq=False)
+class TraceContext:
+    """A recorded context: the ``ctx`` of a :class:`Trace`.
+
+    Attributes
+    ----------
+    index : int
+        Its round in the trace (``trace.contexts[index] is self``).
+    prompt : int
+        The prompt it was decoded from.
+    round : int
+        Its round within that prompt's decode (``0`` first).
+    tokens : ndarray int64 (n,)
+        The prompt and every token committed before this round (read-only); the last one is
+        the round's root.
+    """
+
+    index: int
+    prompt: int
+    round: int
+    tokens: np.ndarray
+
+    @property
+    def last_token(self) -> int:
+        """The round's root (the last committed token)."""
+        return int(self.tokens[-1])
+
+    @property
+    def length(self) -> int:
+        """Cached positions before the round (every token but the root)."""
+        return int(self.tokens.size - 1)
+
+
+# ----------------------------------------------------------------------------- drafter
+class TopKLogMarginals(LazyLogMarginals):
+    """Drafter log-marginals recorded as the top ``K`` entries per depth and the remaining mass.
+
+    :meth:`top` is exact for ``k <= K``; :meth:`values` for the recorded tokens. :meth:`dense`
+    fills the unrecorded entries with the remaining mass spread evenly (each strictly below the
+    ``K``-th entry), so every builder that reads at most the top ``K`` entries of a depth
+    builds exactly the tree it builds on the live marginals (``docs/traces.md``, "What replays
+    exactly"); entries outside the top ``K`` are not the drafter's.
+
+    Parameters
+    ----------
+    tokens : ndarray int (L, K)
+        The top tokens per depth, best first (DDTree's rank order).
+    log_probs : ndarray float (L, K)
+    rest : ndarray float (L,)
+        ``log`` of the mass outside the top ``K`` (``-inf`` when none).
+    vocab_size : int
+    """
+
+    def __init__(self, tokens: np.ndarray, log_probs: np.ndarray, rest: np.ndarray,
+                 vocab_size: int) -> None:
+        super().__init__(tokens.shape[0], vocab_size)
+        self.k = int(tokens.shape[1])
+        self._tok = np.asarray(tokens, dtype=np.int64)
+        self._lp = np.asarray(log_probs, dtype=np.float64)
+        self._rest = np.asarray(rest, dtype=np.float64)
+
+    def top(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        row = self._check_row(row)
+        k = min(int(k), self.shape[1])
+        if k > self.k:
+            raise ValueError(f"the drafter's top {k} at depth {row + 1} are not recorded: the "
+                             f"trace keeps the top {self.k} per depth (record with a larger "
+                             "--top-k)")
+        return self._tok[row, :k].copy(), self._lp[row, :k].copy()
+
+    def values(self, row: int, tokens: np.ndarray) -> np.ndarray:
+        row = self._check_row(row)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        pos = {int(t): i for i, t in enumerate(self._tok[row])}
+        missing = [int(t) for t in tokens.ravel() if int(t) not in pos]
+        if missing:
+            raise ValueError(f"the drafter's log-probability of token {missing[0]} at depth "
+                             f"{row + 1} is not recorded (outside the top {self.k})")
+        return np.array([self._lp[row, pos[int(t)]] for t in tokens.ravel()],
+                        dtype=np.float64).reshape(tokens.shape)
+
+    def _dense(self) -> np.ndarray:
+        L, V = self.shape
+        out = np.empty((L, V), dtype=np.float64)
+        n_rest = V - self.k
+        for d in range(L):
+            fill = -math.inf
+            if n_rest > 0 and np.isfinite(self._rest[d]):
+                fill = min(float(self._rest[d]) - math.log(n_rest),
+                           float(np.nextafter(self._lp[d, -1], -np.inf)))
+            out[d] = fill
+            out[d, self._tok[d]] = self._lp[d]
+        return out
+
+
+# ----------------------------------------------------------------------------- target rows
+def rows_from_logits(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """Rows at ``temperature`` from float32 logits ``(m, V)``, as the live oracle computes
+    them: ``softmax(logits / T)`` in float64, one-hot of the first maximum at ``T = 0``."""
+    if temperature == 0.0:
+        out = np.zeros(logits.shape, dtype=np.float64)
+        out[np.arange(logits.shape[0]), np.argmax(logits, axis=1)] = 1.0
+        return out
+    lg = logits.astype(np.float64) / temperature
+    lg -= lg.max(axis=1, keepdims=True)
+    e = np.exp(lg)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class TraceRows:
+    """Target rows of one tree inside a trace's recorded data (a
+    :class:`~treespec_sim.rows.TargetOracle`).
+
+    Parameters
+    ----------
+    tree : DraftTree
+        The queried tree.
+    node_of : ndarray int (n+1,)
+        The recorded node each of its nodes is (in the superset or the sampled tree).
+    temperature : float
+    vocab_size : int
+    logits : ndarray float32 (m, V), optional
+        Full rows of the recorded nodes (as logits).
+    edges : ndarray float64 (m,), optional
+        The recorded edge probabilities (top-k storage), node ``u``'s ``p_{parent(u)}(x_u)``.
+    argmax : ndarray int (m,), optional
+        The recorded argmax per node (top-k storage; ``T = 0`` rows).
+    what : str
+        Names the storage in the refusal of a row that is not recorded.
+    """
+
+    def __init__(self, tree: DraftTree, node_of: np.ndarray, temperature: float,
+                 vocab_size: int, *, logits: np.ndarray | None = None,
+                 edges: np.ndarray | None = None, argmax: np.ndarray | None = None,
+                 what: str = "") -> None:
+        self.tree = tree
+        self.node_of = node_of
+        self.temperature = float(temperature)
+        self._V = int(vocab_size)
+        self._logits = logits
+        self._edges = edges
+        self._argmax = argmax
+        self._what = what
+        self._rows: dict[int, np.ndarray] = {}
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.tree.n_nodes, self._V)
+
+    def row(self, v: int) -> np.ndarray:
+        v = int(v)
+        r = self._rows.get(v)
+        if r is None:
+            u = int(self.node_of[v])
+            if self._logits is not None:
+                r = rows_from_logits(self._logits[u:u + 1], self.temperature)[0]
+            elif self.temperature == 0.0:
+                r = np.zeros(self._V, dtype=np.float64)
+                r[int(self._argmax[u])] = 1.0
+            else:
+                raise ValueError(
+                    f"the target's full row at node {v} (T = {self.temperature:g}) is not "
+                    f"recorded: {self._what}; exact E[tau], coverage and exits need only edge "
+                    "probabilities (run_round(..., sample=False)), a sampled outcome needs full "
+                    "rows (record with --target-top-k 0)")
+            r.flags.writeable = False
+            self._rows[v] = r
+        return r
+
+    def edge_probs(self, tree: DraftTree) -> np.ndarray:
+        out = np.ones(tree.n_nodes, dtype=np.float64)
+        if tree.size == 0:
+            return out
+        nodes = self.node_of[1:]
+        if self._logits is None:
+            if self.temperature == 0.0:
+                par = self.node_of[tree.parent[1:]]
+                out[1:] = (self._argmax[par] == tree.token[1:]).astype(np.float64)
+            else:
+                out[1:] = self._edges[nodes]
+            return out
+        par = self.node_of[tree.parent[1:]]
+        inner, inv = np.unique(par, return_inverse=True)
+        lg = self._logits[inner].astype(np.float64)
+        if self.temperature == 0.0:
+            out[1:] = (np.argmax(lg, axis=1)[inv] == tree.token[1:]).astype(np.float64)
+            return out
+        lg /= self.temperature
+        mx = lg.max(axis=1, keepdims=True)
+        lse = (mx[:, 0] + np.log(np.exp(lg - mx).sum(axis=1)))
+        out[1:] = np.exp(lg[inv, tree.token[1:]] - lse[inv])
+        return out
+
+
+# ----------------------------------------------------------------------------- the trace
+def _temps_key(t: float) -> str:
+    return f"{float(t):g}"
+
+
+class Trace:
+    """A recorded trace as a :class:`treespec_sim.engine.Backend` (see the module docstring).
+
+    Attributes
+    ----------
+    header : dict
+        The JSON header (models, dtype, device, settings; ``docs/traces.md``).
+    contexts : tuple of TraceContext
+        The recorded contexts, in order (prompt by prompt, round by round).
+    depth, vocab_size, b_max : int
+    temperatures : tuple of float
+        The recorded target temperatures.
+    arrays : mapping of str to ndarray
+        The stored arrays (read-only).
+    """
+
+    def __init__(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        if header.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} trace: header format is {header.get('format')!r}")
+        self.header = dict(header)
+        self.arrays = dict(arrays)
+        s = self.header["settings"]
+        self.depth = int(self.header["L"])
+        self.vocab_size = int(self.header["V"])
+        self.b_max = int(s["b_max"])
+        self.temperatures = tuple(float(t) for t in s["temperatures"])
+        self.top_k = int(s["top_k"])
+        self.target_top_k = int(s["target_top_k"])
+        a = self.arrays
+        off, toks = a["ctx_offsets"], a["ctx_tokens"].astype(np.int64)
+        ctxs = []
+        for r in range(int(a["prompt"].size)):
+            t = toks[off[r]:off[r + 1]].copy()
+            t.flags.writeable = False
+            ctxs.append(TraceContext(r, int(a["prompt"][r]), int(a["round"][r]), t))
+        self.contexts: tuple[TraceContext, ...] = tuple(ctxs)
+        self._children: dict[int, dict[tuple[int, int], int]] = {}
+        self._log_q: dict[int, Any] = {}
+        self._round_of_log_q: dict[int, int] = {}
+        self._superset: dict[int, DraftTree] = {}
+        self._sampled: dict[int, Draft] = {}
+        sp = s.get("sampled")
+        self.sampled_spec: dict | None = dict(sp) if sp else None
+
+    _CACHES = ("_children", "_log_q", "_round_of_log_q", "_superset", "_sampled")
+
+    def __getstate__(self) -> dict:
+        """Pickled without its caches (a sweep's worker processes rebuild them)."""
+        state = dict(self.__dict__)
+        for name in self._CACHES:
+            state[name] = {}
+        return state
+
+    # ------------------------------------------------------------------ facts
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+    def __repr__(self) -> str:
+        m = self.header.get("models", {})
+        return (f"Trace({len(self)} rounds, target={m.get('target')!r}, "
+                f"drafter={m.get('drafter')!r}, V={self.vocab_size}, L={self.depth}, "
+                f"B_max={self.b_max}, T={list(self.temperatures)})")
+
+    @property
+    def label(self) -> str:
+        """A short label: models and device (for reports)."""
+        m = self.header.get("models", {})
+        return (f"{Path(str(m.get('target', '?'))).name}+{Path(str(m.get('drafter', '?'))).name}"
+                f" on {self.header.get('device', '?')}")
+
+    def _ctx(self, ctx: Any) -> int:
+        if not isinstance(ctx, TraceContext) or not (
+                0 <= ctx.index < len(self.contexts) and self.contexts[ctx.index] is ctx):
+            raise ValueError(f"ctx must be one of this trace's contexts (trace.contexts[i]); "
+                             f"got {type(ctx).__name__}")
+        return ctx.index
+
+    def _check_temperature(self, temperature: float) -> float:
+        t = check_temperature(temperature)
+        if t not in self.temperatures:
+            raise ValueError(f"temperature T = {t:g} is not recorded in this trace (recorded: "
+                             f"{', '.join(_temps_key(x) for x in self.temperatures)})")
+        return t
+
+    def superset_tree(self, ctx: TraceContext) -> DraftTree:
+        """The recorded deterministic superset tree of ``ctx``'s round (:func:`superset`)."""
+        r = self._ctx(ctx)
+        tree = self._superset.get(r)
+        if tree is None:
+            n1 = int(self.arrays["tree_size"][r]) + 1
+            tree = DraftTree.from_parents(self.arrays["tree_parent"][r, :n1].astype(np.int64),
+                                          self.arrays["tree_token"][r, :n1].astype(np.int64))
+            self._superset[r] = tree
+        return tree
+
+    def recorded_outcome(self, ctx: TraceContext) -> tuple[tuple[int, ...], int]:
+        """The decode's sampled outcome of ``ctx``'s round: (accepted superset node ids, bonus)."""
+        r = self._ctx(ctx)
+        path = self.arrays["outcome_path"][r]
+        return tuple(int(v) for v in path[path >= 0]), int(self.arrays["outcome_bonus"][r])
+
+    def timings(self, ctx: TraceContext) -> dict[str, float]:
+        """Measured seconds of ``ctx``'s recorded round: ``draft`` and ``verify`` (the superset
+        tree's forward), ``sampled_verify`` when a sampled tree was recorded."""
+        r = self._ctx(ctx)
+        out = {"draft": float(self.arrays["draft_s"][r]),
+               "verify": float(self.arrays["verify_s"][r])}
+        if "s_verify_s" in self.arrays:
+            out["sampled_verify"] = float(self.arrays["s_verify_s"][r])
+        return out
+
+    # ------------------------------------------------------------------ Backend
+    def sample_context(self, rng: np.random.Generator) -> TraceContext:
+        """A recorded context drawn uniformly (what a sweep's fresh contexts are on a trace)."""
+        check_rng(rng)
+        return self.contexts[int(rng.integers(len(self.contexts)))]
+
+    def advance(self, ctx: TraceContext, tokens: Sequence[int]) -> TraceContext:
+        """The next recorded context, when committing ``tokens`` leads to it; else
+        ``ValueError`` (that context was not recorded)."""
+        r = self._ctx(ctx)
+        nxt = np.concatenate([ctx.tokens, np.asarray(list(tokens), dtype=np.int64)])
+        if r + 1 < len(self.contexts):
+            c = self.contexts[r + 1]
+            if c.prompt == ctx.prompt and np.array_equal(c.tokens, nxt):
+                return c
+        raise ValueError(f"the context after round {r} with tokens {list(tokens)} is not "
+                         "recorded in this trace (only the recorded decode's next context is)")
+
+    def context_length(self, ctx: TraceContext) -> int:
+        return ctx.length
+
+    def draft(self, ctx: TraceContext):
+        """The recorded drafter marginals: float32 ``(L, V)`` (dense) or
+        :class:`TopKLogMarginals`; the same object for the same context."""
+        r = self._ctx(ctx)
+        lq = self._log_q.get(r)
+        if lq is None:
+            a = self.arrays
+            if self.top_k:
+                lq = TopKLogMarginals(a["q_top_tokens"][r], a["q_top_logp"][r],
+                                      a["q_rest_logp"][r], self.vocab_size)
+            else:
+                lq = a["log_q"][r]
+            self._log_q[r] = lq
+            self._round_of_log_q[id(lq)] = r
+        return lq
+
+    def _children_of(self, r: int) -> dict[tuple[int, int], int]:
+        ch = self._children.get(r)
+        if ch is None:
+            n1 = int(self.arrays["tree_size"][r]) + 1
+            par = self.arrays["tree_parent"][r, :n1]
+            tok = self.arrays["tree_token"][r, :n1]
+            ch = {(int(par[u]), int(tok[u])): u for u in range(1, n1)}
+            self._children[r] = ch
+        return ch
+
+    def target_oracle(self, ctx: TraceContext, tree: DraftTree, temperature: float
+                      ) -> TraceRows:
+        """The recorded target rows of ``tree`` (inside the superset tree, or the recorded
+        sampled tree) at a recorded ``temperature``; ``ValueError`` naming what is missing."""
+        r = self._ctx(ctx)
+        t = self._check_temperature(temperature)
+        if not isinstance(tree, DraftTree):
+            raise ValueError(f"tree must be a DraftTree; got {type(tree).__name__}")
+        if tree.root_token != ctx.last_token:
+            raise ValueError(f"tree.token[0] = {tree.root_token} must be the context's root "
+                             f"token {ctx.last_token}")
+        sampled = self._sampled_draft(r)
+        if sampled is not None and same_tree(sampled.tree, tree):
+            if t != sampled.temperature:
+                raise ValueError(f"the recorded sampled tree's target rows are recorded at "
+                                 f"T = {sampled.temperature:g} only; got T = {t:g}")
+            return TraceRows(tree, np.arange(tree.n_nodes), t, self.vocab_size,
+                             logits=self.arrays["s_target_logits"][r])
+        if tree.size > self.b_max:
+            raise ValueError(f"budget: the tree has {tree.size} nodes, more than the recorded "
+                             f"B_max = {self.b_max} (the superset tree's budget)")
+        ch = self._children_of(r)
+        node_of = np.zeros(tree.n_nodes, dtype=np.int64)
+        for v in range(1, tree.n_nodes):
+            u = ch.get((int(node_of[tree.parent[v]]), int(tree.token[v])))
+            if u is None:
+                path = [int(x) for x in tree.paths()[v - 1]]
+                raise ValueError(f"node {v} (depth {int(tree.depth[v])}, path {path}) is "
+                                 f"outside the recorded superset tree of round {r} (DDTree, "
+                                 f"chain and dynamic tree at B_max = {self.b_max}); its target "
+                                 "row is not recorded")
+            node_of[v] = u
+        a = self.arrays
+        if not self.target_top_k:
+            return TraceRows(tree, node_of, t, self.vocab_size, logits=a["target_logits"][r])
+        j = self.temperatures.index(t)
+        return TraceRows(tree, node_of, t, self.vocab_size,
+                         edges=a[f"edge_t{j}"][r] if t > 0 else None,
+                         argmax=a["target_argmax"][r],
+                         what=f"the trace keeps the top {self.target_top_k} entries per node")
+
+    # ------------------------------------------------------------------ sampled tree
+    def _sampled_draft(self, r: int) -> Draft | None:
+        if self.sampled_spec is None:
+            return None
+        d = self._sampled.get(r)
+        if d is None:
+            a = self.arrays
+            n1 = int(a["s_size"][r]) + 1
+            tree = DraftTree.from_parents_multiset(a["s_parent"][r, :n1].astype(np.int64),
+                                                   a["s_token"][r, :n1].astype(np.int64))
+            row_of = a["s_row_of"][r, :n1].astype(np.int64)
+            lo = int(a["s_law_offsets"][r])
+            local = np.where(row_of >= 0, row_of - lo, -1)
+            hi = int(a["s_law_offsets"][r + 1])
+            laws = tuple(np.asarray(a["s_laws"][i], dtype=np.float64) for i in range(lo, hi))
+            prop = ProposalRows(laws, local, self.vocab_size)
+            d = Draft(tree, prop, scheme=str(self.sampled_spec["scheme"]),
+                      temperature=float(self.sampled_spec["temperature"]))
+            self._sampled[r] = d
+        return d
+
+    def sampled_draft(self, ctx: TraceContext) -> Draft:
+        """The recorded sampled tree of ``ctx``'s round with its proposal laws."""
+        d = self._sampled_draft(self._ctx(ctx))
+        if d is None:
+            raise ValueError("this trace has no recorded sampled tree (record with "
+                             "--sampled-tree SPEC)")
+        return d
+
+    @property
+    def sampled_method(self) -> Callable[..., Draft]:
+        """A method for :func:`~treespec_sim.engine.run_round` that returns the recorded sampled
+        tree of the round (``run_round(trace, ctx, method=trace.sampled_method, rule="rrsw",
+        temperature=trace.sampled_spec["temperature"], rng=rng)``); the rule must be lossless
+        for its scheme."""
+        if self.sampled_spec is None:
+            raise ValueError("this trace has no recorded sampled tree (record with "
+                             "--sampled-tree SPEC)")
+
+        def recorded_sampled(log_q, budget=None, *, root_token: int = -1) -> Draft:
+            r = self._round_of_log_q.get(id(log_q))
+            if r is None or self._log_q.get(r) is not log_q:
+                raise ValueError("recorded_sampled reads the marginals this trace's draft() "
+                                 "returned; call it through run_round on this trace")
+            return self._sampled_draft(r)
+
+        return recorded_sampled
+
+
+# ----------------------------------------------------------------------------- files
+def write(path: Path | str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write a trace file (``.npz``: ``header`` as JSON bytes, then the arrays) atomically.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    path = Path(path)
+    hdr = dict(header)
+    hdr["format"] = FORMAT
+    blob = np.frombuffer(json.dumps(hdr, sort_keys=True).encode(), dtype=np.uint8)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez_compressed(f, header=blob, **{k: np.asarray(v) for k, v in arrays.items()})
+    return path
+
+
+def read(path: Path | str) -> tuple[dict, dict[str, np.ndarray]]:
+    """The header and the arrays of a trace file (no pickles are loaded)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"trace file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a trace file ({exc})") from None
+    if "header" not in arrays:
+        raise ValueError(f"{path}: not a trace file (no header)")
+    header = json.loads(arrays.pop("header").tobytes().decode())
+    if header.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r} is not {FORMAT!r}")
+    for v in arrays.values():
+        v.flags.writeable = False
+    return header, arrays
+
+
+def load(path: Path | str) -> Trace:
+    """A trace file as a :class:`Trace` backend (``docs/traces.md``).
+
+    Raises
+    ------
+    ValueError
+        A missing file, a file that is not a trace, another format version, or a trace that
+        lacks a header key or an array (named).
+    """
+    header, arrays = read(path)
+    try:
+        return Trace(header, arrays)
+    except KeyError as exc:
+        raise ValueError(f"{path}: incomplete trace: no {exc.args[0]!r}") from None
+
