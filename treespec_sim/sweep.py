@@ -680,6 +680,21 @@ def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
                      "folder")
 
 
+#: What a resumed run keeps of each earlier run's record (``run.json``'s ``earlier_runs``).
+EARLIER_RUN_KEYS = ("started", "elapsed_s", "git_commit", "cells", "cells_skipped_on_resume",
+                    "workers", "scheduler", "command")
+
+
+def _earlier_runs(previous: dict | None) -> list[dict]:
+    """The earlier runs of a folder being resumed, oldest first: each one's
+    :data:`EARLIER_RUN_KEYS` (so resuming never loses when, how fast and from which commit
+    the reused cells were computed)."""
+    if not previous:
+        return []
+    return [*previous.get("earlier_runs", []),
+            {k: previous.get(k) for k in EARLIER_RUN_KEYS}]
+
+
 def _load_cell(path: Path) -> list[dict] | None:
     """A saved cell's rows, or None (with a warning, the file set aside) if it is corrupted."""
     try:
@@ -756,6 +771,8 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
         # files, so a resumed run lists its reused cells too)
         "extrapolated": [{"cell": c.key, **note} for c in cells
                          for note in _cell_extrapolation(results[c.key])],
+        # a resumed run keeps the record of the runs that computed the cells it reuses
+        "earlier_runs": _earlier_runs(previous) if skipped else [],
     }
 
     for name in (previous or {}).get("figures", []):  # never leave old figures beside new rows

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treespec_sim import families
+from treespec_sim import families, sweep
 from treespec_sim.families import (
     FAMILIES,
     Claim,
@@ -419,7 +419,14 @@ def test_a_toy_family_needs_one_module_and_one_line(tmp_path, toy):
     assert summary.index("## DDTree across") < summary.index("## Toy")   # registry order
     page = results_page(run, tmp_path / "page.md")
     assert "![the toy family's τ](run/toy_tau.png)" in page
-    # a resumed run reuses its cells
+    # a resumed run reuses its cells, and keeps the record of the run that computed them
     again = run_plan(plan, run, resume=True, progress=False, plot=False, preset="toy-test")
     assert [r["tau_mean"] for r in again] == [r["tau_mean"] for r in rows]
-    assert json.loads((run / "run.json").read_text())["cells_skipped_on_resume"] == 3
+    resumed = json.loads((run / "run.json").read_text())
+    assert resumed["cells_skipped_on_resume"] == 3
+    assert resumed["earlier_runs"] == [{k: record.get(k) for k in sweep.EARLIER_RUN_KEYS}]
+    assert f"earlier run: 3 cells (0 reused), {record['elapsed_s']:.0f} s" in (
+        run / "summary.md").read_text()
+    run_plan(plan, run, resume=True, progress=False, plot=False, preset="toy-test")
+    third = json.loads((run / "run.json").read_text())["earlier_runs"]
+    assert [e["started"] for e in third] == [record["started"], resumed["started"]]
