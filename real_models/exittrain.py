@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -50,10 +52,20 @@ import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
 from treespec_sim.exits import edge_probabilities, reach_from_edges
+from treespec_sim.files import atomic_write_text
 from treespec_sim.stats import mean_ci as stats_mean_ci
 
 from ._decode import run_from
 from ._deps import require
+from ._tree_term import (
+    FLOOR,
+    WEIGHTINGS,
+    build_trees,
+    edge_probs_from_rows,
+    node_weights,
+    score_trees,
+    tree_term,
+)
 from .backend import prefill
 from .bundle import TINY_DRAFTER, TINY_TARGET, load
 from .target import LogitsOracle
@@ -62,9 +74,10 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["block_logp", "build_parser", "collect", "drafter_loss", "evaluate", "exit_targets",
-           "exit_term", "expected_tau", "main", "marginal_stats", "plain_term", "train",
-           "validation_prompts"]
+__all__ = ["anchor_range", "block_logp", "build_parser", "collect", "cosine_lr", "drafter_loss",
+           "evaluate", "exit_targets", "exit_term", "expected_tau", "finetune", "main",
+           "marginal_stats", "plain_term", "public_loss", "regenerate", "summarize",
+           "summary_table", "train", "validation_prompts"]
 
 
 def _log(msg: str) -> None:
@@ -293,6 +306,259 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
                    "seconds": time.perf_counter() - t0}
 
 
+# ---------------------------------------------------------------------------- public recipe
+#: ``finetune`` defaults, the public recipe scaled to the tiny models (docs/real_models.md,
+#: ExitTrain): tree budget 32 as released, context window 32 (released 64; the tiny block is 8
+#: tokens, not 16), 8 anchors per sequence (released 32, on sequences of thousands of tokens).
+PUBLIC_BUDGET = 32
+PUBLIC_WINDOW = 32
+
+
+@torch.no_grad()
+def regenerate(bundle, prompts, gen_len: int, *, batch: int = 64) -> np.ndarray:
+    """The target's greedy continuations of ``prompts`` (the public recipe's training data).
+
+    Parameters
+    ----------
+    bundle : Bundle
+    prompts : sequence of ndarray int64 (P,)
+        Equal-length prompts.
+    gen_len : int
+        Tokens to generate after each prompt (argmax of the target's logits, first maximal
+        index on ties, with a KV cache).
+
+    Returns
+    -------
+    ndarray int64 (n, P + gen_len)
+    """
+    model = bundle.target.model
+    out = []
+    for i in range(0, len(prompts), batch):
+        x = torch.from_numpy(np.stack(prompts[i:i + batch]).astype(np.int64))
+        cache = {_cache_keyword(model): transformers_cache(model)}
+        res = model(input_ids=x, use_cache=True, logits_to_keep=1, **cache)
+        toks = [x]
+        for _ in range(gen_len):
+            nxt = res.logits[:, -1].float().argmax(-1, keepdim=True)
+            toks.append(nxt)
+            res = model(input_ids=nxt, use_cache=True, **cache)
+        out.append(torch.cat(toks, dim=1).numpy())
+        _log(f"regenerate {min(i + batch, len(prompts))}/{len(prompts)}")
+    return np.concatenate(out).astype(np.int64)
+
+
+def _cache_keyword(model) -> str:
+    """``cache`` where ``model.forward`` takes it (newer transformers), else
+    ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
+
+
+def transformers_cache(model):
+    """An empty ``transformers.DynamicCache`` for ``model``."""
+    return require("transformers").DynamicCache(config=model.config)
+
+
+def cosine_lr(step: int, steps: int, peak: float, warmup_frac: float) -> float:
+    """The public recipe's schedule: linear warm-up over ``max(1, ceil(warmup_frac * steps))``
+    steps, then cosine decay from ``peak`` to 0 at ``steps``."""
+    warm = max(1, math.ceil(warmup_frac * steps))
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def anchor_range(n_tokens: int, prompt_len: int, depth: int, window: int) -> tuple[int, int]:
+    """Anchors ``lo <= a <= hi`` whose whole block ``a+1 .. a+depth`` is regenerated text and
+    with ``window`` context tokens before them."""
+    lo, hi = max(prompt_len - 1, window), n_tokens - 1 - depth
+    if hi < lo:
+        raise ValueError(f"no anchor fits: sequences of {n_tokens} tokens, prompt {prompt_len}, "
+                         f"depth {depth}, window {window}")
+    return lo, hi
+
+
+def public_loss(ce, tree, tree_weight: float):
+    r"""The public recipe's loss: ``ce + tree_weight * tree`` (``tree`` is ignored, and may be
+    None, at ``tree_weight == 0``: the plain cross-entropy fine-tune).
+
+    ``ce``: :func:`plain_term`; ``tree``: :func:`real_models._tree_term.tree_term`.
+    """
+    if tree_weight == 0:
+        return ce
+    return ce + tree_weight * tree
+
+
+def finetune(bundle, data: dict, *, tree_weight: float, weighting: str = "P", steps: int,
+             lr: float, batch: int, anchors_per_seq: int, seed: int,
+             budget: int = PUBLIC_BUDGET, window: int = PUBLIC_WINDOW,
+             warmup_frac: float = 0.005):
+    r"""The public recipe: ``plain + tree_weight × tree term`` on regenerated sequences.
+
+    Each step draws ``batch`` sequences and ``anchors_per_seq`` distinct anchors per sequence
+    (:func:`anchor_range`) from ``numpy.random.default_rng(seed)``, the same draws whatever
+    ``tree_weight`` (so arms with one seed train on the same batches). The loss is
+    :func:`plain_term` at every anchor plus, when ``tree_weight > 0``, ``tree_weight`` ×
+    :func:`real_models._tree_term.tree_term` on one DDTree per anchor (budget ``budget``, built
+    from the detached marginals of this step's forward) scored by the frozen target over the
+    last ``window`` context tokens. AdamW (betas 0.9, 0.95, weight decay 0.01),
+    :func:`cosine_lr`, gradient-norm clip 1, warm start from ``bundle.drafter``.
+
+    Returns
+    -------
+    (drafter, dict)
+        The fine-tuned copy and its training record.
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}; got {weighting!r}")
+    spec = bundle.spec
+    L = spec.depth
+    target = bundle.target.model
+    seqs_np = np.asarray(data["seqs"], dtype=np.int64)
+    n_seqs, N = seqs_np.shape
+    lo, hi = anchor_range(N, int(data["prompt_len"]), L, window)
+    if anchors_per_seq > hi - lo + 1:
+        raise ValueError(f"anchors per sequence ({anchors_per_seq}) is more than the "
+                         f"{hi - lo + 1} positions with a whole regenerated block")
+    seqs = torch.from_numpy(seqs_np)
+    feats = target_features(target, seqs, list(spec.target_layer_ids))
+    model = copy.deepcopy(bundle.drafter).float()
+    model.train()
+    embed = target.get_input_embeddings()
+    head = target.get_output_embeddings()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    rng = np.random.default_rng(seed)
+    ce_log, tree_log, reach_log, tree_s = [], [], [], 0.0
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, steps, lr, warmup_frac)
+        idx = rng.choice(n_seqs, size=batch, replace=False)
+        anchors = np.stack([np.sort(rng.choice(np.arange(lo, hi + 1), size=anchors_per_seq,
+                                               replace=False)) for _ in idx])       # (b, A)
+        a = torch.from_numpy(anchors)
+        logp, labels = block_logp(model, spec, embed, head, seqs[idx], feats[idx], a)
+        ce = plain_term(logp, labels)
+        total = ce
+        if tree_weight > 0:
+            t1 = time.perf_counter()
+            flat = logp.reshape(-1, L, logp.shape[-1])
+            rows_i = np.repeat(idx, anchors_per_seq)
+            pos = anchors.reshape(-1)
+            trees = build_trees(flat, budget, seqs_np[rows_i, pos])
+            win = np.stack([seqs_np[r, p - window:p] for r, p in zip(rows_i, pos, strict=True)])
+            rows = score_trees(target, win, pos, trees)
+            weights = [node_weights(t, edge_probs_from_rows(t, r), weighting)
+                       for t, r in zip(trees, rows, strict=True)]
+            reach_log.append(float(np.mean([node_weights(t, edge_probs_from_rows(t, r), "P")
+                                            .sum() for t, r in zip(trees, rows, strict=True)])))
+            tt = tree_term(flat, trees, weights)
+            tree_s += time.perf_counter() - t1
+            total = public_loss(ce, tt, tree_weight)
+            tree_log.append(float(tt.detach()))
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ce_log.append(float(ce.detach()))
+        if step % 25 == 0 or step == steps - 1:
+            extra = (f" tree {np.mean(tree_log[-25:]):.4f} sum P {np.mean(reach_log[-25:]):.2f}"
+                     if tree_log else "")
+            _log(f"finetune c={tree_weight} {weighting} step {step}/{steps} ce "
+                 f"{np.mean(ce_log[-25:]):.3f}{extra} ({time.perf_counter() - t0:.0f}s)")
+    model.eval()
+    last = slice(-max(1, steps // 10), None)
+    info = {"recipe": "public (ExitTrain, hsj576/TEV), scaled to the tiny models",
+            "tree_weight": tree_weight,
+            "weighting": weighting if tree_weight > 0 else None,
+            "tree_budget": budget, "window": window, "floor": FLOOR, "target_temperature": 1.0,
+            "steps": steps, "lr": lr, "schedule": f"cosine to 0, warm-up {warmup_frac:g}",
+            "optimizer": "AdamW betas (0.9, 0.95) weight decay 0.01, clip 1.0",
+            "batch": batch, "anchors_per_sequence": anchors_per_seq, "anchor_range": [lo, hi],
+            "seed": seed, "ce_loss": "plain_term: 0.85^(k-1)-weighted cross-entropy, k = 1..L",
+            "final_ce": float(np.mean(ce_log[last])),
+            "seconds": time.perf_counter() - t0, "tree_seconds": tree_s}
+    if tree_log:
+        info.update(final_tree_term=float(np.mean(tree_log[last])),
+                    tree_share_of_loss=float(tree_weight * np.mean(tree_log[last])
+                                             / (np.mean(ce_log[last])
+                                                + tree_weight * np.mean(tree_log[last]))),
+                    final_sum_P=float(np.mean(reach_log[last])))
+    return model, info
+
+
+def summarize(evals: dict, *, reference: str = "plain", base: str | None = "base") -> dict:
+    """The ablation's numbers from per-prompt τ of several arms and seeds.
+
+    Parameters
+    ----------
+    evals : dict
+        ``{T: {B: {arm: {seed: [tau per prompt]}}}}`` (the base drafter: one seed, any key).
+    reference, base : str
+        Arms to difference against (paired over prompts and over seeds; the base has no seeds,
+        so its differences are over prompts only).
+
+    Returns
+    -------
+    dict
+        ``{T: {B: {arm: {...}}}}`` with the mean τ, its interval over prompts (seeds averaged
+        per prompt), and ``vs_<reference>`` / ``vs_<base>``: the paired difference's interval
+        over prompts (per-prompt difference averaged over the shared seeds) and over seeds (per
+        seed, the mean over prompts of the difference; ``nan`` bounds with one seed).
+    """
+    out: dict = {}
+    for T, per_b in evals.items():
+        out[T] = {}
+        for B, arms in per_b.items():
+            out[T][B] = {}
+            for arm, seeds in arms.items():
+                tau = np.mean([np.asarray(v, dtype=np.float64) for v in seeds.values()], axis=0)
+                ci = stats_mean_ci(tau)
+                row = {"seeds": sorted(seeds, key=str), "tau": ci.mean,
+                       "tau_ci": [ci.low, ci.high]}
+                for other in (reference, base):
+                    if other is None or other == arm or other not in arms:
+                        continue
+                    ref = arms[other]
+                    shared = [s for s in seeds if s in ref]
+                    if shared:       # paired by seed (same batches)
+                        diffs = [np.asarray(seeds[s]) - np.asarray(ref[s]) for s in shared]
+                    else:            # the base: one decode per prompt, no seed
+                        r0 = np.asarray(next(iter(ref.values())))
+                        diffs = [np.asarray(seeds[s]) - r0 for s in seeds]
+                    by_prompt = stats_mean_ci(np.mean(diffs, axis=0))
+                    by_seed = stats_mean_ci(np.asarray([d.mean() for d in diffs]))
+                    row[f"vs_{other}"] = {"mean": by_prompt.mean,
+                                          "ci_prompts": [by_prompt.low, by_prompt.high],
+                                          "ci_seeds": [by_seed.low, by_seed.high],
+                                          "per_seed": [float(d.mean()) for d in diffs]}
+                out[T][B][arm] = row
+    return out
+
+
+def summary_table(summary: dict, reference: str = "plain", base: str = "base") -> str:
+    """Markdown rows of :func:`summarize`'s output (one row per temperature, budget and arm)."""
+    def ci(lo, hi):
+        return "—" if not np.isfinite(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+    lines = [f"| T | B | arm | seeds | τ [95% CI, prompts] | Δ vs {base} [prompts] | "
+             f"Δ vs {reference} [prompts] | Δ vs {reference} [seeds] |",
+             "|---:|---:|---|---:|---|---|---|---|"]
+    for T, per_b in summary.items():
+        for B, arms in per_b.items():
+            for arm, r in arms.items():
+                cells = [str(T), str(B), arm, str(len(r["seeds"])),
+                         f"{r['tau']:.3f} [{r['tau_ci'][0]:.3f}, {r['tau_ci'][1]:.3f}]"]
+                for key, kind in ((base, "ci_prompts"), (reference, "ci_prompts"),
+                                  (reference, "ci_seeds")):
+                    d = r.get(f"vs_{key}")
+                    cells.append("—" if d is None else f"{d['mean']:+.3f} {ci(*d[kind])}")
+                lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def validation_prompts(bundle, n: int, length: int, seed: int, skip: int) -> list[np.ndarray]:
     """``n`` training-split windows from the files after the first ``skip`` that
     :func:`training_prompts` (same ``seed``) takes: prompts of the training split that ``collect
@@ -519,7 +785,67 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafters, as in 'evaluate' (required)")
     m.add_argument("--out", type=Path, metavar="FILE.json", default=None,
                    help="write the numbers as JSON here (default: print only)")
-    for p in (c, t, e, m):
+    r = sub.add_parser("regen", help="the public recipe's data: the target's greedy "
+                       "continuations of training prompts",
+                       description="Continue training-split windows greedily with the tiny "
+                                   "target (the public recipe's regenerated training data; an "
+                                   ".npz for 'finetune').")
+    r.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
+                   help="where to write the sequences (required)")
+    r.add_argument("--seqs", type=int, metavar="N", default=400,
+                   help="training prompts (default: %(default)s)")
+    r.add_argument("--prompt-len", type=int, metavar="N", default=64,
+                   help="tokens per prompt (default: %(default)s)")
+    r.add_argument("--gen-len", type=int, metavar="N", default=128,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="seed of the prompt choice (default: %(default)s)")
+    f = sub.add_parser("finetune", help="the public recipe: cross-entropy on regenerated data + "
+                       "C x the tree term (C = 0: the plain fine-tune)",
+                       description="Fine-tune a copy of the tiny drafter on 'regen' sequences "
+                                   "with cross-entropy + C x the tree term (DDTree per anchor "
+                                   "from the drafter's detached marginals, scored by the "
+                                   "frozen target with tree attention at T = 1); write the "
+                                   "drafter and training.json to --out-dir.")
+    f.add_argument("--data", type=Path, metavar="FILE.npz", required=True,
+                   help="sequences written by 'regen' (required)")
+    f.add_argument("--out-dir", type=Path, metavar="DIR", required=True,
+                   help="where to write the fine-tuned drafter (required)")
+    f.add_argument("--tree-weight", type=float, metavar="C", default=0.1,
+                   help="weight of the tree term; 0 is the plain cross-entropy fine-tune "
+                        "(default: %(default)s, the released recipes')")
+    f.add_argument("--weighting", choices=WEIGHTINGS, default="P",
+                   help="node weight: P (reach, floored at 1e-4; released), P-rho (exit mass), "
+                        "P-rho-depth (default: %(default)s)")
+    f.add_argument("--tree-budget", type=int, metavar="B", default=PUBLIC_BUDGET,
+                   help="DDTree nodes per anchor (default: %(default)s)")
+    f.add_argument("--window", type=int, metavar="W", default=PUBLIC_WINDOW,
+                   help="context tokens before the anchor in the target's scoring pass "
+                        "(default: %(default)s)")
+    f.add_argument("--steps", type=int, default=300,
+                   help="optimiser steps (default: %(default)s)")
+    f.add_argument("--lr", type=float, default=3e-4,
+                   help="peak AdamW learning rate, cosine decay to 0 (default: %(default)s)")
+    f.add_argument("--warmup", type=float, metavar="FRAC", default=0.005,
+                   help="warm-up fraction of the steps (default: %(default)s)")
+    f.add_argument("--batch", type=int, metavar="N", default=16,
+                   help="sequences per step (default: %(default)s)")
+    f.add_argument("--anchors", type=int, metavar="N", default=8,
+                   help="anchors per sequence per step (default: %(default)s)")
+    f.add_argument("--seed", type=int, default=0,
+                   help="seed of the batch and anchor draws (default: %(default)s)")
+    s_ = sub.add_parser("summarize", help="the ablation table from 'evaluate' files of "
+                        "ARM@SEED drafters",
+                        description="Merge 'evaluate --out' files whose drafter labels are "
+                                    "ARM@SEED (or 'base'): τ per arm, and paired differences "
+                                    "to the reference arm over prompts and over seeds.")
+    s_.add_argument("--evals", type=Path, nargs="+", metavar="FILE.json", required=True,
+                    help="files written by 'evaluate --out' (required)")
+    s_.add_argument("--reference", default="plain",
+                    help="the arm to difference against (default: %(default)s)")
+    s_.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                    help="write the summary and the table as JSON here (default: print only)")
+    for p in (c, t, e, m, r, f, s_):
         p.add_argument("--threads", type=int, default=1,
                        help="torch threads (default: %(default)s)")
         add_debug(p)
@@ -571,6 +897,42 @@ def _read_rounds(path: Path, batch: int) -> dict:
     return data
 
 
+def _read_regen(path: Path, batch: int) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {path} does not exist (write it with 'regen')")
+    try:
+        with np.load(path) as z:
+            data = {k: z[k] for k in z.files}
+    except (ValueError, OSError, TypeError) as exc:
+        raise ValueError(f"--data {path}: not an .npz written by 'regen' ({exc})") from None
+    missing = [k for k in ("seqs", "prompt_len", "meta") if k not in data]
+    if missing:
+        raise ValueError(f"--data {path}: not written by 'regen' (missing {', '.join(missing)})")
+    if batch > len(data["seqs"]):
+        raise ValueError(f"--batch {batch} is more than the {len(data['seqs'])} sequences in "
+                         f"{path}")
+    return data
+
+
+def _read_evals(paths) -> dict:
+    """``{T: {B: {arm: {seed: taus}}}}`` from 'evaluate' files with ARM@SEED labels."""
+    out: dict = {}
+    for path in paths:
+        try:
+            rec = json.loads(Path(path).read_text())
+            T, tau = float(rec["temperature"]), rec["tau"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--evals {path}: not a file of 'evaluate --out' ({exc})") from None
+        for label, per_b in tau.items():
+            arm, _, seed = label.partition("@")
+            for B, taus in per_b.items():
+                slot = out.setdefault(f"{T:g}", {}).setdefault(str(B), {}).setdefault(arm, {})
+                if (seed or "-") in slot:
+                    raise ValueError(f"--evals: {label} at T = {T:g}, B = {B} given twice")
+                slot[seed or "-"] = taus
+    return out
+
+
 def _main(args: argparse.Namespace, argv) -> int:
     _at_least(args, threads=1)
     if args.cmd == "collect":
@@ -602,6 +964,53 @@ def _main(args: argparse.Namespace, argv) -> int:
                     base_drafter=str(TINY_DRAFTER.name), torch=torch.__version__)
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
+    elif args.cmd == "regen":
+        _at_least(args, seqs=1, prompt_len=2, gen_len=1)
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        t0 = time.perf_counter()
+        prompts = training_prompts(bundle, args.seqs, args.prompt_len, args.seed)
+        seqs = regenerate(bundle, prompts, args.gen_len)
+        meta = {"what": "greedy (T = 0) continuations by the tiny target of training-split "
+                        "windows (real_models.exittrain.training_prompts)",
+                "seqs": len(prompts), "prompt_len": args.prompt_len, "gen_len": args.gen_len,
+                "seed": args.seed, "seconds": time.perf_counter() - t0,
+                "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:])}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(args.out, seqs=seqs, prompt_len=np.int64(args.prompt_len),
+                            meta=json.dumps(meta))
+        _log(f"wrote {args.out}: {seqs.shape} tokens")
+    elif args.cmd == "finetune":
+        _at_least(args, steps=1, batch=1, anchors=1, tree_weight=0.0, tree_budget=1, window=1,
+                  warmup=0.0)
+        if not args.lr > 0:
+            raise ValueError(f"--lr must be > 0; got {args.lr}")
+        data = _read_regen(args.data, args.batch)
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        model, info = finetune(bundle, data, tree_weight=args.tree_weight,
+                               weighting=args.weighting, steps=args.steps, lr=args.lr,
+                               batch=args.batch, anchors_per_seq=args.anchors, seed=args.seed,
+                               budget=args.tree_budget, window=args.window,
+                               warmup_frac=args.warmup)
+        cfg = json.loads((TINY_DRAFTER / "config.json").read_text())
+        model.save_pretrained(args.out_dir, cfg)
+        info.update(data=json.loads(str(data["meta"])), data_file=str(args.data),
+                    command="python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+                    base_drafter=str(TINY_DRAFTER.name), torch=torch.__version__, threads=1)
+        atomic_write_text(args.out_dir / "training.json", json.dumps(info, indent=1) + "\n")
+        _log(f"wrote {args.out_dir}")
+    elif args.cmd == "summarize":
+        evals = _read_evals(args.evals)
+        summary = summarize(evals, reference=args.reference)
+        table = summary_table(summary, reference=args.reference)
+        print(table)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out, json.dumps({
+                "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+                "evals": [str(p) for p in args.evals], "summary": summary, "table": table,
+                "tau": evals}, indent=1) + "\n")
     elif args.cmd == "marginals":
         data = _read_rounds(args.data, 1)
         drafters = _parse_drafters(args.drafters)
