@@ -1,39 +1,44 @@
-r"""ExitTrain: fine-tune the DFlash drafter on its own trees, weighted by the exit law.
+r"""ExitTrain on the tiny models: the public recipe, its ablation, and the earlier exit-law loss.
 
-THEORY §2: on a fixed tree, adding the child ``(v, a)`` raises the target coverage
-:math:`C_p` by :math:`P(v)\,p_v(a)`. Summed over the tokens ``a`` the tree does not yet hold
-under ``v`` this is the exit mass :math:`w(v) = P(v)\rho(v)`. ExitTrain's loss on one round is
+**The public recipe** (hsj576/TEV's ExitTrain, scaled to the tiny models; docs/real_models.md,
+ExitTrain): ``regen`` continues training-split windows greedily with the target (the training
+data); ``finetune`` trains a copy of the drafter on them with
 
 .. math::
-    \mathcal L = -\frac{1}{Z}\sum_{v:\ \mathrm{depth}(v) < L}\ \sum_{a \notin \mathrm{ch}(v)}
-    P(v)\,p_v(a)\,\log q_{\mathrm{depth}(v)+1}(a)
-    = -\frac{1}{Z}\sum_{d=1}^{L}\sum_a W_d(a)\log q_d(a),
+    \mathcal L = \mathrm{CE} + c \cdot \frac1N \sum_v w(v)\,(-\log q_{\mathrm{depth}(v)}(x_v)),
 
-the log-likelihood of each prospective node's incoming token ``a`` under the drafter's marginal
-at its depth, weighted by its parent's exit mass (:math:`W_d(a) = \sum_{\mathrm{depth}(v)=d-1}
-P(v)p_v(a)[a \notin \mathrm{ch}(v)]`, so :math:`\sum_a W_{d}(a)` is the exit mass at depth
-``d - 1``, :func:`treespec_sim.exits.exit_law`); ``Z`` is the total weight of the batch. Exits at
-the depth cap ``L`` have no next marginal and carry no loss. The trees are DDTree trees the
-drafter builds itself while decoding training-split prompts (``collect``); the target's rows at
-their nodes come from the same tree forward. At ``T = 0`` the target rows are one-hot, so
-:math:`W` is one token: the target's next token after the deepest accepted node (the first
-miss).
+CE the drafter's own objective (:func:`plain_term`) at random anchors whose whole block is
+regenerated text, the tree term (:mod:`real_models._tree_term`) on one DDTree per anchor built
+from the drafter's detached marginals and scored by the frozen target in one tree-attention
+pass over the last ``W`` context tokens (temperature 1), weights ``P`` (released),
+``P-rho`` or ``P-rho-depth``; ``c = 0`` is the plain fine-tune on the same batches. ``summarize``
+merges ``evaluate`` files of ``ARM@SEED`` drafters into the ablation table (paired over prompts
+and over seeds); ``tev-cost`` times TEV's verifier decision + commit against follow's on the
+same trees (:mod:`real_models._tev_cost`).
 
-``--loss combined --exit-weight λ`` adds this term to the drafter's ordinary loss (below):
-``plain + λ · exit``, both per-token means (:func:`drafter_loss`); ``--loss exit`` is the term
-alone. The control (``--loss plain``) fine-tunes for the same steps on the same rounds with the
-drafter's original objective: cross-entropy to the committed (target) continuation at every
-depth ``1..L``, weights ``0.85^(k-1)`` (``real_models.train``). Only the weighting differs.
+**The earlier loss** (``collect``, ``train``, ``marginals``; kept for its recorded results):
+THEORY §2's exit law on the drafter's own decoding rounds. On a fixed tree, adding the child
+``(v, a)`` raises the target coverage by :math:`P(v)\,p_v(a)`, summed over the tokens ``a`` the
+tree does not yet hold under ``v`` the exit mass :math:`w(v) = P(v)\rho(v)`. The term is
+
+.. math::
+    \mathcal L_{\mathrm{exit}} = -\frac{1}{Z}\sum_{v:\ \mathrm{depth}(v) < L}\ \sum_{a \notin
+    \mathrm{ch}(v)} P(v)\,p_v(a)\,\log q_{\mathrm{depth}(v)+1}(a),
+
+``Z`` the batch's total weight (:func:`exit_targets`, :func:`exit_term`); ``--loss combined
+--exit-weight λ`` adds it to :func:`plain_term`, ``--loss plain`` is the control.
 
 Commands (docs/real_models.md, ExitTrain)::
 
+    python -m real_models.exittrain regen --out runs/pub/data.npz --seqs 400
+    python -m real_models.exittrain finetune --data runs/pub/data.npz --tree-weight 0.1 \
+        --weighting P --seed 0 --out-dir runs/pub/P-c0.1_s0        # --tree-weight 0: plain
+    python -m real_models.exittrain evaluate --drafters P-c0.1@0=runs/pub/P-c0.1_s0 \
+        --budgets 16 64 256 --temperature 0 --out eval/P-c0.1@0_T0.json
+    python -m real_models.exittrain summarize --evals eval/*.json --out summary.json
+    python -m real_models.exittrain tev-cost --budget 64 --prompts 32 --out tev_cost.json
     python -m real_models.exittrain collect --out runs/et2/data.npz --budget 16 64 256
     python -m real_models.exittrain train --loss combined --exit-weight 0.1 --data ... --out-dir DIR
-    python -m real_models.exittrain train --loss plain --data ... --out-dir DIR
-    python -m real_models.exittrain evaluate --prompt-set validation --drafters base= c=DIR ...
-    python -m real_models.exittrain evaluate --drafters base= plain=DIR2 exittrain=DIR1 \
-        --reference plain --budgets 16 64 256 [--temperature 1 --samples 4] --out results.json
-    python -m real_models.exittrain collect --val-skip 400 --seqs 32 --out val.npz
     python -m real_models.exittrain marginals --data val.npz --drafters base= plain=DIR2 ...
 """
 
@@ -57,6 +62,7 @@ from treespec_sim.stats import mean_ci as stats_mean_ci
 
 from ._decode import run_from
 from ._deps import require
+from ._tev_cost import tev_cost
 from ._tree_term import (
     FLOOR,
     WEIGHTINGS,
@@ -845,7 +851,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the arm to difference against (default: %(default)s)")
     s_.add_argument("--out", type=Path, metavar="FILE.json", default=None,
                     help="write the summary and the table as JSON here (default: print only)")
-    for p in (c, t, e, m, r, f, s_):
+    v = sub.add_parser("tev-cost", help="TEV's verifier decision + commit against follow's, "
+                       "on the same trees",
+                       description="Decode held-out prompts with DDTree + follow and verify "
+                                   "every round again with follow and with TEV on the same "
+                                   "tree and logits; time each rule's decision (rows + "
+                                   "verifier) and KV-cache commit; print the TEV / follow "
+                                   "ratio with a 95%% paired bootstrap interval over prompts.")
+    v.add_argument("--budget", type=int, metavar="B", default=64,
+                   help="DDTree budget (default: %(default)s)")
+    v.add_argument("--temperature", type=float, metavar="T", default=1.0,
+                   help="temperature, > 0 (default: %(default)s)")
+    v.add_argument("--prompts", type=int, metavar="N", default=16,
+                   help="held-out prompts (default: %(default)s)")
+    v.add_argument("--new-tokens", type=int, metavar="N", default=48,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    v.add_argument("--repeats", type=int, metavar="N", default=5,
+                   help="timed verifications per rule and round (median) (default: "
+                        "%(default)s)")
+    v.add_argument("--seed", type=int, default=0,
+                   help="seed of the draws and the bootstrap (default: %(default)s)")
+    v.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                   help="write the numbers as JSON here (default: print only)")
+    for p in (c, t, e, m, r, f, s_, v):
         p.add_argument("--threads", type=int, default=1,
                        help="torch threads (default: %(default)s)")
         add_debug(p)
@@ -1011,6 +1039,33 @@ def _main(args: argparse.Namespace, argv) -> int:
                 "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
                 "evals": [str(p) for p in args.evals], "summary": summary, "table": table,
                 "tau": evals}, indent=1) + "\n")
+    elif args.cmd == "tev-cost":
+        _at_least(args, budget=1, prompts=1, new_tokens=1, repeats=1)
+        if not args.temperature > 0:
+            raise ValueError(f"--temperature must be > 0; got {args.temperature}")
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        res = tev_cost(bundle, load_prompts(bundle, args.prompts, 64), budget=args.budget,
+                       temperature=args.temperature, new_tokens=args.new_tokens,
+                       repeats=args.repeats, rng=np.random.default_rng(args.seed))
+        rec = {"command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+               "budget": args.budget, "temperature": args.temperature,
+               "prompts": args.prompts, "new_tokens": args.new_tokens,
+               "repeats": args.repeats, "rounds": len(res["prompt"]),
+               "mean_tree_size": float(res["tree_size"].mean()), "rules": res["rules"],
+               "mean_us": {k: (res[k].mean(axis=0) * 1e6).round(2).tolist()
+                           for k in ("decide", "commit")},
+               "ratio_tev_over_follow": list(res["ratio"]),
+               "ratio_decide": list(res["ratio_parts"]["decide"]),
+               "ratio_commit": list(res["ratio_parts"]["commit"]),
+               "expected_tau": res["expected_tau"].mean(axis=0).tolist(),
+               "expected_tau_max_abs_diff": float(np.abs(np.diff(res["expected_tau"],
+                                                                 axis=1)).max()),
+               "torch_threads": args.threads}
+        print(json.dumps(rec, indent=1))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out, json.dumps(rec, indent=1) + "\n")
     elif args.cmd == "marginals":
         data = _read_rounds(args.data, 1)
         drafters = _parse_drafters(args.drafters)

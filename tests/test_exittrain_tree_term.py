@@ -203,3 +203,23 @@ def test_summarize_pairs_by_seed_and_by_prompt():
     assert "vs_plain" not in out["plain"] and "vs_base" not in out["base"]
     assert out["P"]["tau"] == pytest.approx(np.mean([1.75, 2.5, 2.75]))
     assert "| 0 | 16 | P | 2 |" in et.summary_table(et.summarize(evals))
+
+
+def test_tev_cost_times_both_rules_on_the_same_trees(bundle):
+    from real_models._tev_cost import tev_cost
+
+    prompts = load_prompts(bundle, 2, 64)
+    res = tev_cost(bundle, prompts, budget=8, temperature=1.0, new_tokens=6, repeats=2,
+                   rng=np.random.default_rng(0))
+    R = len(res["prompt"])
+    assert R >= 2 and set(res["prompt"].tolist()) == {0, 1}
+    assert res["decide"].shape == res["commit"].shape == (R, 2)
+    assert np.all(res["decide"] > 0) and np.all(res["commit"] > 0)
+    # both rules are lossless on a deterministic tree: the same exact E[tau] = 1 + sum P(v)
+    np.testing.assert_allclose(res["expected_tau"][:, 0], res["expected_tau"][:, 1])
+    total = res["decide"] + res["commit"]
+    point, lo, hi = res["ratio"]
+    assert point == pytest.approx(total[:, 1].sum() / total[:, 0].sum())
+    assert lo <= point <= hi
+    # DDTree fills its budget (V**L prefixes exist)
+    assert np.all(res["tree_size"] == 8)
