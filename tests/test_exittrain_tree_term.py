@@ -223,3 +223,30 @@ def test_tev_cost_times_both_rules_on_the_same_trees(bundle):
     assert lo <= point <= hi
     # DDTree fills its budget (V**L prefixes exist)
     assert np.all(res["tree_size"] == 8)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["finetune", "--data", "/no/such.npz", "--out-dir", "d"], "--data /no/such.npz does not"),
+    (["finetune", "--data", "x.npz", "--out-dir", "d", "--weighting", "exit"],
+     "argument --weighting: invalid choice"),
+    (["finetune", "--data", "x.npz", "--out-dir", "d", "--tree-weight", "-1"],
+     "--tree-weight must be >= 0.0"),
+    (["regen", "--out", "x.npz", "--seqs", "0"], "--seqs must be >= 1; got 0"),
+    (["summarize", "--evals", "/no/such.json"], "--evals /no/such.json: not a file"),
+    (["tev-cost", "--temperature", "0"], "--temperature must be > 0"),
+])
+def test_bad_input_of_the_new_commands(argv, expected, capsys, monkeypatch, tmp_path):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded on an error path")
+
+    monkeypatch.setattr(et, "load", refuse)
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = et.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith(f"python -m real_models.exittrain {argv[0]}: error: ")
+    assert expected in err[0]
+    assert not list(tmp_path.iterdir())
