@@ -166,7 +166,10 @@ def test_finetune_steps_and_paired_batches(bundle):
     m0, i0 = et.finetune(bundle, data, tree_weight=0.0, **kw)
     m0b, _ = et.finetune(bundle, data, tree_weight=0.0, **kw)
     m1, i1 = et.finetune(bundle, data, tree_weight=10.0, weighting="P-rho", **kw)
+    m2, i2 = et.finetune(bundle, data, tree_weight=10.0, weighting="P-rho", tree_every=2, **kw)
     s0, s0b, s1 = m0.state_dict(), m0b.state_dict(), m1.state_dict()
+    # the tree term at every second anchor only: a different (subsampled) term
+    assert i2["tree_every"] == 2 and any(not torch.equal(m2.state_dict()[k], s1[k]) for k in s1)
     assert all(torch.equal(s0[k], s0b[k]) for k in s0)              # deterministic
     assert any(not torch.equal(s0[k], s1[k]) for k in s0)           # the tree term acts
     assert any(not torch.equal(s0[k], before[k]) for k in before)   # training moved weights
