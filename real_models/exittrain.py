@@ -535,9 +535,14 @@ def summarize(evals: dict, *, reference: str = "plain", base: str | None = "base
                     shared = [s for s in seeds if s in ref]
                     if shared:       # paired by seed (same batches)
                         diffs = [np.asarray(seeds[s]) - np.asarray(ref[s]) for s in shared]
-                    else:            # the base: one decode per prompt, no seed
+                    elif len(ref) == 1:      # against the base (no seeds)
                         r0 = np.asarray(next(iter(ref.values())))
-                        diffs = [np.asarray(seeds[s]) - r0 for s in seeds]
+                        diffs = [np.asarray(v) - r0 for v in seeds.values()]
+                    elif len(seeds) == 1:    # the base against a seeded arm
+                        a0 = np.asarray(next(iter(seeds.values())))
+                        diffs = [a0 - np.asarray(v) for v in ref.values()]
+                    else:
+                        raise ValueError(f"arms {arm!r} and {other!r} share no seed")
                     by_prompt = stats_mean_ci(np.mean(diffs, axis=0))
                     by_seed = stats_mean_ci(np.asarray([d.mean() for d in diffs]))
                     row[f"vs_{other}"] = {"mean": by_prompt.mean,
