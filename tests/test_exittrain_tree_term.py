@@ -206,11 +206,11 @@ def test_summarize_pairs_by_seed_and_by_prompt():
     assert "vs_plain" not in out["plain"] and "vs_base" not in out["base"]
     # the base against the seeded reference: one difference per reference seed
     assert out["base"]["vs_plain"]["per_seed"] == pytest.approx([-4 / 3, -4 / 3])
+    assert out["P"]["tau"] == pytest.approx(np.mean([1.75, 2.5, 2.75]))
+    assert "| 0 | 16 | P | 2 |" in et.summary_table(et.summarize(evals))
     evals["0"]["16"]["other"] = {"7": [1.0, 1.0, 1.0], "8": [1.0, 1.0, 1.0]}
     with pytest.raises(ValueError, match="share no seed"):
         et.summarize(evals)
-    assert out["P"]["tau"] == pytest.approx(np.mean([1.75, 2.5, 2.75]))
-    assert "| 0 | 16 | P | 2 |" in et.summary_table(et.summarize(evals))
 
 
 def test_tev_cost_times_both_rules_on_the_same_trees(bundle):
