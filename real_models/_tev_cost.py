@@ -25,10 +25,13 @@ from .target import LogitsOracle, TargetBackend
 
 torch = require("torch")
 
-__all__ = ["RULES", "tev_cost"]
+__all__ = ["COMPARED", "tev_cost"]
 
-#: The rules compared (the first is the reference of the ratio).
-RULES = ("follow", "tev")
+#: The reference rule of the ratio and the rule compared with it.
+REFERENCE = "follow"
+CANDIDATE = "tev"
+#: Both, in column order.
+COMPARED = (REFERENCE, CANDIDATE)
 
 
 def tev_cost(bundle, prompts, *, budget: int = 64, temperature: float = 1.0,
@@ -50,7 +53,7 @@ def tev_cost(bundle, prompts, *, budget: int = 64, temperature: float = 1.0,
     Returns
     -------
     dict
-        ``decide``, ``commit`` (arrays ``(rounds, 2)``, seconds, columns :data:`RULES`),
+        ``decide``, ``commit`` (arrays ``(rounds, 2)``, seconds, columns :data:`COMPARED`),
         ``prompt`` (round -> prompt index), ``expected_tau`` (``(rounds, 2)``: each rule's
         exact E[τ] on the round's tree), ``tree_size``, and ``ratio``: TEV / follow of
         decide + commit summed over rounds, with a 95% paired bootstrap interval over prompts.
@@ -65,9 +68,9 @@ def tev_cost(bundle, prompts, *, budget: int = 64, temperature: float = 1.0,
         def on_round(rnd, state, i=i, coins=coins):
             tree, logits, start = rnd.tree, state.forward.logits, state.length
             snap = bundle.target.snapshot()
-            times = {r: ([], []) for r in RULES}
+            times = {r: ([], []) for r in COMPARED}
             for rep in range(repeats):
-                for rule in (RULES if rep % 2 == 0 else RULES[::-1]):
+                for rule in (COMPARED if rep % 2 == 0 else COMPARED[::-1]):
                     t0 = clock(bundle)
                     out = verify(tree, LogitsOracle(logits, temperature), rule=rule, rng=coins)
                     t1 = clock(bundle)
@@ -77,10 +80,10 @@ def tev_cost(bundle, prompts, *, budget: int = 64, temperature: float = 1.0,
                     t3 = clock(bundle)
                     times[rule][0].append(t1 - t0)
                     times[rule][1].append(t3 - t2)
-            decide.append([float(np.median(times[r][0])) for r in RULES])
-            commit.append([float(np.median(times[r][1])) for r in RULES])
+            decide.append([float(np.median(times[r][0])) for r in COMPARED])
+            commit.append([float(np.median(times[r][1])) for r in COMPARED])
             rows = LogitsOracle(logits, temperature)
-            etau.append([expected_length(tree, rows, rule=r) for r in RULES])
+            etau.append([expected_length(tree, rows, rule=r) for r in COMPARED])
             sizes.append(tree.size)
             unit.append(i)
 
@@ -95,6 +98,6 @@ def tev_cost(bundle, prompts, *, budget: int = 64, temperature: float = 1.0,
     for name, arr in (("decide", decide_a), ("commit", commit_a)):
         b = paired_bootstrap(arr, units=np.asarray(unit), rng=rng)
         parts[name] = ratio_ci(b, 1, 0, arr.sum(axis=0))
-    return {"rules": list(RULES), "decide": decide_a, "commit": commit_a,
+    return {"rules": list(COMPARED), "decide": decide_a, "commit": commit_a,
             "expected_tau": np.asarray(etau), "tree_size": np.asarray(sizes),
             "prompt": np.asarray(unit), "ratio": (point, lo, hi), "ratio_parts": parts}
