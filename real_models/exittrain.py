@@ -1,39 +1,45 @@
-r"""ExitTrain: fine-tune the DFlash drafter on its own trees, weighted by the exit law.
+r"""ExitTrain on the tiny models: the public recipe, its ablation, and the earlier exit-law loss.
 
-THEORY §2: on a fixed tree, adding the child ``(v, a)`` raises the target coverage
-:math:`C_p` by :math:`P(v)\,p_v(a)`. Summed over the tokens ``a`` the tree does not yet hold
-under ``v`` this is the exit mass :math:`w(v) = P(v)\rho(v)`. ExitTrain's loss on one round is
+**The public recipe** (hsj576/TEV's ExitTrain, scaled to the tiny models; docs/real_models.md,
+ExitTrain): ``regen`` continues training-split windows greedily with the target (the training
+data); ``finetune`` trains a copy of the drafter on them with
 
 .. math::
-    \mathcal L = -\frac{1}{Z}\sum_{v:\ \mathrm{depth}(v) < L}\ \sum_{a \notin \mathrm{ch}(v)}
-    P(v)\,p_v(a)\,\log q_{\mathrm{depth}(v)+1}(a)
-    = -\frac{1}{Z}\sum_{d=1}^{L}\sum_a W_d(a)\log q_d(a),
+    \mathcal L = \mathrm{CE} + c \cdot \frac1N \sum_v w(v)\,(-\log q_{\mathrm{depth}(v)}(x_v)),
 
-the log-likelihood of each prospective node's incoming token ``a`` under the drafter's marginal
-at its depth, weighted by its parent's exit mass (:math:`W_d(a) = \sum_{\mathrm{depth}(v)=d-1}
-P(v)p_v(a)[a \notin \mathrm{ch}(v)]`, so :math:`\sum_a W_{d}(a)` is the exit mass at depth
-``d - 1``, :func:`treespec_sim.exits.exit_law`); ``Z`` is the total weight of the batch. Exits at
-the depth cap ``L`` have no next marginal and carry no loss. The trees are DDTree trees the
-drafter builds itself while decoding training-split prompts (``collect``); the target's rows at
-their nodes come from the same tree forward. At ``T = 0`` the target rows are one-hot, so
-:math:`W` is one token: the target's next token after the deepest accepted node (the first
-miss).
+CE the drafter's own objective (:func:`plain_term`) at random anchors whose whole block is
+regenerated text, the tree term (:mod:`real_models._tree_term`) on one DDTree per anchor built
+from the drafter's detached marginals and scored by the frozen target in one tree-attention
+pass over the last ``W`` context tokens (temperature 1), weights ``P`` (released),
+``P-rho`` or ``P-rho-depth``; ``c = 0`` is the plain fine-tune on the same batches. ``summarize``
+merges ``evaluate`` files of ``ARM@SEED`` drafters into the ablation table (paired over prompts
+and over seeds); ``tev-cost`` times TEV's verifier decision + commit against follow's on the
+same trees (:mod:`real_models._tev_cost`).
 
-``--loss combined --exit-weight λ`` adds this term to the drafter's ordinary loss (below):
-``plain + λ · exit``, both per-token means (:func:`drafter_loss`); ``--loss exit`` is the term
-alone. The control (``--loss plain``) fine-tunes for the same steps on the same rounds with the
-drafter's original objective: cross-entropy to the committed (target) continuation at every
-depth ``1..L``, weights ``0.85^(k-1)`` (``real_models.train``). Only the weighting differs.
+**The earlier loss** (``collect``, ``train``, ``marginals``; kept for its recorded results):
+The exit law (``docs/theory/exit_law.md``) on the drafter's own decoding rounds. On a fixed
+tree, adding the child ``(v, a)`` raises the target coverage by :math:`P(v)\,p_v(a)`, summed
+over the tokens ``a`` the tree does not yet hold under ``v`` the exit mass
+:math:`w(v) = P(v)\rho(v)`. The term is
+
+.. math::
+    \mathcal L_{\mathrm{exit}} = -\frac{1}{Z}\sum_{v:\ \mathrm{depth}(v) < L}\ \sum_{a \notin
+    \mathrm{ch}(v)} P(v)\,p_v(a)\,\log q_{\mathrm{depth}(v)+1}(a),
+
+``Z`` the batch's total weight (:func:`exit_targets`, :func:`exit_term`); ``--loss combined
+--exit-weight λ`` adds it to :func:`plain_term`, ``--loss plain`` is the control.
 
 Commands (docs/real_models.md, ExitTrain)::
 
+    python -m real_models.exittrain regen --out runs/pub/data.npz --seqs 400
+    python -m real_models.exittrain finetune --data runs/pub/data.npz --tree-weight 0.1 \
+        --weighting P --seed 0 --out-dir runs/pub/P-c0.1_s0        # --tree-weight 0: plain
+    python -m real_models.exittrain evaluate --drafters P-c0.1@0=runs/pub/P-c0.1_s0 \
+        --budgets 16 64 256 --temperature 0 --out eval/P-c0.1@0_T0.json
+    python -m real_models.exittrain summarize --evals eval/*.json --out summary.json
+    python -m real_models.exittrain tev-cost --budget 64 --prompts 32 --out tev_cost.json
     python -m real_models.exittrain collect --out runs/et2/data.npz --budget 16 64 256
     python -m real_models.exittrain train --loss combined --exit-weight 0.1 --data ... --out-dir DIR
-    python -m real_models.exittrain train --loss plain --data ... --out-dir DIR
-    python -m real_models.exittrain evaluate --prompt-set validation --drafters base= c=DIR ...
-    python -m real_models.exittrain evaluate --drafters base= plain=DIR2 exittrain=DIR1 \
-        --reference plain --budgets 16 64 256 [--temperature 1 --samples 4] --out results.json
-    python -m real_models.exittrain collect --val-skip 400 --seqs 32 --out val.npz
     python -m real_models.exittrain marginals --data val.npz --drafters base= plain=DIR2 ...
 """
 
@@ -41,7 +47,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -49,11 +57,23 @@ from pathlib import Path
 import numpy as np
 
 from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
+from treespec_sim.engine import Round
 from treespec_sim.exits import edge_probabilities, reach_from_edges
+from treespec_sim.files import atomic_write_text
 from treespec_sim.stats import mean_ci as stats_mean_ci
 
 from ._decode import run_from
 from ._deps import require
+from ._tev_cost import tev_cost
+from ._tree_term import (
+    FLOOR,
+    WEIGHTINGS,
+    build_trees,
+    edge_probs_from_rows,
+    node_weights,
+    score_trees,
+    tree_term,
+)
 from .backend import prefill
 from .bundle import TINY_DRAFTER, TINY_TARGET, load
 from .target import LogitsOracle
@@ -62,9 +82,10 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["block_logp", "build_parser", "collect", "drafter_loss", "evaluate", "exit_targets",
-           "exit_term", "expected_tau", "main", "marginal_stats", "plain_term", "train",
-           "validation_prompts"]
+__all__ = ["anchor_range", "block_logp", "build_parser", "collect", "cosine_lr", "drafter_loss",
+           "evaluate", "exit_targets", "exit_term", "expected_tau", "finetune", "main",
+           "marginal_stats", "plain_term", "public_loss", "regenerate", "summarize",
+           "summary_table", "train", "validation_prompts"]
 
 
 def _log(msg: str) -> None:
@@ -293,6 +314,268 @@ def train(bundle, data: dict, *, loss: str, steps: int, lr: float, batch: int,
                    "seconds": time.perf_counter() - t0}
 
 
+# ---------------------------------------------------------------------------- public recipe
+#: ``finetune`` defaults, the public recipe scaled to the tiny models (docs/real_models.md,
+#: ExitTrain): tree budget 32 as released, context window 32 (released 64; the tiny block is 8
+#: tokens, not 16), 8 anchors per sequence (released 32, on sequences of thousands of tokens).
+PUBLIC_BUDGET = 32
+PUBLIC_WINDOW = 32
+
+
+@torch.no_grad()
+def regenerate(bundle, prompts, gen_len: int, *, batch: int = 64) -> np.ndarray:
+    """The target's greedy continuations of ``prompts`` (the public recipe's training data).
+
+    Parameters
+    ----------
+    bundle : Bundle
+    prompts : sequence of ndarray int64 (P,)
+        Equal-length prompts.
+    gen_len : int
+        Tokens to generate after each prompt (argmax of the target's logits, first maximal
+        index on ties, with a KV cache).
+
+    Returns
+    -------
+    ndarray int64 (n, P + gen_len)
+    """
+    model = bundle.target.model
+    out = []
+    for i in range(0, len(prompts), batch):
+        x = torch.from_numpy(np.stack(prompts[i:i + batch]).astype(np.int64))
+        cache = {_cache_keyword(model): transformers_cache(model)}
+        res = model(input_ids=x, use_cache=True, logits_to_keep=1, **cache)
+        toks = [x]
+        for _ in range(gen_len):
+            nxt = res.logits[:, -1].float().argmax(-1, keepdim=True)
+            toks.append(nxt)
+            res = model(input_ids=nxt, use_cache=True, **cache)
+        out.append(torch.cat(toks, dim=1).numpy())
+        _log(f"regenerate {min(i + batch, len(prompts))}/{len(prompts)}")
+    return np.concatenate(out).astype(np.int64)
+
+
+def _cache_keyword(model) -> str:
+    """``cache`` where ``model.forward`` takes it (newer transformers), else
+    ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
+
+
+def transformers_cache(model):
+    """An empty ``transformers.DynamicCache`` for ``model``."""
+    return require("transformers").DynamicCache(config=model.config)
+
+
+def cosine_lr(step: int, steps: int, peak: float, warmup_frac: float) -> float:
+    """The public recipe's schedule: linear warm-up over ``max(1, ceil(warmup_frac * steps))``
+    steps, then cosine decay from ``peak`` to 0 at ``steps``."""
+    warm = max(1, math.ceil(warmup_frac * steps))
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def anchor_range(n_tokens: int, prompt_len: int, depth: int, window: int) -> tuple[int, int]:
+    """Anchors ``lo <= a <= hi`` whose whole block ``a+1 .. a+depth`` is regenerated text and
+    with ``window`` context tokens before them."""
+    lo, hi = max(prompt_len - 1, window), n_tokens - 1 - depth
+    if hi < lo:
+        raise ValueError(f"no anchor fits: sequences of {n_tokens} tokens, prompt {prompt_len}, "
+                         f"depth {depth}, window {window}")
+    return lo, hi
+
+
+def public_loss(ce, tree, tree_weight: float):
+    r"""The public recipe's loss: ``ce + tree_weight * tree`` (``tree`` is ignored, and may be
+    None, at ``tree_weight == 0``: the plain cross-entropy fine-tune).
+
+    ``ce``: :func:`plain_term`; ``tree``: :func:`real_models._tree_term.tree_term`.
+    """
+    if tree_weight == 0:
+        return ce
+    return ce + tree_weight * tree
+
+
+def finetune(bundle, data: dict, *, tree_weight: float, weighting: str = "P", steps: int,
+             lr: float, batch: int, anchors_per_seq: int, seed: int,
+             budget: int = PUBLIC_BUDGET, window: int = PUBLIC_WINDOW,
+             warmup_frac: float = 0.005, tree_every: int = 1):
+    r"""The public recipe: ``plain + tree_weight × tree term`` on regenerated sequences.
+
+    Each step draws ``batch`` sequences and ``anchors_per_seq`` distinct anchors per sequence
+    (:func:`anchor_range`) from ``numpy.random.default_rng(seed)``, the same draws whatever
+    ``tree_weight`` (so arms with one seed train on the same batches). The loss is
+    :func:`plain_term` at every anchor plus, when ``tree_weight > 0``, ``tree_weight`` ×
+    :func:`real_models._tree_term.tree_term` on one DDTree per anchor (budget ``budget``, built
+    from the detached marginals of this step's forward) scored by the frozen target over the
+    last ``window`` context tokens; with ``tree_every = k`` the tree term is taken at every
+    ``k``-th anchor of a sequence only (an unbiased estimate of the same per-node mean, for CPU
+    time; ``1``: every anchor, as released). AdamW (betas 0.9, 0.95, weight decay 0.01),
+    :func:`cosine_lr`, gradient-norm clip 1, warm start from ``bundle.drafter``.
+
+    Returns
+    -------
+    (drafter, dict)
+        The fine-tuned copy and its training record.
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}; got {weighting!r}")
+    spec = bundle.spec
+    L = spec.depth
+    target = bundle.target.model
+    seqs_np = np.asarray(data["seqs"], dtype=np.int64)
+    n_seqs, N = seqs_np.shape
+    lo, hi = anchor_range(N, int(data["prompt_len"]), L, window)
+    if anchors_per_seq > hi - lo + 1:
+        raise ValueError(f"anchors per sequence ({anchors_per_seq}) is more than the "
+                         f"{hi - lo + 1} positions with a whole regenerated block")
+    seqs = torch.from_numpy(seqs_np)
+    feats = target_features(target, seqs, list(spec.target_layer_ids))
+    model = copy.deepcopy(bundle.drafter).float()
+    model.train()
+    embed = target.get_input_embeddings()
+    head = target.get_output_embeddings()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    rng = np.random.default_rng(seed)
+    ce_log, tree_log, reach_log, tree_s = [], [], [], 0.0
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, steps, lr, warmup_frac)
+        idx = rng.choice(n_seqs, size=batch, replace=False)
+        anchors = np.stack([np.sort(rng.choice(np.arange(lo, hi + 1), size=anchors_per_seq,
+                                               replace=False)) for _ in idx])       # (b, A)
+        a = torch.from_numpy(anchors)
+        logp, labels = block_logp(model, spec, embed, head, seqs[idx], feats[idx], a)
+        ce = plain_term(logp, labels)
+        total = ce
+        if tree_weight > 0:
+            t1 = time.perf_counter()
+            flat = logp[:, ::tree_every].reshape(-1, L, logp.shape[-1])
+            sub = anchors[:, ::tree_every]
+            rows_i = np.repeat(idx, sub.shape[1])
+            pos = sub.reshape(-1)
+            trees = build_trees(flat, budget, seqs_np[rows_i, pos])
+            win = np.stack([seqs_np[r, p - window:p] for r, p in zip(rows_i, pos, strict=True)])
+            rows = score_trees(target, win, pos, trees)
+            weights = [node_weights(t, edge_probs_from_rows(t, r), weighting)
+                       for t, r in zip(trees, rows, strict=True)]
+            reach_log.append(float(np.mean([node_weights(t, edge_probs_from_rows(t, r), "P")
+                                            .sum() for t, r in zip(trees, rows, strict=True)])))
+            tt = tree_term(flat, trees, weights)
+            tree_s += time.perf_counter() - t1
+            total = public_loss(ce, tt, tree_weight)
+            tree_log.append(float(tt.detach()))
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ce_log.append(float(ce.detach()))
+        if step % 25 == 0 or step == steps - 1:
+            extra = (f" tree {np.mean(tree_log[-25:]):.4f} sum P {np.mean(reach_log[-25:]):.2f}"
+                     if tree_log else "")
+            _log(f"finetune c={tree_weight} {weighting} step {step}/{steps} ce "
+                 f"{np.mean(ce_log[-25:]):.3f}{extra} ({time.perf_counter() - t0:.0f}s)")
+    model.eval()
+    last = slice(-max(1, steps // 10), None)
+    info = {"recipe": "public (ExitTrain, hsj576/TEV), scaled to the tiny models",
+            "tree_weight": tree_weight,
+            "weighting": weighting if tree_weight > 0 else None,
+            "tree_budget": budget, "window": window, "floor": FLOOR, "target_temperature": 1.0,
+            "tree_every": tree_every,
+            "steps": steps, "lr": lr, "schedule": f"cosine to 0, warm-up {warmup_frac:g}",
+            "optimizer": "AdamW betas (0.9, 0.95) weight decay 0.01, clip 1.0",
+            "batch": batch, "anchors_per_sequence": anchors_per_seq, "anchor_range": [lo, hi],
+            "seed": seed, "ce_loss": "plain_term: 0.85^(k-1)-weighted cross-entropy, k = 1..L",
+            "final_ce": float(np.mean(ce_log[last])),
+            "seconds": time.perf_counter() - t0, "tree_seconds": tree_s}
+    if tree_log:
+        info.update(final_tree_term=float(np.mean(tree_log[last])),
+                    tree_share_of_loss=float(tree_weight * np.mean(tree_log[last])
+                                             / (np.mean(ce_log[last])
+                                                + tree_weight * np.mean(tree_log[last]))),
+                    final_sum_P=float(np.mean(reach_log[last])))
+    return model, info
+
+
+def summarize(evals: dict, *, reference: str = "plain", base: str | None = "base") -> dict:
+    """The ablation's numbers from per-prompt τ of several arms and seeds.
+
+    Parameters
+    ----------
+    evals : dict
+        ``{T: {B: {arm: {seed: [tau per prompt]}}}}`` (the base drafter: one seed, any key).
+    reference, base : str
+        Arms to difference against (paired over prompts and over seeds; the base has no seeds,
+        so its differences are over prompts only).
+
+    Returns
+    -------
+    dict
+        ``{T: {B: {arm: {...}}}}`` with the mean τ, its interval over prompts (seeds averaged
+        per prompt), and ``vs_<reference>`` / ``vs_<base>``: the paired difference's interval
+        over prompts (per-prompt difference averaged over the shared seeds) and over seeds (per
+        seed, the mean over prompts of the difference; ``nan`` bounds with one seed).
+    """
+    out: dict = {}
+    for T, per_b in evals.items():
+        out[T] = {}
+        for B, arms in per_b.items():
+            out[T][B] = {}
+            for arm, seeds in arms.items():
+                tau = np.mean([np.asarray(v, dtype=np.float64) for v in seeds.values()], axis=0)
+                ci = stats_mean_ci(tau)
+                row = {"seeds": sorted(seeds, key=str), "tau": ci.mean,
+                       "tau_ci": [ci.low, ci.high]}
+                for other in (reference, base):
+                    if other is None or other == arm or other not in arms:
+                        continue
+                    ref = arms[other]
+                    shared = [s for s in seeds if s in ref]
+                    if shared:       # paired by seed (same batches)
+                        diffs = [np.asarray(seeds[s]) - np.asarray(ref[s]) for s in shared]
+                    elif len(ref) == 1:      # against the base (no seeds)
+                        r0 = np.asarray(next(iter(ref.values())))
+                        diffs = [np.asarray(v) - r0 for v in seeds.values()]
+                    elif len(seeds) == 1:    # the base against a seeded arm
+                        a0 = np.asarray(next(iter(seeds.values())))
+                        diffs = [a0 - np.asarray(v) for v in ref.values()]
+                    else:
+                        raise ValueError(f"arms {arm!r} and {other!r} share no seed")
+                    by_prompt = stats_mean_ci(np.mean(diffs, axis=0))
+                    by_seed = stats_mean_ci(np.asarray([d.mean() for d in diffs]))
+                    row[f"vs_{other}"] = {"mean": by_prompt.mean,
+                                          "ci_prompts": [by_prompt.low, by_prompt.high],
+                                          "ci_seeds": [by_seed.low, by_seed.high],
+                                          "per_seed": [float(d.mean()) for d in diffs]}
+                out[T][B][arm] = row
+    return out
+
+
+def summary_table(summary: dict, reference: str = "plain", base: str = "base") -> str:
+    """Markdown rows of :func:`summarize`'s output (one row per temperature, budget and arm)."""
+    def ci(lo, hi):
+        return "—" if not np.isfinite(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+    lines = [f"| T | B | arm | seeds | τ [95% CI, prompts] | Δ vs {base} [prompts] | "
+             f"Δ vs {reference} [prompts] | Δ vs {reference} [seeds] |",
+             "|---:|---:|---|---:|---|---|---|---|"]
+    for T, per_b in summary.items():
+        for B, arms in per_b.items():
+            for arm, r in arms.items():
+                cells = [str(T), str(B), arm, str(len(r["seeds"])),
+                         f"{r['tau']:.3f} [{r['tau_ci'][0]:.3f}, {r['tau_ci'][1]:.3f}]"]
+                for key, kind in ((base, "ci_prompts"), (reference, "ci_prompts"),
+                                  (reference, "ci_seeds")):
+                    d = r.get(f"vs_{key}")
+                    cells.append("—" if d is None else f"{d['mean']:+.3f} {ci(*d[kind])}")
+                lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def validation_prompts(bundle, n: int, length: int, seed: int, skip: int) -> list[np.ndarray]:
     """``n`` training-split windows from the files after the first ``skip`` that
     :func:`training_prompts` (same ``seed``) takes: prompts of the training split that ``collect
@@ -301,9 +584,12 @@ def validation_prompts(bundle, n: int, length: int, seed: int, skip: int) -> lis
 
 
 def expected_tau(tree, rows) -> float:
-    r"""Exact :math:`E[\tau]` of one round given its tree, under ``follow`` verification:
-    :math:`1 + \sum_{v \ne \mathrm{root}} P(v)` (THEORY §2; at ``T = 0`` the realised τ)."""
-    return float(reach_from_edges(tree, edge_probabilities(tree, rows)).sum())
+    r"""Exact :math:`E[\tau]` of one round given its tree and target rows, under ``follow``:
+    :math:`1 + \sum_{v \ne \mathrm{root}} P(v)` (``docs/theory/exit_law.md``; at ``T = 0`` the
+    realised τ), from the round rebuilt from its edges
+    (:meth:`treespec_sim.engine.Round.from_edges`)."""
+    return Round.from_edges(tree, edge_probabilities(tree, rows),
+                            depth_limit=max(1, tree.max_depth)).expected_tau
 
 
 def evaluate(bundles: dict, *, prompts, budgets=(16, 64), new_tokens: int = 96,
@@ -327,8 +613,7 @@ def evaluate(bundles: dict, *, prompts, budgets=(16, 64), new_tokens: int = 96,
                     ets = []
 
                     def on_round(rnd, state, ets=ets):
-                        ets.append(expected_tau(rnd.tree,
-                                                LogitsOracle(state.forward.logits, temperature)))
+                        ets.append(rnd.expected_tau)   # the round's own exact E[tau]
 
                     run_from(b, pf, new_tokens, method="ddtree", rule="follow", budget=B,
                              temperature=temperature, rng=np.random.default_rng([seed, i, s]),
@@ -519,7 +804,92 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafters, as in 'evaluate' (required)")
     m.add_argument("--out", type=Path, metavar="FILE.json", default=None,
                    help="write the numbers as JSON here (default: print only)")
-    for p in (c, t, e, m):
+    r = sub.add_parser("regen", help="the public recipe's data: the target's greedy "
+                       "continuations of training prompts",
+                       description="Continue training-split windows greedily with the tiny "
+                                   "target (the public recipe's regenerated training data; an "
+                                   ".npz for 'finetune').")
+    r.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
+                   help="where to write the sequences (required)")
+    r.add_argument("--seqs", type=int, metavar="N", default=400,
+                   help="training prompts (default: %(default)s)")
+    r.add_argument("--prompt-len", type=int, metavar="N", default=64,
+                   help="tokens per prompt (default: %(default)s)")
+    r.add_argument("--gen-len", type=int, metavar="N", default=128,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="seed of the prompt choice (default: %(default)s)")
+    f = sub.add_parser("finetune", help="the public recipe: cross-entropy on regenerated data + "
+                       "C x the tree term (C = 0: the plain fine-tune)",
+                       description="Fine-tune a copy of the tiny drafter on 'regen' sequences "
+                                   "with cross-entropy + C x the tree term (DDTree per anchor "
+                                   "from the drafter's detached marginals, scored by the "
+                                   "frozen target with tree attention at T = 1); write the "
+                                   "drafter and training.json to --out-dir.")
+    f.add_argument("--data", type=Path, metavar="FILE.npz", required=True,
+                   help="sequences written by 'regen' (required)")
+    f.add_argument("--out-dir", type=Path, metavar="DIR", required=True,
+                   help="where to write the fine-tuned drafter (required)")
+    f.add_argument("--tree-weight", type=float, metavar="C", default=0.1,
+                   help="weight of the tree term; 0 is the plain cross-entropy fine-tune "
+                        "(default: %(default)s, the released recipes')")
+    f.add_argument("--weighting", choices=WEIGHTINGS, default="P",
+                   help="node weight: P (reach, floored at 1e-4; released), P-rho (exit mass), "
+                        "P-rho-depth (default: %(default)s)")
+    f.add_argument("--tree-budget", type=int, metavar="B", default=PUBLIC_BUDGET,
+                   help="DDTree nodes per anchor (default: %(default)s)")
+    f.add_argument("--window", type=int, metavar="W", default=PUBLIC_WINDOW,
+                   help="context tokens before the anchor in the target's scoring pass "
+                        "(default: %(default)s)")
+    f.add_argument("--tree-every", type=int, metavar="K", default=1,
+                   help="take the tree term at every K-th anchor of a sequence only (CPU time; "
+                        "1 = every anchor, as released) (default: %(default)s)")
+    f.add_argument("--steps", type=int, default=200,
+                   help="optimiser steps (default: %(default)s)")
+    f.add_argument("--lr", type=float, default=3e-4,
+                   help="peak AdamW learning rate, cosine decay to 0 (default: %(default)s)")
+    f.add_argument("--warmup", type=float, metavar="FRAC", default=0.005,
+                   help="warm-up fraction of the steps (default: %(default)s)")
+    f.add_argument("--batch", type=int, metavar="N", default=16,
+                   help="sequences per step (default: %(default)s)")
+    f.add_argument("--anchors", type=int, metavar="N", default=8,
+                   help="anchors per sequence per step (default: %(default)s)")
+    f.add_argument("--seed", type=int, default=0,
+                   help="seed of the batch and anchor draws (default: %(default)s)")
+    s_ = sub.add_parser("summarize", help="the ablation table from 'evaluate' files of "
+                        "ARM@SEED drafters",
+                        description="Merge 'evaluate --out' files whose drafter labels are "
+                                    "ARM@SEED (or 'base'): τ per arm, and paired differences "
+                                    "to the reference arm over prompts and over seeds.")
+    s_.add_argument("--evals", type=Path, nargs="+", metavar="FILE.json", required=True,
+                    help="files written by 'evaluate --out' (required)")
+    s_.add_argument("--reference", default="plain",
+                    help="the arm to difference against (default: %(default)s)")
+    s_.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                    help="write the summary and the table as JSON here (default: print only)")
+    v = sub.add_parser("tev-cost", help="TEV's verifier decision + commit against follow's, "
+                       "on the same trees",
+                       description="Decode held-out prompts with DDTree + follow and verify "
+                                   "every round again with follow and with TEV on the same "
+                                   "tree and logits; time each rule's decision (rows + "
+                                   "verifier) and KV-cache commit; print the TEV / follow "
+                                   "ratio with a 95%% paired bootstrap interval over prompts.")
+    v.add_argument("--budget", type=int, metavar="B", default=64,
+                   help="DDTree budget (default: %(default)s)")
+    v.add_argument("--temperature", type=float, metavar="T", default=1.0,
+                   help="temperature, > 0 (default: %(default)s)")
+    v.add_argument("--prompts", type=int, metavar="N", default=16,
+                   help="held-out prompts (default: %(default)s)")
+    v.add_argument("--new-tokens", type=int, metavar="N", default=48,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    v.add_argument("--repeats", type=int, metavar="N", default=5,
+                   help="timed verifications per rule and round (median) (default: "
+                        "%(default)s)")
+    v.add_argument("--seed", type=int, default=0,
+                   help="seed of the draws and the bootstrap (default: %(default)s)")
+    v.add_argument("--out", type=Path, metavar="FILE.json", default=None,
+                   help="write the numbers as JSON here (default: print only)")
+    for p in (c, t, e, m, r, f, s_, v):
         p.add_argument("--threads", type=int, default=1,
                        help="torch threads (default: %(default)s)")
         add_debug(p)
@@ -571,6 +941,42 @@ def _read_rounds(path: Path, batch: int) -> dict:
     return data
 
 
+def _read_regen(path: Path, batch: int) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {path} does not exist (write it with 'regen')")
+    try:
+        with np.load(path) as z:
+            data = {k: z[k] for k in z.files}
+    except (ValueError, OSError, TypeError) as exc:
+        raise ValueError(f"--data {path}: not an .npz written by 'regen' ({exc})") from None
+    missing = [k for k in ("seqs", "prompt_len", "meta") if k not in data]
+    if missing:
+        raise ValueError(f"--data {path}: not written by 'regen' (missing {', '.join(missing)})")
+    if batch > len(data["seqs"]):
+        raise ValueError(f"--batch {batch} is more than the {len(data['seqs'])} sequences in "
+                         f"{path}")
+    return data
+
+
+def _read_evals(paths) -> dict:
+    """``{T: {B: {arm: {seed: taus}}}}`` from 'evaluate' files with ARM@SEED labels."""
+    out: dict = {}
+    for path in paths:
+        try:
+            rec = json.loads(Path(path).read_text())
+            T, tau = float(rec["temperature"]), rec["tau"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--evals {path}: not a file of 'evaluate --out' ({exc})") from None
+        for label, per_b in tau.items():
+            arm, _, seed = label.partition("@")
+            for B, taus in per_b.items():
+                slot = out.setdefault(f"{T:g}", {}).setdefault(str(B), {}).setdefault(arm, {})
+                if (seed or "-") in slot:
+                    raise ValueError(f"--evals: {label} at T = {T:g}, B = {B} given twice")
+                slot[seed or "-"] = taus
+    return out
+
+
 def _main(args: argparse.Namespace, argv) -> int:
     _at_least(args, threads=1)
     if args.cmd == "collect":
@@ -602,6 +1008,80 @@ def _main(args: argparse.Namespace, argv) -> int:
                     base_drafter=str(TINY_DRAFTER.name), torch=torch.__version__)
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
+    elif args.cmd == "regen":
+        _at_least(args, seqs=1, prompt_len=2, gen_len=1)
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        t0 = time.perf_counter()
+        prompts = training_prompts(bundle, args.seqs, args.prompt_len, args.seed)
+        seqs = regenerate(bundle, prompts, args.gen_len)
+        meta = {"what": "greedy (T = 0) continuations by the tiny target of training-split "
+                        "windows (real_models.exittrain.training_prompts)",
+                "seqs": len(prompts), "prompt_len": args.prompt_len, "gen_len": args.gen_len,
+                "seed": args.seed, "seconds": time.perf_counter() - t0,
+                "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:])}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(args.out, seqs=seqs, prompt_len=np.int64(args.prompt_len),
+                            meta=json.dumps(meta))
+        _log(f"wrote {args.out}: {seqs.shape} tokens")
+    elif args.cmd == "finetune":
+        _at_least(args, steps=1, batch=1, anchors=1, tree_weight=0.0, tree_budget=1, window=1,
+                  warmup=0.0, tree_every=1)
+        if not args.lr > 0:
+            raise ValueError(f"--lr must be > 0; got {args.lr}")
+        data = _read_regen(args.data, args.batch)
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        model, info = finetune(bundle, data, tree_weight=args.tree_weight,
+                               weighting=args.weighting, steps=args.steps, lr=args.lr,
+                               batch=args.batch, anchors_per_seq=args.anchors, seed=args.seed,
+                               budget=args.tree_budget, window=args.window,
+                               warmup_frac=args.warmup, tree_every=args.tree_every)
+        cfg = json.loads((TINY_DRAFTER / "config.json").read_text())
+        model.save_pretrained(args.out_dir, cfg)
+        info.update(data=json.loads(str(data["meta"])), data_file=str(args.data),
+                    command="python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+                    base_drafter=str(TINY_DRAFTER.name), torch=torch.__version__, threads=1)
+        atomic_write_text(args.out_dir / "training.json", json.dumps(info, indent=1) + "\n")
+        _log(f"wrote {args.out_dir}")
+    elif args.cmd == "summarize":
+        evals = _read_evals(args.evals)
+        summary = summarize(evals, reference=args.reference)
+        table = summary_table(summary, reference=args.reference)
+        print(table)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out, json.dumps({
+                "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+                "evals": [str(p) for p in args.evals], "summary": summary, "table": table,
+                "tau": evals}, indent=1) + "\n")
+    elif args.cmd == "tev-cost":
+        _at_least(args, budget=1, prompts=1, new_tokens=1, repeats=1)
+        if not args.temperature > 0:
+            raise ValueError(f"--temperature must be > 0; got {args.temperature}")
+        torch.set_num_threads(args.threads)
+        bundle = load(TINY_TARGET, TINY_DRAFTER)
+        res = tev_cost(bundle, load_prompts(bundle, args.prompts, 64), budget=args.budget,
+                       temperature=args.temperature, new_tokens=args.new_tokens,
+                       repeats=args.repeats, rng=np.random.default_rng(args.seed))
+        rec = {"command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
+               "budget": args.budget, "temperature": args.temperature,
+               "prompts": args.prompts, "new_tokens": args.new_tokens,
+               "repeats": args.repeats, "rounds": len(res["prompt"]),
+               "mean_tree_size": float(res["tree_size"].mean()), "rules": res["rules"],
+               "mean_us": {k: (res[k].mean(axis=0) * 1e6).round(2).tolist()
+                           for k in ("decide", "commit")},
+               "ratio_tev_over_follow": list(res["ratio"]),
+               "ratio_decide": list(res["ratio_parts"]["decide"]),
+               "ratio_commit": list(res["ratio_parts"]["commit"]),
+               "expected_tau": res["expected_tau"].mean(axis=0).tolist(),
+               "expected_tau_max_abs_diff": float(np.abs(np.diff(res["expected_tau"],
+                                                                 axis=1)).max()),
+               "torch_threads": args.threads}
+        print(json.dumps(rec, indent=1))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out, json.dumps(rec, indent=1) + "\n")
     elif args.cmd == "marginals":
         data = _read_rounds(args.data, 1)
         drafters = _parse_drafters(args.drafters)
