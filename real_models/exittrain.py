@@ -56,7 +56,23 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim.cli import OneLineParser, add_debug, run_subcommand
+from treespec_sim.cli import (
+    OneLineParser,
+    add_budgets,
+    add_debug,
+    add_new_tokens,
+    add_out,
+    add_prompts,
+    add_repeats,
+    add_seed,
+    add_temperature,
+    add_threads,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    run_subcommand,
+    temperature,
+)
 from treespec_sim.engine import Round
 from treespec_sim.exits import edge_probabilities, reach_from_edges
 from treespec_sim.files import atomic_write_text
@@ -714,25 +730,23 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Decode training-split prompts with DDTree (the tiny models) "
                                    "and save per round the anchor position and the sparse "
                                    "exit-law weights W (an .npz for 'train').")
-    c.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
-                   help="where to write the collected rounds (required)")
-    c.add_argument("--seqs", type=int, metavar="N", default=320,
+    add_out(c, "where to write the collected rounds (required)", metavar="FILE.npz",
+            required=True)
+    c.add_argument("--seqs", type=positive_int, metavar="N", default=320,
                    help="training prompts to decode (default: %(default)s)")
     c.add_argument("--prompt-len", type=int, metavar="N", default=64,
                    help="tokens per prompt (default: %(default)s)")
-    c.add_argument("--gen-len", type=int, metavar="N", default=128,
+    c.add_argument("--gen-len", type=positive_int, metavar="N", default=128,
                    help="tokens to generate per prompt (default: %(default)s)")
-    c.add_argument("--budget", type=int, nargs="+", metavar="B", default=[64],
+    c.add_argument("--budget", type=positive_int, nargs="+", metavar="B", default=[64],
                    help="DDTree node budget(s) while decoding; several: prompt i uses the "
                         "(i mod n)-th (default: %(default)s)")
-    c.add_argument("--temperature", type=float, metavar="T", default=0.0,
-                   help="decoding temperature (default: %(default)s)")
-    c.add_argument("--weight-temperature", type=float, metavar="T", default=None,
+    add_temperature(c, default=0.0, help="decoding temperature (default: %(default)s)")
+    c.add_argument("--weight-temperature", type=temperature, metavar="T", default=None,
                    help="temperature of the target rows in the exit law (default: "
                         "--temperature)")
-    c.add_argument("--seed", type=int, default=0,
-                   help="seed of the prompt choice and the sampling (default: %(default)s)")
-    c.add_argument("--val-skip", type=int, metavar="N", default=None,
+    add_seed(c, "seed of the prompt choice and the sampling (default: %(default)s)")
+    c.add_argument("--val-skip", type=nonnegative_int, metavar="N", default=None,
                    help="decode validation windows instead (those after the first N of "
                         "'collect --seqs N'), for 'marginals' (default: training windows)")
     t = sub.add_parser("train", help="fine-tune a copy of the tiny drafter on collected rounds",
@@ -749,16 +763,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weight of the exit term in --loss combined (default: %(default)s)")
     t.add_argument("--out-dir", type=Path, metavar="DIR", required=True,
                    help="where to write the fine-tuned drafter (required)")
-    t.add_argument("--steps", type=int, default=600,
+    t.add_argument("--steps", type=positive_int, default=600,
                    help="optimiser steps (default: %(default)s)")
-    t.add_argument("--lr", type=float, default=3e-4,
+    t.add_argument("--lr", type=positive_float, default=3e-4,
                    help="AdamW learning rate, 20-step warm-up (default: %(default)s)")
-    t.add_argument("--batch", type=int, metavar="N", default=16,
+    t.add_argument("--batch", type=positive_int, metavar="N", default=16,
                    help="sequences per step (default: %(default)s)")
-    t.add_argument("--anchors", type=int, metavar="N", default=8,
+    t.add_argument("--anchors", type=positive_int, metavar="N", default=8,
                    help="rounds (anchors) per sequence per step (default: %(default)s)")
-    t.add_argument("--seed", type=int, default=0,
-                   help="seed of the batch sampling (default: %(default)s)")
+    add_seed(t, "seed of the batch sampling (default: %(default)s)")
     e = sub.add_parser("evaluate", help="tau of several drafters on the held-out prompts, with "
                        "paired bootstrap CIs against the first",
                        description="Decode the held-out prompts with DDTree and each drafter; "
@@ -767,32 +780,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--drafters", nargs="+", metavar="LABEL=DIR", required=True,
                    help="drafters to compare, the first is the baseline ('before'); an empty "
                         "DIR is the shipped tiny drafter, e.g. 'before=' (required)")
-    e.add_argument("--budgets", type=int, nargs="+", metavar="B", default=[16, 64],
-                   help="DDTree budgets (default: %(default)s)")
-    e.add_argument("--prompts", type=int, metavar="N", default=32,
-                   help="prompts (default: %(default)s)")
+    add_budgets(e, default=[16, 64], help="DDTree budgets (default: %(default)s)")
+    add_prompts(e, default=32, help="prompts (default: %(default)s)")
     e.add_argument("--prompt-set", choices=("heldout", "validation"), default="heldout",
                    help="'heldout': real_models/checkpoints/heldout_prompts.json (held-out "
                         "files); 'validation': training-split windows that 'collect --seqs "
                         "VAL_SKIP' did not decode, for choosing the exit weight "
                         "(default: %(default)s)")
-    e.add_argument("--val-skip", type=int, metavar="N", default=400,
+    e.add_argument("--val-skip", type=nonnegative_int, metavar="N", default=400,
                    help="--prompt-set validation: skip the first N training windows, those of "
                         "'collect --seqs N' with the same --seed (default: %(default)s)")
-    e.add_argument("--seed", type=int, default=0,
-                   help="seed of the validation windows and of the decoding draws "
-                        "(default: %(default)s)")
-    e.add_argument("--samples", type=int, metavar="N", default=1,
+    add_seed(e, "seed of the validation windows and of the decoding draws "
+                "(default: %(default)s)")
+    e.add_argument("--samples", type=positive_int, metavar="N", default=1,
                    help="decodes per prompt (T > 0: τ is averaged over them; each round "
                         "counts its exact expected τ given its tree) (default: %(default)s)")
     e.add_argument("--reference", metavar="LABEL", default=None,
                    help="also tabulate paired differences to this drafter (default: none)")
-    e.add_argument("--new-tokens", type=int, metavar="N", default=96,
-                   help="tokens to generate per prompt (default: %(default)s)")
-    e.add_argument("--temperature", type=float, metavar="T", default=0.0,
-                   help="decoding temperature (default: %(default)s)")
-    e.add_argument("--out", type=Path, metavar="FILE.json", default=None,
-                   help="write tau and the table as JSON here (default: print only)")
+    add_new_tokens(e, default=96)
+    add_temperature(e, default=0.0, help="decoding temperature (default: %(default)s)")
+    add_out(e, "write tau and the table as JSON here (default: print only)",
+            metavar="FILE.json")
     m = sub.add_parser("marginals", help="what fine-tuning did to the drafters' marginals on "
                        "collected rounds",
                        description="Teacher-forced on the rounds of 'collect' (T = 0): mean log q "
@@ -802,23 +810,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rounds written by 'collect' (required)")
     m.add_argument("--drafters", nargs="+", metavar="LABEL=DIR", required=True,
                    help="drafters, as in 'evaluate' (required)")
-    m.add_argument("--out", type=Path, metavar="FILE.json", default=None,
-                   help="write the numbers as JSON here (default: print only)")
+    add_out(m, "write the numbers as JSON here (default: print only)", metavar="FILE.json")
     r = sub.add_parser("regen", help="the public recipe's data: the target's greedy "
                        "continuations of training prompts",
                        description="Continue training-split windows greedily with the tiny "
                                    "target (the public recipe's regenerated training data; an "
                                    ".npz for 'finetune').")
-    r.add_argument("--out", type=Path, metavar="FILE.npz", required=True,
-                   help="where to write the sequences (required)")
-    r.add_argument("--seqs", type=int, metavar="N", default=400,
+    add_out(r, "where to write the sequences (required)", metavar="FILE.npz", required=True)
+    r.add_argument("--seqs", type=positive_int, metavar="N", default=400,
                    help="training prompts (default: %(default)s)")
     r.add_argument("--prompt-len", type=int, metavar="N", default=64,
                    help="tokens per prompt (default: %(default)s)")
-    r.add_argument("--gen-len", type=int, metavar="N", default=128,
+    r.add_argument("--gen-len", type=positive_int, metavar="N", default=128,
                    help="tokens to generate per prompt (default: %(default)s)")
-    r.add_argument("--seed", type=int, default=0,
-                   help="seed of the prompt choice (default: %(default)s)")
+    add_seed(r, "seed of the prompt choice (default: %(default)s)")
     f = sub.add_parser("finetune", help="the public recipe: cross-entropy on regenerated data + "
                        "C x the tree term (C = 0: the plain fine-tune)",
                        description="Fine-tune a copy of the tiny drafter on 'regen' sequences "
@@ -836,26 +841,25 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--weighting", choices=WEIGHTINGS, default="P",
                    help="node weight: P (reach, floored at 1e-4; released), P-rho (exit mass), "
                         "P-rho-depth (default: %(default)s)")
-    f.add_argument("--tree-budget", type=int, metavar="B", default=PUBLIC_BUDGET,
+    f.add_argument("--tree-budget", type=positive_int, metavar="B", default=PUBLIC_BUDGET,
                    help="DDTree nodes per anchor (default: %(default)s)")
-    f.add_argument("--window", type=int, metavar="W", default=PUBLIC_WINDOW,
+    f.add_argument("--window", type=positive_int, metavar="W", default=PUBLIC_WINDOW,
                    help="context tokens before the anchor in the target's scoring pass "
                         "(default: %(default)s)")
-    f.add_argument("--tree-every", type=int, metavar="K", default=1,
+    f.add_argument("--tree-every", type=positive_int, metavar="K", default=1,
                    help="take the tree term at every K-th anchor of a sequence only (CPU time; "
                         "1 = every anchor, as released) (default: %(default)s)")
-    f.add_argument("--steps", type=int, default=200,
+    f.add_argument("--steps", type=positive_int, default=200,
                    help="optimiser steps (default: %(default)s)")
-    f.add_argument("--lr", type=float, default=3e-4,
+    f.add_argument("--lr", type=positive_float, default=3e-4,
                    help="peak AdamW learning rate, cosine decay to 0 (default: %(default)s)")
     f.add_argument("--warmup", type=float, metavar="FRAC", default=0.005,
                    help="warm-up fraction of the steps (default: %(default)s)")
-    f.add_argument("--batch", type=int, metavar="N", default=16,
+    f.add_argument("--batch", type=positive_int, metavar="N", default=16,
                    help="sequences per step (default: %(default)s)")
-    f.add_argument("--anchors", type=int, metavar="N", default=8,
+    f.add_argument("--anchors", type=positive_int, metavar="N", default=8,
                    help="anchors per sequence per step (default: %(default)s)")
-    f.add_argument("--seed", type=int, default=0,
-                   help="seed of the batch and anchor draws (default: %(default)s)")
+    add_seed(f, "seed of the batch and anchor draws (default: %(default)s)")
     s_ = sub.add_parser("summarize", help="the ablation table from 'evaluate' files of "
                         "ARM@SEED drafters",
                         description="Merge 'evaluate --out' files whose drafter labels are "
@@ -865,8 +869,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="files written by 'evaluate --out' (required)")
     s_.add_argument("--reference", default="plain",
                     help="the arm to difference against (default: %(default)s)")
-    s_.add_argument("--out", type=Path, metavar="FILE.json", default=None,
-                    help="write the summary and the table as JSON here (default: print only)")
+    add_out(s_, "write the summary and the table as JSON here (default: print only)",
+            metavar="FILE.json")
     v = sub.add_parser("tev-cost", help="TEV's verifier decision + commit against follow's, "
                        "on the same trees",
                        description="Decode held-out prompts with DDTree + follow and verify "
@@ -874,24 +878,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "tree and logits; time each rule's decision (rows + "
                                    "verifier) and KV-cache commit; print the TEV / follow "
                                    "ratio with a 95%% paired bootstrap interval over prompts.")
-    v.add_argument("--budget", type=int, metavar="B", default=64,
+    v.add_argument("--budget", type=positive_int, metavar="B", default=64,
                    help="DDTree budget (default: %(default)s)")
-    v.add_argument("--temperature", type=float, metavar="T", default=1.0,
-                   help="temperature, > 0 (default: %(default)s)")
-    v.add_argument("--prompts", type=int, metavar="N", default=16,
-                   help="held-out prompts (default: %(default)s)")
-    v.add_argument("--new-tokens", type=int, metavar="N", default=48,
-                   help="tokens to generate per prompt (default: %(default)s)")
-    v.add_argument("--repeats", type=int, metavar="N", default=5,
-                   help="timed verifications per rule and round (median) (default: "
-                        "%(default)s)")
-    v.add_argument("--seed", type=int, default=0,
-                   help="seed of the draws and the bootstrap (default: %(default)s)")
-    v.add_argument("--out", type=Path, metavar="FILE.json", default=None,
-                   help="write the numbers as JSON here (default: print only)")
+    add_temperature(v, default=1.0, help="temperature, > 0 (default: %(default)s)",
+                    positive=True)
+    add_prompts(v, default=16)
+    add_new_tokens(v, default=48)
+    add_repeats(v, default=5, help="timed verifications per rule and round (median) (default: "
+                                   "%(default)s)")
+    add_seed(v, "seed of the draws and the bootstrap (default: %(default)s)")
+    add_out(v, "write the numbers as JSON here (default: print only)", metavar="FILE.json")
     for p in (c, t, e, m, r, f, s_, v):
-        p.add_argument("--threads", type=int, default=1,
-                       help="torch threads (default: %(default)s)")
+        add_threads(p)
         add_debug(p)
     return ap
 
@@ -901,11 +899,11 @@ def main(argv=None) -> int:
 
 
 def _at_least(args: argparse.Namespace, **lows) -> None:
+    """The lower bounds of the options no type of ``treespec_sim.cli`` checks."""
     for opt, low in lows.items():
-        values = getattr(args, opt)
-        for v in values if isinstance(values, list) else [values]:
-            if v is not None and not v >= low:
-                raise ValueError(f"--{opt.replace('_', '-')} must be >= {low}; got {v}")
+        v = getattr(args, opt)
+        if not v >= low:
+            raise ValueError(f"--{opt.replace('_', '-')} must be >= {low}; got {v}")
 
 
 def _parse_drafters(items) -> dict[str, Path]:
@@ -978,10 +976,9 @@ def _read_evals(paths) -> dict:
 
 
 def _main(args: argparse.Namespace, argv) -> int:
-    _at_least(args, threads=1)
+    # the parser checks every count, seed, temperature and --lr (treespec_sim.cli)
     if args.cmd == "collect":
-        _at_least(args, seqs=1, prompt_len=2, gen_len=1, budget=1, temperature=0.0,
-                  weight_temperature=0.0, val_skip=0)
+        _at_least(args, prompt_len=2)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         data = collect(bundle, n_seqs=args.seqs, prompt_len=args.prompt_len,
@@ -992,9 +989,7 @@ def _main(args: argparse.Namespace, argv) -> int:
         np.savez_compressed(args.out, **data)
         _log(f"wrote {args.out}: {len(data['anchors'])} rounds, {data['seqs'].shape} tokens")
     elif args.cmd == "train":
-        _at_least(args, steps=1, batch=1, anchors=1, exit_weight=0.0)
-        if not args.lr > 0:
-            raise ValueError(f"--lr must be > 0; got {args.lr}")
+        _at_least(args, exit_weight=0.0)
         data = _read_rounds(args.data, args.batch)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
@@ -1009,7 +1004,7 @@ def _main(args: argparse.Namespace, argv) -> int:
         (args.out_dir / "training.json").write_text(json.dumps(info, indent=1) + "\n")
         _log(f"wrote {args.out_dir}")
     elif args.cmd == "regen":
-        _at_least(args, seqs=1, prompt_len=2, gen_len=1)
+        _at_least(args, prompt_len=2)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         t0 = time.perf_counter()
@@ -1025,10 +1020,7 @@ def _main(args: argparse.Namespace, argv) -> int:
                             meta=json.dumps(meta))
         _log(f"wrote {args.out}: {seqs.shape} tokens")
     elif args.cmd == "finetune":
-        _at_least(args, steps=1, batch=1, anchors=1, tree_weight=0.0, tree_budget=1, window=1,
-                  warmup=0.0, tree_every=1)
-        if not args.lr > 0:
-            raise ValueError(f"--lr must be > 0; got {args.lr}")
+        _at_least(args, tree_weight=0.0, warmup=0.0)
         data = _read_regen(args.data, args.batch)
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
@@ -1056,9 +1048,6 @@ def _main(args: argparse.Namespace, argv) -> int:
                 "evals": [str(p) for p in args.evals], "summary": summary, "table": table,
                 "tau": evals}, indent=1) + "\n")
     elif args.cmd == "tev-cost":
-        _at_least(args, budget=1, prompts=1, new_tokens=1, repeats=1)
-        if not args.temperature > 0:
-            raise ValueError(f"--temperature must be > 0; got {args.temperature}")
         torch.set_num_threads(args.threads)
         bundle = load(TINY_TARGET, TINY_DRAFTER)
         res = tev_cost(bundle, load_prompts(bundle, args.prompts, 64), budget=args.budget,
@@ -1095,8 +1084,6 @@ def _main(args: argparse.Namespace, argv) -> int:
                 "command": "python -m real_models.exittrain " + " ".join(argv or sys.argv[1:]),
                 "drafters": res}, indent=1) + "\n")
     else:
-        _at_least(args, budgets=1, prompts=1, new_tokens=1, temperature=0.0, samples=1,
-                  val_skip=0)
         drafters = _parse_drafters(args.drafters)
         if args.reference is not None and args.reference not in drafters:
             raise ValueError(f"--reference {args.reference!r} is not a --drafters label")

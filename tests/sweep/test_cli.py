@@ -40,7 +40,7 @@ ENTRY_POINTS = {
                  "verifiers")},
 }
 #: The entry points whose parsers take their shared options from ``treespec_sim.cli``.
-CONVERTED = [m for m in ENTRY_POINTS if m != "real_models.exittrain"]
+CONVERTED = list(ENTRY_POINTS)
 
 
 def _module(name: str, monkeypatch):
@@ -301,4 +301,5 @@ INT_ON_PURPOSE = {
     "treespec_sim.calibrate": ("--contexts",),   # tests/test_calibrate.py
     "proofs_check.__main__": ("--size",),        # tests/test_proofs_check_cli.py
     "real_models.profile": ("--contexts",),      # increasing integers >= 2, checked together
+    "real_models.exittrain": ("--prompt-len",),  # >= 2: tests/sweep/test_cli_errors.py
 }
