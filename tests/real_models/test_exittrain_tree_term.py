@@ -239,9 +239,10 @@ def test_tev_cost_times_both_rules_on_the_same_trees(bundle):
      "argument --weighting: invalid choice"),
     (["finetune", "--data", "x.npz", "--out-dir", "d", "--tree-weight", "-1"],
      "--tree-weight must be >= 0.0"),
-    (["regen", "--out", "x.npz", "--seqs", "0"], "--seqs must be >= 1; got 0"),
+    (["regen", "--out", "x.npz", "--seqs", "0"],
+     "argument --seqs: must be a positive integer; got 0"),
     (["summarize", "--evals", "/no/such.json"], "--evals /no/such.json: not a file"),
-    (["tev-cost", "--temperature", "0"], "--temperature must be > 0"),
+    (["tev-cost", "--temperature", "0"], "argument --temperature: must be finite and > 0"),
 ])
 def test_bad_input_of_the_new_commands(argv, expected, capsys, monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
