@@ -32,7 +32,6 @@ from treespec_sim.calibrate import (
     TABLE1,
     TOLERANCE,
     CellEvaluation,
-    _solve_monotone,
     base_spec,
     cell_values,
     check,
@@ -253,22 +252,6 @@ def test_fixed_seed_check_reproduces_the_three_targets(name):
         assert len(ev.per_world[q]) == 3
 
 
-def test_solver_finds_roots_of_monotone_functions():
-    x, y, n = _solve_monotone(lambda v: 10 - 3 * v, 7.79, 0.3, (0.0, 3.0), increasing=False,
-                              step=0.1)
-    assert abs(y - 7.79) <= 0.003 * 7.79 and n <= 5
-    x, y, _ = _solve_monotone(lambda v: 8 + math.tanh(v), 8.5, 2.0, (-0.95, 3.0),
-                              increasing=True, step=0.5)
-    assert x == pytest.approx(math.atanh(0.5), abs=0.05)
-    # step function (a mean over finitely many contexts): lands next to the jump
-    x, y, _ = _solve_monotone(lambda v: math.floor(100 * (8 + math.tanh(v))) / 100, 8.5, -0.9,
-                              (-0.95, 3.0), increasing=True, step=0.5)
-    assert abs(y - 8.5) <= 0.03
-    # unreachable target: the closest bound
-    x, y, _ = _solve_monotone(lambda v: 5 + v, 100, 0.0, (0.0, 3.0), increasing=True, step=1)
-    assert (x, y) == (3.0, 8.0)
-
-
 # ---------------------------------------------------------------------- the added knob
 def _sharp_world(depth_sharpening: float, **kw):
     spec = dataclasses.replace(get_regime("small"), name="sharp", depth_sharpening=depth_sharpening,
@@ -461,3 +444,19 @@ def test_table1_fit_keeps_its_best_point(monkeypatch):
     first = fit["history"][0]
     for h in fit["history"][1:5]:
         assert sum(h[k] != first[k] for k in out["fitted"]) == 1
+
+
+def test_cell_values_are_six_separate_run_rounds():
+    """The fit's six cells (nested DDTree read at B = 64 and 512) equal separate exact rounds
+    built at each budget, in :data:`CELLS` order."""
+    from treespec_sim.calibrate import BEST_BUDGET, BUDGET, CELL_SPECS, CELLS, cell_values
+    from treespec_sim.engine import run_round
+
+    world = make_world(get_regime("small"), seed=4)
+    ctx = world.sample_context(np.random.default_rng(2))
+    got = cell_values(world, ctx)
+    want = [run_round(world, ctx, method=m, budget=b, rule="follow", temperature=t,
+                      rng=np.random.default_rng(0), sample=False).expected_tau
+            for m, b, t in (CELL_SPECS[q] for q in CELLS)]
+    assert got == pytest.approx(want, rel=1e-12)
+    assert {CELL_SPECS[q][1] for q in CELLS} == {None, BUDGET, BEST_BUDGET}

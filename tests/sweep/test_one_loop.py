@@ -12,7 +12,6 @@ import zlib
 import numpy as np
 import pytest
 
-from treespec_sim import calibrate
 from treespec_sim.cost import get_cost_model
 from treespec_sim.engine import commit, run_round
 from treespec_sim.families import (
@@ -160,19 +159,6 @@ def test_verifier_family_on_tsubame_trees_equals_run_round():
                 <= row["rel_traversal_ci_high"]
     with pytest.raises(ValueError, match=r"verifiers\.shapes.*tsubameB"):
         VerifierGrid(("small",), shapes=("tsubame",))
-
-
-def test_calibration_chain_objective_equals_run_round():
-    """The fit's closed-form chain objective is the chain's exact E[tau] from run_round."""
-    spec = calibrate.base_spec("gsm8k")
-    fit = calibrate._FitSet(spec, contexts=6, world_seeds=(0, 1), context_seed=5)
-    knobs = {"variant_noise": spec.variant_noise}
-    closed = fit.chain_tau(spec.variant_noise, {})
-    worlds = fit._worlds(knobs)
-    taus = [run_round(w, c, method="chain", temperature=0.0, rng=np.random.default_rng(0),
-                      sample=False).expected_tau
-            for w, cs in zip(worlds, fit.contexts, strict=True) for c in cs]
-    assert closed == pytest.approx(np.mean(taus), abs=EXACT)
 
 
 def test_throughput_uses_the_rounds_cost():
