@@ -847,10 +847,19 @@ def print_table(rows: Sequence[dict]) -> None:
             ci = (f"[{r['tau_ci_low']:.2f}, {r['tau_ci_high']:.2f}]"
                   if not missing(r.get("tau_ci_low")) else "")
             table.add_row(family.name, r["regime"], r["method"], str(r.get("verifier", "")),
-                          f"{r['temperature']:g}", str(r.get("budget", "")),
+                          f"{r['temperature']:g}", _budget_text(r),
                           f"{r['tau_mean']:.3f}", ci, f"{thr:.0f}" if thr else "",
                           cost_label(str(r["cost_model"])) if thr else "")
-    Console(width=150).print(table)
+    Console(width=175).print(table)
+
+
+def _budget_text(r: dict) -> str:
+    """The row's budget, with its mean tree size where they differ (an adaptive rule's budget
+    is its cap: ``"512 (mean 61)"``)."""
+    b, size = r.get("budget", ""), r.get("tree_size_mean")
+    if missing(size) or missing(b) or abs(float(size) - float(b)) < 0.5:
+        return str(b)
+    return f"{b} (mean {float(size):.0f})"
 
 
 # ----------------------------------------------------------------------------------- CLI
