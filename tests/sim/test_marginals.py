@@ -5,6 +5,7 @@ References: ``ddtree_heap_reference`` (the reference's heap, independent of both
 """
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -204,7 +205,7 @@ def _tied_log_q(rng: np.random.Generator, depth: int, vocab: int) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_ranked_ddtree_reranks_full_lists_exactly(ranked_always, seed):
-    # B > 64 makes the ranked builder take short lists first and re-rank rows to K = B
+    # B > 16 makes the ranked builder take short lists first and read rows further (up to K = B)
     rng = np.random.default_rng(seed)
     lp = _tied_log_q(rng, int(rng.integers(3, 7)), int(rng.integers(70, 200)))
     for budget in (65, 130, 300):
@@ -229,3 +230,35 @@ def test_class_sharpening_equals_the_token_level_formula(regime, knobs):
         ref = ref * (1.0 - drafter.junk)[:, None] + (drafter.junk / world.vocab_size)[:, None]
         assert np.isfinite(q).all()
         np.testing.assert_allclose(q, ref, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("regime", ["math500", "aime25", "mt-bench", "alpaca"])
+def test_ranked_ddtree_equals_the_dense_build_on_calibrated_worlds(regime):
+    # Short first lists (_FIRST_LIST per depth), read further only where the tree's last
+    # pop does not rule a row's next token out: the tree must be the dense builder's at every
+    # budget, on the worlds the sweep runs (V = 32768), including B = 1024.
+    world = make_world(regime, seed=1)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        ctx = world.sample_context(rng)
+        dense = world.draft(ctx)
+        for budget in (1, 17, 64, 512, 1024):
+            a = ddtree(dense, budget, root_token=ctx.last_token)
+            b = ddtree(world.draft_lazy(ctx), budget, root_token=ctx.last_token)
+            assert a.parent.tolist() == b.parent.tolist()
+            assert a.token.tolist() == b.token.tolist()
+
+
+def test_ranked_ddtree_reads_a_row_further_when_the_tree_needs_it(ranked_always):
+    # A flat first row: the 16 first entries cannot hold a 40-node tree's first level, so
+    # the builder must read that row further; a bug that kept the first lists would build
+    # a different tree (fewer depth-1 nodes).
+    V = 64
+    flat = np.full(V, -math.log(V))
+    sharp = np.log(np.r_[0.9, np.full(V - 1, 0.1 / (V - 1))])
+    lp = np.vstack([flat, sharp, sharp])
+    want = ddtree(lp, 40, root_token=0)
+    got = ddtree(DenseLogMarginals(lp), 40, root_token=0)
+    assert int((want.depth == 1).sum()) > ddtree_module._FIRST_LIST
+    assert got.parent.tolist() == want.parent.tolist()
+    assert got.token.tolist() == want.token.tolist()
