@@ -285,16 +285,16 @@ def _last_score(nodes: tuple[np.ndarray, np.ndarray, np.ndarray], toks: list[np.
                 vals: list[np.ndarray]) -> float:
     """The score of the last node (the lowest: pops come in non-increasing score order),
     summed root to leaf as the builders sum it."""
-    parent, token, depth = nodes
+    parent, token, depth = (a.tolist() for a in nodes)
     path = []
-    i = parent.size - 1
+    i = len(parent) - 1
     while i > 0:
         path.append(i)
-        i = int(parent[i])
+        i = parent[i]
     score = 0.0
-    for i in reversed(path):
-        d = int(depth[i]) - 1
-        score += float(vals[d][int(np.flatnonzero(toks[d] == token[i])[0])])
+    for i in reversed(path):  # a path's tokens are at distinct depths: one lookup per row
+        d = depth[i] - 1
+        score += float(vals[d][toks[d].tolist().index(token[i])])
     return score
 
 
