@@ -982,7 +982,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace", metavar="FILE",
                     help="run the families that run on traces (ddtree, caddtree, verifiers) on "
                          "a recorded trace's rounds (docs/traces.md); with --config, replaces "
-                         "its trace key")
+                         "its trace key (default: none)")
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
                     help="replace every family's regimes")
     ap.add_argument("--rounds", type=positive_int, help="replace every family's rounds per cell")
