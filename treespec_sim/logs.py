@@ -667,8 +667,10 @@ def compare_markdown(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot_comparison(c: Comparison, path: Path | str) -> None:
-    """Two panels: the histogram (log bars, model markers) and the two CDFs."""
+def plot_comparison(c: Comparison, path: Path | str, *,
+                    names: tuple[str, str] = ("log", "model")) -> None:
+    """Two panels: the histogram (``names[0]``'s bars, ``names[1]``'s markers) and the two
+    CDFs (``P(tau <= k)``, a step at each integer ``k``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -677,16 +679,20 @@ def plot_comparison(c: Comparison, path: Path | str) -> None:
     k = np.arange(1, c.log_probs.size + 1)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     a.bar(k, c.log_probs, width=0.8, color="tab:blue", alpha=0.7,
-          label=f"log: mean {c.log_mean.mean:.2f}")
+          label=f"{names[0]}: mean {c.log_mean.mean:.2f}")
     a.plot(k, c.model_probs, "o-", color="tab:red", ms=4,
-           label=f"model: mean {c.model_mean.mean:.2f}")
+           label=f"{names[1]}: mean {c.model_mean.mean:.2f}")
     a.set_xlabel("τ: tokens committed per round (bonus counted)")
     a.set_ylabel("share of rounds")
     a.set_title("acceptance-length histogram", fontsize=10)
     a.legend(fontsize=8)
     a.grid(alpha=0.3, axis="y")
-    b.step(k, np.cumsum(c.log_probs), where="mid", color="tab:blue", label="log")
-    b.step(k, np.cumsum(c.model_probs), where="mid", color="tab:red", label="model")
+    kk = np.append(k, k[-1] + 1)
+    b.step(kk, np.append(np.cumsum(c.log_probs), 1.0), where="post", color="tab:blue",
+           label=names[0])
+    b.step(kk, np.append(np.cumsum(c.model_probs), 1.0), where="post", color="tab:red",
+           label=names[1])
+    b.set_xlim(0.8, k[-1] + 0.5)
     b.set_xlabel("τ")
     b.set_ylabel("P(τ ≤ k)")
     b.set_ylim(0, 1.02)
