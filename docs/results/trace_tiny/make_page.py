@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +32,6 @@ import real_models
 from real_models.backend import ModelBackend
 from treespec_sim import engine, logs, trace
 from treespec_sim.stats import mean_ci
-from treespec_sim.sweep import run_plan, trace_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -165,7 +166,9 @@ def main() -> None:
     sweep_out = HERE / "sweep"
     if sweep_out.exists():
         shutil.rmtree(sweep_out)
-    run_plan(trace_plan(TRACE), sweep_out, progress=False, preset=f"trace-{Path(TRACE).stem}")
+    # the command itself, so that sweep/run.json records it
+    subprocess.run([sys.executable, "-m", "treespec_sim.sweep", "--trace", TRACE, "--out",
+                    str(sweep_out.relative_to(ROOT)), "--quiet"], cwd=ROOT, check=True)
     sweep_s = time.perf_counter() - t0
     shutil.rmtree(sweep_out / "cells")  # kept by a sweep for --resume; the page needs none
     tr_num = trace_numbers(tr)
