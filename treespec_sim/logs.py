@@ -472,7 +472,8 @@ class Distribution:
     probs : ndarray float64 (L+1,)
         ``probs[k - 1] = P(tau = k)``, the mean over contexts of the exact per-context law.
     taus : ndarray float64 (n,)
-        Each context's exact ``E[tau]``.
+        Each context's exact ``E[tau]`` under ``rule`` (under a rule other than ``follow`` the
+        histogram is of one sampled outcome per context, the means stay exact).
     units : ndarray int64 (n,)
         The unit of each context for intervals (its own index, or a trace's prompt).
     method, budget, temperature, rule
@@ -507,10 +508,8 @@ def _contexts_law(backend, contexts, *, method: str, budget: int | None, tempera
     for ctx in contexts:
         rnd = run_round(backend, ctx, method=method, budget=budget, rule=rule,
                         temperature=temperature, rng=rng, sample=rule != "follow", cost=cost)
-        p = _round_probs(rnd, depth, rule)
-        probs.append(p)
-        taus.append(float(np.dot(np.arange(1, depth + 2), p)) if rule != "follow"
-                    else float(rnd.expected_tau))
+        probs.append(_round_probs(rnd, depth, rule))
+        taus.append(float(rnd.expected_tau))  # exact under every rule
     return np.array(probs), np.array(taus)
 
 

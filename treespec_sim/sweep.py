@@ -16,7 +16,10 @@ Each regime runs on 3 synthetic worlds in every family.
 
 Other presets: ``quick`` (under a minute), and one per family (``ddtree``, ``caddtree``,
 ``stochastic``, ``verifiers``); ``--config FILE.toml`` for custom grids (validated before any
-work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
+work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs the families that run on
+traces on a recorded trace's rounds, the trace standing where a regime stands
+(``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in ``--out``
+(default ``runs/sweep-<preset>-<time>``):
 
 ``results.csv``
     the tidy table, one row per (cell, method, ...) and seed; columns :data:`COLUMNS`;
@@ -100,7 +103,7 @@ except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides 
     fcntl = None
 
 __all__ = ["COLUMNS", "LOCK_NAME", "PRESETS", "Plan", "check_out", "load_config", "main",
-           "out_lock", "plan_from_dict", "run_plan"]
+           "out_lock", "plan_from_dict", "run_plan", "trace_plan", "trace_record"]
 
 @dataclass(frozen=True)
 class Plan:

@@ -225,3 +225,28 @@ def test_every_option_of_the_logs_command_says_its_default():
             if action.nargs != 0:
                 rendered = action.help % {**vars(action), "prog": parser.prog}
                 assert "default" in rendered or "required" in rendered, action.option_strings
+
+
+def test_another_rule_keeps_exact_means_and_samples_the_histogram():
+    dist = logs.regime_distribution("small", method="ddtree", budget=6, temperature=1.0,
+                                    rule="tev", contexts=10, seed=2)
+    assert dist.probs.sum() == pytest.approx(1.0)
+    # one sampled outcome per context: every row of the law was one-hot, so 10 * probs counts
+    assert np.allclose(dist.probs * 10, np.round(dist.probs * 10))
+    w = synth.make_world("small", seed=2)
+    rng = np.random.default_rng([2, 17])
+    ctxs = [w.sample_context(rng) for _ in range(5)]
+    exact = [engine.run_round(w, c, method="ddtree", budget=6, rule="tev", temperature=1.0,
+                              rng=np.random.default_rng(0), sample=False).expected_tau
+             for c in ctxs]
+    assert dist.taus[:5] == pytest.approx(np.array(exact))
+
+
+def test_the_logs_fit_command_writes_the_fitted_regime(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    assert logs.main(["fit", str(FIX / "ddtree_benchmark.pt"), "--log-method", "dflash",
+                      "--base", "small", "--vocab", "8", "--contexts", "6", "--max-evals", "3",
+                      "--fit-knobs", "degradation", "--fit-out", str(out)]) == 0
+    spec = logs.resolve_regime(str(out))
+    assert spec.depth == 15 and spec.vocab_size == 8  # the log's block depth, the fit's V
+    assert "wrote" in capsys.readouterr().out
