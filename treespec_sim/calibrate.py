@@ -94,6 +94,7 @@ import numpy as np
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import run_round
 from .files import atomic_write_text
+from .logs import add_from_log_arguments, from_log_main
 from .stats import mean_ci, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
@@ -1225,6 +1226,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fit regimes in N processes (default: %(default)s)")
     ap.add_argument("--table", action="store_true",
                     help="print the stored fit as a Markdown table and exit")
+    add_from_log_arguments(ap)  # --from-log FILE: a regime fitted to a public log (logs.py)
     add_debug(ap)
     return ap
 
@@ -1236,6 +1238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.from_log is not None:
+        return from_log_main(args, contexts=args.contexts, seed=args.seed)
     for r in args.regimes:
         _check_regime_name(r)
     if args.contexts is not None and args.contexts < 1:

@@ -105,6 +105,10 @@ class Backend(Protocol):
         (a real model compacts its KV cache to the accepted path).
     context_length(ctx) -> int
         Where a latency model is read (default: the model's own default).
+    check_round(ctx, *, method, budget, temperature) -> None
+        Refuses (``ValueError``), before anything is built, a round the backend cannot serve
+        exactly (a trace: a temperature it did not record, a cost-aware budget above its
+        recorded drafter entries; ``docs/traces.md``).
     clock() -> float
         Seconds, synchronised with the device (default :func:`time.perf_counter`).
     """
@@ -481,6 +485,9 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
             raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
     elif rule is None:
         rule = "follow"
+    limits = getattr(backend, "check_round", None)  # a backend's own limits (a trace's data)
+    if limits is not None:
+        limits(ctx, method=name, budget=budget, temperature=t)
     clock = _clock_of(backend)
     timings: dict[str, float] = {}
     t0 = clock()

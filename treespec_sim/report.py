@@ -210,9 +210,52 @@ def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
             f"mean, at most {cap}; each row's `rounds` says how many)")
 
 
+def _trace_section(record: dict, rows: Sequence[dict]) -> list[str]:
+    """``## The trace``: what a ``trace:<name>`` regime's rows were replayed from (the models,
+    dtype and device of the recording, its settings), and what their intervals are over (empty
+    if the run has no trace; ``record["trace"]``, see :func:`treespec_sim.sweep.trace_record`).
+    """
+    tr = record.get("trace")
+    if not tr:
+        return []
+    regime = tr.get("regime", "trace")
+    if not any(r.get("regime") == regime for r in rows):
+        return []
+    st = tr.get("settings") or {}
+    models = tr.get("models") or {}
+    sampled = st.get("sampled")
+    samp = (f"{sampled['method']}:{sampled['budget']} at T = {float(sampled['temperature']):g}"
+            if sampled else "none")
+    drafter = f"top {st['top_k']} per depth" if st.get("top_k") else "dense"
+    target = (f"top {st['target_top_k']} per node, exact edges" if st.get("target_top_k")
+              else "full rows")
+    temps = ", ".join(f"{float(t):g}" for t in st.get("temperatures", []))
+    return ["## The trace", "",
+            f"Rows of regime `{regime}` replay the recorded rounds of a real decode "
+            "(`docs/traces.md`): every number on them is the exact analysis of the recorded "
+            "drafter marginals and target probabilities, as the live models would give it; "
+            "nothing is synthetic. Every cell runs on each recorded round once, in order, and "
+            f"its intervals are over the {tr.get('prompts', '?')} recorded prompts (the decoded "
+            "sequences: one unit each; the tables' \"contexts\" and \"worlds\" read so: one "
+            "world, the recording).", "",
+            "| regime | target | drafter | dtype, device | rounds | B_max | T recorded | "
+            "drafter storage | target storage | sampled tree | file (sha256) | recorded |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            f"| `{regime}` | `{models.get('target', '?')}` | `{models.get('drafter', '?')}` | "
+            f"{tr.get('dtype', '?')}, {tr.get('device', '?')} | {tr.get('rounds', '?')} "
+            f"({tr.get('prompts', '?')} prompts × {st.get('rounds', '?')}) | "
+            f"{st.get('b_max', '?')} | {temps} | {drafter} | {target} | {samp} | "
+            f"`{tr.get('path', '?')}` ({str(tr.get('sha256', '?'))[:12]}) | "
+            f"{tr.get('created', '?')} |", ""]
+
+
 def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[str]:
     """How much data stands behind every interval (rounds per cell, worlds per regime), and
     what the two kinds of interval mean."""
+    tr = record.get("trace") or {}
+    if tr and all(r.get("regime") == tr.get("regime") for r in rows):
+        return [f"Run size: every cell replays the trace's {tr.get('rounds', '?')} recorded "
+                f"rounds ({tr.get('label', '?')}); see *The trace* below.", ""]
     plan = record.get("plan") or {}
     fams = {f: plan[f] for f in FAMILIES if isinstance(plan.get(f), dict) and "rounds" in plan[f]}
     worlds = sorted({int(p.get("worlds", 1)) for p in fams.values()}
@@ -351,6 +394,7 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
     lines += findings_section(rows)
     calibration = _calibration_section(rows)
     lines += _run_size(record, rows, calibrated=bool(calibration))
+    lines += _trace_section(record, rows)
     lines += calibration
     lines += _extrapolation_section(record)
     for family in FAMILIES.values():

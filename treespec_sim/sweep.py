@@ -16,7 +16,10 @@ Each regime runs on 3 synthetic worlds in every family.
 
 Other presets: ``quick`` (under a minute), and one per family (``ddtree``, ``caddtree``,
 ``stochastic``, ``verifiers``); ``--config FILE.toml`` for custom grids (validated before any
-work starts). Outputs, in ``--out`` (default ``runs/sweep-<preset>-<time>``):
+work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs the families that run on
+traces on a recorded trace's rounds, the trace standing where a regime stands
+(``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in ``--out``
+(default ``runs/sweep-<preset>-<time>``):
 
 ``results.csv``
     the tidy table, one row per (cell, method, ...) and seed; columns :data:`COLUMNS`;
@@ -76,7 +79,20 @@ import numpy as np
 from . import __version__
 from .cli import OneLineParser, add_debug, add_seed, positive_int
 from .cost import get_cost_model, record_extrapolation
-from .families import COLUMNS, FAMILIES, Cell, Claim, RunSettings, all_claims, run_cell
+from .families import (
+    COLUMNS,
+    FAMILIES,
+    Cell,
+    Claim,
+    RunSettings,
+    all_claims,
+    check_trace_grid,
+    is_trace,
+    run_cell,
+    trace_grids,
+    trace_regime,
+)
+from .families.base import trace_for, trace_sha256
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode
 from .report import findings_lines, summary_markdown, write_figures
@@ -87,16 +103,22 @@ except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides 
     fcntl = None
 
 __all__ = ["COLUMNS", "LOCK_NAME", "PRESETS", "Plan", "check_out", "load_config", "main",
-           "out_lock", "plan_from_dict", "run_plan"]
+           "out_lock", "plan_from_dict", "run_plan", "trace_plan", "trace_record"]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a sweep runs: one grid per family, a seed, and the latency preset used for the
-    throughput columns of families that do not sweep cost models themselves."""
+    """What a sweep runs: one grid per family, a seed, the latency preset used for the
+    throughput columns of families that do not sweep cost models themselves, and optionally a
+    trace (``docs/traces.md``, "The sweep on a trace"): the file whose recorded rounds the
+    grids' ``"trace:<name>"`` regime stands for, checked against every grid before any work,
+    and its SHA-256 (computed from the file unless given: a run record's keeps the one its
+    cells were computed from)."""
 
     grids: tuple
     seed: int = 0
     cost_model: str = "h200-qwen3-8b"
+    trace: str | None = None
+    trace_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or self.seed < 0:
@@ -108,12 +130,45 @@ class Plan:
             raise ValueError(f"cost_model: {exc}") from None
         if not self.grids:
             raise ValueError("a plan needs at least one family grid")
+        self._check_trace()
+
+    def _check_trace(self) -> None:
+        """The trace loads, and every grid's trace regime is it and stays inside its data."""
+        uses = [(g, r) for g in self.grids for r in g.regimes if is_trace(r)]
+        if self.trace is None:
+            if uses:
+                g, r = uses[0]
+                raise ValueError(f"{g.family}.regimes: {r!r} names a trace, but the plan has "
+                                 "none (give --trace FILE or trace = \"FILE\")")
+            if self.trace_sha256 is not None:
+                raise ValueError("trace_sha256 is given without a trace")
+            return
+        if not isinstance(self.trace, str) or not self.trace:
+            raise ValueError(f"trace must be a file name (a string); got {self.trace!r}")
+        tr = trace_for(self.trace)
+        if self.trace_sha256 is None:
+            object.__setattr__(self, "trace_sha256", trace_sha256(self.trace))
+        mine = trace_regime(self.trace)
+        for g, r in uses:
+            if r != mine:
+                raise ValueError(f"{g.family}.regimes: {r!r} is not this plan's trace {mine!r} "
+                                 f"(trace = {self.trace!r})")
+        for g in dict.fromkeys(g for g, _ in uses):
+            check_trace_grid(g, tr, mine)
 
     def cells(self) -> list[Cell]:
         return [c for g in self.grids for c in g.cells()]
 
+    def settings(self) -> RunSettings:
+        """What every cell of the plan shares (:class:`~treespec_sim.families.RunSettings`)."""
+        return RunSettings(seed=self.seed, cost_model=self.cost_model, trace=self.trace or "",
+                           trace_sha256=self.trace_sha256 or "")
+
     def to_dict(self) -> dict:
         out = {"seed": self.seed, "cost_model": self.cost_model}
+        if self.trace is not None:
+            out["trace"] = self.trace
+            out["trace_sha256"] = self.trace_sha256
         for g in self.grids:
             out[g.family] = {k: list(v) if isinstance(v, tuple) else v
                              for k, v in dataclasses.asdict(g).items()}
@@ -129,6 +184,14 @@ def _all(which: str) -> Plan:
 def _one(family: str) -> Plan:
     """A family's own preset: its grid alone."""
     return Plan((FAMILIES[family].preset(family),))
+
+
+def trace_plan(path: str, *, seed: int = 0, cost_model: str = "h200-qwen3-8b") -> Plan:
+    """The plan of ``python -m treespec_sim.sweep --trace FILE``: every family that runs on
+    traces, on the trace's recorded rounds (each family's ``trace_preset``)."""
+    tr = trace_for(path)
+    return Plan(trace_grids(tr, trace_regime(path)), seed=seed, cost_model=cost_model,
+                trace=str(path))
 
 
 #: Named presets: name -> (description, factory). Factories run lazily (regimes may be fitted
@@ -152,15 +215,20 @@ def get_preset(name: str) -> Plan:
 
 
 # -------------------------------------------------------------------------------- config
-_TOP_KEYS = {"seed", "cost_model", "preset"}
+_TOP_KEYS = {"seed", "cost_model", "preset", "trace", "trace_sha256"}
+#: A family table's ``regimes`` may name the plan's trace by this word.
+TRACE_WORD = "trace"
 
 
 def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     """Build a plan from a parsed TOML/JSON dict; every unknown key is an error naming it.
 
     Top level: ``seed``, ``cost_model``, optionally ``preset`` (start from a preset and override
-    its families), and one table per family of :data:`~treespec_sim.families.FAMILIES`
-    (``[ddtree]``, ...) whose keys are that family's grid fields.
+    its families), optionally ``trace`` (a trace file: ``docs/traces.md``, "The sweep on a
+    trace"), and one table per family of :data:`~treespec_sim.families.FAMILIES`
+    (``[ddtree]``, ...) whose keys are that family's grid fields. With a trace, a family table
+    without ``regimes`` runs on the trace, ``"trace"`` in a ``regimes`` list names it, and no
+    family table at all means every family that runs on traces (as ``--trace FILE``).
     """
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a table at the top level")
@@ -170,6 +238,13 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
                              f"{', '.join(sorted(_TOP_KEYS | set(FAMILIES)))}")
         if key in FAMILIES and not isinstance(value, dict):
             raise ValueError(f"{source}: [{key}] must be a table")
+    trace = data.get("trace")
+    if trace is not None and (not isinstance(trace, str) or not trace):
+        raise ValueError(f"{source}: trace must be a file name (a string); got {trace!r}")
+    if trace is not None and "preset" in data:
+        raise ValueError(f"{source}: preset and trace: a preset's grids run on regimes; give "
+                         "family tables (or none: every family that runs on traces)")
+    mine = trace_regime(trace) if trace else None
     base = get_preset(data["preset"]) if "preset" in data else None
     grids = {g.family: g for g in base.grids} if base else {}
     for fam, family in FAMILIES.items():
@@ -184,8 +259,12 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
         values = dict(data[fam])
         if "regimes" not in values and fam in grids:
             values["regimes"] = grids[fam].regimes
+        if "regimes" not in values and mine:
+            values["regimes"] = (mine,)
         if "regimes" not in values:
             raise ValueError(f"{source}: [{fam}] needs 'regimes'")
+        if mine and isinstance(values["regimes"], list | tuple):
+            values["regimes"] = tuple(mine if r == TRACE_WORD else r for r in values["regimes"])
         try:
             grids[fam] = dataclasses.replace(grids[fam], **values) if fam in grids \
                 else cls(**values)
@@ -193,20 +272,26 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
             raise ValueError(f"{source}: [{fam}]: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
-    if not grids:
-        tables = ", ".join(f"[{f}]" for f in FAMILIES)
-        raise ValueError(f"{source}: no family table ({tables}) and no preset")
     try:
+        if not grids and trace:
+            tp = trace_plan(trace, seed=data.get("seed", 0),
+                            cost_model=data.get("cost_model", "h200-qwen3-8b"))
+            return dataclasses.replace(tp, trace_sha256=data.get("trace_sha256"))
+        if not grids:
+            tables = ", ".join(f"[{f}]" for f in FAMILIES)
+            raise ValueError(f"no family table ({tables}) and no preset")
         return Plan(tuple(grids[f] for f in FAMILIES if f in grids),
                     seed=data.get("seed", base.seed if base else 0),
                     cost_model=data.get("cost_model", base.cost_model if base
-                                        else "h200-qwen3-8b"))
+                                        else "h200-qwen3-8b"),
+                    trace=trace, trace_sha256=data.get("trace_sha256"))
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
 
 
-def load_config(path: str | Path) -> Plan:
-    """Read and validate a TOML grid file (see :func:`plan_from_dict`)."""
+def load_config(path: str | Path, *, trace: str | None = None) -> Plan:
+    """Read and validate a TOML grid file (see :func:`plan_from_dict`); ``trace`` replaces its
+    ``trace`` key (``--trace FILE``)."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"--config: no such file {str(p)!r}")
@@ -214,6 +299,8 @@ def load_config(path: str | Path) -> Plan:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"--config: {p} is not valid TOML ({exc})") from None
+    if trace is not None:
+        data["trace"] = str(trace)
     return plan_from_dict(data, source=str(p))
 
 
@@ -408,6 +495,8 @@ def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
     axes = getattr(type(cell.grid), "cell_axes", ("regimes", "temperatures"))
     params = {k: v for k, v in dataclasses.asdict(cell.grid).items() if k not in axes}
     params["cost_model"] = settings.cost_model
+    if is_trace(cell.regime):  # a trace's cells depend on the file's content
+        params["trace_sha256"] = settings.trace_sha256
     blob = json.dumps(params, sort_keys=True, default=str).encode()
     return f"{zlib.crc32(blob):08x}"
 
@@ -573,7 +662,7 @@ def _plan_record(plan: Plan) -> dict:
 
 def _cell_files(plan: Plan) -> set[Path]:
     """The cell files ``plan`` writes, relative to its ``--out`` (its cells' identities)."""
-    settings = RunSettings(seed=plan.seed, cost_model=plan.cost_model)
+    settings = plan.settings()
     return {_cell_path(Path(), c, settings) for c in plan.cells()}
 
 
@@ -596,7 +685,7 @@ def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
     if finished <= _cell_files(plan):
         return []
     blame, every = [], []
-    for key in ("seed", "cost_model"):
+    for key in ("seed", "cost_model", "trace", "trace_sha256"):
         old, new = getattr(before, key), getattr(plan, key)
         if old != new:
             every.append(f"{key} {old!r} -> {new!r}")
@@ -608,7 +697,7 @@ def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
             every.append(f"the {g.family} family is dropped")
             blame.append(every[-1])
             continue
-        own = _cell_files(Plan((g,), seed=before.seed, cost_model=before.cost_model))
+        own = _cell_files(_alone(before, g))
         for f in dataclasses.fields(g):
             old, new = getattr(g, f.name), getattr(now, f.name)
             if old == new:
@@ -616,14 +705,19 @@ def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
             every.append(f"{g.family}.{f.name} {_show(old)} -> {_show(new)}")
             # this change alone: does the family keep every finished cell?
             try:
-                alone = Plan((dataclasses.replace(g, **{f.name: new}),), seed=before.seed,
-                             cost_model=before.cost_model)
+                alone = _alone(before, dataclasses.replace(g, **{f.name: new}))
                 kept = own <= _cell_files(alone)
             except ValueError:
                 kept = False
             if not kept:
                 blame.append(every[-1])
     return blame or every
+
+
+def _alone(plan: Plan, grid) -> Plan:
+    """``grid`` alone with ``plan``'s seed, cost model and trace."""
+    return Plan((grid,), seed=plan.seed, cost_model=plan.cost_model, trace=plan.trace,
+                trace_sha256=plan.trace_sha256)
 
 
 def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
@@ -732,7 +826,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
                 plot: bool, progress: bool, preset: str | None) -> list[dict]:
     """:func:`run_plan`'s work, with ``out`` locked."""
     previous = check_out(out, plan, resume=resume)
-    settings = RunSettings(seed=plan.seed, cost_model=plan.cost_model)
+    settings = plan.settings()
     cells = plan.cells()
     started = time.time()
     results: dict[str, list[dict]] = {}
@@ -767,6 +861,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
         "started": _dt.datetime.fromtimestamp(started, _dt.UTC).isoformat(),
         "elapsed_s": time.time() - started, "command": sys.argv,
         "cost_models": _cost_provenance(plan),
+        **({"trace": trace_record(plan)} if plan.trace else {}),
         # which cell priced latency outside which model's measured range (kept in the cell
         # files, so a resumed run lists its reused cells too)
         "extrapolated": [{"cell": c.key, **note} for c in cells
@@ -784,6 +879,18 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
     atomic_write_text(out / "run.json", json.dumps(record, indent=1, default=str))
     atomic_write_text(out / "summary.md", summary_markdown(rows, record, folder=out))
     return rows
+
+
+def trace_record(plan: Plan) -> dict:
+    """What ``run.json`` keeps of a plan's trace (the report labels its rows with it): the
+    file, its SHA-256, regime name, models, dtype, device and recorded settings."""
+    tr = trace_for(plan.trace)
+    h = tr.header
+    return {"path": plan.trace, "sha256": plan.trace_sha256, "regime": trace_regime(plan.trace),
+            "label": tr.label, "models": h.get("models"), "dtype": h.get("dtype"),
+            "device": h.get("device"), "torch": h.get("torch"), "created": h.get("created"),
+            "rounds": len(tr), "prompts": h.get("prompts"), "L": tr.depth, "V": tr.vocab_size,
+            "settings": h.get("settings")}
 
 
 def _cost_provenance(plan: Plan) -> list[dict]:
@@ -871,10 +978,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "synthetic regimes; write a tidy table, a run record, figures and a "
                     "summary. With no arguments: the 'paper' preset.",
         epilog="presets: " + "; ".join(f"{k}: {v[0]}" for k, v in PRESETS.items()))
-    ap.add_argument("--preset", default="paper", choices=list(PRESETS),
-                    help="what to run (default: %(default)s)")
+    ap.add_argument("--preset", default=None, choices=list(PRESETS),
+                    help="what to run (default: paper)")
     ap.add_argument("--config", type=Path, metavar="FILE.toml",
                     help="a custom grid (TOML; see docs/usage.md); overrides --preset")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="run the families that run on traces (ddtree, caddtree, verifiers) on "
+                         "a recorded trace's rounds (docs/traces.md); with --config, replaces "
+                         "its trace key (default: none)")
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
                     help="replace every family's regimes")
     ap.add_argument("--rounds", type=positive_int, help="replace every family's rounds per cell")
@@ -898,19 +1009,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
-    plan = load_config(args.config) if args.config else get_preset(args.preset)
+    trace = getattr(args, "trace", None)
+    if trace and args.preset and not args.config:
+        raise ValueError("--preset and --trace: a preset's grids run on regimes; --trace FILE "
+                         "alone runs every family that runs on traces (or give --config)")
+    if args.config:
+        plan = load_config(args.config, trace=trace)
+    elif trace:
+        plan = trace_plan(trace)
+    else:
+        plan = get_preset(args.preset or "paper")
+    mine = trace_regime(plan.trace) if plan.trace else None
     grids = []
     for g in plan.grids:
         changes = {}
         if args.regimes:
-            changes["regimes"] = tuple(args.regimes)
+            changes["regimes"] = tuple(mine if mine and r == TRACE_WORD else r
+                                       for r in args.regimes)
         if args.rounds is not None:
             changes["rounds"] = args.rounds
         if args.worlds is not None:
             changes["worlds"] = args.worlds
         grids.append(dataclasses.replace(g, **changes) if changes else g)
     return Plan(tuple(grids), seed=plan.seed if args.seed is None else args.seed,
-                cost_model=args.cost_model or plan.cost_model)
+                cost_model=args.cost_model or plan.cost_model, trace=plan.trace,
+                trace_sha256=plan.trace_sha256)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -933,7 +1056,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out (the folder of the run to resume)")
     plan = plan_from_args(args)
-    name = "config" if args.config else args.preset
+    name = ("config" if args.config else
+            f"trace-{Path(plan.trace).stem}" if plan.trace else args.preset or "paper")
     out = args.out or Path("runs") / (
         f"sweep-{name}-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%d-%H%M%S')}")
     with out_lock(out):  # held from the check to the last file (run_plan's is nested)
@@ -952,6 +1076,10 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if not args.quiet:
         print_table(rows)
+        if plan.trace:
+            tr = trace_for(plan.trace)
+            print(f"{trace_regime(plan.trace)}: the recorded rounds of {tr.label} "
+                  f"({len(tr)} rounds, {tr.header.get('dtype', '?')}; {plan.trace})")
         written = [out / "results.csv", out / "run.json", out / "summary.md"]
         print(f"wrote {', '.join(map(str, written))}"
               + ("" if args.no_plot else " and the figures"))

@@ -36,6 +36,7 @@ import numpy as np
 
 from .files import atomic_path
 from .marginals import LazyLogMarginals
+from .methods import get_method
 from .paths import LogQ
 from .policies import chain, ddtree, dynamic_tree
 from .policies.draft import Draft
@@ -477,6 +478,26 @@ class Trace:
 
     def context_length(self, ctx: TraceContext) -> int:
         return ctx.length
+
+    def check_round(self, ctx: TraceContext, *, method: str, budget: int | None,
+                    temperature: float) -> None:
+        """Refuse, before the round is built (:func:`treespec_sim.engine.run_round` calls it),
+        a temperature that was not recorded and, on a top-k trace, a cost-aware method's
+        ``budget`` above the recorded ``K``: its budget curve would read unrecorded drafter
+        entries (``docs/traces.md``, "What replays exactly"). Everything else is refused where
+        it leaves the data (the tree's size, a node, a row)."""
+        self._ctx(ctx)
+        self._check_temperature(temperature)
+        if not (self.top_k and budget is not None and int(budget) > self.top_k):
+            return
+        try:
+            m, _ = get_method(method)
+        except ValueError:  # a callable's name or an unknown method: nothing to check here
+            return
+        if m.needs_cost:
+            raise ValueError(f"budget: {method!r} reads the drafter's marginals up to its "
+                             f"max budget {int(budget)}, above the recorded top K = "
+                             f"{self.top_k} per depth (record with --top-k >= {int(budget)})")
 
     def draft(self, ctx: TraceContext):
         """The recorded drafter marginals: float32 ``(L, V)`` (dense) or

@@ -23,6 +23,11 @@ randomness depends only on the seed and the cell's key, so the numbers are the s
 process runs it. Worlds, the split of a cell's rounds over them and the row columns:
 :mod:`.base`.
 
+A trace (``docs/traces.md``) stands where a regime stands: its regime is ``"trace:<name>"``,
+and a family that runs on traces has ``check_trace(grid, trace, regime)`` (refusing, before
+any work, what the trace does not hold) and ``trace_preset(trace, regime)`` (its grid for
+``--trace FILE``); :func:`check_trace_grid` and :func:`trace_grids` loop over them.
+
 Adding a family: one module with the :class:`Family` attributes (the four modules here are
 the examples), and one line in the registry below (or :func:`register` from outside the
 package); ``docs/architecture.md`` says what its test must check.
@@ -43,7 +48,9 @@ from .base import (
     FigureSpec,
     RunSettings,
     WorldShare,
+    is_trace,
     throughput_columns,
+    trace_regime,
     world_for,
     world_shares,
 )
@@ -54,8 +61,9 @@ from .verifiers import VerifierGrid
 
 __all__ = ["COLUMNS", "FAMILIES", "VERDICTS", "CaDDTreeGrid", "Cell", "Claim", "DDTreeGrid",
            "Family", "FigureSpec", "RunSettings", "StochasticGrid", "VerifierGrid",
-           "WorldShare", "all_claims", "cell_rng", "register", "run_cell",
-           "throughput_columns", "world_for", "world_shares"]
+           "WorldShare", "all_claims", "cell_rng", "check_trace_grid", "is_trace", "register",
+           "run_cell", "throughput_columns", "trace_grids", "trace_regime", "world_for",
+           "world_shares"]
 
 #: The registry: family name -> family (a module satisfying :class:`Family`), in report order.
 FAMILIES: dict[str, Family] = {}
@@ -128,3 +136,34 @@ def all_claims(rows: Sequence[dict]) -> list[Claim]:
         if sub:
             out += family.claims(sub)
     return out
+
+
+def check_trace_grid(grid, tr, regime: str) -> None:
+    """Refuse, before any work, a grid whose cells on the trace ``tr`` (regime ``regime``) would
+    leave its recorded data: the family's own ``check_trace`` names the key (an unrecorded
+    temperature, a budget above ``B_max``, ...); a family without one does not run on traces.
+
+    Raises
+    ------
+    ValueError
+    """
+    family = FAMILIES[grid.family]
+    check = getattr(family, "check_trace", None)
+    if check is None:
+        runs = ", ".join(f for f, fam in FAMILIES.items() if hasattr(fam, "check_trace"))
+        raise ValueError(f"{grid.family}: this family does not run on a trace (its rounds "
+                         f"leave the recorded data); families that do: {runs}")
+    check(grid, tr, regime)
+
+
+def trace_grids(tr, regime: str) -> tuple:
+    """Every family's grid for ``python -m treespec_sim.sweep --trace FILE`` (the families with
+    a ``trace_preset``; one that returns None, e.g. the verifiers on a trace without a sampled
+    tree, is left out)."""
+    out = []
+    for family in FAMILIES.values():
+        make = getattr(family, "trace_preset", None)
+        grid = make(tr, regime) if make is not None else None
+        if grid is not None:
+            out.append(grid)
+    return tuple(out)

@@ -35,6 +35,7 @@ written ``;``-joined.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,13 +46,16 @@ import numpy as np
 
 from .. import synth
 from ..cost import get_cost_model, round_time
-from ..stats import LEVEL, throughput
+from ..stats import LEVEL, mean_ci, throughput
+from ..trace import load as load_trace
 from ..validation import check_temperature
 
-__all__ = ["CALIBRATED", "COLUMNS", "SYNTHETIC", "VERDICTS", "Cell", "Claim", "Family",
-           "FigureSpec", "RunSettings", "WorldShare", "as_tuple", "check_budgets",
-           "check_regimes", "check_rounds", "check_temperatures", "check_worlds", "headline",
-           "paper_regimes", "pick_regimes", "shares", "throughput_columns", "world_for",
+__all__ = ["CALIBRATED", "COLUMNS", "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim",
+           "Family", "FigureSpec", "RunSettings", "WorldShare", "as_tuple", "check_budgets",
+           "check_regimes", "check_rounds", "check_temperatures", "check_trace_budget",
+           "check_trace_temperatures", "check_worlds", "headline",
+           "is_trace", "paper_regimes", "pick_regimes", "shares", "throughput_columns",
+           "trace_for", "trace_regime", "trace_sha256", "unit_ci", "world_for",
            "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
@@ -125,10 +129,13 @@ class Cell:
 
 
 def check_regimes(regimes: tuple[str, ...], family: str) -> None:
-    """At least one regime, every one of them known."""
+    """At least one regime, every one of them known (a trace's regime, ``"trace:<name>"``, is
+    checked against the plan's trace by the sweep: :func:`is_trace`)."""
     if not regimes:
         raise ValueError(f"{family}.regimes must name at least one regime")
     for name in regimes:
+        if is_trace(name):
+            continue
         if name not in synth.REGIMES:
             raise ValueError(f"{family}.regimes: unknown regime {name!r}; known regimes: "
                              f"{', '.join(sorted(synth.REGIMES))}")
@@ -210,13 +217,113 @@ def world_for(regime: str, seed: int, vocab: int | None = None, drafter: str | N
     return synth.make_world(regime, seed=seed)
 
 
+# ---------------------------------------------------------------------------------- traces
+#: A trace's regime name is this prefix and the trace file's stem (``"trace:tiny-b256"``): the
+#: recorded rounds of a real decode stand where a regime stands (``docs/traces.md``, "The
+#: sweep on a trace").
+TRACE_PREFIX = "trace:"
+
+
+def is_trace(regime: str) -> bool:
+    """Whether ``regime`` names a trace (``"trace:<name>"``) rather than a synthetic regime."""
+    return isinstance(regime, str) and regime.startswith(TRACE_PREFIX)
+
+
+def trace_regime(path: str | Path) -> str:
+    """The regime name of the trace file ``path``: ``"trace:" + its stem``."""
+    return TRACE_PREFIX + Path(path).stem
+
+
+def _file_key(path: str | Path) -> tuple[str, int, int]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"trace: no such file {str(p)!r}")
+    st = p.stat()
+    return str(p.resolve()), st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def _load_trace(key: tuple[str, int, int]):
+    return load_trace(key[0])
+
+
+def trace_for(path: str | Path):
+    """The (cached) :class:`~treespec_sim.trace.Trace` of ``path`` (reloaded when the file
+    changes); ``ValueError`` naming the file if it is missing or not a trace."""
+    try:
+        return _load_trace(_file_key(path))
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("trace:") else f"trace: {msg}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _digest(key: tuple[str, int, int]) -> str:
+    h = hashlib.sha256()
+    with open(key[0], "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def trace_sha256(path: str | Path) -> str:
+    """The SHA-256 of the trace file ``path`` (hex): its identity in cell fingerprints."""
+    return _digest(_file_key(path))
+
+
+def unit_ci(values: np.ndarray, units: np.ndarray | None):
+    """:func:`treespec_sim.stats.mean_ci` over ``values`` (one unit each, ``units`` None) or
+    over the groups of equal ``units`` (a trace's decoded prompts, in first-seen order)."""
+    values = np.asarray(values, dtype=np.float64)
+    if units is None:
+        return mean_ci(values)
+    units = np.asarray(units)
+    return mean_ci([values[units == u] for u in dict.fromkeys(units.tolist())])
+
+
+def check_trace_temperatures(temps, tr, key: str, regime: str) -> None:
+    """Every temperature of ``temps`` recorded in the trace ``tr`` (else ``ValueError`` naming
+    ``key``, the temperatures and the recorded ones)."""
+    missing_t = [t for t in temps if float(t) not in tr.temperatures]
+    if missing_t:
+        raise ValueError(f"{key}: T = {', '.join(f'{t:g}' for t in missing_t)} not recorded "
+                         f"in the trace {regime!r} (recorded: "
+                         f"{', '.join(f'{t:g}' for t in tr.temperatures)})")
+
+
+def check_trace_budget(budget: int, tr, key: str, regime: str) -> None:
+    """``budget`` at most the trace's ``B_max`` and, for a top-k trace, its drafter's ``K``
+    (else ``ValueError`` naming ``key``)."""
+    if budget > tr.b_max:
+        raise ValueError(f"{key}: budget {budget} is above the trace {regime!r}'s recorded "
+                         f"B_max = {tr.b_max} (its largest replayable budget)")
+    if tr.top_k and budget > tr.top_k:
+        raise ValueError(f"{key}: budget {budget} is above the drafter's recorded top "
+                         f"K = {tr.top_k} per depth in the trace {regime!r}")
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """What every cell shares: the seed and the latency model for throughput columns."""
+    """What every cell shares: the seed, the latency model for throughput columns and, for a
+    sweep on a trace, the trace file and its SHA-256 (cells of a ``"trace:..."`` regime read
+    it: :func:`trace_for`)."""
 
     seed: int = 0
     cost_model: str = "h200-qwen3-8b"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    trace: str = ""
+    trace_sha256: str = ""
+
+    def trace_backend(self, regime: str):
+        """The trace a cell of ``regime`` runs on (``ValueError`` if the sweep has none or
+        another one)."""
+        if not self.trace:
+            raise ValueError(f"regime {regime!r} names a trace, but this sweep has none (give "
+                             "--trace FILE or trace = \"FILE\")")
+        if trace_regime(self.trace) != regime:
+            raise ValueError(f"regime {regime!r} is not this sweep's trace "
+                             f"{trace_regime(self.trace)!r}")
+        return trace_for(self.trace)
 
 
 def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:

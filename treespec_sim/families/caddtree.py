@@ -62,8 +62,11 @@ from .base import (
     check_regimes,
     check_rounds,
     check_temperatures,
+    check_trace_budget,
+    check_trace_temperatures,
     check_worlds,
     headline,
+    is_trace,
     paper_regimes,
     pick_regimes,
     shares,
@@ -87,9 +90,11 @@ __all__ = [
     "CaDDTreeGrid",
     "RoundCurves",
     "RuleResult",
+    "check_trace",
     "chosen_budgets",
     "claims",
     "collect",
+    "collect_trace",
     "console_rows",
     "evaluate",
     "figures",
@@ -104,6 +109,7 @@ __all__ = [
     "results_table",
     "run",
     "tables",
+    "trace_preset",
 ]
 
 #: The family's name (its ``[caddtree]`` table in a config, the rows' ``family``).
@@ -388,21 +394,67 @@ def result_rows(results: list[RuleResult], *, temperature: float, max_budget: in
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
     """Each world decodes its share of the rounds from ``default_rng([world seed, 7])``
-    (:func:`collect`); the rules are evaluated on the
-    pooled rounds, the bootstrap drawing from ``default_rng(seed)``."""
+    (:func:`collect`; on a trace, its recorded rounds: :func:`collect_trace`); the rules are
+    evaluated on the pooled rounds, the bootstrap drawing from ``default_rng(seed)``."""
     g: CaDDTreeGrid = cell.grid
-    curves = pool([
-        collect(world_for(cell.regime, s.seed), regime=cell.regime,
-                              rounds=s.rounds, temperature=cell.temperature,
-                              max_budget=g.max_budget, seed=s.seed)
-        for s in shares(cell, settings)])
+    if is_trace(cell.regime):
+        curves = collect_trace(settings.trace_backend(cell.regime), regime=cell.regime,
+                               temperature=cell.temperature, max_budget=g.max_budget)
+    else:
+        curves = pool([
+            collect(world_for(cell.regime, s.seed), regime=cell.regime,
+                    rounds=s.rounds, temperature=cell.temperature,
+                    max_budget=g.max_budget, seed=s.seed)
+            for s in shares(cell, settings)])
+    rounds = int(curves.tau.shape[0]) if is_trace(cell.regime) else g.rounds
     rows = []
     for name in g.cost_models:
         results = evaluate(curves, get_cost_model(name),
-                                         context_length=g.context_length, seed=settings.seed)
+                           context_length=g.context_length, seed=settings.seed)
         rows += result_rows(results, temperature=cell.temperature,
-                                          max_budget=g.max_budget, rounds=g.rounds)
+                            max_budget=g.max_budget, rounds=rounds)
+    if is_trace(cell.regime):
+        for r in rows:
+            r["trace_units"] = len(np.unique(curves.sequence))
     return rows
+
+
+# ----------------------------------------------------------------------------------- traces
+def collect_trace(tr, *, regime: str, temperature: float, max_budget: int) -> RoundCurves:
+    """Every budget's exact curves on each recorded round of the trace ``tr``, in order
+    (``docs/traces.md``, "The sweep on a trace"): the recorded decode is the decoded sequence
+    (one per prompt), so nothing is sampled (``sample=False``)."""
+
+    def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
+        return rnd.surrogate_curve, rnd.tau_curve
+
+    seqs = run_rounds(tr, rng=np.random.default_rng(0), contexts=tr.contexts, method="ddtree",
+                      budget=max_budget, rule="follow", temperature=temperature, nested=True,
+                      sample=False, record=curves)
+    width = max_budget + 1
+    n = len(seqs)
+    surrogate, tau = np.empty((n, width)), np.empty((n, width))
+    for r, ((sur, ta),) in enumerate(seqs):
+        k = sur.size  # rounds with fewer prefixes are padded with their last value
+        surrogate[r, :k], surrogate[r, k:] = sur, sur[-1]
+        tau[r, :k], tau[r, k:] = ta, ta[-1]
+    sequence = np.array([c.prompt for c in tr.contexts], dtype=np.int64)
+    return RoundCurves(regime, float(temperature), surrogate, tau, sequence)
+
+
+def check_trace(g: CaDDTreeGrid, tr, regime: str) -> None:
+    """Refuse, naming the key, an unrecorded temperature or a ``max_budget`` above the trace's
+    ``B_max`` (or above the drafter's recorded top ``K``: the budget curve reads it)."""
+    check_trace_temperatures(g.temperatures, tr, f"{name}.temperatures", regime)
+    check_trace_budget(g.max_budget, tr, f"{name}.max_budget", regime)
+
+
+def trace_preset(tr, regime: str) -> CaDDTreeGrid:
+    """The family's grid for ``--trace FILE``: every recorded temperature, the A800 and H200
+    presets, ``max_budget`` the trace's ``B_max`` (or its drafter top ``K``, if smaller)."""
+    return CaDDTreeGrid((regime,), temperatures=tr.temperatures,
+                        cost_models=("a800-qwen3-8b", "h200-qwen3-8b"), rounds=max(2, len(tr)),
+                        worlds=1, max_budget=max(8, min(tr.b_max, tr.top_k or tr.b_max)))
 
 
 def tables(rows: list[dict]) -> list[str]:

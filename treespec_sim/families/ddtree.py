@@ -37,12 +37,16 @@ from .base import (
     check_regimes,
     check_rounds,
     check_temperatures,
+    check_trace_budget,
+    check_trace_temperatures,
     check_worlds,
     headline,
+    is_trace,
     paper_regimes,
     pick_regimes,
     shares,
     throughput_columns,
+    unit_ci,
     world_for,
 )
 from .render import (
@@ -63,6 +67,7 @@ __all__ = [
     "CAUSES",
     "DDTreeGrid",
     "cell_rng",
+    "check_trace",
     "claims",
     "console_rows",
     "figures",
@@ -75,6 +80,7 @@ __all__ = [
     "preset_note",
     "run",
     "tables",
+    "trace_preset",
 ]
 
 #: The family's name (its ``[ddtree]`` table in a config, the rows' ``family``).
@@ -180,12 +186,12 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
     """Every budget from one tree per context: DDTree's trees are nested, so the round at the
     largest budget gives each smaller budget's exact E[tau], coverage and exit law
     (:meth:`treespec_sim.engine.Round.at_budget`). World after world (:func:`world_shares`),
-    each with its own :func:`cell_rng`."""
+    each with its own :func:`cell_rng`; on a trace, its recorded rounds (:func:`_run_trace`)."""
     g: DDTreeGrid = cell.grid
     budgets = sorted(g.budgets)
-    labels = ([("chain", 0)] if "chain" in g.methods else []) \
-        + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
-    tally = {k: _Tally() for k in labels}
+    if is_trace(cell.regime):
+        return _run_trace(cell, settings, budgets)
+    tally = {k: _Tally() for k in _labels(g, budgets)}
     parts = shares(cell, settings)
     streams = [cell_rng(share.seed, cell) for share in parts]  # continued by later stages
     drawn: list[list] = [[] for _ in parts]  # each world's contexts, in stream order
@@ -197,12 +203,21 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         todo = _contexts_needed(g, tally, groups)
         if not any(any(t) for t in todo.values()):
             break
+    return _rows(cell, tally, depth, settings)
+
+
+def _rows(cell: Cell, tally: dict, depth: int, settings: RunSettings,
+          units: np.ndarray | None = None) -> list[dict]:
+    """The rows of one cell from its tallies; ``units`` (one label per context, a trace's
+    prompts) groups the contexts into the units of the intervals (None: every context is
+    one)."""
+    g: DDTreeGrid = cell.grid
     cost = get_cost_model(settings.cost_model)
     rows = []
     chain = tally.get(("chain", 0))
     for (m, b), t in tally.items():
         tau, size = np.array(t.tau), np.array(t.size, dtype=np.float64)
-        ci = mean_ci(tau)
+        ci = mean_ci(tau) if units is None else unit_ci(tau, units)
         causes = dict(zip(EXIT_CAUSES, np.mean(t.lost, axis=0).tolist(), strict=True))
         rows.append({
             "regime": cell.regime, "method": m, "verifier": g.rule,
@@ -216,12 +231,13 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             "exit_by_depth": np.mean(t.by_depth, axis=0).tolist(),
             "exit_by_depth_cause": np.mean(t.by_depth_cause, axis=0).tolist(),
             **throughput_columns(tau, size, cost, settings.cost_model),
-            **(_paired_columns(t, chain) if chain is not None and m != "chain" else {}),
+            **(_paired_columns(t, chain, units) if chain is not None and m != "chain"
+               else {}),
         })
     return rows
 
 
-def _paired_columns(t: _Tally, base: _Tally) -> dict:
+def _paired_columns(t: _Tally, base: _Tally, units: np.ndarray | None = None) -> dict:
     """``tau - tau(chain)`` on the contexts both hold: the mean and 95% t-interval of the
     per-context differences (:func:`treespec_sim.stats.mean_ci`), ``baseline = "chain"``.
 
@@ -240,7 +256,7 @@ def _paired_columns(t: _Tally, base: _Tally) -> dict:
     d = np.concatenate(diffs) if diffs else np.zeros(0)
     if d.size < 2:
         return {}
-    ci = mean_ci(d)
+    ci = mean_ci(d) if units is None else unit_ci(d, units[:d.size])
     return {"diff_to_baseline": ci.mean, "diff_ci_low": ci.low, "diff_ci_high": ci.high,
             "diff_contexts": int(d.size), "baseline": "chain"}
 
@@ -321,6 +337,51 @@ def _ddtree_round(world, ctx, group: str, g: DDTreeGrid, budgets: list[int], tal
         for b in budgets:
             tally[("dynamic", b)].add(run_round(world, ctx, method="dynamic", budget=b,
                                                 **common), w)
+
+
+# ----------------------------------------------------------------------------------- traces
+def _labels(g: DDTreeGrid, budgets: list[int]) -> list[tuple[str, int]]:
+    return ([("chain", 0)] if "chain" in g.methods else []) \
+        + [(m, b) for m in ("ddtree", "dynamic") if m in g.methods for b in budgets]
+
+
+def _run_trace(cell: Cell, settings: RunSettings, budgets: list[int]) -> list[dict]:
+    """A cell on a trace: every recorded round once, in order (``docs/traces.md``, "The sweep
+    on a trace"); the rounds need no randomness (exact E[tau], ``sample=False``), and the
+    intervals are over the recorded prompts (the decoded sequences: a prompt's rounds are one
+    unit, as decoded rounds are in the ``caddtree`` family)."""
+    g: DDTreeGrid = cell.grid
+    tr = settings.trace_backend(cell.regime)
+    tally = {k: _Tally() for k in _labels(g, budgets)}
+    groups = [m for m in ("chain", "ddtree") if m in g.methods] or ["dynamic"]
+    rng = cell_rng(settings.seed, cell)  # run_round's argument; no round here draws from it
+    common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
+    for ctx in tr.contexts:
+        for group in groups:
+            _ddtree_round(tr, ctx, group, g, budgets, tally, 0, common)
+    units = np.array([c.prompt for c in tr.contexts])
+    rows = _rows(cell, tally, int(tr.depth), settings, units)
+    for r in rows:
+        r["trace_units"] = len(set(units.tolist()))
+    return rows
+
+
+def check_trace(g: DDTreeGrid, tr, regime: str) -> None:
+    """Refuse, naming the key, what the grid asks of the trace ``tr`` that it does not hold:
+    an unrecorded temperature, a budget above its ``B_max`` (or above the drafter's recorded
+    top ``K``)."""
+    check_trace_temperatures(g.temperatures, tr, f"{name}.temperatures", regime)
+    check_trace_budget(max(g.budgets), tr, f"{name}.budgets", regime)
+
+
+def trace_preset(tr, regime: str) -> DDTreeGrid:
+    """The family's grid for ``python -m treespec_sim.sweep --trace FILE``: the chain, DDTree
+    and the dynamic tree at every power-of-two budget from 8 up to the trace's ``B_max`` (and
+    ``B_max`` itself), at every recorded temperature."""
+    cap = min(tr.b_max, tr.top_k or tr.b_max)
+    budgets = sorted({b for b in (8, 16, 32, 64, 128, 256, 512, 1024) if b <= cap} | {cap})
+    return DDTreeGrid((regime,), methods=("chain", "ddtree", "dynamic"), budgets=budgets,
+                      temperatures=tr.temperatures, rounds=max(2, len(tr)), worlds=1)
 
 
 def tables(rows: list[dict]) -> list[str]:

@@ -115,8 +115,21 @@ def worlds_label(rows: Sequence[dict]) -> str:
     return "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")})) or "?"
 
 
+def trace_units(rows: Sequence[dict]) -> str | None:
+    """The recorded prompts behind the intervals when every row replays a trace (their
+    ``trace_units``, e.g. ``"4"``), else None (``docs/traces.md``, "The sweep on a trace")."""
+    units = {r.get("trace_units") for r in rows}
+    if not rows or None in units or "" in units:
+        return None
+    return "/".join(sorted(str(int(u)) for u in units))
+
+
 def pooled(rows: Sequence[dict]) -> str:
-    """``" pooled over 3 worlds"`` (empty for rows from before worlds)."""
+    """``" pooled over 3 worlds"`` (empty for rows from before worlds; for a trace's rows,
+    the recorded prompts the intervals are over)."""
+    units = trace_units(rows)
+    if units is not None:
+        return f" of a trace (units: its {units} recorded prompts)"
     k = worlds_label(rows)
     return "" if k == "?" else f" pooled over {k} worlds"
 
@@ -159,6 +172,9 @@ def interval_label(rows: Sequence[dict], kind: str, unit: str, *,
         The bootstrap resamples decoded sequences, not rounds (said in the label).
     """
     n = counts(rows)
+    units = trace_units(rows)
+    if units is not None:
+        return f"95% {kind} over the {units} recorded prompts ({n} recorded {unit}) of a trace"
     worlds = sorted({int(r["worlds"]) for r in rows if r.get("worlds")})
     pool = f" pooled over {'/'.join(map(str, worlds))} worlds" if worlds else ""
     tail = " (resampled by sequence)" if by_sequence else ""

@@ -33,6 +33,7 @@ from ..engine import run_round
 from ..methods import METHODS
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
+from ..verify import MATCHING_RULES
 from .base import (
     Cell,
     Claim,
@@ -44,10 +45,12 @@ from .base import (
     check_temperatures,
     check_worlds,
     headline,
+    is_trace,
     paper_regimes,
     pick_regimes,
     shares,
     throughput_columns,
+    unit_ci,
     world_for,
 )
 from .render import (
@@ -125,13 +128,28 @@ class VerifierGrid:
                 parse_tree(s)
             except ValueError as exc:
                 raise ValueError(f"verifiers.shapes: {exc}") from None
+        traces = any(is_trace(r) for r in self.regimes)
+        if RECORDED in self.shapes and not traces:
+            raise ValueError(f"verifiers.shapes: {RECORDED!r} is a trace's recorded sampled "
+                             "tree; it needs a trace among the regimes (--trace FILE)")
+        if traces and RECORDED not in self.shapes:
+            raise ValueError(f"verifiers.shapes: a trace replays only its recorded sampled tree "
+                             f"(a fresh draw is not recorded); add {RECORDED!r} to the shapes")
+        if traces and all(is_trace(r) for r in self.regimes) and set(self.shapes) != {RECORDED}:
+            other = [x for x in self.shapes if x != RECORDED]
+            raise ValueError(f"verifiers.shapes: {', '.join(map(repr, other))} draw fresh "
+                             "sampled trees, which a trace cannot replay; on a trace use "
+                             f"{RECORDED!r} (its recorded sampled tree)")
 
     def cells(self) -> list[Cell]:
+        """One cell per (regime, T, shape); a trace only with its recorded tree, a synthetic
+        regime only with drawn shapes."""
         out = []
         for r in self.regimes:
             for t in self.temperatures:
                 for s in self.shapes:
-                    out.append(Cell(self, r, t, parse_tree(s).nodes, s))
+                    if (s == RECORDED) == is_trace(r):
+                        out.append(Cell(self, r, t, parse_tree(s).nodes, s))
         return out
 
 
@@ -172,25 +190,34 @@ class TreeSpec:
 
     @property
     def nodes(self) -> int:
-        """Nodes of the planned tree (root excluded)."""
+        """Nodes of the planned tree (root excluded; 0 for a recorded tree: the trace's)."""
         return k_ary_shape(self.width, self.depth).size if self.kind == "k-ary" else self.budget
 
     @property
     def label(self) -> str:
+        if self.kind == "recorded":
+            return "recorded sampled tree"
         return (f"{self.width}-ary depth {self.depth}" if self.kind == "k-ary"
                 else f"Tsubame B={self.budget}")
 
 
+#: The shape of a trace's recorded sampled tree (``docs/traces.md``, "The sweep on a trace").
+RECORDED = "recorded"
+
+
 def parse_tree(text: str) -> TreeSpec:
-    """``"WxD"`` or ``"tsubameB"`` as a :class:`TreeSpec`; ``ValueError`` naming the format."""
+    """``"WxD"``, ``"tsubameB"`` or ``"recorded"`` (a trace's recorded sampled tree) as a
+    :class:`TreeSpec`; ``ValueError`` naming the format."""
     t = str(text)
+    if t == RECORDED:
+        return TreeSpec(t, "recorded")
     if t.startswith("tsubame") and t[7:].isdigit() and int(t[7:]) >= 1:
         return TreeSpec(t, "tsubame", budget=int(t[7:]))
     parts = t.split("x")
     if len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts):
         return TreeSpec(t, "k-ary", width=int(parts[0]), depth=int(parts[1]))
-    raise ValueError(f"{text!r} is not a verifier tree: WIDTHxDEPTH (e.g. '2x5') or tsubameB "
-                     f"(e.g. 'tsubame64')")
+    raise ValueError(f"{text!r} is not a verifier tree: WIDTHxDEPTH (e.g. '2x5'), tsubameB "
+                     f"(e.g. 'tsubame64') or 'recorded' (a trace's recorded sampled tree)")
 
 
 @dataclass(frozen=True)
@@ -279,13 +306,27 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n,
                          rng=np.random.default_rng(s + 1))
              for w, n, s in zip(worlds, rounds, seeds, strict=True)]
+    return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
+                        budget=spec.nodes, temperature=temperature, seed=seeds[0], boot=boot)
+
+
+def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regime: str,
+                 shape: str, budget: int, temperature: float, seed: int, boot: int,
+                 units: np.ndarray | None = None) -> GainResult:
+    """A :class:`GainResult` from per-world ``(rounds, arms)`` lengths (NaN columns: arms the
+    tree has no method for); ``units`` (one label per pooled round, a trace's prompts) are the
+    units the intervals resample (None: every round is one)."""
     lengths = np.concatenate(parts)
-    keep = [j for j in range(len(ARMS)) if not np.isnan(lengths[:, j]).any()]
-    labels = [ARMS[j][0] for j in keep]
+    keep = [j for j in range(len(arm_labels)) if not np.isnan(lengths[:, j]).any()]
+    labels = [arm_labels[j] for j in keep]
     lengths = lengths[:, keep]
     parts = [p[:, keep] for p in parts]
     means = lengths.mean(axis=0)
-    boot_means = paired_bootstrap(lengths, rng=np.random.default_rng(seeds[0] + 2), n_boot=boot)
+    if units is None:
+        boot_means = paired_bootstrap(lengths, rng=np.random.default_rng(seed + 2), n_boot=boot)
+    else:
+        boot_means = paired_bootstrap(lengths, units=units, rng=np.random.default_rng(seed + 2),
+                                      n_boot=boot)
 
     def gains_over(base: int, arms) -> dict[str, tuple[float, float, float]]:
         out = {}
@@ -295,8 +336,9 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
         return out
 
     trav = labels.index("traversal")
-    cis = [mean_ci(lengths[:, j]) for j in range(len(labels))]
-    return GainResult(regime, spec.label, spec.nodes, temperature, int(lengths.shape[0]),
+    cis = [mean_ci(lengths[:, j]) if units is None else unit_ci(lengths[:, j], units)
+           for j in range(len(labels))]
+    return GainResult(regime, shape, budget, temperature, int(lengths.shape[0]),
                       {a: float(m) for a, m in zip(labels, means, strict=True)},
                       gains_over(0, range(1, len(labels))),
                       {a: (c.low, c.high) for a, c in zip(labels, cis, strict=True)},
@@ -308,19 +350,33 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
     """Every arm of :data:`ARMS` on the same trees of every world (:func:`measure`); one row
-    per arm, gains relative to RRSw (and to Traversal for the UniVer rules)."""
+    per arm, gains relative to RRSw (and to Traversal for the UniVer rules). On a trace, the
+    recorded sampled tree of every recorded round under every rule lossless for its draws
+    (:func:`measure_trace`)."""
     tree = parse_tree(cell.option)
-    parts = shares(cell, settings)
-    res = measure([world_for(cell.regime, s.seed) for s in parts],
-                                regime=cell.regime, tree=tree,
-                                temperature=cell.temperature, rounds=[s.rounds for s in parts],
-                                seeds=[s.seed for s in parts])
+    if is_trace(cell.regime):
+        tr = settings.trace_backend(cell.regime)
+        res = measure_trace(tr, regime=cell.regime, seed=settings.seed)
+        sp = tr.sampled_spec
+        name = f"recorded {sp['method']}[B={sp['budget']}]"
+        arms = [(rule, "recorded", rule) for rule in res.mean]
+        extra = {"trace_units": len({c.prompt for c in tr.contexts})}
+        sizes = np.array([float(np.mean([tr.sampled_draft(c).tree.size for c in tr.contexts]))])
+    else:
+        parts = shares(cell, settings)
+        res = measure([world_for(cell.regime, s.seed) for s in parts],
+                      regime=cell.regime, tree=tree,
+                      temperature=cell.temperature, rounds=[s.rounds for s in parts],
+                      seeds=[s.seed for s in parts])
+        name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
+                else f"tsubame-rrsw[B={tree.budget}]")
+        arms = ARMS
+        sizes = np.array([res.budget])
+        extra = {}
     rows = []
     # every rule verifies the same tree (one size): modelled tokens/s = E[tau] / D(size)
     cost = get_cost_model(settings.cost_model)
-    name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
-            else f"tsubame-rrsw[B={tree.budget}]")
-    for label, method, rule in ARMS:
+    for label, method, rule in arms:
         if label not in res.mean:           # no such arm on this tree (Greedy drafts)
             continue
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
@@ -331,16 +387,64 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
             "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
             "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
-            "tree_size_mean": float(res.budget),
-            **throughput_columns(np.array([res.mean[label]]), np.array([res.budget]), cost,
-                                 settings.cost_model),
+            "tree_size_mean": float(sizes[0]),
+            **throughput_columns(np.array([res.mean[label]]), sizes, cost, settings.cost_model),
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
             "rel_ci_high": 1.0 + gain[2],
             **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
             **({"rel_traversal": 1.0 + trav[0], "rel_traversal_ci_low": 1.0 + trav[1],
                 "rel_traversal_ci_high": 1.0 + trav[2]} if trav else {}),
+            **extra,
         })
     return rows
+
+
+# ----------------------------------------------------------------------------------- traces
+def measure_trace(tr, *, regime: str, seed: int = 0, boot: int = 2000) -> GainResult:
+    """Every rule lossless for the recorded sampled tree's draws (RRSw first), on that tree of
+    every recorded round of the trace ``tr`` (exact E[tau], ``sample=False``); intervals
+    resample the recorded prompts (``docs/traces.md``, "The sweep on a trace")."""
+    sp = tr.sampled_spec
+    if sp is None:
+        raise ValueError(f"the trace {regime!r} has no recorded sampled tree (record with "
+                         "--sampled-tree SPEC)")
+    rules = MATCHING_RULES[str(sp["scheme"])]
+    t = float(sp["temperature"])
+    method = tr.sampled_method
+    lengths = np.empty((len(tr.contexts), len(rules)))
+    rng = np.random.default_rng(seed)  # run_round's argument; sample=False draws nothing
+    for i, ctx in enumerate(tr.contexts):
+        rnd = run_round(tr, ctx, method=method, rule=rules[0], temperature=t, rng=rng,
+                        sample=False)
+        lengths[i] = [rnd.expected_tau_under(r) for r in rules]
+    units = np.array([c.prompt for c in tr.contexts])
+    return _gain_result([lengths], list(rules), regime=regime, shape=RECORDED,
+                        budget=int(sp["budget"]), temperature=t, seed=seed, boot=boot,
+                        units=units)
+
+
+def check_trace(g: VerifierGrid, tr, regime: str) -> None:
+    """Refuse, naming the key, a trace without a recorded sampled tree or a temperature other
+    than the one its sampled tree was recorded at."""
+    sp = tr.sampled_spec
+    if sp is None:
+        raise ValueError(f"{name}: the trace {regime!r} has no recorded sampled tree (record "
+                         "with --sampled-tree SPEC), so the verifiers cannot run on it")
+    other = [t for t in g.temperatures if float(t) != float(sp["temperature"])]
+    if other:
+        raise ValueError(f"{name}.temperatures: T = {', '.join(f'{t:g}' for t in other)} not "
+                         f"recorded for the trace {regime!r}'s sampled tree (recorded at "
+                         f"T = {float(sp['temperature']):g} only)")
+
+
+def trace_preset(tr, regime: str) -> VerifierGrid | None:
+    """The family's grid for ``--trace FILE``: the recorded sampled tree at its temperature
+    (None if the trace has none)."""
+    sp = tr.sampled_spec
+    if sp is None:
+        return None
+    return VerifierGrid((regime,), shapes=(RECORDED,), temperatures=(float(sp["temperature"]),),
+                        rounds=max(2, len(tr)), worlds=1)
 
 
 def tables(rows: list[dict]) -> list[str]:
@@ -389,6 +493,8 @@ def tables(rows: list[dict]) -> list[str]:
 def _tree_label(method: str) -> str:
     """``sampled-tree[2x5]`` -> ``2 wide × 5 deep``; ``tsubame-rrsw[B=64]`` -> ``Tsubame B=64``."""
     inner = method.split("[", 1)[1].split("]", 1)[0] if "[" in method else method
+    if method.startswith("recorded"):
+        return f"recorded {method.split()[1].split('[')[0]} {inner}"
     if method.startswith("tsubame"):
         return f"Tsubame {inner}"
     return inner.replace("x", " wide × ") + " deep"
