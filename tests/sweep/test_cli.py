@@ -22,6 +22,7 @@ from treespec_sim.validation import check_budget, check_positive_int, check_temp
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
+              "treespec_sim.logs",
               "proofs_check.__main__", "bench_caddtree", "bench_sampled_fill", "bench_sweep",
               "bench_verification", "bench_verifiers")
 #: Every entry point and its ``prog`` (the benchmarks as scripts, the rest with ``-m``).
@@ -29,12 +30,14 @@ ENTRY_POINTS = {
     "treespec_sim.sweep": "python -m treespec_sim.sweep",
     "treespec_sim.calibrate": "python -m treespec_sim.calibrate",
     "treespec_sim.report": "python -m treespec_sim.report",
+    "treespec_sim.logs": "python -m treespec_sim.logs",
     "proofs_check.__main__": "python -m proofs_check",
     "real_models.validate": "python -m real_models.validate",
     "real_models.profile": "python -m real_models.profile",
     "real_models.experiments": "python -m real_models.experiments",
     "real_models.exittrain": "python -m real_models.exittrain",
     "real_models.train": "python -m real_models.train",
+    "real_models.record": "python -m real_models.record",
     **{f"bench_{b}": f"python benchmarks/bench_{b}.py"
        for b in ("caddtree", "ddtree", "real_models", "sampled_fill", "sweep", "verification",
                  "verifiers")},
