@@ -35,6 +35,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from ..numerics import dot
 from ..validation import check_temperature
 
 __all__ = ["SparseBoostKernel", "as_token_array", "check_temperature"]
@@ -324,8 +325,10 @@ class SparseBoostKernel:
         self.correction_matrix()
         ct = self._corr_matrix_t
         if mu.ndim == 1:
-            return (mu @ self._base_mass) * self._base_law + ct @ mu
-        return np.outer(mu @ self._base_mass, self._base_law) + (ct @ mu.T).T
+            return dot(mu, self._base_mass) * self._base_law + ct @ mu
+        # each row's mu . pi as dot(): BLAS's order changes with its threads at V > 10^4
+        mass = np.array([dot(row, self._base_mass) for row in mu])
+        return np.outer(mass, self._base_law) + (ct @ mu.T).T
 
     def correction_matrix(self) -> sp.csr_matrix:
         """``C`` with ``C[a, succ[a, j]] = c_aj`` as a CSR (V, V) matrix, built once, ``O(V s)``.

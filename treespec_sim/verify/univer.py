@@ -70,6 +70,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..numerics import dot
+
 __all__ = ["CHOOSERS", "COIN", "ENUM_LIMIT", "STEPS", "NodeView", "choose_guided",
            "choose_safe", "enumerated_accepts", "node_accepts", "step_value", "trials",
            "two_child_accepts"]
@@ -491,14 +493,14 @@ def _two_child_reference(mu: np.ndarray, step: str, terms: _LawTerms) -> np.ndar
         if r_mass > 1e-15:
             mu2 = np.maximum(mu - first, 0.0) / r_mass
             nz = np.flatnonzero(e > 0)
-            a2 = float(np.dot(e[nz], _sum_min(mu2, second_base, cond[nz])))
+            a2 = dot(e[nz], _sum_min(mu2, second_base, cond[nz]))
         out = np.array([a1, a2])
     else:
-        held = np.dot(first, mu)
+        held = dot(first, mu)
         nz = np.flatnonzero(first > 0)
         inner = (_sum_min(mu, second_base, cond[nz])
                  - np.minimum(mu[nz], cond[nz] * second_base[nz]))
-        out = np.array([held, float(np.dot(first[nz], inner))])
+        out = np.array([held, dot(first[nz], inner)])
     return out if step in ("traversal", "conditional") else out[::-1].copy()
 
 
@@ -541,10 +543,10 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
             gone = np.flatnonzero(~(d > 0))
             e_nz, c_nz = _drop(e, gone, "e_nz"), _drop(cond, gone, "c_nz")
             f = _sum_min_sorted(*sup[:3], c_nz, c_lo, c_hi, out=_work("f", e_nz.size))
-            a2 = float(np.dot(e_nz, f))
+            a2 = dot(e_nz, f, out=_work("ef", e_nz.size))
         out = np.array([a1, a2])
     else:
-        held = np.dot(first, mu)
+        held = dot(first, mu, out=_work("held", mu.size))
         sup = terms.sorted_support(family, mu)
         if sup is None:
             return _two_child_reference(mu, step, terms)
@@ -553,7 +555,7 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
         mu_nz = mu if nz is None else np.take(mu, nz, out=_work("mu_nz", m), mode="clip")
         f = _sum_min_sorted(*sup[:3], cond_nz, c_lo, c_hi, out=_work("f", m))
         inner = np.subtract(f, np.minimum(mu_nz, ch_nz, out=_work("a", m)), out=f)
-        out = np.array([held, float(np.dot(first_nz, inner))])
+        out = np.array([held, dot(first_nz, inner, out=_work("fi", m))])
     # reverse (x2 tried first) and condrev (x2 held) computed x2's mass first
     return out if family == "fwd" else out[::-1].copy()
 
