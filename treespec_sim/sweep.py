@@ -140,6 +140,8 @@ PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
               functools.partial(_all, "quick")),
     **{f.name: (f.preset_note, functools.partial(_one, f.name)) for f in FAMILIES.values()},
+    "stochastic-map": (FAMILIES["stochastic"].MAP_PRESET_NOTE,
+                       lambda: Plan((FAMILIES["stochastic"].map_preset(),))),
 }
 
 
