@@ -42,7 +42,8 @@ from .target import LogitsOracle, TreeForward
 
 torch = require("torch")
 
-__all__ = ["DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock", "prefill"]
+__all__ = ["ConditionalProposal", "DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock",
+           "prefill"]
 
 
 def clock(bundle: Bundle) -> float:
@@ -214,6 +215,29 @@ class DecodeState:
         return len(self.tokens) - 1
 
 
+@dataclass(frozen=True, eq=False)
+class ConditionalProposal:
+    """``ModelBackend.draft_conditional`` for one round as a
+    :data:`~treespec_sim.policies.sampled.ProposalFn` with a per-level ``prefetch``.
+
+    ``proposal(depth, parent)`` is ``backend.draft_conditional(ctx, depth, parent)``;
+    ``prefetch(depth, parents)`` computes every law of a level in one batched drafter pass
+    (:meth:`ModelBackend.draft_conditional_batch`), so a fill makes one correction pass per
+    level instead of one per distinct ``(depth, parent)``. The laws are the same function of
+    ``(depth, parent)`` within the round (each computed once, cached in ``ctx``).
+    """
+
+    backend: ModelBackend
+    ctx: DecodeState
+
+    def __call__(self, depth: int, parent_token: int) -> np.ndarray:
+        return self.backend.draft_conditional(self.ctx, depth, parent_token)
+
+    def prefetch(self, depth: int, parent_tokens) -> None:
+        if depth >= 2 and len(parent_tokens):
+            self.backend.draft_conditional_batch(self.ctx, depth, parent_tokens)
+
+
 class ModelBackend:
     """A loaded bundle as a :class:`treespec_sim.engine.Backend` (see the module docstring).
 
@@ -365,6 +389,13 @@ class ModelBackend:
                 law.flags.writeable = False
                 ctx.conditionals[(depth, x)] = law
         return np.stack([ctx.conditionals[(depth, x)] for x in parents])
+
+    def conditional(self, ctx: DecodeState) -> ConditionalProposal:
+        """This round's correction as a proposal for
+        :func:`treespec_sim.policies.sampled.fill_tree` that batches each level: its
+        ``prefetch(depth, parents)`` runs one drafter pass for every parent of a level
+        (:meth:`draft_conditional_batch`), its calls read the round's cache."""
+        return ConditionalProposal(self, ctx)
 
     def _check_conditional(self, ctx: DecodeState, depth, parents) -> tuple[int, list[int]]:
         if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or not (

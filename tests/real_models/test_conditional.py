@@ -177,3 +177,23 @@ def test_corrected_fills_are_lossless_and_the_planted_reuse_is_caught(bundle, pr
            for _ in range(n)]
     _, p_bad, _ = law_test(bad, bin_of, probs)
     assert p_bad < ALPHA
+
+
+def test_a_prefetching_fill_makes_one_pass_per_level_and_draws_the_same(bundle, prompts):
+    from treespec_sim.policies import tsubame
+
+    be, ctx, log_q = _fresh(bundle, prompts[0])
+    plain = tsubame(log_q, 48, rng=np.random.default_rng(4), temperature=1.0,
+                    root_token=ctx.last_token,
+                    proposal=lambda d, x: be.draft_conditional(ctx, d, x))
+    single = list(ctx.corrections)
+    be2, ctx2, _ = _fresh(bundle, prompts[0])
+    batched = tsubame(log_q, 48, rng=np.random.default_rng(4), temperature=1.0,
+                      root_token=ctx2.last_token, proposal=be2.conditional(ctx2))
+    tree = batched.tree
+    levels = {int(tree.depth[v]) + 1 for v in np.flatnonzero(~tree.is_leaf())} - {1}
+    assert len(single) > len(levels) >= 1
+    assert sorted(d for d, _, _ in ctx2.corrections) == sorted(levels)   # one pass per level
+    assert plain.tree == tree
+    np.testing.assert_allclose(np.asarray(plain.proposal), np.asarray(batched.proposal),
+                               atol=1e-5)

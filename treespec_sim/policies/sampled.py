@@ -60,7 +60,10 @@ __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "P
 #: ``proposal(depth, parent_token) -> (V,)``: the law the children at ``depth`` (1..L) of a node
 #: whose token is ``parent_token`` are drawn from. A DFlash drafter's marginal ignores the
 #: parent; a conditional correction (Markov head, pairwise selector) does not. It must be a
-#: function of its arguments (the fill calls it once per distinct pair).
+#: function of its arguments (the fill calls it once per distinct pair). An object may also
+#: have ``prefetch(depth, parent_tokens)``: :func:`fill_tree` calls it once per level with every
+#: parent of that level before asking for any of their laws (a drafter that computes a level's
+#: corrections in one batched pass; e.g. ``real_models.ModelBackend.conditional``).
 ProposalFn = Callable[[int, int], np.ndarray]
 
 #: The schemes a sampled builder draws with: the verifier rule table's schemes that draw
@@ -455,6 +458,10 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     # (node in shape, node in output); BFS so a node's token exists before its children draw
     queue = [(0, 0)]
     head = 0
+    # a conditional proposal may batch a level's laws: prefetch(depth, parent tokens) is told
+    # every parent of a level before its first law is asked for (draws and laws unchanged)
+    prefetch = None if marginal else getattr(proposal, "prefetch", None)
+    prefetched = 0
     while head < len(queue):
         src, dst = queue[head]
         head += 1
@@ -463,6 +470,11 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
             continue
         depth = int(shape.depth[src]) + 1
         key = depth if marginal else (depth, token[dst])
+        if prefetch is not None and depth > prefetched:
+            prefetched = depth
+            prefetch(depth, list(dict.fromkeys(
+                token[d] for s_, d in queue[head - 1:]
+                if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size)))
         if t == 0.0:
             q_raw = raw.get(key)
             if q_raw is None:
