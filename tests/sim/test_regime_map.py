@@ -117,6 +117,10 @@ def test_a_small_map_cell_and_its_report():
     assert "regime map" in text and "PR #169" in text
     claims = st.claims(rows)
     assert len(claims) == 2 and all("map points" in c.reason for c in claims)
+    for c, (_, test, _, _) in zip(claims, st.MAP_CLAIMS, strict=True):
+        n = sum(test(p) for p in pts)
+        assert c.verdict == ("holds" if n > 0.025 * len(pts) else "undecided" if n else
+                             "does not hold")
 
 
 def test_the_map_preset_and_the_existing_presets():
