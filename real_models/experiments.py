@@ -577,8 +577,10 @@ def _main(args: argparse.Namespace) -> int:
                                  budgets=tuple(args.budgets), new_tokens=args.new_tokens,
                                  seed=args.seed)
         table, rows = tsubame_table(res, cost)
-        command = "python -m real_models.experiments " + " ".join(sys.argv[1:])
-        head = (f"`{command}`\n\n"
+        options = " ".join(a for a in sys.argv[1:] if a != "tsubame")
+        command = f"python -m real_models.experiments tsubame {options}".strip()
+        head = (f"Produced by `python -m real_models.experiments tsubame` (options: "
+                f"`{options or 'none'}`): "
                 f"{res['prompts']} held-out prompts x {res['new_tokens']} new tokens, seed "
                 f"{res['seed']}, cost model {res['cost'].get('name')} "
                 f"({args.cost or CPU_TINY}: C_d = {1e3 * cost.draft_cost():.2f} ms), device "

@@ -105,6 +105,7 @@ __all__ = [
     "plot_tau_vs_temperature",
     "preset",
     "preset_note",
+    "presets",
     "run",
     "run_map",
     "run_methods",
@@ -686,6 +687,11 @@ class StochasticMapGrid:
 def map_preset() -> StochasticMapGrid:
     """The ``stochastic-map`` preset: math500 and mt-bench (calibrated at T = 0 and T = 1)."""
     return StochasticMapGrid(pick_regimes(paper_regimes(), ("math500", "mt-bench")))
+
+
+#: The family's further sweep presets (``python -m treespec_sim.sweep --preset NAME``):
+#: name -> (what it runs, grid factory).
+presets = {"stochastic-map": (MAP_PRESET_NOTE, map_preset)}
 
 
 @functools.lru_cache(maxsize=4)  # each V = 32768 world holds its per-topic kernels
