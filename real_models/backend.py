@@ -6,6 +6,10 @@ models decode through the same :func:`treespec_sim.engine.run_round` as every sy
 
     draft(ctx)                   drafter forward over [b, m × L] ──► log_q (L, V), float32
                                  log-softmax of the logits (untempered, as DDTree builds its tree)
+    draft_conditional(ctx, d, x) the first-order correction: a second drafter forward over
+                                 [b, m, .., x, .., m] (x written at depth d - 1) ──► the depth-d
+                                 law given the sampled parent x, float64 (V,); cached per round,
+                                 counted and timed (DecodeState.corrections)
     target_oracle(ctx, tree, T)  4-D tree mask + one target forward over the root and the nodes
                                  ──► LogitsOracle (float64 rows at T, computed where read)
     commit(ctx, outcome)         target KV cache compacted to the accepted path; the drafter's
@@ -38,7 +42,8 @@ from .target import LogitsOracle, TreeForward
 
 torch = require("torch")
 
-__all__ = ["DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock", "prefill"]
+__all__ = ["ConditionalProposal", "DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock",
+           "prefill"]
 
 
 def clock(bundle: Bundle) -> float:
@@ -131,6 +136,32 @@ class Drafting:
         logits = self.bundle.drafter.logits(hidden, self.head)[0].float()
         return torch.log_softmax(logits, dim=-1).cpu().numpy(), logits
 
+    @torch.inference_mode()
+    def conditional_probs(self, cache: DraftCache, root: int, start: int, depth: int,
+                          parents) -> np.ndarray:
+        """The depth-``depth`` law given each sampled parent: float64 numpy (k, V).
+
+        One batched drafter forward over ``k`` blocks ``[b, m, .., x_i, .., m]``: block ``i``
+        holds the root ``b`` at position 0, the parent token ``x_i`` written in place of the
+        mask at position ``depth - 1``, masks elsewhere; row ``i`` is
+        ``softmax(logits at position depth)`` computed in float64 from the model's logits
+        (``docs/real_models.md``, "The conditional correction"). ``depth >= 2`` (at depth 1 the
+        parent is the root, already in the block: the law is the marginal).
+        """
+        if not 2 <= depth <= self.bundle.depth:
+            raise ValueError(f"a correction pass needs depth in [2, {self.bundle.depth}]; "
+                             f"got {depth}")
+        x = torch.as_tensor(np.asarray(parents, dtype=np.int64), device=self.bundle.device)
+        block = self.block.expand(x.numel(), -1).clone()
+        block[:, 0] = int(root)
+        block[:, depth - 1] = x
+        emb = self.embed(block)
+        if self.bundle.spec.input_embedding_scale != 1.0:
+            emb = emb * self.bundle.spec.input_embedding_scale
+        hidden = self.bundle.drafter.draft(cache, emb, start)[:, depth - 1]
+        logits = self.bundle.drafter.logits(hidden, self.head)
+        return torch.softmax(logits.to("cpu", torch.float64), dim=-1).numpy()
+
 
 @dataclass(eq=False)
 class DecodeState:
@@ -148,6 +179,15 @@ class DecodeState:
     forward : TreeForward or None
         This round's verification forward (set by ``target_oracle``, cleared by ``commit``):
         its logits and the context features the commit feeds the drafter.
+    marginal_logits : torch.Tensor (L, V) or None
+        This round's drafter logits (set by ``draft``): the depth-1 law given the root.
+    conditionals : dict
+        This round's correction laws, ``(depth, parent token) -> float64 (V,)`` (read-only),
+        computed once each (``draft_conditional``); emptied by ``draft``.
+    corrections : list of (int, int, float)
+        This round's correction passes, ``(depth, blocks, seconds)`` each, in order: what
+        the round's cost must charge on top of ``C_d + C_v(n + 1)``
+        (``docs/real_models.md``, "The conditional correction"); emptied by ``draft``.
     split : dict
         Seconds of this round's sub-steps that :class:`real_models.RoundStats` moves
         between stages: ``"mask"`` (built inside ``target_oracle``, counted as build),
@@ -160,6 +200,9 @@ class DecodeState:
     cache: object = None
     forward: TreeForward | None = None
     split: dict[str, float] = field(default_factory=dict)
+    marginal_logits: object = None
+    conditionals: dict = field(default_factory=dict)
+    corrections: list = field(default_factory=list)
 
     @property
     def last_token(self) -> int:
@@ -170,6 +213,29 @@ class DecodeState:
     def length(self) -> int:
         """Cached positions of the target and the drafter: every token but the root."""
         return len(self.tokens) - 1
+
+
+@dataclass(frozen=True, eq=False)
+class ConditionalProposal:
+    """``ModelBackend.draft_conditional`` for one round as a
+    :data:`~treespec_sim.policies.sampled.ProposalFn` with a per-level ``prefetch``.
+
+    ``proposal(depth, parent)`` is ``backend.draft_conditional(ctx, depth, parent)``;
+    ``prefetch(depth, parents)`` computes every law of a level in one batched drafter pass
+    (:meth:`ModelBackend.draft_conditional_batch`), so a fill makes one correction pass per
+    level instead of one per distinct ``(depth, parent)``. The laws are the same function of
+    ``(depth, parent)`` within the round (each computed once, cached in ``ctx``).
+    """
+
+    backend: ModelBackend
+    ctx: DecodeState
+
+    def __call__(self, depth: int, parent_token: int) -> np.ndarray:
+        return self.backend.draft_conditional(self.ctx, depth, parent_token)
+
+    def prefetch(self, depth: int, parent_tokens) -> None:
+        if depth >= 2 and len(parent_tokens):
+            self.backend.draft_conditional_batch(self.ctx, depth, parent_tokens)
 
 
 class ModelBackend:
@@ -254,7 +320,100 @@ class ModelBackend:
             raise ValueError(f"ctx is stale: the bundle's KV cache holds {self.target.length} "
                              f"positions, this sequence {ctx.length}")
         ctx.split = {}
-        return self.drafting.log_q(ctx.draft_cache, ctx.last_token, ctx.length)[0]
+        ctx.conditionals = {}
+        ctx.corrections = []
+        log_q, ctx.marginal_logits = self.drafting.log_q(ctx.draft_cache, ctx.last_token,
+                                                         ctx.length)
+        return log_q
+
+    def draft_conditional(self, ctx: DecodeState, depth: int, parent_token: int
+                          ) -> np.ndarray:
+        """The drafter's depth-``depth`` law given the sampled parent ``parent_token``.
+
+        The first-order correction of ``docs/real_models.md`` ("The conditional correction"):
+        a second drafter forward over the block with ``parent_token`` written in place of the
+        mask at depth ``depth - 1`` (:meth:`Drafting.conditional_probs`); it sees the root and
+        the parent, not the rest of the sampled path (the engine's contract is
+        ``(depth, parent_token)``, as the synthetic world's correction). At depth 1 the parent
+        must be the root, and the law is the marginal's (no pass). Each ``(depth, parent)``
+        is computed once per round; every pass is recorded in ``ctx.corrections``.
+
+        Parameters
+        ----------
+        ctx : DecodeState
+            After this round's :meth:`draft`, before its verification.
+        depth : int
+            ``1..L``.
+        parent_token : int
+
+        Returns
+        -------
+        ndarray float64 (V,)
+            Read-only probabilities (sum 1 up to rounding).
+        """
+        self._check(ctx, verified=False)
+        depth, parent = self._check_conditional(ctx, depth, [parent_token])
+        key = (depth, parent[0])
+        if key not in ctx.conditionals:
+            self.draft_conditional_batch(ctx, depth, parent)
+        return ctx.conditionals[key]
+
+    def draft_conditional_batch(self, ctx: DecodeState, depth: int, parent_tokens
+                                ) -> np.ndarray:
+        """:meth:`draft_conditional` for many parents at one depth in one batched pass.
+
+        The laws not yet computed this round go through one drafter forward over as many
+        blocks (one correction pass, recorded in ``ctx.corrections``); the rest come from the
+        round's cache. Returns float64 (k, V), row ``i`` the law given ``parent_tokens[i]``.
+        """
+        self._check(ctx, verified=False)
+        depth, parents = self._check_conditional(ctx, depth, parent_tokens)
+        if depth == 1:
+            if ctx.marginal_logits is None:
+                raise ValueError("draft_conditional needs this round's draft(ctx) first")
+            law = ctx.conditionals.get((1, parents[0]))
+            if law is None:
+                law = torch.softmax(ctx.marginal_logits[0].to("cpu", torch.float64),
+                                    dim=-1).numpy()
+                law.flags.writeable = False
+                ctx.conditionals[(1, parents[0])] = law
+            return np.stack([law] * len(parents))
+        todo = list(dict.fromkeys(x for x in parents if (depth, x) not in ctx.conditionals))
+        if todo:
+            t0 = self.clock()
+            laws = self.drafting.conditional_probs(ctx.draft_cache, ctx.last_token,
+                                                   ctx.length, depth, todo)
+            ctx.corrections.append((depth, len(todo), self.clock() - t0))
+            for x, law in zip(todo, laws, strict=True):
+                law = np.ascontiguousarray(law)
+                law.flags.writeable = False
+                ctx.conditionals[(depth, x)] = law
+        return np.stack([ctx.conditionals[(depth, x)] for x in parents])
+
+    def conditional(self, ctx: DecodeState) -> ConditionalProposal:
+        """This round's correction as a proposal for
+        :func:`treespec_sim.policies.sampled.fill_tree` that batches each level: its
+        ``prefetch(depth, parents)`` runs one drafter pass for every parent of a level
+        (:meth:`draft_conditional_batch`), its calls read the round's cache."""
+        return ConditionalProposal(self, ctx)
+
+    def _check_conditional(self, ctx: DecodeState, depth, parents) -> tuple[int, list[int]]:
+        if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or not (
+                1 <= depth <= self.depth):
+            raise ValueError(f"depth must be an integer in [1, {self.depth}]; got {depth!r}")
+        arr = np.asarray(parents)
+        if arr.ndim != 1 or arr.size < 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"parent tokens must be a non-empty 1-D sequence of token ids; "
+                             f"got {parents!r}")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
+        if bad.size:
+            raise ValueError(f"parent token {arr[bad[0]]} is outside the vocabulary "
+                             f"(V = {self.vocab_size})")
+        out = [int(x) for x in arr]
+        if int(depth) == 1 and any(x != ctx.last_token for x in out):
+            raise ValueError(f"at depth 1 the parent is the root: parent_token must be "
+                             f"ctx.last_token = {ctx.last_token}; got {out}")
+        return int(depth), out
 
     def target_oracle(self, ctx: DecodeState, tree: DraftTree, temperature: float
                       ) -> LogitsOracle:

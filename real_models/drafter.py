@@ -400,17 +400,25 @@ class DFlashDrafter(nn.Module):
         cache.length += int(target_hidden.shape[1])
 
     def draft(self, cache: DraftCache, block_emb, start: int):
-        """One block forward at positions ``start .. start + block_size - 1``.
+        """Block forwards at positions ``start .. start + block_size - 1``.
 
-        ``block_emb`` is the embedded ``[b, m, ..., m]`` (1, block_size, d). Returns the
-        final-normed hidden states of positions ``1..L`` (1, L, d). Nothing is cached.
+        ``block_emb`` is the embedded ``[b, m, ..., m]`` (1, block_size, d), or ``k`` blocks
+        of one sequence at once (k, block_size, d) -- e.g. the conditional correction's blocks,
+        ``[b, m, .., x, .., m]`` with a sampled token ``x`` written in place of a mask
+        (``docs/real_models.md``, "The conditional correction"): every block attends to the
+        same cached context (its K/V broadcast over the ``k`` blocks, not copied) and to
+        itself only. Returns the final-normed hidden states of positions ``1..L`` (k, L, d).
+        Nothing is cached.
         """
-        n = block_emb.shape[1]
-        pos = torch.arange(start, start + n, device=block_emb.device)[None]
+        k, n = block_emb.shape[0], block_emb.shape[1]
+        pos = torch.arange(start, start + n, device=block_emb.device)[None].expand(k, n)
         rope = self.rope(block_emb, pos)
         h = block_emb
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, cache.keys[i], cache.values[i], None)
+            ck, cv = cache.keys[i], cache.values[i]
+            if k > 1:
+                ck, cv = ck.expand(k, -1, -1, -1), cv.expand(k, -1, -1, -1)
+            h = layer(h, rope, ck, cv, None)
         return self.norm(h)[:, 1:]
 
 

@@ -17,6 +17,18 @@ r"""Experiments on real models: CaDDTree on measured costs, traces, simulator vs
     the target's edge probabilities on it at temperature ``T``: everything the simulator's exact
     analysis needs (:func:`replay`).
 
+``python -m real_models.experiments tsubame [--temperatures 0.6 1] [--budgets 16 64] --out DIR``
+    Sampled trees at ``T > 0`` on the real drafter: DDTree (follow), the argmax chain, the
+    marginal and the corrected sampled chains (rrs), Tsubame with marginal proposals
+    (``sampled-ddtree``: DDTree's shape filled from the tempered marginals, rrsw) and with the
+    drafter's conditional correction (``tsubame-rrsw``, rrsw), decoding the held-out prompts.
+    Per round the exact :math:`E[\tau]` of its tree; 95% t-intervals over prompts. Modelled
+    tokens/s charge every correction pass the round made
+    (:attr:`~real_models.backend.DecodeState.corrections`): ``C_d + C_v(n + 1) + passes * C_d``
+    with the latency file's ``C_d``/``C_v`` (``docs/real_models.md``, "The conditional
+    correction"), and, for comparison, one batched pass per corrected depth instead
+    (``levels * C_d``) and no correction cost at all.
+
 ``python -m real_models.experiments simvsreal --traces FILE.npz [--budgets ...] --out DIR``
     Replays the traces (τ(B) for every budget from the nested tree; exit-law decomposition at
     each budget), decodes the same prompts for real at each budget (realised τ; the exact exit
@@ -46,14 +58,17 @@ from treespec_sim.cli import (
     add_out,
     add_prompts,
     add_repeats,
+    add_seed,
     add_temperature,
     add_threads,
     positive_int,
+    positive_temperature,
     run_subcommand,
 )
 from treespec_sim.cost import round_time
 from treespec_sim.exits import EXIT_CAUSES
-from treespec_sim.stats import paired_bootstrap, percentile_ci, ratio_ci
+from treespec_sim.files import atomic_write_text
+from treespec_sim.stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
 
 from ._decode import decode, resolve_cost, run_from
@@ -65,7 +80,8 @@ from .validate import load_prompts
 
 torch = require("torch")
 
-__all__ = ["build_parser", "caddtree_experiment", "main", "record_traces", "replay"]
+__all__ = ["TSUBAME_METHODS", "build_parser", "caddtree_experiment", "main", "record_traces",
+           "replay", "tsubame_experiment", "tsubame_table"]
 
 CADDTREE_GRID = (4, 8, 16, 32, 64, 128, 256)
 
@@ -317,12 +333,110 @@ def fit_regime(target: dict[int, float], *, V: int, L: int, rounds: int = 240,
 
 
 # ----------------------------------------------------------------------------- CLI
+# ----------------------------------------------------------------------------- Tsubame
+#: (label, method, rule, uses the budget) of the ``tsubame`` experiment.
+TSUBAME_METHODS = (
+    ("chain (argmax)", "chain", "follow", False),
+    ("sampled-chain (marginal)", "sampled-chain", "rrs", False),
+    ("sampled-chain-corrected", "sampled-chain-corrected", "rrs", False),
+    ("ddtree", "ddtree", "follow", True),
+    ("tsubame, marginal (sampled-ddtree)", "sampled-ddtree", "rrsw", True),
+    ("tsubame, corrected (tsubame-rrsw)", "tsubame-rrsw", "rrsw", True),
+)
+
+
+def tsubame_experiment(bundle, prompts, *, cost, temperatures=(0.6, 1.0), budgets=(16, 64),
+                       new_tokens: int = 64, seed: int = 0) -> dict:
+    """Decode every prompt with every method of :data:`TSUBAME_METHODS` at every ``T`` and
+    budget; per round: exact E[tau], sampled tau, tree size, context length and the correction
+    passes (``(depth, blocks, seconds)``) the round made. Prompts are decoded method after
+    method with a seed per (T, configuration, prompt)."""
+    configs = []
+    for label, method, rule, sized in TSUBAME_METHODS:
+        for b in (budgets if sized else (None,)):
+            configs.append((f"{label} B={b}" if sized else label, method, rule, b))
+    pfs = [prefill(bundle, p, with_drafter=True) for p in prompts]
+    runs: dict = {}
+    for ti, t in enumerate(temperatures):
+        for ci, (label, method, rule, budget) in enumerate(configs):
+            per_prompt = []
+            for i, pf in enumerate(pfs):
+                recs: list[dict] = []
+
+                def on_round(rnd, state, recs=recs):
+                    recs.append({"e_tau": float(rnd.expected_tau), "size": rnd.tree_size,
+                                 "start": state.length,
+                                 "levels": len({d for d, _, _ in state.corrections}),
+                                 "passes": len(state.corrections),
+                                 "blocks": int(sum(k for _, k, _ in state.corrections)),
+                                 "corr_s": float(sum(x for *_, x in state.corrections))})
+
+                rng = np.random.default_rng([seed, ti, ci, i])
+                res = run_from(bundle, pf, new_tokens, method=method, rule=rule,
+                               budget=budget, temperature=t, rng=rng, on_round=on_round)
+                for r, st in zip(recs, res.rounds, strict=True):
+                    r["tau"] = st.tau
+                per_prompt.append({"rounds": recs, "decode_s": res.decode_s,
+                                   "tokens": len(res.tokens)})
+            runs[f"{t!r}|{label}"] = {"temperature": t, "label": label, "method": method,
+                                      "rule": rule, "budget": budget, "prompts": per_prompt}
+            _log(f"tsubame experiment: T = {t:g}, {label} done")
+    return {"runs": runs, "cost": cost.to_dict(), "temperatures": list(temperatures),
+            "budgets": list(budgets), "new_tokens": new_tokens, "prompts": len(prompts),
+            "seed": seed}
+
+
+def tsubame_table(run: dict, cost) -> tuple[str, list[dict]]:
+    """Markdown table and rows of :func:`tsubame_experiment`: tau, tokens/s three ways."""
+    rows = []
+    lines = ["| T | method | B | tree nodes | E[τ] [95% CI over prompts] | sampled τ | "
+             "correction passes / round | measured correction ms / round | "
+             "modelled tok/s, passes charged | one batched pass per depth | "
+             "no correction cost | measured wall tok/s |",
+             "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in run["runs"].values():
+        per = r["prompts"]
+        rounds = [x for p in per for x in p["rounds"]]
+        ci = mean_ci([np.array([x["e_tau"] for x in p["rounds"]]) for p in per])
+        e_tau = np.array([x["e_tau"] for x in rounds])
+        base = np.array([float(round_time(cost, x["size"], x["start"])) for x in rounds])
+        cd = np.array([float(cost.draft_cost(x["start"])) for x in rounds])
+        passes = np.array([x["passes"] for x in rounds], dtype=np.float64)
+        levels = np.array([x["levels"] for x in rounds], dtype=np.float64)
+        corr_s = np.array([x["corr_s"] for x in rounds])
+        charged = e_tau.sum() / (base + passes * cd).sum()
+        batched = e_tau.sum() / (base + levels * cd).sum()
+        free = e_tau.sum() / base.sum()
+        wall = sum(p["tokens"] for p in per) / sum(p["decode_s"] for p in per)
+        row = {"temperature": r["temperature"], "label": r["label"], "method": r["method"],
+               "rule": r["rule"], "budget": r["budget"],
+               "tree_nodes": float(np.mean([x["size"] for x in rounds])),
+               "e_tau": ci.mean, "e_tau_ci": [ci.low, ci.high],
+               "sampled_tau": float(np.mean([x["tau"] for x in rounds])),
+               "passes_per_round": float(passes.mean()),
+               "levels_per_round": float(levels.mean()),
+               "correction_ms_per_round": 1e3 * float(corr_s.mean()),
+               "correction_ms_per_pass": (1e3 * float(corr_s.sum() / passes.sum())
+                                          if passes.sum() else None),
+               "tok_s_charged": float(charged), "tok_s_batched": float(batched),
+               "tok_s_free": float(free), "wall_tok_s": float(wall), "rounds": len(rounds)}
+        rows.append(row)
+        b = "L" if r["budget"] is None else str(r["budget"])
+        lines.append(f"| {r['temperature']:g} | {r['label']} ({r['rule']}) | {b} | "
+                     f"{row['tree_nodes']:.1f} | {ci.mean:.2f} [{ci.low:.2f}, {ci.high:.2f}] | "
+                     f"{row['sampled_tau']:.2f} | {row['passes_per_round']:.1f} | "
+                     f"{row['correction_ms_per_round']:.1f} | {charged:.1f} | {batched:.1f} | "
+                     f"{free:.1f} | {wall:.1f} |")
+    return "\n".join(lines), rows
+
+
 def _load_prompts(bundle, n: int):
     return load_prompts(bundle, n, 64)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m real_models.experiments`` (caddtree, traces, simvsreal)."""
+    """The parser of ``python -m real_models.experiments`` (caddtree, traces, simvsreal,
+    tsubame)."""
     ap = OneLineParser(
         prog="python -m real_models.experiments",
         description="Experiments on the shipped tiny models: CaDDTree on measured costs "
@@ -375,7 +489,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-fit", action="store_true",
                    help="skip fitting a synthetic regime to the real tau")
     add_out(s, "write simvsreal_T<T>.md and .json here (default: print only)", metavar="DIR")
-    for p in (c, t, s):
+    w = sub.add_parser("tsubame", help="sampled trees at T > 0 on the real drafter: Tsubame "
+                       "(marginal and corrected) vs DDTree and the sampled chains",
+                       description="Decode the held-out prompts with DDTree, the argmax "
+                                   "chain, the marginal and corrected sampled chains and "
+                                   "Tsubame (marginal proposals, and the drafter's conditional "
+                                   "correction) at each temperature and budget; exact E[tau] "
+                                   "per round with t-intervals over prompts, and modelled "
+                                   "tokens/s charging the correction passes.")
+    w.add_argument("--temperatures", type=positive_temperature, nargs="+", metavar="T",
+                   default=[0.6, 1.0], help="target temperatures, > 0 (default: %(default)s)")
+    add_budgets(w, default=[16, 64], help="tree budgets (default: %(default)s)")
+    w.add_argument("--cost", metavar="FILE.json", default=None,
+                   help="latency file for the modelled tokens/s (default: the committed "
+                        "real_models/profiles/cpu_tiny.json)")
+    add_prompts(w, default=16)
+    add_new_tokens(w, default=64)
+    add_seed(w, "base seed of the draws and the verifier (default: %(default)s)")
+    add_out(w, "write tsubame_real.md and .json here (default: print only)", metavar="DIR")
+    for p in (c, t, s, w):
         add_device(p)
         add_threads(p)
         add_debug(p)
@@ -437,6 +569,31 @@ def _main(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out, **tr)
         _log(f"wrote {args.out}: {len(tr['size'])} rounds")
+    elif args.cmd == "tsubame":
+        prompts = _load_prompts(bundle, args.prompts)
+        cost, notes = resolve_cost(bundle, str(args.cost or CPU_TINY))
+        res = tsubame_experiment(bundle, prompts, cost=cost,
+                                 temperatures=tuple(args.temperatures),
+                                 budgets=tuple(args.budgets), new_tokens=args.new_tokens,
+                                 seed=args.seed)
+        table, rows = tsubame_table(res, cost)
+        options = " ".join(a for a in sys.argv[1:] if a != "tsubame")
+        command = f"python -m real_models.experiments tsubame {options}".strip()
+        head = (f"Produced by `python -m real_models.experiments tsubame` (options: "
+                f"`{options or 'none'}`): "
+                f"{res['prompts']} held-out prompts x {res['new_tokens']} new tokens, seed "
+                f"{res['seed']}, cost model {res['cost'].get('name')} "
+                f"({args.cost or CPU_TINY}: C_d = {1e3 * cost.draft_cost():.2f} ms), device "
+                f"{args.device}, {torch.get_num_threads()} thread(s)")
+        text = head + "\n\n" + table + "".join(f"\n\nNote: {n}" for n in notes)
+        print(text)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.out / "tsubame_real.md", text + "\n")
+            atomic_write_text(args.out / "tsubame_real.json", json.dumps(
+                {"rows": rows, "notes": notes, "cost_file": str(args.cost or CPU_TINY),
+                 "runs": res["runs"], "cost": res["cost"], "command": command,
+                 "torch": torch.__version__}) + "\n")
     else:
         simvsreal(bundle, args, traces)
     return 0

@@ -14,7 +14,11 @@ fails, 2 on bad input):
 3. **law at T > 0** — for every method, the first two emitted tokens after a fixed prompt,
    sampled ``n`` times, pass a chi-square test against the target's exact two-token law
    (cells with expected count >= 5, the rest pooled) at false-alarm rate :data:`ALPHA` per
-   method;
+   method; the methods include the corrected fills (``sampled-chain-corrected``,
+   ``tsubame-rrs``, ``tsubame-rrsw``: second token drawn from the drafter's conditional
+   correction, ``docs/real_models.md``, "The conditional correction"), and a planted-bug
+   control (:func:`planted_pass1_reuse`: Tsubame's tokens taken as the top-k of the corrected
+   proposals, verified as if drawn from them) must *fail* the same test;
 4. **table** — tau (tokens per round, bonus included), tokens/s and speedup over
    autoregressive decoding (mean AR time per output token / mean method time per output token,
    prefill excluded, as DDTree's protocol) per method and budget.
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim import engine
 from treespec_sim.cli import (
     OneLineParser,
     add_checkpoints,
@@ -45,19 +50,23 @@ from treespec_sim.cli import (
     positive_int,
     run,
 )
+from treespec_sim.policies import tsubame
+from treespec_sim.policies.draft import Draft
+from treespec_sim.policies.sampled import tempered
+from treespec_sim.proposal import ProposalRows
 from treespec_sim.verify import RULES
 
 from . import bundle as bundle_mod
 from ._decode import check_request, decode, latency_profile, run_from
 from ._deps import require
-from .backend import prefill
+from .backend import ModelBackend, Prefilled, prefill
 from .bundle import DTYPES, check_device
 from .target import logits_to_rows
 
 torch = require("torch")
 
 __all__ = ["ALPHA", "CHECKS", "GREEDY_TIE_TOL", "TREE_LOGIT_TOL", "build_parser",
-           "greedy_agreement", "law_bins", "law_test", "main"]
+           "greedy_agreement", "law_bins", "law_test", "main", "planted_pass1_reuse"]
 
 #: Per-method false-alarm rate of the chi-square law check.
 ALPHA = 1e-3
@@ -290,6 +299,47 @@ def law_test(samples, bin_of, probs) -> tuple[float, float, int]:
     return float(stat), float(p), int(keep.sum() - 1)
 
 
+def planted_pass1_reuse(bundle, pf: Prefilled, n_tokens: int, *, temperature: float,
+                        rng: np.random.Generator, budget: int = 64) -> list[int]:
+    """A planted bug (condition C3 of ``docs/theory/tsubame.md``): Tsubame's pass-1 tokens
+    reused -- every node gets the top-``k`` tokens of its *corrected* proposal (the ``T = 0``
+    fill) -- and verified with RRSw told they were drawn without replacement from that
+    proposal at ``temperature``.
+
+    The law check's control: every round runs through :func:`treespec_sim.engine.run_round`
+    on a :class:`~real_models.backend.ModelBackend` with the drafter's conditional correction
+    (:meth:`~real_models.backend.ModelBackend.draft_conditional`), exactly as
+    ``tsubame-rrsw`` at ``budget`` but for the draws; the emitted tokens then lean towards
+    the drafter's top tokens, so the chi-square test must reject them. Returns the first
+    ``n_tokens`` emitted tokens.
+    """
+    backend = ModelBackend(bundle)
+    state = backend.start(pf)
+    t = float(temperature)
+
+    def cond(d: int, x: int) -> np.ndarray:
+        return backend.draft_conditional(state, d, x)
+
+    def buggy(log_q, size, *, root_token):
+        tree = tsubame(log_q, size, rng=rng, temperature=0.0, proposal=cond,
+                       root_token=root_token).tree
+        laws: dict[tuple[int, int], int] = {}
+        table: list[np.ndarray] = []
+        row_of = np.full(tree.n_nodes, -1, dtype=np.intp)
+        for v in np.flatnonzero(~tree.is_leaf()):
+            key = (int(tree.depth[v]) + 1, int(tree.token[v]))
+            if key not in laws:
+                laws[key] = len(table)
+                table.append(tempered(cond(*key), t))
+            row_of[v] = laws[key]
+        return Draft(tree, ProposalRows(tuple(table), row_of, table[0].size),
+                     "without_replacement", t)
+
+    res = engine.decode(backend, state, n_tokens=n_tokens, rng=rng, method=buggy,
+                        budget=budget, rule="rrsw", temperature=t)
+    return [int(x) for x in res.tokens]
+
+
 # ---------------------------------------------------------------------------- runs
 def _methods(preset: Preset, temperature: float):
     """(label, method, budget, rule) of every configuration at this temperature."""
@@ -301,6 +351,10 @@ def _methods(preset: Preset, temperature: float):
     if temperature > 0:
         out += [(f"sampled-ddtree+{r} B=64", "sampled-ddtree", 64, r)
                 for r in preset.sampled_rules]
+        # the corrected fills: the drafter's conditional correction given the sampled parent
+        out += [("sampled-chain-corrected", "sampled-chain-corrected", None, "rrs"),
+                ("tsubame-rrs B=16", "tsubame-rrs", 16, "rrs"),
+                ("tsubame-rrsw B=64", "tsubame-rrsw", 64, "rrsw")]
     return out
 
 
@@ -512,6 +566,19 @@ def _main(args: argparse.Namespace) -> int:
                   f"chi2 = {stat:.1f}, dof {dof}, p = {pval:.3f} (alpha {ALPHA:g}, "
                   f"{n_law} samples)")
     if "law" in checks:
+        # the control must fail: pass-1 (top-k) tokens verified as fresh corrected draws
+        pf = prefill(bundle, law_prompt, with_drafter=True)
+        rng = np.random.default_rng(args.seed + 2000)
+        samples = [planted_pass1_reuse(bundle, pf, 2, temperature=T, rng=rng)
+                   for _ in range(n_law)]
+        stat, pval, dof = law_test(samples, bin_of, probs)
+        rep.data["law"]["control"] = {"chi2": stat, "p": pval, "dof": dof,
+                                      "bug": "tsubame-rrsw B=64 with its top-k corrected "
+                                             "tokens told as draws (pass-1 reuse)"}
+        rep.check(pval < ALPHA, f"law control at T={T:g}: planted bug caught",
+                  f"tsubame-rrsw B=64 with the top-k corrected tokens told as draws: chi2 = "
+                  f"{stat:.1f}, dof {dof}, p = {pval:.2g} must be < alpha {ALPHA:g} "
+                  f"({n_law} samples)")
         flush()
 
     # 4. tables

@@ -203,6 +203,10 @@ PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
               functools.partial(_all, "quick")),
     **{f.name: (f.preset_note, functools.partial(_one, f.name)) for f in FAMILIES.values()},
+    # the further presets a family names (``presets``: name -> (note, grid factory)), each
+    # its grid alone
+    **{p: (note, lambda make=make: Plan((make(),))) for f in FAMILIES.values()
+       for p, (note, make) in getattr(f, "presets", {}).items()},
 }
 
 

@@ -220,14 +220,6 @@ def test_greedy_speculative_equals_autoregressive(bundle, prompts, method, budge
         assert generate(bundle, p, 40, method=method, budget=budget, rule=rule) == ar
 
 
-@pytest.mark.parametrize("method", ["tsubame", "sampled-chain-corrected"])
-def test_corrected_methods_are_refused_on_the_model_backend(bundle, prompts, method):
-    """The model backend has no draft_conditional: these ran on the marginals, still named
-    corrected; now they are refused before any forward."""
-    with pytest.raises(ValueError, match="draft_conditional"):
-        decode(bundle, prompts[0], 4, method=method, budget=8, temperature=1.0)
-
-
 def test_smaller_block_than_trained(prompts):
     small = bundle_mod.load(block_size=4)
     assert small.depth == 3

@@ -61,7 +61,7 @@ def tsubame_shape(log_q: LogQ, budget: int, *, planner: str = "ddtree", temperat
 def tsubame(log_q: LogQ, budget: int, *, rng: np.random.Generator,
             scheme: str = "without_replacement", temperature: float = 1.0,
             proposal: ProposalFn | None = None, planner: str = "ddtree",
-            root_token: int = -1) -> SampledDraft:
+            root_token: int = -1, proposal_temperature: float | None = None) -> SampledDraft:
     r"""Tsubame's two passes: plan a shape from ``log_q``, fill it with fresh draws.
 
     Parameters
@@ -83,6 +83,10 @@ def tsubame(log_q: LogQ, budget: int, *, rng: np.random.Generator,
         ``proposal(depth, parent_token)``; default: the marginals of ``log_q``.
     planner : {"ddtree", "tempered"}
     root_token : int
+    proposal_temperature : float, optional
+        Pass 2 draws from the proposal tempered to this instead of ``temperature`` (a sharper
+        or flatter sampling law with the same ranking: the plan is unchanged;
+        :func:`~treespec_sim.policies.sampled.fill_tree`). Default: ``temperature``.
 
     Returns
     -------
@@ -95,4 +99,5 @@ def tsubame(log_q: LogQ, budget: int, *, rng: np.random.Generator,
     shape = tsubame_shape(log_q, budget, planner=planner, temperature=temperature,
                           root_token=root_token)
     fn = marginal_proposal(log_q) if proposal is None else proposal
-    return fill_tree(shape, fn, scheme=scheme, rng=rng, temperature=temperature)
+    return fill_tree(shape, fn, scheme=scheme, rng=rng, temperature=temperature,
+                     proposal_temperature=proposal_temperature)

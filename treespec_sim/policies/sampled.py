@@ -60,7 +60,10 @@ __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "P
 #: ``proposal(depth, parent_token) -> (V,)``: the law the children at ``depth`` (1..L) of a node
 #: whose token is ``parent_token`` are drawn from. A DFlash drafter's marginal ignores the
 #: parent; a conditional correction (Markov head, pairwise selector) does not. It must be a
-#: function of its arguments (the fill calls it once per distinct pair).
+#: function of its arguments (the fill calls it once per distinct pair). An object may also
+#: have ``prefetch(depth, parent_tokens)``: :func:`fill_tree` calls it once per level with every
+#: parent of that level before asking for any of their laws (a drafter that computes a level's
+#: corrections in one batched pass; e.g. ``real_models.ModelBackend.conditional``).
 ProposalFn = Callable[[int, int], np.ndarray]
 
 #: The schemes a sampled builder draws with: the verifier rule table's schemes that draw
@@ -385,8 +388,8 @@ def _top_k(q: np.ndarray, k: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the fill
 def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
-              rng: np.random.Generator, temperature: float = 1.0, cap_to_support: bool = True
-              ) -> Draft:
+              rng: np.random.Generator, temperature: float = 1.0, cap_to_support: bool = True,
+              proposal_temperature: float | None = None) -> Draft:
     r"""Pass 2 of Tsubame (and any sampled tree): fill ``shape`` top-down with fresh draws.
 
     Node ``v``'s children are drawn from ``tempered(proposal(depth(v) + 1, token(v)), T)`` --
@@ -418,6 +421,14 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         Without replacement, a node cannot have more children than its proposal has tokens with
         positive mass: with ``True`` the extra children (and their subtrees) are dropped, a
         draft-side decision made before the draws; with ``False`` that case raises.
+    proposal_temperature : float, optional
+        Temper the proposal to this temperature (``> 0``) for the draws instead of
+        ``temperature``: the drafter's *sampling law* made sharper (``< T``) or flatter
+        (``> T``) while its ranking -- the argmax, the plan -- stays the same (the regime map
+        of ``docs/theory/tsubame.md``, §5). The proposal rows are the laws actually drawn
+        from, so any matching rule stays exact; the draft is still verified at the target's
+        ``temperature`` (its ``temperature`` field). Ignored at ``T = 0``; None (default):
+        ``temperature``.
 
     Returns
     -------
@@ -425,13 +436,16 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         The tree (children in draw order, nodes numbered breadth-first), the exact proposal as
         :class:`~treespec_sim.proposal.ProposalRows` (each distinct law once; zero rows
         for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
-        temperature.
+        target temperature it is to be verified at.
     """
     if scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
     t = float(temperature)
     if not (t >= 0 and math.isfinite(t)):
         raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
+    # the temperature the laws are tempered to for the draws (the target's by default)
+    t_draw = t if proposal_temperature is None or t == 0.0 else \
+        check_temperature(proposal_temperature, "proposal_temperature", positive=True)
     marginal = isinstance(proposal, MarginalProposal)
     kids_of = shape.child_lists
     parent = [-1]
@@ -444,6 +458,10 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     # (node in shape, node in output); BFS so a node's token exists before its children draw
     queue = [(0, 0)]
     head = 0
+    # a conditional proposal may batch a level's laws: prefetch(depth, parent tokens) is told
+    # every parent of a level before its first law is asked for (draws and laws unchanged)
+    prefetch = None if marginal else getattr(proposal, "prefetch", None)
+    prefetched = 0
     while head < len(queue):
         src, dst = queue[head]
         head += 1
@@ -452,6 +470,11 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
             continue
         depth = int(shape.depth[src]) + 1
         key = depth if marginal else (depth, token[dst])
+        if prefetch is not None and depth > prefetched:
+            prefetched = depth
+            prefetch(depth, list(dict.fromkeys(
+                token[d] for s_, d in queue[head - 1:]
+                if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size)))
         if t == 0.0:
             q_raw = raw.get(key)
             if q_raw is None:
@@ -462,8 +485,8 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         else:
             r = law_index.get(key)
             if r is None:
-                q = proposal.law(depth, t) if marginal else \
-                    tempered(proposal(depth, token[dst]), t)
+                q = proposal.law(depth, t_draw) if marginal else \
+                    tempered(proposal(depth, token[dst]), t_draw)
                 q.flags.writeable = False
                 r = law_index[key] = len(laws)
                 laws.append(PreparedLaw.of(q))
@@ -495,11 +518,14 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
 
 
 def sampled_chain(proposal: ProposalFn, length: int, *, rng: np.random.Generator,
-                  temperature: float = 1.0, root_token: int = -1) -> Draft:
+                  temperature: float = 1.0, root_token: int = -1,
+                  proposal_temperature: float | None = None) -> Draft:
     """A chain of ``length`` tokens drawn one per depth from ``proposal`` (the DFlash marginal,
     or a correction given the sampled parent); verify with ``"rrs"`` (speculative sampling at
     every depth). At ``T = 0`` it is the argmax chain of the proposal (verify with
-    ``"follow"``)."""
+    ``"follow"``). ``proposal_temperature``: draw from the proposal tempered to it instead of
+    ``temperature`` (:func:`fill_tree`)."""
     n = check_budget(length, "length")
     shape = DraftTree.from_parents(np.arange(-1, n), [check_root_token(root_token)] + [0] * n)
-    return fill_tree(shape, proposal, scheme="iid", rng=rng, temperature=temperature)
+    return fill_tree(shape, proposal, scheme="iid", rng=rng, temperature=temperature,
+                     proposal_temperature=proposal_temperature)

@@ -1,0 +1,134 @@
+"""The drafter's sampling law as a policy knob (``proposal_temperature``) and the regime map
+(``docs/theory/tsubame.md`` §5): the knob draws the law it records, leaves the plan alone, and
+the map's methods at ``T_q = T`` are the registered methods they are named after."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from proofs_check.sampled import enumerate_trees
+from proofs_check.tsubame import TsubameWorld
+from treespec_sim import DraftTree, engine, synth
+from treespec_sim.families import stochastic as st
+from treespec_sim.families.base import RunSettings
+from treespec_sim.policies import tsubame, tsubame_shape
+from treespec_sim.policies.sampled import fill_tree, sampled_chain, tempered
+from treespec_sim.sweep import get_preset
+
+ALPHA = 1e-4
+
+
+def _proposal(world: TsubameWorld):
+    return lambda depth, parent: world.corrected(() if depth == 1 else (parent,))
+
+
+@pytest.mark.parametrize(("scheme", "t_q"), [("iid", 0.5), ("without_replacement", 2.0)])
+def test_proposal_temperature_draws_and_records_the_tempered_law(scheme, t_q):
+    rng = np.random.default_rng(5)
+    world = TsubameWorld(np.random.default_rng(8), 3, 2)
+    shape = DraftTree.from_parents_multiset([-1, 0, 0, 1], [-1, 0, 0, 0])
+    exact = {tuple(t.token[1:]): p for t, _, p in enumerate_trees(
+        shape, lambda path: tempered(world.corrected(path[-1:]), t_q), scheme)}
+    n = 20000
+    seen = Counter()
+    for i in range(n):
+        d = fill_tree(shape, _proposal(world), scheme=scheme, rng=rng, temperature=1.0,
+                      proposal_temperature=t_q)
+        seen[tuple(d.tree.token[1:])] += 1
+        if i == 0:
+            assert d.temperature == 1.0            # verified at the target's T
+            np.testing.assert_allclose(d.proposal[0], tempered(world.corrected(()), t_q))
+            np.testing.assert_allclose(d.proposal[1], tempered(
+                world.corrected((int(d.tree.token[1]),)), t_q))
+    keys = sorted(exact)
+    assert set(seen) <= set(exact)
+    observed = np.array([seen[k] for k in keys])
+    assert stats.chisquare(observed, np.array([exact[k] for k in keys]) * n).pvalue > ALPHA
+    # and the law is not the untempered one: the same counts reject it
+    plain = {tuple(t.token[1:]): p for t, _, p in enumerate_trees(
+        shape, lambda path: world.corrected(path[-1:]), scheme)}
+    assert stats.chisquare(observed, np.array([plain[k] for k in keys]) * n).pvalue < ALPHA
+
+
+def test_proposal_temperature_default_and_equal_to_t_change_nothing():
+    world = TsubameWorld(np.random.default_rng(2), 4, 3)
+    for t in (0.7, 1.0):
+        a = tsubame(world.log_marginals, 6, rng=np.random.default_rng(1), temperature=t,
+                    proposal=_proposal(world))
+        b = tsubame(world.log_marginals, 6, rng=np.random.default_rng(1), temperature=t,
+                    proposal=_proposal(world), proposal_temperature=t)
+        assert a.tree == b.tree and np.array_equal(np.asarray(a.proposal),
+                                                   np.asarray(b.proposal))
+    # the plan reads the drafter's scores only: the same shape at any proposal temperature
+    c = tsubame(world.log_marginals, 6, rng=np.random.default_rng(1), temperature=1.0,
+                proposal=_proposal(world), proposal_temperature=3.0)
+    assert np.array_equal(c.tree.parent, a.tree.parent)   # a: T = 1, same plan, BFS order
+    assert c.tree.size == tsubame_shape(world.log_marginals, 6).size
+    with pytest.raises(ValueError, match="proposal_temperature"):
+        sampled_chain(_proposal(world), 3, rng=np.random.default_rng(0), temperature=1.0,
+                      proposal_temperature=0.0)
+    # at T = 0 the fill is the deterministic top-k, whatever the knob
+    z = sampled_chain(_proposal(world), 3, rng=np.random.default_rng(0), temperature=0.0,
+                      proposal_temperature=2.0)
+    assert z.scheme == "deterministic"
+
+
+@pytest.mark.parametrize(("label", "kind", "registered", "rule"), [
+    ("sampled-chain-corrected", "corrected", "sampled-chain-corrected", "rrs"),
+    ("tsubame-rrsw", "corrected", "tsubame-rrsw", "rrsw"),
+    ("sampled-chain", "marginal", "sampled-chain", "rrs")])
+def test_map_methods_at_tq_equal_t_are_the_registered_methods(label, kind, registered, rule):
+    world = synth.make_world("small", seed=1)
+    ctx = world.sample_context(np.random.default_rng(2))
+    fn = st.map_builder(label, kind, world, ctx, t=1.0, t_q=1.0,
+                         rng=np.random.default_rng(9))
+    a = engine.run_round(world, ctx, method=fn, budget=6, rule=rule, temperature=1.0,
+                         rng=np.random.default_rng(0), sample=False)
+    b = engine.run_round(world, ctx, method=registered, budget=6, rule=rule, temperature=1.0,
+                         rng=np.random.default_rng(9), sample=False)
+    assert a.method == label and a.tree == b.tree
+    np.testing.assert_array_equal(np.asarray(a.proposal), np.asarray(b.proposal))
+    assert a.expected_tau == b.expected_tau
+
+
+def test_a_small_map_cell_and_its_report():
+    g = st.StochasticMapGrid(("small",), logit_scales=(0.5,), proposal_temperatures=(1.0, 3.0),
+                             correction_qualities=(0.9,), budget=6, rounds=6, worlds=2)
+    (cell,) = g.cells()
+    rows = st.run_map(cell, RunSettings())
+    by = {(r["method"], r["proposal_temperature"], r["correction_quality"]): r for r in rows}
+    assert len(rows) == 2 + 2 * 2 + 2 * 2 and all(r["map"] for r in rows)
+    assert len({r["target_entropy"] for r in rows}) == 1 and rows[0]["target_entropy"] > 0
+    # DDTree and the argmax chain ignore the drafter's sampling law; the drafts do not
+    assert by[("ddtree", None, None)]["correction_levels_mean"] == 0
+    assert by[("tsubame-rrsw", 1.0, 0.9)]["correction_levels_mean"] >= 1
+    assert by[("sampled-chain", 1.0, 0.0)]["taus"] != by[("sampled-chain", 3.0, 0.0)]["taus"]
+    pts = st.map_points(rows)
+    assert len(pts) == 4 and {p.kappa for p in pts} == {0.0, 0.9}
+    for p in pts:
+        dd = np.asarray(by[("ddtree", None, None)]["taus"])
+        chain = "sampled-chain-corrected" if p.kappa else "sampled-chain"
+        sc = np.asarray(by[(chain, p.t_q, p.kappa)]["taus"])
+        assert p.chain_gap.mean == pytest.approx(float(np.mean(dd - sc)))
+        assert p.ddtree_behind == (p.chain_gap.high < 0)
+    text = "\n".join(st.tables(rows))
+    assert "regime map" in text and "PR #169" in text
+    claims = st.claims(rows)
+    assert len(claims) == 2 and all("map points" in c.reason for c in claims)
+    for c, (_, test, _, _) in zip(claims, st.MAP_CLAIMS, strict=True):
+        n = sum(test(p) for p in pts)
+        assert c.verdict == ("holds" if n > 0.025 * len(pts) else "undecided" if n else
+                             "does not hold")
+
+
+def test_the_map_preset_and_the_existing_presets():
+    plan = get_preset("stochastic-map")
+    (g,) = plan.grids
+    assert isinstance(g, st.StochasticMapGrid) and len(plan.cells()) == 8
+    assert all(c.temperature == 1.0 and c.budget == 64 for c in plan.cells())
+    # the family's other presets still hold only their own grids
+    assert all(isinstance(x, st.StochasticGrid) for x in get_preset("stochastic").grids)
+    with pytest.raises(ValueError, match="correction_qualities"):
+        st.StochasticMapGrid(("small",), correction_qualities=(0.0,))
