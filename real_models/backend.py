@@ -255,6 +255,10 @@ class ModelBackend:
     >>> ctx = engine.commit(be, ctx, rnd)
     """
 
+    #: A correction pass is a second drafter forward over the block (the level's parents
+    #: batched): ``run_round`` charges one ``C_d`` per corrected level in ``Round.cost_s``.
+    correction_pass_cost = 1.0
+
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self.target = bundle.target

@@ -105,6 +105,12 @@ class Backend(Protocol):
         (a real model compacts its KV cache to the accepted path).
     context_length(ctx) -> int
         Where a latency model is read (default: the model's own default).
+    draft_conditional_batch(ctx, depth, parent_tokens) -> (k, V)
+        A level's correction laws in one pass (``fill_tree`` asks once per level).
+    correction_pass_cost : float
+        Drafter forwards one correction pass costs, charged in ``Round.cost_s`` per corrected
+        level (default 0: the synthetic world's correction is a head whose cost is not
+        modelled; a real drafter's is a second forward, 1).
     check_round(ctx, *, method, budget, temperature) -> None
         Refuses (``ValueError``), before anything is built, a round the backend cannot serve
         exactly (a trace: a temperature it did not record, a cost-aware budget above its
@@ -154,7 +160,9 @@ class Round:
     outcome : Outcome or None
         The sampled verification (None when the caller asked for exact facts only).
     cost_s : float or None
-        Modelled seconds of the round, :math:`C_d + C_v(n + 1)`, when a latency model was given.
+        Modelled seconds of the round, :math:`C_d + C_v(n + 1)`, plus
+        ``backend.correction_pass_cost`` drafter forwards (:math:`C_d` each) per
+        :attr:`correction_passes`, when a latency model was given.
     timings : mapping
         Measured seconds per stage of :data:`STAGES` (what ran).
     edges_given : ndarray float64 (n+1,) or None
@@ -162,6 +170,10 @@ class Round:
         :meth:`at_budget`); :attr:`edges` reads them instead of the rows.
     reach_given : ndarray float64 (n+1,) or None
         The reach probabilities, when already computed (a prefix of a larger nested tree's).
+    correction_passes : int
+        The drafter passes the round's conditional corrections took: one per tree level
+        (depth ``>= 2``) whose tokens were drawn from ``draft_conditional``, the level's
+        parents batched into one pass (0 for marginal and deterministic methods).
     """
 
     method: str
@@ -176,6 +188,7 @@ class Round:
     timings: Mapping[str, float] = field(default_factory=dict)
     edges_given: np.ndarray | None = None
     reach_given: np.ndarray | None = None
+    correction_passes: int = 0
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -497,11 +510,24 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
     _check_width("draft (log_q)", getattr(log_q, "shape", None), backend)
     timings["draft"] = t1 - t0
     ell = backend.context_length(ctx) if hasattr(backend, "context_length") else None
+    corrected: set[int] = set()  # the depths >= 2 whose laws came from a correction
     if isinstance(spec, Method):
         conditional = None
         if hasattr(backend, "draft_conditional"):
             def conditional(depth: int, parent_token: int) -> np.ndarray:
+                if depth >= 2:
+                    corrected.add(int(depth))
                 return backend.draft_conditional(ctx, depth, parent_token)
+
+            batch = getattr(backend, "draft_conditional_batch", None)
+            if batch is not None:
+                # fill_tree asks for a level's laws at once (one batched drafter pass)
+                def prefetch(depth: int, parent_tokens) -> None:
+                    if depth >= 2:
+                        corrected.add(int(depth))
+                    batch(ctx, depth, parent_tokens)
+
+                conditional.prefetch = prefetch
         req = DraftRequest(log_q=log_q, budget=budget, temperature=t, rule=rule,
                            root_token=int(getattr(ctx, "last_token", -1)), rng=rng,
                            conditional=conditional, cost=cost, context_length=ell,
@@ -523,10 +549,15 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
         timings["decide"] = clock() - t3
     cost_s = None
     if cost is not None:
-        cost_s = float(round_time(cost, draft.tree.size,
-                                  DEFAULT_CONTEXT_LENGTH if ell is None else ell))
+        length = DEFAULT_CONTEXT_LENGTH if ell is None else ell
+        # a corrected level costs what the backend says a correction pass costs, in drafter
+        # forwards (a real drafter: one more pass over the block, the level's parents batched;
+        # the synthetic world's head: nothing modelled) -- docs/theory/tsubame.md, section 6
+        per_pass = float(getattr(backend, "correction_pass_cost", 0.0))
+        cost_s = float(round_time(cost, draft.tree.size, length)
+                       + per_pass * len(corrected) * cost.draft_cost(length))
     return Round(name, rule, t, draft, log_q, rows, int(backend.depth), outcome, cost_s,
-                 timings)
+                 timings, correction_passes=len(corrected))
 
 
 def commit(backend: Backend, ctx: Any, rnd: Round) -> Any:

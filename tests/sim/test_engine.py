@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from treespec_sim.cost import get_cost_model, round_time
 from treespec_sim.engine import RoundRecord, decode, run_round, run_rounds, summarize
 from treespec_sim.surrogate import surrogate_length
 from treespec_sim.synth import Context, make_world
@@ -165,3 +166,60 @@ def test_a_cell_of_three_worlds_pools_its_three_one_world_runs(family):
                     want = [sg[key]["throughput_tok_s"] / f["throughput_tok_s"]
                             for sg, f in zip(singles, fixed, strict=True)]
                     assert row["rel_world_means"] == pytest.approx(want, rel=1e-12)
+
+
+# ------------------------------------------------------------------ correction passes
+def test_a_corrected_round_is_charged_one_drafter_pass_per_corrected_level():
+    world = make_world("small", seed=2)
+    cost = get_cost_model("h200-qwen3-8b")
+    rng = np.random.default_rng(4)
+    ctx = world.sample_context(rng)
+    rnd = run_round(world, ctx, method="tsubame-rrsw", budget=24, temperature=1.0, rng=rng,
+                    sample=False, cost=cost)
+    tree = rnd.tree
+    # levels whose tokens were drawn given a sampled parent: children at depth >= 2
+    levels = {int(d) for d in tree.depth[1:] if d >= 2}
+    assert rnd.correction_passes == len(levels) > 0
+    # the synthetic world's correction is a head whose cost is not modelled
+    assert rnd.cost_s == pytest.approx(float(round_time(cost, tree.size)))
+    # a backend whose correction is a drafter forward is charged one C_d per corrected level
+    backend = _Batching(world, pass_cost=1.0)
+    again = run_round(backend, ctx, method="tsubame-rrsw", budget=24, temperature=1.0,
+                      rng=np.random.default_rng(4), sample=False, cost=cost)
+    assert again.correction_passes > 0
+    assert again.cost_s == pytest.approx(float(round_time(cost, again.tree.size))
+                                         + again.correction_passes * cost.draft_cost())
+    marginal = run_round(backend, ctx, method="sampled-ddtree", budget=24, temperature=1.0,
+                         rng=rng, sample=False, cost=cost)
+    assert marginal.correction_passes == 0
+    assert marginal.cost_s == pytest.approx(float(round_time(cost, marginal.tree.size)))
+
+
+class _Batching:
+    """The world with a batched correction: every level's laws asked for at once."""
+
+    def __init__(self, world, pass_cost: float = 0.0):
+        self._world, self.calls = world, []
+        self.depth, self.vocab_size = world.depth, world.vocab_size
+        self.correction_pass_cost = pass_cost
+
+    def __getattr__(self, name):
+        return getattr(self._world, name)
+
+    def draft_conditional_batch(self, ctx, depth, parents):
+        self.calls.append((depth, list(parents)))
+        return np.stack([self._world.draft_conditional(ctx, depth, p) for p in parents])
+
+
+def test_run_round_hands_a_batching_backend_one_call_per_level():
+    world = make_world("small", seed=2)
+    backend = _Batching(world)
+    ctx = world.sample_context(np.random.default_rng(1))
+    a = run_round(backend, ctx, method="tsubame-rrsw", budget=24, temperature=1.0,
+                  rng=np.random.default_rng(9), sample=False)
+    b = run_round(world, ctx, method="tsubame-rrsw", budget=24, temperature=1.0,
+                  rng=np.random.default_rng(9), sample=False)
+    assert a.tree.token.tolist() == b.tree.token.tolist()  # the same draws
+    depths = [d for d, _ in backend.calls]
+    assert depths and depths == sorted(set(depths))  # one batched call per level, in order
+    assert a.correction_passes == len([d for d in depths if d >= 2])
