@@ -38,7 +38,10 @@ class Draft:
     scheme : str
         ``"iid"``, ``"without_replacement"``, ``"greedy"`` or ``"deterministic"``.
     temperature : float or None
-        The temperature the proposal was tempered to (the target must sample at the same one);
+        The target temperature the draft is to be verified at (the target must sample at it);
+        the proposal rows are tempered to it too, unless the builder was given its own
+        ``proposal_temperature`` (the drafter's sampling law, ``docs/theory/tsubame.md`` §5):
+        the rows are always the exact laws drawn from, which is what the verifier needs.
         None for a deterministic tree, which any target temperature may verify.
     """
 
