@@ -42,7 +42,7 @@ from .target import LogitsOracle, TreeForward
 
 torch = require("torch")
 
-__all__ = ["ConditionalProposal", "DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock",
+__all__ = ["DecodeState", "Drafting", "ModelBackend", "Prefilled", "clock",
            "prefill"]
 
 
@@ -138,23 +138,27 @@ class Drafting:
 
     @torch.inference_mode()
     def conditional_probs(self, cache: DraftCache, root: int, start: int, depth: int,
-                          parents) -> np.ndarray:
-        """The depth-``depth`` law given each sampled parent: float64 numpy (k, V).
+                          written) -> np.ndarray:
+        """The depth-``depth`` law given each block's written tokens: float64 numpy (k, V).
 
-        One batched drafter forward over ``k`` blocks ``[b, m, .., x_i, .., m]``: block ``i``
-        holds the root ``b`` at position 0, the parent token ``x_i`` written in place of the
-        mask at position ``depth - 1``, masks elsewhere; row ``i`` is
-        ``softmax(logits at position depth)`` computed in float64 from the model's logits
-        (``docs/real_models.md``, "The conditional correction"). ``depth >= 2`` (at depth 1 the
-        parent is the root, already in the block: the law is the marginal).
+        One batched drafter forward over ``k`` blocks: block ``i`` holds the root ``b`` at
+        position 0, ``written[i][j]`` in place of the mask at position ``j + 1`` (depth
+        ``j + 1``; ``-1`` leaves the mask), masks elsewhere -- a node's whole sampled path, or
+        its parent alone at position ``depth - 1``; row ``i`` is ``softmax(logits at position
+        depth)`` computed in float64 from the model's logits (``docs/real_models.md``, "The
+        conditional correction"). ``depth >= 2`` (at depth 1 the parent is the root, already in
+        the block: the law is the marginal); each ``written[i]`` has ``depth - 1`` entries.
         """
         if not 2 <= depth <= self.bundle.depth:
             raise ValueError(f"a correction pass needs depth in [2, {self.bundle.depth}]; "
                              f"got {depth}")
-        x = torch.as_tensor(np.asarray(parents, dtype=np.int64), device=self.bundle.device)
-        block = self.block.expand(x.numel(), -1).clone()
+        w = torch.as_tensor(np.asarray(written, dtype=np.int64).reshape(-1, depth - 1),
+                            device=self.bundle.device)
+        block = self.block.expand(w.shape[0], -1).clone()
         block[:, 0] = int(root)
-        block[:, depth - 1] = x
+        inner = block[:, 1:depth]
+        keep = w >= 0
+        inner[keep] = w[keep]
         emb = self.embed(block)
         if self.bundle.spec.input_embedding_scale != 1.0:
             emb = emb * self.bundle.spec.input_embedding_scale
@@ -182,7 +186,8 @@ class DecodeState:
     marginal_logits : torch.Tensor (L, V) or None
         This round's drafter logits (set by ``draft``): the depth-1 law given the root.
     conditionals : dict
-        This round's correction laws, ``(depth, parent token) -> float64 (V,)`` (read-only),
+        This round's correction laws, ``(depth, written tokens) -> float64 (V,)`` (read-only;
+        the tokens at depths ``1..depth - 1`` written into the block, ``-1`` where masked),
         computed once each (``draft_conditional``); emptied by ``draft``.
     corrections : list of (int, int, float)
         This round's correction passes, ``(depth, blocks, seconds)`` each, in order: what
@@ -215,29 +220,6 @@ class DecodeState:
         return len(self.tokens) - 1
 
 
-@dataclass(frozen=True, eq=False)
-class ConditionalProposal:
-    """``ModelBackend.draft_conditional`` for one round as a
-    :data:`~treespec_sim.policies.sampled.ProposalFn` with a per-level ``prefetch``.
-
-    ``proposal(depth, parent)`` is ``backend.draft_conditional(ctx, depth, parent)``;
-    ``prefetch(depth, parents)`` computes every law of a level in one batched drafter pass
-    (:meth:`ModelBackend.draft_conditional_batch`), so a fill makes one correction pass per
-    level instead of one per distinct ``(depth, parent)``. The laws are the same function of
-    ``(depth, parent)`` within the round (each computed once, cached in ``ctx``).
-    """
-
-    backend: ModelBackend
-    ctx: DecodeState
-
-    def __call__(self, depth: int, parent_token: int) -> np.ndarray:
-        return self.backend.draft_conditional(self.ctx, depth, parent_token)
-
-    def prefetch(self, depth: int, parent_tokens) -> None:
-        if depth >= 2 and len(parent_tokens):
-            self.backend.draft_conditional_batch(self.ctx, depth, parent_tokens)
-
-
 class ModelBackend:
     """A loaded bundle as a :class:`treespec_sim.engine.Backend` (see the module docstring).
 
@@ -258,6 +240,9 @@ class ModelBackend:
     #: A correction pass is a second drafter forward over the block (the level's parents
     #: batched): ``run_round`` charges one ``C_d`` per corrected level in ``Round.cost_s``.
     correction_pass_cost = 1.0
+    #: The correction reads each node's whole sampled path (written into the block), so
+    #: ``run_round`` asks with it (``treespec_sim.policies.sampled.ProposalFn``).
+    conditions_on_path = True
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
@@ -330,17 +315,17 @@ class ModelBackend:
                                                          ctx.length)
         return log_q
 
-    def draft_conditional(self, ctx: DecodeState, depth: int, parent_token: int
-                          ) -> np.ndarray:
-        """The drafter's depth-``depth`` law given the sampled parent ``parent_token``.
+    def draft_conditional(self, ctx: DecodeState, depth: int, parent_token: int,
+                          path=None) -> np.ndarray:
+        """The drafter's depth-``depth`` law given the sampled path to ``parent_token``.
 
-        The first-order correction of ``docs/real_models.md`` ("The conditional correction"):
-        a second drafter forward over the block with ``parent_token`` written in place of the
-        mask at depth ``depth - 1`` (:meth:`Drafting.conditional_probs`); it sees the root and
-        the parent, not the rest of the sampled path (the engine's contract is
-        ``(depth, parent_token)``, as the synthetic world's correction). At depth 1 the parent
-        must be the root, and the law is the marginal's (no pass). Each ``(depth, parent)``
-        is computed once per round; every pass is recorded in ``ctx.corrections``.
+        The correction of ``docs/real_models.md`` ("The conditional correction"): a second
+        drafter forward over the block with the node's sampled tokens written in place of the
+        masks (:meth:`Drafting.conditional_probs`). ``path`` (the tokens at depths
+        ``1..depth - 1``, ending with ``parent_token``) is what ``run_round`` passes; without
+        it only the parent is written, at depth ``depth - 1`` (a first-order correction). At
+        depth 1 the parent must be the root, and the law is the marginal's (no pass). Each
+        law is computed once per round; every pass is recorded in ``ctx.corrections``.
 
         Parameters
         ----------
@@ -349,57 +334,73 @@ class ModelBackend:
         depth : int
             ``1..L``.
         parent_token : int
+        path : sequence of int, optional
+            ``depth - 1`` token ids, the last one ``parent_token``.
 
         Returns
         -------
         ndarray float64 (V,)
             Read-only probabilities (sum 1 up to rounding).
         """
-        self._check(ctx, verified=False)
-        depth, parent = self._check_conditional(ctx, depth, [parent_token])
-        key = (depth, parent[0])
-        if key not in ctx.conditionals:
-            self.draft_conditional_batch(ctx, depth, parent)
-        return ctx.conditionals[key]
+        paths = None if path is None else [path]
+        self.draft_conditional_batch(ctx, depth, [parent_token], paths=paths)
+        d = int(depth)  # checked by the batch
+        return ctx.conditionals[(1, ()) if d == 1 else
+                                (d, self._written(d, [int(parent_token)], paths)[0])]
 
-    def draft_conditional_batch(self, ctx: DecodeState, depth: int, parent_tokens
-                                ) -> np.ndarray:
-        """:meth:`draft_conditional` for many parents at one depth in one batched pass.
+    def draft_conditional_batch(self, ctx: DecodeState, depth: int, parent_tokens,
+                                paths=None) -> np.ndarray:
+        """:meth:`draft_conditional` for many nodes at one depth in one batched pass.
 
         The laws not yet computed this round go through one drafter forward over as many
         blocks (one correction pass, recorded in ``ctx.corrections``); the rest come from the
-        round's cache. Returns float64 (k, V), row ``i`` the law given ``parent_tokens[i]``.
+        round's cache. ``paths`` (optional): each node's sampled path, as in
+        :meth:`draft_conditional`. Returns float64 (k, V), row ``i`` the law of node ``i``.
         """
         self._check(ctx, verified=False)
         depth, parents = self._check_conditional(ctx, depth, parent_tokens)
         if depth == 1:
             if ctx.marginal_logits is None:
                 raise ValueError("draft_conditional needs this round's draft(ctx) first")
-            law = ctx.conditionals.get((1, parents[0]))
+            law = ctx.conditionals.get((1, ()))
             if law is None:
                 law = torch.softmax(ctx.marginal_logits[0].to("cpu", torch.float64),
                                     dim=-1).numpy()
                 law.flags.writeable = False
-                ctx.conditionals[(1, parents[0])] = law
+                ctx.conditionals[(1, ())] = law
             return np.stack([law] * len(parents))
-        todo = list(dict.fromkeys(x for x in parents if (depth, x) not in ctx.conditionals))
+        written = self._written(depth, parents, paths)
+        todo = list(dict.fromkeys(w for w in written if (depth, w) not in ctx.conditionals))
         if todo:
             t0 = self.clock()
             laws = self.drafting.conditional_probs(ctx.draft_cache, ctx.last_token,
                                                    ctx.length, depth, todo)
             ctx.corrections.append((depth, len(todo), self.clock() - t0))
-            for x, law in zip(todo, laws, strict=True):
+            for w, law in zip(todo, laws, strict=True):
                 law = np.ascontiguousarray(law)
                 law.flags.writeable = False
-                ctx.conditionals[(depth, x)] = law
-        return np.stack([ctx.conditionals[(depth, x)] for x in parents])
+                ctx.conditionals[(depth, w)] = law
+        return np.stack([ctx.conditionals[(depth, w)] for w in written])
 
-    def conditional(self, ctx: DecodeState) -> ConditionalProposal:
-        """This round's correction as a proposal for
-        :func:`treespec_sim.policies.sampled.fill_tree` that batches each level: its
-        ``prefetch(depth, parents)`` runs one drafter pass for every parent of a level
-        (:meth:`draft_conditional_batch`), its calls read the round's cache."""
-        return ConditionalProposal(self, ctx)
+    def _written(self, depth: int, parents: list[int], paths) -> list[tuple[int, ...]]:
+        """Each node's tokens at depths ``1..depth - 1`` (``-1``: left masked)."""
+        if paths is None:
+            return [(-1,) * (depth - 2) + (x,) for x in parents]
+        if len(paths) != len(parents):
+            raise ValueError(f"paths must give one path per parent token; got {len(paths)} "
+                             f"for {len(parents)}")
+        out = []
+        for x, p in zip(parents, paths, strict=True):
+            p = tuple(int(t) for t in p)
+            if len(p) != depth - 1 or p[-1] != x:
+                raise ValueError(f"a depth-{depth} node's path must hold {depth - 1} tokens "
+                                 f"ending with its parent token {x}; got {p}")
+            bad = [t for t in p if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(f"path token {bad[0]} is outside the vocabulary "
+                                 f"(V = {self.vocab_size})")
+            out.append(p)
+        return out
 
     def _check_conditional(self, ctx: DecodeState, depth, parents) -> tuple[int, list[int]]:
         if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or not (

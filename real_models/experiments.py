@@ -78,6 +78,26 @@ from .bundle import check_device, load
 from .profile import CPU_TINY
 from .validate import load_prompts
 
+#: The repository root: files under it are named relative to it in what a run writes.
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shown(path) -> str:
+    """``path`` as a run record names it: relative to the repository root when inside it (a
+    committed page must not carry the machine's absolute paths)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _shown_notes(notes: Sequence[str], path) -> list[str]:
+    """``notes`` with ``path``'s absolute form replaced by :func:`_shown`'s."""
+    full = str(Path(path).resolve())
+    return [n.replace(full, _shown(path)) for n in notes]
+
+
 torch = require("torch")
 
 __all__ = ["TSUBAME_METHODS", "build_parser", "caddtree_experiment", "main", "record_traces",
@@ -551,7 +571,7 @@ def _main(args: argparse.Namespace) -> int:
                                   else "error")
         table, rows = caddtree_table(res)
         head = (f"T = 0, {res['prompts']} held-out prompts x {res['new_tokens']} new tokens, "
-                f"cost model {res['cost'].get('name')} ({args.cost or CPU_TINY}), "
+                f"cost model {res['cost'].get('name')} ({_shown(args.cost or CPU_TINY)}), "
                 f"device {args.device}, {torch.get_num_threads()} thread(s)")
         text = head + "\n\n" + table + "".join(f"\n\nNote: {n}" for n in res["notes"])
         print(text)
@@ -559,7 +579,8 @@ def _main(args: argparse.Namespace) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "caddtree_real.md").write_text(text + "\n")
             (args.out / "caddtree_real.json").write_text(json.dumps(
-                {"rows": rows, "notes": res["notes"], "cost_file": str(args.cost or CPU_TINY),
+                {"rows": rows, "notes": _shown_notes(res["notes"], args.cost or CPU_TINY),
+                 "cost_file": _shown(args.cost or CPU_TINY),
                  "cost": res["cost"], "stats": res["stats"], "grid": res["grid"],
                  "torch": torch.__version__}, indent=1) + "\n")
     elif args.cmd == "traces":
@@ -583,15 +604,17 @@ def _main(args: argparse.Namespace) -> int:
                 f"`{options or 'none'}`): "
                 f"{res['prompts']} held-out prompts x {res['new_tokens']} new tokens, seed "
                 f"{res['seed']}, cost model {res['cost'].get('name')} "
-                f"({args.cost or CPU_TINY}: C_d = {1e3 * cost.draft_cost():.2f} ms), device "
+                f"({_shown(args.cost or CPU_TINY)}: C_d = {1e3 * cost.draft_cost():.2f} ms), "
+                f"device "
                 f"{args.device}, {torch.get_num_threads()} thread(s)")
+        notes = _shown_notes(notes, args.cost or CPU_TINY)
         text = head + "\n\n" + table + "".join(f"\n\nNote: {n}" for n in notes)
         print(text)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             atomic_write_text(args.out / "tsubame_real.md", text + "\n")
             atomic_write_text(args.out / "tsubame_real.json", json.dumps(
-                {"rows": rows, "notes": notes, "cost_file": str(args.cost or CPU_TINY),
+                {"rows": rows, "notes": notes, "cost_file": _shown(args.cost or CPU_TINY),
                  "runs": res["runs"], "cost": res["cost"], "command": command,
                  "torch": torch.__version__}) + "\n")
     else:

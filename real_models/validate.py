@@ -317,21 +317,22 @@ def planted_pass1_reuse(bundle, pf: Prefilled, n_tokens: int, *, temperature: fl
     state = backend.start(pf)
     t = float(temperature)
 
-    def cond(d: int, x: int) -> np.ndarray:
-        return backend.draft_conditional(state, d, x)
+    def cond(d: int, x: int, path=None) -> np.ndarray:
+        return backend.draft_conditional(state, d, x, path=path)
+
+    cond.conditions_on_path = True  # each node's law given its sampled path, as run_round asks
 
     def buggy(log_q, size, *, root_token):
         tree = tsubame(log_q, size, rng=rng, temperature=0.0, proposal=cond,
                        root_token=root_token).tree
-        laws: dict[tuple[int, int], int] = {}
+        paths = [(), *tree.paths()]
         table: list[np.ndarray] = []
         row_of = np.full(tree.n_nodes, -1, dtype=np.intp)
         for v in np.flatnonzero(~tree.is_leaf()):
-            key = (int(tree.depth[v]) + 1, int(tree.token[v]))
-            if key not in laws:
-                laws[key] = len(table)
-                table.append(tempered(cond(*key), t))
-            row_of[v] = laws[key]
+            d = int(tree.depth[v]) + 1
+            row_of[v] = len(table)
+            table.append(tempered(cond(d, int(tree.token[v]),
+                                       path=tuple(paths[v]) if d >= 2 else None), t))
         return Draft(tree, ProposalRows(tuple(table), row_of, table[0].size),
                      "without_replacement", t)
 

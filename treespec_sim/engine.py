@@ -107,6 +107,10 @@ class Backend(Protocol):
         Where a latency model is read (default: the model's own default).
     draft_conditional_batch(ctx, depth, parent_tokens) -> (k, V)
         A level's correction laws in one pass (``fill_tree`` asks once per level).
+    conditions_on_path : bool
+        The correction reads each node's whole sampled path: ``draft_conditional`` and
+        ``draft_conditional_batch`` then take ``path=`` / ``paths=`` (the tokens at depths
+        ``1..depth - 1``, the parent last; ``policies.sampled.ProposalFn``).
     correction_pass_cost : float
         Drafter forwards one correction pass costs, charged in ``Round.cost_s`` per corrected
         level (default 0: the synthetic world's correction is a head whose cost is not
@@ -514,18 +518,23 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
     if isinstance(spec, Method):
         conditional = None
         if hasattr(backend, "draft_conditional"):
-            def conditional(depth: int, parent_token: int) -> np.ndarray:
+            # a backend whose correction reads the whole sampled path (a real drafter's
+            # second pass with the path in the block) is asked with it (ProposalFn)
+            on_path = bool(getattr(backend, "conditions_on_path", False))
+
+            def conditional(depth: int, parent_token: int, **path) -> np.ndarray:
                 if depth >= 2:
                     corrected.add(int(depth))
-                return backend.draft_conditional(ctx, depth, parent_token)
+                return backend.draft_conditional(ctx, depth, parent_token, **path)
 
+            conditional.conditions_on_path = on_path
             batch = getattr(backend, "draft_conditional_batch", None)
             if batch is not None:
                 # fill_tree asks for a level's laws at once (one batched drafter pass)
-                def prefetch(depth: int, parent_tokens) -> None:
+                def prefetch(depth: int, parent_tokens, **paths) -> None:
                     if depth >= 2:
                         corrected.add(int(depth))
-                    batch(ctx, depth, parent_tokens)
+                    batch(ctx, depth, parent_tokens, **paths)
 
                 conditional.prefetch = prefetch
         req = DraftRequest(log_q=log_q, budget=budget, temperature=t, rule=rule,

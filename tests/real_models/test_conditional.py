@@ -141,16 +141,16 @@ def test_expected_tau_of_a_corrected_round_is_its_own_trees(bundle, prompts, met
                            rng=np.random.default_rng(7), sample=False)
     tree = rnd.tree
     assert rnd.draft.scheme == scheme and tree.max_depth >= 2
-    # the proposal rows are the corrections given each node's own token, recomputed here
+    # the proposal rows are the corrections given each node's own sampled path, recomputed
+    paths = [(), *tree.paths()]
     for v in np.flatnonzero(~tree.is_leaf()):
         d = int(tree.depth[v]) + 1
         if d == 1:
             continue
         fresh = be.drafting.conditional_probs(ctx.draft_cache, ctx.last_token, ctx.length, d,
-                                              [int(tree.token[v])])[0]
+                                              [tuple(paths[v])])[0]
         np.testing.assert_allclose(rnd.proposal[int(v)], fresh, atol=1e-5)
     # target rows by one plain causal forward per node's path (not the tree forward)
-    paths = [(), *tree.paths()]
     rows = np.stack([torch.softmax(bundle.target.sequential_logits(
         [*ctx.tokens, *p])[-1].double() / T, dim=-1).cpu().numpy() for p in paths])
     direct = _direct_tau(tree, rows, rnd.proposal, scheme)
@@ -179,21 +179,48 @@ def test_corrected_fills_are_lossless_and_the_planted_reuse_is_caught(bundle, pr
     assert p_bad < ALPHA
 
 
-def test_a_prefetching_fill_makes_one_pass_per_level_and_draws_the_same(bundle, prompts):
-    from treespec_sim.policies import tsubame
+class _Unbatched:
+    """The backend without ``draft_conditional_batch``: run_round then asks node by node."""
 
-    be, ctx, log_q = _fresh(bundle, prompts[0])
-    plain = tsubame(log_q, 48, rng=np.random.default_rng(4), temperature=1.0,
-                    root_token=ctx.last_token,
-                    proposal=lambda d, x: be.draft_conditional(ctx, d, x))
-    single = list(ctx.corrections)
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        if name == "draft_conditional_batch":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+
+def test_run_round_makes_one_correction_pass_per_level_with_the_same_draws(bundle, prompts):
+    be, ctx, _ = _fresh(bundle, prompts[0])
+    batched = engine.run_round(be, ctx, method="tsubame-rrsw", budget=48, temperature=1.0,
+                               rng=np.random.default_rng(4), sample=False)
     be2, ctx2, _ = _fresh(bundle, prompts[0])
-    batched = tsubame(log_q, 48, rng=np.random.default_rng(4), temperature=1.0,
-                      root_token=ctx2.last_token, proposal=be2.conditional(ctx2))
+    single = engine.run_round(_Unbatched(be2), ctx2, method="tsubame-rrsw", budget=48,
+                              temperature=1.0, rng=np.random.default_rng(4), sample=False)
     tree = batched.tree
     levels = {int(tree.depth[v]) + 1 for v in np.flatnonzero(~tree.is_leaf())} - {1}
-    assert len(single) > len(levels) >= 1
-    assert sorted(d for d, _, _ in ctx2.corrections) == sorted(levels)   # one pass per level
-    assert plain.tree == tree
-    np.testing.assert_allclose(np.asarray(plain.proposal), np.asarray(batched.proposal),
+    assert len(ctx2.corrections) > len(levels) >= 1                     # a pass per node
+    assert sorted(d for d, _, _ in ctx.corrections) == sorted(levels)   # one pass per level
+    assert batched.correction_passes == single.correction_passes == len(levels)
+    assert single.tree == tree
+    np.testing.assert_allclose(np.asarray(single.proposal), np.asarray(batched.proposal),
                                atol=1e-5)
+
+
+def test_a_node_law_reads_its_whole_path(bundle, prompts):
+    # two depth-3 nodes with the same parent token but different depth-1 tokens: the
+    # path-conditioned laws differ, the first-order (parent-only) ones are one law
+    be, ctx, log_q = _fresh(bundle, prompts[1])
+    a, b = (int(t) for t in np.argsort(log_q[0])[::-1][:2])
+    x = int(np.argmax(log_q[1]))
+    pa = be.draft_conditional(ctx, 3, x, path=(a, x))
+    pb = be.draft_conditional(ctx, 3, x, path=(b, x))
+    assert 0.5 * np.abs(pa - pb).sum() > 1e-3
+    first = be.draft_conditional(ctx, 3, x)
+    assert not np.array_equal(first, pa) and not np.array_equal(first, pb)
+    with pytest.raises(ValueError, match="ending with its parent token"):
+        be.draft_conditional(ctx, 3, x, path=(a, (x + 1) % bundle.vocab_size))
+    with pytest.raises(ValueError, match="must hold 2 tokens"):
+        be.draft_conditional(ctx, 3, x, path=(x,))
+

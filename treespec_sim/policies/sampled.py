@@ -63,7 +63,12 @@ __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "P
 #: function of its arguments (the fill calls it once per distinct pair). An object may also
 #: have ``prefetch(depth, parent_tokens)``: :func:`fill_tree` calls it once per level with every
 #: parent of that level before asking for any of their laws (a drafter that computes a level's
-#: corrections in one batched pass; e.g. ``real_models.ModelBackend.conditional``).
+#: corrections in one batched pass; ``run_round`` hands a backend's
+#: ``draft_conditional_batch`` over this way). One with ``conditions_on_path = True`` is
+#: called ``proposal(depth, parent_token, path=...)`` with the node's whole sampled path (the
+#: tokens at depths ``1..depth - 1``, the parent last) and ``prefetch(depth, parent_tokens,
+#: paths=...)``: its law may depend on every sampled ancestor (a DFlash drafter's second pass
+#: with the path written into the block), so the fill asks once per node.
 ProposalFn = Callable[[int, int], np.ndarray]
 
 #: The schemes a sampled builder draws with: the verifier rule table's schemes that draw
@@ -447,12 +452,15 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     t_draw = t if proposal_temperature is None or t == 0.0 else \
         check_temperature(proposal_temperature, "proposal_temperature", positive=True)
     marginal = isinstance(proposal, MarginalProposal)
+    on_path = not marginal and bool(getattr(proposal, "conditions_on_path", False))
     kids_of = shape.child_lists
     parent = [-1]
     token = [int(shape.token[0])]
+    path: list[tuple[int, ...]] = [()]  # output node -> its sampled tokens, depths 1..d
     law_of = [-1]                       # output node -> index into laws (-1: a leaf)
     laws: list[PreparedLaw] = []
-    law_index: dict[Any, int] = {}      # depth (marginal) or (depth, parent token) -> index
+    # depth (marginal), (depth, parent token), or the node itself (a path-conditional law)
+    law_index: dict[Any, int] = {}
     raw: dict[Any, np.ndarray] = {}     # the same keys at T = 0: the untempered row
     stats: list[tuple[float, float]] = []  # (min, sum) of each law: ProposalRows.law_stats
     # (node in shape, node in output); BFS so a node's token exists before its children draw
@@ -469,16 +477,20 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         if kids.size == 0:
             continue
         depth = int(shape.depth[src]) + 1
-        key = depth if marginal else (depth, token[dst])
+        key = depth if marginal else ("node", dst) if on_path else (depth, token[dst])
         if prefetch is not None and depth > prefetched:
             prefetched = depth
-            prefetch(depth, list(dict.fromkeys(
-                token[d] for s_, d in queue[head - 1:]
-                if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size)))
+            level = [d for s_, d in queue[head - 1:]
+                     if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size]
+            if on_path:
+                prefetch(depth, [token[d] for d in level], paths=[path[d] for d in level])
+            else:
+                prefetch(depth, list(dict.fromkeys(token[d] for d in level)))
         if t == 0.0:
             q_raw = raw.get(key)
             if q_raw is None:
-                q_raw = np.asarray(proposal(depth, token[dst]), dtype=np.float64)
+                q_raw = np.asarray(_law(proposal, depth, token[dst], path[dst], on_path),
+                                   dtype=np.float64)
                 raw[key] = q_raw
             k = min(kids.size, int(np.count_nonzero(q_raw > 0)))
             drawn = _top_k(q_raw, k)
@@ -486,7 +498,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
             r = law_index.get(key)
             if r is None:
                 q = proposal.law(depth, t_draw) if marginal else \
-                    tempered(proposal(depth, token[dst]), t_draw)
+                    tempered(_law(proposal, depth, token[dst], path[dst], on_path), t_draw)
                 q.flags.writeable = False
                 r = law_index[key] = len(laws)
                 laws.append(PreparedLaw.of(q))
@@ -504,6 +516,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         for child_src, x in zip(kids[:k], drawn, strict=True):
             parent.append(dst)
             token.append(int(x))
+            path.append((*path[dst], int(x)))
             law_of.append(-1)
             queue.append((int(child_src), len(parent) - 1))
     build = DraftTree.from_parents_multiset if (scheme == "iid" and t > 0) else \
@@ -515,6 +528,15 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab,
                         law_stats=tuple(stats))
     return Draft(tree, rows, scheme, t)
+
+
+def _law(proposal: ProposalFn, depth: int, parent_token: int, path: tuple[int, ...],
+         on_path: bool) -> np.ndarray:
+    """The law of a node's children: given its whole sampled path where the proposal
+    conditions on it, else given its token."""
+    if on_path:
+        return proposal(depth, parent_token, path=path)
+    return proposal(depth, parent_token)
 
 
 def sampled_chain(proposal: ProposalFn, length: int, *, rng: np.random.Generator,
