@@ -48,11 +48,18 @@ low-entropy target for math and code, a higher-entropy one for chat), plus four 
     argmax, so it changes the ``T = 0`` cells only through the contexts).
 
 The fit (:func:`fit_regime_table1`) is a weighted least squares in the six relative errors on
-the mean over :data:`FIT_WORLD_SEEDS` (:data:`FIT_CONTEXTS_PER_WORLD` contexts each, the same
-worlds and contexts for every trial: common random numbers), by Levenberg-Marquardt steps on a
-finite-difference Jacobian updated by Broyden's rule. A regime is a distribution over worlds:
-the fit targets the mean over six worlds, and the held-out evaluation reports the spread of the
-world means beside the pooled interval.
+the mean over a fixed set of worlds and contexts (the same for every trial: common random
+numbers), by Levenberg-Marquardt steps on a finite-difference Jacobian updated by Broyden's rule:
+a first stage on :data:`FIT_WORLD_SEEDS` (:data:`FIT_CONTEXTS_PER_WORLD` contexts each; only the
+Jacobian when the regime starts from a stored fit), then at most :data:`REFINE_STEPS` steps on
+:data:`REFINE_WORLD_SEEDS` (:data:`REFINE_CONTEXTS_PER_WORLD` contexts each, drawn at each
+trial's own ``logit_scale``). A regime is a distribution over worlds: the fit targets the mean
+over 64 worlds, and the held-out evaluation reports the spread of the world means beside the
+pooled interval.
+
+The published convention (DDTree Table 1: the mean over responses of each response's mean, up
+to 2048 new tokens) is measured against the fitted per-round means over fresh contexts by
+:func:`response_means` and :func:`convention` (``docs/results/calibration.md``, "Convention").
 
 Reproducibility and honesty
 ---------------------------
