@@ -48,11 +48,18 @@ low-entropy target for math and code, a higher-entropy one for chat), plus four 
     argmax, so it changes the ``T = 0`` cells only through the contexts).
 
 The fit (:func:`fit_regime_table1`) is a weighted least squares in the six relative errors on
-the mean over :data:`FIT_WORLD_SEEDS` (:data:`FIT_CONTEXTS_PER_WORLD` contexts each, the same
-worlds and contexts for every trial: common random numbers), by Levenberg-Marquardt steps on a
-finite-difference Jacobian updated by Broyden's rule. A regime is a distribution over worlds:
-the fit targets the mean over six worlds, and the held-out evaluation reports the spread of the
-world means beside the pooled interval.
+the mean over a fixed set of worlds and contexts (the same for every trial: common random
+numbers), by Levenberg-Marquardt steps on a finite-difference Jacobian updated by Broyden's rule:
+a first stage on :data:`FIT_WORLD_SEEDS` (:data:`FIT_CONTEXTS_PER_WORLD` contexts each; only the
+Jacobian when the regime starts from a stored fit), then at most :data:`REFINE_STEPS` steps on
+:data:`REFINE_WORLD_SEEDS` (:data:`REFINE_CONTEXTS_PER_WORLD` contexts each, drawn at each
+trial's own ``logit_scale``). A regime is a distribution over worlds: the fit targets the mean
+over 64 worlds, and the held-out evaluation reports the spread of the world means beside the
+pooled interval.
+
+The published convention (DDTree Table 1: the mean over responses of each response's mean, up
+to 2048 new tokens) is measured against the fitted per-round means over fresh contexts by
+:func:`response_means` and :func:`convention` (``docs/results/calibration.md``, "Convention").
 
 Reproducibility and honesty
 ---------------------------
@@ -92,10 +99,10 @@ from pathlib import Path
 import numpy as np
 
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run
-from .engine import run_round
+from .engine import decode, run_round
 from .files import atomic_write_text
 from .logs import add_from_log_arguments, from_log_main
-from .stats import mean_ci, world_ci
+from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec
@@ -121,6 +128,8 @@ __all__ = [
     "calibration_table",
     "cell_values",
     "check",
+    "convention",
+    "convention_table",
     "derive_targets",
     "evaluate",
     "evaluate_cells",
@@ -129,6 +138,7 @@ __all__ = [
     "fit_regime",
     "fit_regime_table1",
     "main",
+    "response_means",
     "table1_targets",
 ]
 
@@ -148,7 +158,10 @@ QUANTITIES = ("chain", "ddtree64", "ddtree64_t1")
 QUANTITY_LABELS = {"chain": "chain τ (T = 0)", "ddtree64": "DDTree@64 τ (T = 0)",
                    "ddtree64_t1": "DDTree@64 τ (T = 1)"}
 #: Search intervals of the fitted knobs.
-KNOB_BOUNDS = {"variant_noise": (0.0, 3.0), "depth_sharpening": (-0.95, 2.0),
+#: ``depth_sharpening`` is a shape parameter of the drafter's per-depth confidence with no
+#: natural bound (it moves no argmax); an upper bound of 2 was hit by two regimes, so it is 4
+#: (``docs/results/calibration.md``, "The fit").
+KNOB_BOUNDS = {"variant_noise": (0.0, 3.0), "depth_sharpening": (-0.95, 4.0),
                "calibration": (0.1, 1.0), "logit_scale": (1.0, 40.0)}
 #: World seeds of the fit, of its held-out evaluation, and of ``--check`` (disjoint), and the
 #: context seeds of each.
@@ -158,6 +171,10 @@ EVAL_WORLD_SEEDS = tuple(range(100, 116))
 EVAL_CONTEXT_SEED = 31415926
 CHECK_WORLD_SEEDS = tuple(range(200, 216))
 CHECK_CONTEXT_SEED = 27182818
+#: Contexts of ``--check`` per regime (split over :data:`CHECK_WORLD_SEEDS`): a chain's tau
+#: varies by about 0.7 of its mean from context to context, so 3200 contexts put the 95%
+#: interval at about +-2.5% (``docs/results/calibration.md``, "Independent re-check").
+CHECK_CONTEXTS = 3200
 DEFAULT_CONTEXTS = 3000
 
 # ---------------------------------------------------------------------- published numbers
@@ -612,7 +629,7 @@ CELL_LABELS = {"chain": "chain T = 0", "ddtree64": "DDTree@64 T = 0",
                "ddtree512": "DDTree@512 T = 0", "chain_t1": "chain T = 1",
                "ddtree64_t1": "DDTree@64 T = 1", "ddtree512_t1": "DDTree@512 T = 1"}
 #: Weight of a derived (unpublished) cell in the fit's least squares; published cells weigh 1.
-DERIVED_WEIGHT = 0.5
+DERIVED_WEIGHT = 0.25
 #: Fitted knobs of the Table-1 fit per family (:data:`FITTED_KNOBS`).
 TABLE1_KNOBS = FITTED_KNOBS
 #: Contexts per fit world of each evaluation in the fit's first stage, and the most evaluations
@@ -621,13 +638,19 @@ FIT_CONTEXTS_PER_WORLD = 50
 FIT_MAX_EVALS = 10
 #: The fit's second stage: worlds, contexts per world and Gauss-Newton steps (after one
 #: evaluation at the first stage's best point).
-REFINE_WORLD_SEEDS = tuple(range(24))
-REFINE_CONTEXTS_PER_WORLD = 50
+REFINE_WORLD_SEEDS = tuple(range(64))
+REFINE_CONTEXTS_PER_WORLD = 60
 REFINE_STEPS = 2
+#: Stage 2 stops when every published cell is within this of its target on its set: the set's
+#: 3840 contexts leave a chain's mean uncertain by about 1.2% (one standard error), so a
+#: tighter stop would chase the set's own noise.
+REFINE_STOP = 0.02
 #: Finite-difference steps of the fit's first Jacobian (``logit_scale``: a relative step).
 _FD_STEP = {"variant_noise": 0.04, "depth_sharpening": 0.25, "calibration": 0.04,
             "hard_miss": 0.008, "logit_scale": 0.08}
 _TABLE1_BOUNDS = {**KNOB_BOUNDS, "hard_miss": (0.0, 0.5)}
+#: The largest move of a knob in one stage-2 step, in units of its :data:`_FD_STEP`.
+_STEP_CAP = 3.0
 
 
 def table1_targets() -> dict[str, dict[str, dict[str, object]]]:
@@ -785,7 +808,8 @@ class _CellFitSet:
 
     Contexts are drawn once per world from the spec's target (its ``logit_scale``); a trial
     rebuilds the worlds with the trial knobs and shares the reference worlds' target kernels
-    (``hard_miss`` and the drafter knobs leave the target as it is).
+    (``hard_miss`` and the drafter knobs leave the target as it is). The fit's first stage (six
+    worlds) uses it.
     """
 
     def __init__(self, spec: RegimeSpec, *, per_world: int, world_seeds: Sequence[int],
@@ -805,6 +829,48 @@ class _CellFitSet:
             w = make_world(spec, seed=seed)
             w.share_target_kernels(ref)
             vals.extend(cell_values(w, c) for c in cs)
+        self.trials += 1
+        return np.mean(vals, axis=0)
+
+
+class _ExactAlphaFitSet:
+    """The fit's second stage: many worlds, one at a time, on contexts of each trial's target.
+
+    A trial builds each world of ``world_seeds`` at its knobs, evaluates it and lets it go (a
+    world with its target kernels holds about 0.1 GB, so 64 of them do not stay in memory).
+    Contexts are drawn from context seed ``context_seed`` at the trial's own ``logit_scale``
+    and kept while it does not change (the same uniforms, so a trial at another
+    ``logit_scale`` sees nearly the same contexts): every value is measured on contexts of the
+    spec it is reported for, as :func:`evaluate_cells` and the held-out evaluation measure it.
+    The first stage's set keeps its contexts at their own ``logit_scale``; a stored fit whose
+    last step had moved ``logit_scale`` 45% off its contexts' had its fit-set cells 0.3-0.8% off
+    its own spec's (``docs/results/calibration.md``, "Why the check disagreed").
+    """
+
+    def __init__(self, spec: RegimeSpec, *, per_world: int, world_seeds: Sequence[int],
+                 context_seed: int) -> None:
+        self.spec = spec
+        self.world_seeds = tuple(world_seeds)
+        self.per_world = per_world
+        self.context_seed = context_seed
+        self.trials = 0
+        self._alpha: float | None = None
+        self._contexts: list[list] = []
+
+    def means(self, knobs: dict[str, float]) -> np.ndarray:
+        """Pooled cell means at ``knobs``, float64 (6,)."""
+        spec = dataclasses.replace(self.spec, **knobs)
+        redraw = spec.logit_scale != self._alpha
+        rng = np.random.default_rng(self.context_seed)
+        if redraw:
+            self._contexts = []
+        vals = []
+        for i, seed in enumerate(self.world_seeds):
+            w = make_world(spec, seed=seed)
+            if redraw:
+                self._contexts.append([w.sample_context(rng) for _ in range(self.per_world)])
+            vals.extend(cell_values(w, c) for c in self._contexts[i])
+        self._alpha = spec.logit_scale
         self.trials += 1
         return np.mean(vals, axis=0)
 
@@ -853,6 +919,10 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
     wts = np.array([targets[q]["weight"] for q in CELLS], dtype=np.float64)
     pub = np.array([targets[q]["published"] for q in CELLS])
     start = dict(start or {})
+    # a start with every knob (a stored fit) is already near the optimum: stage 1 then only
+    # measures the Jacobian, and stage 2 starts from the start itself; stage 1's steps on its
+    # 300 contexts would chase that set's own 2-3% noise (docs/results/calibration.md, "The fit")
+    warm = bool(start) and all(k in start for k in names)
     if start and "hard_miss" not in start:
         # a fit without hard misses: they lengthen no chain, so start with less variant noise
         # (the two share the chain's misses) and a sharper target at T = 1
@@ -870,7 +940,8 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
         return _CellFitSet(dataclasses.replace(spec0, logit_scale=alpha), per_world=per_world,
                            world_seeds=FIT_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED)
 
-    def resid(fs: _CellFitSet, knobs: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    def resid(fs: _CellFitSet | _ExactAlphaFitSet, knobs: dict[str, float]
+              ) -> tuple[np.ndarray, np.ndarray]:
         nonlocal evals
         evals += 1
         m = fs.means(knobs)
@@ -893,7 +964,8 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
         ri, _ = resid(fs, _from_z(names, zi))
         jac[:, i] = (ri - r) / (zi[i] - z[i])
     lam = 1e-3
-    while evals < max_evals and not np.all(np.abs(m / tgt - 1.0)[pub] <= 0.01):
+    x_start = dict(x)
+    while not warm and evals < max_evals and not np.all(np.abs(m / tgt - 1.0)[pub] <= 0.01):
         a = jac.T @ jac
         step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
         z_new = _to_z(_from_z(names, z + step))            # clipped to the bounds
@@ -914,24 +986,29 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
             lam *= 4.0
     # Stage 2: stage 1's 300 contexts leave its means uncertain by 2-3% and its six worlds add
     # their own spread, together as large as the tolerance (docs/results/calibration.md,
-    # "The fit"); the last steps run on 24 worlds (REFINE_WORLD_SEEDS), from the best point of
-    # stage 1 with its Jacobian, and only stage-2 points compete for the result.
+    # "The fit"); the last steps run on 64 worlds (REFINE_WORLD_SEEDS), from the best point of
+    # stage 1 (or the warm start) with its Jacobian, each on contexts of its own logit_scale,
+    # and only stage-2 points compete for the result.
     stage1 = len(history)
-    x = _from_z(names, _to_z({k: float(min(history, key=lambda h: h["cost"])[k])
+    x = _from_z(names, _to_z(x_start if warm else
+                             {k: float(min(history, key=lambda h: h["cost"])[k])
                               for k in names}))
     z = _to_z(x)
     passes.append({"contexts_logit_scale": round(x["logit_scale"], 6),
-                   "first_evaluation": evals + 1, "refine": True})
-    fs = _CellFitSet(dataclasses.replace(spec0, logit_scale=x["logit_scale"]),
-                     per_world=REFINE_CONTEXTS_PER_WORLD, world_seeds=REFINE_WORLD_SEEDS,
-                     context_seed=FIT_CONTEXT_SEED + 1)
+                   "first_evaluation": evals + 1, "refine": True, "exact_alpha": True})
+    fs = _ExactAlphaFitSet(spec0, per_world=REFINE_CONTEXTS_PER_WORLD,
+                           world_seeds=REFINE_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED + 1)
     r, m = resid(fs, x)
     lam = 1e-2
+    # no knob moves by more than _STEP_CAP first-Jacobian steps in one stage-2 step: stage 1's
+    # Jacobian is measured on 300 contexts, and a step it overshoots costs a whole evaluation
+    cap = np.array([_STEP_CAP * _FD_STEP[k] for k in names])
     for _ in range(REFINE_STEPS):
-        if np.all(np.abs(m / tgt - 1.0)[pub] <= 0.01):
+        if np.all(np.abs(m / tgt - 1.0)[pub] <= REFINE_STOP):
             break
         a = jac.T @ jac
         step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
+        step *= min(1.0, float(np.min(cap / np.maximum(np.abs(step), 1e-300))))
         z_new = _to_z(_from_z(names, z + step))
         x_new = _from_z(names, z_new)
         r_new, m_new = resid(fs, x_new)
@@ -1049,7 +1126,144 @@ def _write(path: Path, entries: dict[str, dict], t0: float) -> dict:
     return data
 
 
-def check(regimes: Sequence[str] | None = None, *, contexts: int = 1000,
+# ---------------------------------------------------------------------- the published convention
+#: DDTree Table 1's convention: responses of at most 2048 new tokens, tau the mean over responses
+#: of each response's mean (``docs/results/calibration.md``, "Convention").
+RESPONSE_TOKENS = 2048
+#: The Table-1 cells a decoded response measures (:data:`CELL_SPECS`: chain and DDTree at
+#: :data:`BEST_BUDGET`, T = 0 and T = 1).
+RESPONSE_CELLS = ("chain", "ddtree512", "chain_t1", "ddtree512_t1")
+#: Seed of the responses' starting contexts and sampled outcomes.
+RESPONSE_SEED = 16180339
+
+
+def _expected_and_sampled(rnd) -> tuple[float, int]:
+    """A decoded round's exact E[tau] given its context, and its sampled tau."""
+    return rnd.expected_tau, rnd.outcome.tau
+
+
+def response_means(spec: RegimeSpec, *, responses_per_world: int, world_seeds: Sequence[int],
+                   rng: np.random.Generator, n_tokens: int = RESPONSE_TOKENS) -> np.ndarray:
+    r"""Per-response mean :math:`\tau` of decoded responses (the published convention).
+
+    For each world ``make_world(spec, seed)`` and each response: a fresh starting context
+    ``world.sample_context(rng)``, shared by the cells of :data:`RESPONSE_CELLS`; for each cell
+    :func:`treespec_sim.engine.decode` of ``n_tokens`` new tokens from it (rule ``"follow"``,
+    every round committing its sampled outcome, so every round after the first drafts from a
+    context the decode reached, not a fresh one). A response's mean is the mean over its rounds.
+
+    Parameters
+    ----------
+    spec : RegimeSpec
+    responses_per_world : int
+    world_seeds : sequence of int
+        Non-empty.
+    rng : numpy.random.Generator
+        Draws the starting contexts and the sampled outcomes.
+    n_tokens : int, default 2048
+        New tokens per response (the last round is counted whole).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_worlds, responses_per_world, len(RESPONSE_CELLS), 3)
+        ``[..., 0]``: the mean over the response's rounds of each round's exact E[tau] given
+        its context; ``[..., 1]``: the mean of its sampled tau (tokens per round, bonus
+        counted); ``[..., 2]``: its number of rounds.
+    """
+    if not isinstance(spec, RegimeSpec):
+        raise ValueError(f"spec must be a RegimeSpec; got {type(spec).__name__}")
+    responses_per_world = check_positive_int(responses_per_world, "responses_per_world")
+    n_tokens = check_positive_int(n_tokens, "n_tokens")
+    check_rng(rng)
+    seeds = tuple(int(s) for s in world_seeds)
+    if not seeds:
+        raise ValueError("world_seeds must be non-empty")
+    out = np.empty((len(seeds), responses_per_world, len(RESPONSE_CELLS), 3))
+    for i, seed in enumerate(seeds):
+        world = make_world(spec, seed=seed)
+        for k in range(responses_per_world):
+            ctx = world.sample_context(rng)
+            for j, q in enumerate(RESPONSE_CELLS):
+                method, budget, t = CELL_SPECS[q]
+                recs = np.array(decode(world, ctx, n_tokens=n_tokens, rng=rng, method=method,
+                                       budget=budget, rule="follow", temperature=t,
+                                       record=_expected_and_sampled).records,
+                                dtype=np.float64)
+                out[i, k, j] = (recs[:, 0].mean(), recs[:, 1].mean(), recs.shape[0])
+    return out
+
+
+def convention(regimes: Sequence[str] | None = None, *, responses_per_world: int = 2,
+               path: Path | str = CALIBRATION_FILE, n_tokens: int = RESPONSE_TOKENS,
+               log: Callable[[str], None] = print) -> dict[str, dict[str, dict[str, object]]]:
+    """Per-response means of decoded responses against the data file's per-round means.
+
+    :func:`response_means` of each stored regime on :data:`EVAL_WORLD_SEEDS` (the worlds of the
+    held-out evaluation, whose per-round means over fresh contexts the file holds) with seed
+    :data:`RESPONSE_SEED`. Per regime and cell of :data:`RESPONSE_CELLS`: ``per_response``
+    (mean over responses of the exact per-round E[tau] means, 95% t-interval over responses),
+    ``sampled`` (the same with the sampled tau), ``per_round`` (the file's held-out mean and
+    interval), ``difference`` (per-response minus per-round, relative to per-round, with a
+    Welch 95% interval) and ``rounds`` (mean rounds per response).
+    """
+    data = _load(Path(path))
+    stored = data.get("regimes", {})
+    names = list(CALIBRATED_REGIMES if regimes is None else regimes)
+    for r in names:
+        _check_regime_name(r)
+        if r not in stored or "table1" not in stored[r]:
+            raise ValueError(f"regime {r!r} has no six-cell fit in the calibration file {path}")
+    out: dict[str, dict[str, dict[str, object]]] = {}
+    for r in names:
+        t0 = time.perf_counter()
+        spec = RegimeSpec(**stored[r]["knobs"])
+        vals = response_means(spec, responses_per_world=responses_per_world,
+                              world_seeds=EVAL_WORLD_SEEDS,
+                              rng=np.random.default_rng(RESPONSE_SEED), n_tokens=n_tokens)
+        out[r] = {}
+        for j, q in enumerate(RESPONSE_CELLS):
+            v = vals[:, :, j, 0].ravel()
+            pr = mean_ci(v)
+            ps = mean_ci(vals[:, :, j, 1].ravel())
+            a = stored[r]["table1"]["achieved"][q]
+            n_b = int(a["n"])
+            se_b = (a["ci"][1] - a["ci"][0]) / 2 / t_quantile(n_b - 1)
+            se_a = float(v.std(ddof=1) / math.sqrt(v.size))
+            se = math.hypot(se_a, se_b)
+            dof = max(1, int(se ** 4 / (se_a ** 4 / (v.size - 1) + se_b ** 4 / (n_b - 1))))
+            diff = pr.mean - a["mean"]
+            half = t_quantile(dof) * se
+            out[r][q] = {"per_response": [round(pr.mean, 4), round(pr.low, 4), round(pr.high, 4)],
+                         "sampled": [round(ps.mean, 4), round(ps.low, 4), round(ps.high, 4)],
+                         "per_round": [a["mean"], a["ci"][0], a["ci"][1]],
+                         "difference": [round(diff / a["mean"], 4),
+                                        round((diff - half) / a["mean"], 4),
+                                        round((diff + half) / a["mean"], 4)],
+                         "rounds": round(float(vals[:, :, j, 2].mean()), 1),
+                         "responses": int(v.size)}
+        log(f"  [{r}] " + ", ".join(
+            f"{q} {out[r][q]['per_response'][0]:.2f} vs {out[r][q]['per_round'][0]:.2f} "
+            f"({out[r][q]['difference'][0] * 100:+.1f}%)" for q in RESPONSE_CELLS)
+            + f"; {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+def convention_table(results: dict[str, dict[str, dict[str, object]]]) -> str:
+    """:func:`convention`'s results as Markdown: per regime and cell the per-response mean with
+    its 95% interval, the per-round mean over fresh contexts with its interval, and their
+    relative difference with its interval."""
+    rows = ["| regime | cell | per response [95% CI] | per round, fresh contexts [95% CI] | "
+            "difference [95% CI] | rounds per response |", "|---|---|---|---|---|---|"]
+    for r, cells in results.items():
+        for q, c in cells.items():
+            a, b, d = c["per_response"], c["per_round"], c["difference"]
+            rows.append(f"| {r} | {CELL_LABELS[q]} | {a[0]:.2f} [{a[1]:.2f}, {a[2]:.2f}] | "
+                        f"{b[0]:.2f} [{b[1]:.2f}, {b[2]:.2f}] | {_pct(d[0])} "
+                        f"[{_pct(d[1])}, {_pct(d[2])}] | {c['rounds']:.0f} |")
+    return "\n".join(rows)
+
+
+def check(regimes: Sequence[str] | None = None, *, contexts: int = CHECK_CONTEXTS,
           path: Path | str = CALIBRATION_FILE, seed: int = CHECK_CONTEXT_SEED,
           log: Callable[[str], None] = print) -> dict[str, CellEvaluation]:
     """Re-evaluate the stored fit on worlds and contexts no fit used (no refit); print it.
@@ -1214,7 +1428,7 @@ def build_parser() -> argparse.ArgumentParser:
                          f"(default: all eight)")
     ap.add_argument("--contexts", type=int, metavar="N", default=None,
                     help=f"contexts per evaluation (default: {DEFAULT_CONTEXTS} for a fit, "
-                         f"1000 for --check)")
+                         f"{CHECK_CONTEXTS} for --check)")
     ap.add_argument("--check", action="store_true",
                     help="re-evaluate the stored fit on a fresh seed; do not refit")
     add_seed(ap, "context seed of --check (default: %(default)s)", default=CHECK_CONTEXT_SEED)
@@ -1247,7 +1461,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.table:
         print(calibration_table(_load(args.file)))
     elif args.check:
-        check(args.regimes, contexts=1000 if args.contexts is None else args.contexts,
+        check(args.regimes, contexts=CHECK_CONTEXTS if args.contexts is None else args.contexts,
               path=args.file, seed=args.seed)
     else:
         fit(args.regimes, out=args.file, workers=args.workers,
