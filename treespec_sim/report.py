@@ -25,6 +25,7 @@ from .calibrate import (
     CELL_LABELS,
     CELL_SPECS,
     CELLS,
+    DERIVED_WEIGHT,
     TOLERANCE,
     calibration_rows,
     table1_targets,
@@ -164,7 +165,8 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
     out += [verdict + " Each regime is a synthetic world law fitted to all six cells at once "
             "(`treespec_sim.calibrate`; DDTree's Table 1 on Qwen3-8B, DDTree's entry compared "
             "at B = 512, and TEV's DDTree@64; `*`: no published value, derived from published "
-            "ratios, weighted half in the fit and not held to the tolerance). A cell reads "
+            f"ratios, weighted {DERIVED_WEIGHT:g} in the fit and not held to the tolerance). "
+            "A cell reads "
             "*target → this run's mean [95% interval] (relative error)*, from the rows that "
             "measure it on the most contexts (exact E[τ], `follow`, the regime's own "
             "drafter). The fit's own held-out and `--check` numbers, the between-world spread "
