@@ -342,20 +342,18 @@ class ModelBackend:
         ndarray float64 (V,)
             Read-only probabilities (sum 1 up to rounding).
         """
-        paths = None if path is None else [path]
-        self.draft_conditional_batch(ctx, depth, [parent_token], paths=paths)
-        d = int(depth)  # checked by the batch
-        return ctx.conditionals[(1, ()) if d == 1 else
-                                (d, self._written(d, [int(parent_token)], paths)[0])]
+        return self.draft_conditional_batch(ctx, depth, [parent_token],
+                                            paths=None if path is None else [path])[0]
 
     def draft_conditional_batch(self, ctx: DecodeState, depth: int, parent_tokens,
-                                paths=None) -> np.ndarray:
+                                paths=None) -> list[np.ndarray]:
         """:meth:`draft_conditional` for many nodes at one depth in one batched pass.
 
         The laws not yet computed this round go through one drafter forward over as many
         blocks (one correction pass, recorded in ``ctx.corrections``); the rest come from the
         round's cache. ``paths`` (optional): each node's sampled path, as in
-        :meth:`draft_conditional`. Returns float64 (k, V), row ``i`` the law of node ``i``.
+        :meth:`draft_conditional`. Returns the laws, one read-only float64 (V,) array per
+        node (the round's cached arrays, not copies: a level's prefetch copies nothing).
         """
         self._check(ctx, verified=False)
         depth, parents = self._check_conditional(ctx, depth, parent_tokens)
@@ -368,7 +366,7 @@ class ModelBackend:
                                     dim=-1).numpy()
                 law.flags.writeable = False
                 ctx.conditionals[(1, ())] = law
-            return np.stack([law] * len(parents))
+            return [law] * len(parents)
         written = self._written(depth, parents, paths)
         todo = list(dict.fromkeys(w for w in written if (depth, w) not in ctx.conditionals))
         if todo:
@@ -380,7 +378,7 @@ class ModelBackend:
                 law = np.ascontiguousarray(law)
                 law.flags.writeable = False
                 ctx.conditionals[(depth, w)] = law
-        return np.stack([ctx.conditionals[(depth, w)] for w in written])
+        return [ctx.conditionals[(depth, w)] for w in written]
 
     def _written(self, depth: int, parents: list[int], paths) -> list[tuple[int, ...]]:
         """Each node's tokens at depths ``1..depth - 1`` (``-1``: left masked)."""

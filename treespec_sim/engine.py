@@ -105,7 +105,7 @@ class Backend(Protocol):
         (a real model compacts its KV cache to the accepted path).
     context_length(ctx) -> int
         Where a latency model is read (default: the model's own default).
-    draft_conditional_batch(ctx, depth, parent_tokens) -> (k, V)
+    draft_conditional_batch(ctx, depth, parent_tokens) -> sequence of (V,)
         A level's correction laws in one pass (``fill_tree`` asks once per level).
     conditions_on_path : bool
         The correction reads each node's whole sampled path: ``draft_conditional`` and
