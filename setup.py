@@ -23,6 +23,7 @@ setup(
         Extension(
             "treespec_sim.cworld",
             ["treespec_sim/cworld.c"],
+            depends=["treespec_sim/cworld_norms.h"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
         ),

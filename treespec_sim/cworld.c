@@ -3,14 +3,19 @@
  * wrapped by treespec_sim/compiled.py; docs/performance.md).
  *
  * Every function here computes the same floats as the numpy code it replaces, bit for bit:
- * only additions, multiplications and comparisons, in the numpy code's order, compiled with
- * -ffp-contract=off (no fused multiply-add). The transcendental steps (log, exp) and the BLAS
- * dots stay in numpy, whose results this file cannot reproduce.
+ * only IEEE additions, multiplications, divisions and comparisons, in the numpy code's order,
+ * compiled with -ffp-contract=off (no fused multiply-add). numpy's own log and exp and the BLAS
+ * dots stay in numpy, whose results this file cannot reproduce; where a log and an exp run here
+ * (class_norms) they are treespec's own, written out the same way in treespec_sim/numerics.py.
  *
  *  - sell_new / chain_step: one depth of the class chain, h_d = (G^T nu + nu.pi) (1 - eta) + eta,
  *    with G^T in a sliced-ELL layout (rows sorted by length, 8 per slice, each row's terms in
  *    increasing column order): a row's sum adds its terms from 0.0 in scipy's csc_matvec order
  *    (column by column), eight rows at a time instead of a scatter over the whole vector.
+ *  - class_norms: per sharpened row, the normaliser's m = beta log max v and
+ *    Z = sum exp(beta log v - m) S of the class maxima v = h w_max (v not stored; the few
+ *    percent of classes within e^-64 of the largest term; cworld_norms.h, one copy per
+ *    vector path).
  *  - select_top: per row, the k-th and (k+1)-th largest values and, where exactly k entries
  *    reach the k-th, their columns in increasing order (ClassLogMarginals' _kth_pair).
  *  - rank_top: per row, the k best (token, value) pairs by decreasing value, ties to the
@@ -456,76 +461,340 @@ e1:
     return result;
 }
 
-/* ------------------------------------------------------------------ sharpening */
+/* ------------------------------------------------------------------ the norms */
 
-/* max of a row (n >= 1), NaN if it holds one: numpy's max (the order of a max is exact) */
-static double row_max(const double *x, Py_ssize_t n) {
-    Py_ssize_t j = 0;
-    double mx = -INFINITY;
-    int nan = 0;
-#if defined(__SSE2__)
-    if (n >= 8) {
-        /* _mm_max_pd(a, b) is a > b ? a : b per lane; NaN tracked on the side */
-        __m128d m0 = _mm_set1_pd(-INFINITY), m1 = m0, m2 = m0, m3 = m0, un = _mm_setzero_pd();
-        for (; j + 8 <= n; j += 8) {
-            __m128d a = _mm_loadu_pd(x + j), b = _mm_loadu_pd(x + j + 2),
-                    c = _mm_loadu_pd(x + j + 4), d = _mm_loadu_pd(x + j + 6);
-            m0 = _mm_max_pd(a, m0);
-            m1 = _mm_max_pd(b, m1);
-            m2 = _mm_max_pd(c, m2);
-            m3 = _mm_max_pd(d, m3);
-            un = _mm_or_pd(un, _mm_or_pd(_mm_or_pd(_mm_cmpunord_pd(a, a), _mm_cmpunord_pd(b, b)),
-                                         _mm_or_pd(_mm_cmpunord_pd(c, c), _mm_cmpunord_pd(d, d))));
-        }
-        double lanes[2];
-        _mm_storeu_pd(lanes, _mm_max_pd(_mm_max_pd(m0, m1), _mm_max_pd(m2, m3)));
-        mx = lanes[0] > lanes[1] ? lanes[0] : lanes[1];
-        nan = _mm_movemask_pd(un) != 0;
+/* treespec's own log and exp (treespec_sim/numerics.py, fixed_log / fixed_exp: the same
+ * constants, the same IEEE operations in the same order, so numpy gives these floats too).
+ * exp: n = round(x / ln 2) by the 1.5 2^52 trick, r = x - n ln2 in two parts (Cody-Waite),
+ * exp(r) by its degree-13 Taylor polynomial (|r| <= 0.35), times 2^n; within 1 ulp of exp.
+ * log: v = m 2^e with m in [sqrt(1/2), sqrt(2)), s = (m - 1) / (m + 1),
+ * log m = 2 atanh(s) by 10 terms of its series, plus e ln 2 in two parts; within 2 ulps. */
+#define FIXED_EXP_N 14
+static const double FIXED_EXP_C[FIXED_EXP_N] = {  /* 1 / k! */
+    0x1.0000000000000p+0, 0x1.0000000000000p+0, 0x1.0000000000000p-1, 0x1.5555555555555p-3,
+    0x1.5555555555555p-5, 0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13,
+    0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
+    0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33};
+#define FIXED_LOG_N 10
+static const double FIXED_LOG_C[FIXED_LOG_N] = {  /* 2 / (2 k + 1), k = 1..10 */
+    0x1.5555555555555p-1, 0x1.999999999999ap-2, 0x1.2492492492492p-2, 0x1.c71c71c71c71cp-3,
+    0x1.745d1745d1746p-3, 0x1.3b13b13b13b14p-3, 0x1.1111111111111p-3, 0x1.e1e1e1e1e1e1ep-4,
+    0x1.af286bca1af28p-4, 0x1.8618618618618p-4};
+#define FIXED_LN2_HI 0x1.62e42fee00000p-1 /* low 32 bits zero: n ln2_hi is exact */
+#define FIXED_LN2_LO 0x1.a39ef35793c76p-33
+#define FIXED_INV_LN2 0x1.71547652b82fep+0
+#define FIXED_MAGIC 6755399441055744.0 /* 1.5 2^52 */
+#define FIXED_SQRT_HALF 0x1.6a09e667f3bcdp-1
+/* class_norms leaves out the terms below e^-CUT of the largest (numerics.NORM_CUT) */
+#define FIXED_NORM_CUT 64.0
+
+/* The polynomials in Estrin's scheme (numerics.py: _estrin), a few dependent steps instead of
+ * Horner's 13: pairs c_2i + c_2i+1 x, then pairs of those with x^2, x^4, x^8. `zero` is 0 of
+ * the type T (a vector's lanes get the constants by adding them to it). */
+#define FIXED_EXP_POLY(T, x, zero)                                                         \
+    ({                                                                                     \
+        T x2_ = (x) * (x), x4_ = x2_ * x2_, x8_ = x4_ * x4_;                               \
+        T a0_ = ((zero) + FIXED_EXP_C[0]) + (x) * FIXED_EXP_C[1];                          \
+        T a1_ = ((zero) + FIXED_EXP_C[2]) + (x) * FIXED_EXP_C[3];                          \
+        T a2_ = ((zero) + FIXED_EXP_C[4]) + (x) * FIXED_EXP_C[5];                          \
+        T a3_ = ((zero) + FIXED_EXP_C[6]) + (x) * FIXED_EXP_C[7];                          \
+        T a4_ = ((zero) + FIXED_EXP_C[8]) + (x) * FIXED_EXP_C[9];                          \
+        T a5_ = ((zero) + FIXED_EXP_C[10]) + (x) * FIXED_EXP_C[11];                        \
+        T a6_ = ((zero) + FIXED_EXP_C[12]) + (x) * FIXED_EXP_C[13];                        \
+        T b0_ = a0_ + a1_ * x2_, b1_ = a2_ + a3_ * x2_, b2_ = a4_ + a5_ * x2_;             \
+        T d0_ = b0_ + b1_ * x4_, d1_ = b2_ + a6_ * x4_;                                    \
+        d0_ + d1_ * x8_;                                                                   \
+    })
+#define FIXED_LOG_POLY(T, x, zero)                                                         \
+    ({                                                                                     \
+        T x2_ = (x) * (x), x4_ = x2_ * x2_, x8_ = x4_ * x4_;                               \
+        T a0_ = ((zero) + FIXED_LOG_C[0]) + (x) * FIXED_LOG_C[1];                          \
+        T a1_ = ((zero) + FIXED_LOG_C[2]) + (x) * FIXED_LOG_C[3];                          \
+        T a2_ = ((zero) + FIXED_LOG_C[4]) + (x) * FIXED_LOG_C[5];                          \
+        T a3_ = ((zero) + FIXED_LOG_C[6]) + (x) * FIXED_LOG_C[7];                          \
+        T a4_ = ((zero) + FIXED_LOG_C[8]) + (x) * FIXED_LOG_C[9];                          \
+        T b0_ = a0_ + a1_ * x2_, b1_ = a2_ + a3_ * x2_;                                    \
+        T d0_ = b0_ + b1_ * x4_;                                                           \
+        d0_ + a4_ * x8_;                                                                   \
+    })
+
+/* log v for finite v >= 0 (numerics.fixed_log); frexp by the bits for normal v (the same
+ * mantissa and exponent), the library's for 0 and subnormal v */
+static double fixed_log_scalar(double v) {
+    if (v == 0.0) return -INFINITY;
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    uint64_t k = bits >> 52;
+    double mant, e;
+    if (k > 0 && k < 2047) {
+        bits = (bits & 0x000FFFFFFFFFFFFFull) | 0x3FE0000000000000ull;
+        memcpy(&mant, &bits, sizeof mant);
+        e = (double)((int64_t)k - 1022);
+    } else {
+        int ei;
+        mant = frexp(v, &ei);
+        e = (double)ei;
     }
-#endif
-    for (; j < n; j++) {
-        mx = x[j] > mx ? x[j] : mx;
-        nan |= x[j] != x[j];
+    if (mant < FIXED_SQRT_HALF) {
+        mant = mant + mant;
+        e = e - 1.0;
     }
-    return nan ? NAN : mx;
+    double f = mant - 1.0, s = f / (f + 2.0), z = s * s;
+    double q = FIXED_LOG_POLY(double, z, 0.0);
+    double lnm = (s + s) + s * (z * q);
+    return e * FIXED_LN2_HI + (lnm + e * FIXED_LN2_LO);
 }
 
-static const char sharpen_exponents_doc[] =
-    "sharpen_exponents(buf, beta, m): per row i of buf (float64 (r, n), log v), m[i] = "
-    "beta[i] * max(buf[i]) and buf[i] = buf[i] * beta[i] - m[i] (two roundings, numpy's "
-    "buf *= beta; buf -= m); a NaN in a row makes its m NaN, as numpy's max does.";
+/* exp x for x <= ~709 or -inf (numerics.fixed_exp) */
+static double fixed_exp_scalar(double x) {
+    if (x == -INFINITY) return 0.0;
+    double t = x * FIXED_INV_LN2 + FIXED_MAGIC;
+    double n = t - FIXED_MAGIC;
+    double r = (x - n * FIXED_LN2_HI) - n * FIXED_LN2_LO;
+    double p = FIXED_EXP_POLY(double, r, 0.0);
+    if (n >= -1021.0 && n <= 1023.0) {  /* 2^n normal: p 2^n is exact, as ldexp's */
+        uint64_t sb = (uint64_t)((int64_t)n + 1023) << 52;
+        double scale;
+        memcpy(&scale, &sb, sizeof scale);
+        return p * scale;
+    }
+    double nc = n < -2000.0 ? -2000.0 : n > 2000.0 ? 2000.0 : n;
+    return ldexp(p, (int)nc);
+}
 
-static PyObject *py_sharpen_exponents(PyObject *self, PyObject *args) {
-    PyObject *bo, *be, *mo;
-    if (!PyArg_ParseTuple(args, "OOO", &bo, &be, &mo)) return NULL;
-    Py_buffer b, bt, m;
-    if (get_matrix(bo, &b, "buf", 1) < 0) return NULL;
-    Py_ssize_t r = b.shape[0], n = b.shape[1];
-    if (get_view(be, &bt, "beta", 'd', r, 0) < 0) {
-        PyBuffer_Release(&b);
-        return NULL;
+#define SUFFIX _generic
+#define ATTR
+#define VBYTES 16
+#include "cworld_norms.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SUFFIX _avx2
+#define ATTR __attribute__((target("avx2")))
+#define VBYTES 32
+#include "cworld_norms.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#define SUFFIX _avx512
+#define ATTR __attribute__((target("avx512f,avx512dq")))
+#define VBYTES 64
+#include "cworld_norms.h"
+#undef SUFFIX
+#undef ATTR
+#undef VBYTES
+#endif
+
+typedef int (*NormFn)(const double *, const double *, int32_t *, double *, Py_ssize_t, double,
+                      const double *, double *, double *);
+
+static NormFn norm_path(void) {
+#ifdef HAVE_X86_PATHS
+    if (chain_rows == step_avx512) return norm_row_avx512;
+    if (chain_rows == step_avx2) return norm_row_avx2;
+#endif
+    return norm_row_generic;
+}
+
+static const char class_norms_doc[] =
+    "class_norms(h, w_max, beta, sums, m, z) -> ok: per row d of h (float64 (L, n)) with "
+    "beta[d] != 1, with v = h[d] * w_max (the class maxima, numpy's products), m[d] = beta[d] "
+    "* log(max v) and z[d] = the sum over the classes with v >= max v * exp(-64 / beta[d]) of "
+    "exp(beta[d] log v - m[d]) sums[d, c], by numerics.fixed_log, fixed_exp and lane_sum8 "
+    "(ClassLogMarginals._norms' floats). False, with m and z partly written, if such a row "
+    "holds a NaN or an infinite class maximum, or no positive one.";
+
+static PyObject *py_class_norms(PyObject *self, PyObject *args) {
+    PyObject *ho, *wo, *bo, *so, *mo, *zo;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &ho, &wo, &bo, &so, &mo, &zo)) return NULL;
+    Py_buffer h, w = {0}, b = {0}, S = {0}, m = {0}, z = {0};
+    PyObject *result = NULL;
+    if (get_matrix(ho, &h, "h", 0) < 0) return NULL;
+    Py_ssize_t L = h.shape[0], n = h.shape[1];
+    if (get_view(wo, &w, "w_max", 'd', n, 0) < 0) goto done;
+    if (get_view(bo, &b, "beta", 'd', L, 0) < 0) goto done;
+    if (get_view(so, &S, "sums", 'd', L * n, 0) < 0) goto done;
+    if (get_view(mo, &m, "m", 'd', L, 1) < 0) goto done;
+    if (get_view(zo, &z, "z", 'd', L, 1) < 0) goto done;
+    double *vals = scratch((n ? n : 1) * (sizeof(double) + sizeof(int32_t)));
+    if (vals == NULL) goto done;
+    int32_t *cand = (int32_t *)(vals + (n ? n : 1));
+    {
+        NormFn fn = norm_path();
+        const double *hb = h.buf, *wb = w.buf, *beta = b.buf, *sb = S.buf;
+        double *mb = m.buf, *zb = z.buf;
+        int bad = 0;
+        for (Py_ssize_t d = 0; d < L && !bad; d++)
+            if (beta[d] != 1.0)
+                bad = fn(hb + d * n, wb, cand, vals, n, beta[d], sb + d * n, mb + d, zb + d);
+        result = PyBool_FromLong(!bad);
     }
-    if (get_view(mo, &m, "m", 'd', r, 1) < 0) {
-        PyBuffer_Release(&bt);
-        PyBuffer_Release(&b);
-        return NULL;
+done:
+    if (z.obj) PyBuffer_Release(&z);
+    if (m.obj) PyBuffer_Release(&m);
+    if (S.obj) PyBuffer_Release(&S);
+    if (b.obj) PyBuffer_Release(&b);
+    if (w.obj) PyBuffer_Release(&w);
+    PyBuffer_Release(&h);
+    return result;
+}
+
+/* ------------------------------------------------------------------ the sampled fill's laws */
+
+/* numpy's pairwise sum of a[0..n-1] (np.add.reduce of a contiguous float64 array: numpy's
+ * DOUBLE_pairwise_sum, the same adds in the same order): sequential below 8 entries, eight
+ * accumulators up to 128, halves (rounded down to a multiple of 8) above. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+/* one copy per vector width, chosen at load time: the same operations in the same order */
+#define LAW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LAW_CLONES
+#endif
+
+LAW_CLONES static double pairwise_sum(const double *a, Py_ssize_t n) {
+    if (n < 8) {
+        double res = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) res = res + a[i];
+        return res;
     }
-    double *x = b.buf, *mv = m.buf;
-    const double *beta = bt.buf;
-    for (Py_ssize_t i = 0; i < r; i++) {
-        double *row = x + i * n;
-        double mx = row_max(row, n);
-        const double bi = beta[i], mi = bi * mx;
-        mv[i] = mi;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            double t = row[j] * bi;
-            row[j] = t - mi;
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        Py_ssize_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] = r[j] + a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res = res + a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+LAW_CLONES static void divide_into(double *out, const double *q, double total, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = q[i] / total;
+}
+
+LAW_CLONES static void mul_into(double *out, const double *a, const double *b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static const char conditional_row_doc[] =
+    "conditional_row(base, c, shared, succ, corr, out): out = base * c + shared, then "
+    "out[succ] += corr (float64 (V,) arrays, int64 succ of distinct tokens): numpy's "
+    "np.multiply(base, c); out += shared; out[succ] += corr, the same roundings.";
+
+static PyObject *py_conditional_row(PyObject *self, PyObject *args) {
+    PyObject *bo, *so, *io, *co, *oo;
+    double c;
+    if (!PyArg_ParseTuple(args, "OdOOOO", &bo, &c, &so, &io, &co, &oo)) return NULL;
+    Py_buffer b, sh = {0}, ix = {0}, cr = {0}, out = {0};
+    PyObject *result = NULL;
+    if (get_view(bo, &b, "base", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = b.len / 8;
+    if (get_view(so, &sh, "shared", 'd', V, 0) < 0) goto done;
+    if (get_view(io, &ix, "succ", 'q', -1, 0) < 0) goto done;
+    if (get_view(co, &cr, "corr", 'd', ix.len / 8, 0) < 0) goto done;
+    if (get_view(oo, &out, "out", 'd', V, 1) < 0) goto done;
+    {
+        const double *base = b.buf, *shared = sh.buf, *corr = cr.buf;
+        const int64_t *succ = ix.buf;
+        double *o = out.buf;
+        Py_ssize_t s = ix.len / 8;
+        for (Py_ssize_t j = 0; j < s; j++)
+            if (succ[j] < 0 || succ[j] >= V) {
+                PyErr_Format(PyExc_ValueError, "succ[%zd] = %lld is outside [0, %zd)", j,
+                             (long long)succ[j], V);
+                goto done;
+            }
+        for (Py_ssize_t i = 0; i < V; i++) {
+            double t = base[i] * c;
+            o[i] = t + shared[i];
         }
+        for (Py_ssize_t j = 0; j < s; j++) o[succ[j]] = o[succ[j]] + corr[j];
+        result = Py_None;
+        Py_INCREF(result);
     }
-    PyBuffer_Release(&m);
-    PyBuffer_Release(&bt);
+done:
+    if (out.obj) PyBuffer_Release(&out);
+    if (cr.obj) PyBuffer_Release(&cr);
+    if (ix.obj) PyBuffer_Release(&ix);
+    if (sh.obj) PyBuffer_Release(&sh);
     PyBuffer_Release(&b);
-    Py_RETURN_NONE;
+    return result;
+}
+
+static const char prepare_law_doc[] =
+    "prepare_law(q, normalise, block, out, mass) -> (min, sum): out = q / q.sum() if normalise "
+    "else a copy of q (out None: q itself, not normalised); mass[b] = the sum of out over block b (np.add.reduceat(out, "
+    "arange(0, V, block))); min and sum of out (out.min(), out.sum()). numpy's floats: its "
+    "pairwise sums (reduceat: a block's first entry plus the pairwise sum of the rest).";
+
+static PyObject *py_prepare_law(PyObject *self, PyObject *args) {
+    PyObject *qo, *oo, *mo;
+    int normalise;
+    Py_ssize_t block;
+    if (!PyArg_ParseTuple(args, "OpnOO", &qo, &normalise, &block, &oo, &mo)) return NULL;
+    Py_buffer q, out = {0}, mass = {0};
+    PyObject *result = NULL;
+    if (get_view(qo, &q, "q", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = q.len / 8;
+    if (V < 1 || block < 1) {
+        PyErr_Format(PyExc_ValueError, "q must be non-empty and block >= 1; got %zd, %zd", V,
+                     block);
+        goto done;
+    }
+    Py_ssize_t nb = (V + block - 1) / block;
+    if (oo == Py_None && normalise) {
+        PyErr_SetString(PyExc_ValueError, "out: normalise needs an output array");
+        goto done;
+    }
+    if (oo != Py_None && get_view(oo, &out, "out", 'd', V, 1) < 0) goto done;
+    if (get_view(mo, &mass, "mass", 'd', nb, 1) < 0) goto done;
+    {
+        const double *qi = q.buf;
+        double *m = mass.buf;
+        const double *o = qi;
+        if (out.obj) {
+            double *ow = out.buf;
+            if (normalise) {
+                divide_into(ow, qi, pairwise_sum(qi, V), V);
+            } else if (ow != qi) {
+                memcpy(ow, qi, V * sizeof *ow);
+            }
+            o = ow;
+        }
+        for (Py_ssize_t bi = 0; bi < nb; bi++) {
+            Py_ssize_t lo = bi * block, len = V - lo < block ? V - lo : block;
+            m[bi] = o[lo] + pairwise_sum(o + lo + 1, len - 1);
+        }
+        /* the minimum (exact in any order): eight running minima, so that no comparison
+         * waits for the one before it; a NaN anywhere makes it NaN, as numpy's min does */
+        double lane[8];
+        int nan = 0;
+        for (int j = 0; j < 8; j++) lane[j] = o[0];
+        Py_ssize_t i = 0;
+        for (; i + 8 <= V; i += 8)
+            for (int j = 0; j < 8; j++) {
+                double x = o[i + j];
+                nan |= x != x;
+                lane[j] = x < lane[j] ? x : lane[j];
+            }
+        for (; i < V; i++) {
+            nan |= o[i] != o[i];
+            lane[0] = o[i] < lane[0] ? o[i] : lane[0];
+        }
+        double mn = lane[0];
+        for (int j = 1; j < 8; j++) mn = lane[j] < mn ? lane[j] : mn;
+        result = Py_BuildValue("(dd)", nan ? NAN : mn, pairwise_sum(o, V));
+    }
+done:
+    if (mass.obj) PyBuffer_Release(&mass);
+    if (out.obj) PyBuffer_Release(&out);
+    PyBuffer_Release(&q);
+    return result;
 }
 
 /* ------------------------------------------------------------------ selection */
@@ -556,6 +825,7 @@ static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
  * r best so far, which most entries fail to enter (one comparison) */
 static double kth_largest_small(const double *a, Py_ssize_t n, Py_ssize_t r) {
     double best[32];
+    best[r - 1] = -INFINITY; /* read only once written (have == r); quiets -Wmaybe-uninitialized */
     Py_ssize_t have = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double x = a[i];
@@ -595,22 +865,26 @@ static inline int block_scan(const double *x, double cut, int *hit) {
 #endif
 
 static const char select_top_doc[] =
-    "select_top(v, k, thr, nxt, cols) -> exact: per row of v (float64 (r, n), k < n), "
+    "select_top(v, k, thr, nxt, cols[, w]) -> exact: per row of v (float64 (r, n), k < n; "
+    "with w (float64 (n,)) the rows' values are v[i] * w, each product numpy's), "
     "thr[i] = the k-th largest, nxt[i] = the (k+1)-th; where nxt[i] < thr[i] (exactly k "
     "entries reach thr) cols[i] = their columns in increasing order and exact[i] = 1; "
     "exact[i] = 2 for a row with a NaN (nothing else written). Bytes of r flags.";
 
 static PyObject *py_select_top(PyObject *self, PyObject *args) {
-    PyObject *vo, *to, *no, *co;
+    PyObject *vo, *to, *no, *co, *wo = Py_None;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "OnOOO", &vo, &k, &to, &no, &co)) return NULL;
-    Py_buffer v, t, nx, c;
+    if (!PyArg_ParseTuple(args, "OnOOO|O", &vo, &k, &to, &no, &co, &wo)) return NULL;
+    Py_buffer v, t, nx, c, wb = {0};
     if (get_matrix(vo, &v, "v", 0) < 0) return NULL;
     Py_ssize_t r = v.shape[0], n = v.shape[1];
-    if (k < 1 || k >= n) {
-        PyErr_Format(PyExc_ValueError, "k must be in [1, %zd); got %zd", n, k);
+    if (wo != Py_None && get_view(wo, &wb, "w", 'd', n, 0) < 0) {
         PyBuffer_Release(&v);
         return NULL;
+    }
+    if (k < 1 || k >= n) {
+        PyErr_Format(PyExc_ValueError, "k must be in [1, %zd); got %zd", n, k);
+        goto e1;
     }
     if (get_view(to, &t, "thr", 'd', r, 1) < 0) goto e1;
     if (get_view(no, &nx, "nxt", 'd', r, 1) < 0) goto e2;
@@ -620,18 +894,23 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     char *exact = PyBytes_AS_STRING(flags);
     /* candidates >= a sampled cut (about the 2k-th value), else the whole row */
     Py_ssize_t stride = n / (4 * k + 256);
-    double *buf = scratch(2 * n * sizeof *buf + n * sizeof(Py_ssize_t));
+    double *buf = scratch(3 * n * sizeof *buf + n * sizeof(Py_ssize_t));
     if (buf == NULL) {
         Py_DECREF(flags);
         goto e4;
     }
-    Py_ssize_t *cand = (Py_ssize_t *)(buf + 2 * n);
+    Py_ssize_t *cand = (Py_ssize_t *)(buf + 3 * n);
     double *cval = buf + n;  /* candidates' values, in column order (cand: their columns) */
-    const double *base = v.buf;
+    double *prod = buf + 2 * n;  /* with w: the row's values v[i] * w, numpy's products */
+    const double *base = v.buf, *w = wb.obj ? wb.buf : NULL;
     double *thr = t.buf, *nxt = nx.buf;
     int64_t *cols = c.buf;
     for (Py_ssize_t i = 0; i < r; i++) {
         const double *row = base + i * n;
+        if (w != NULL) {
+            mul_into(prod, row, w, n);
+            row = prod;
+        }
         Py_ssize_t m = 0;
         int nan = 0;
         if (stride >= 2) {
@@ -691,6 +970,7 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     PyBuffer_Release(&nx);
     PyBuffer_Release(&t);
     PyBuffer_Release(&v);
+    if (wb.obj) PyBuffer_Release(&wb);
     return flags;
 e4:
     PyBuffer_Release(&c);
@@ -700,6 +980,7 @@ e2:
     PyBuffer_Release(&t);
 e1:
     PyBuffer_Release(&v);
+    if (wb.obj) PyBuffer_Release(&wb);
     return NULL;
 }
 
@@ -809,8 +1090,10 @@ e1:
 static PyMethodDef methods[] = {
     {"sell_new", py_sell_new, METH_VARARGS, sell_new_doc},
     {"chain_step", py_chain_step, METH_VARARGS, chain_step_doc},
-    {"sharpen_exponents", py_sharpen_exponents, METH_VARARGS, sharpen_exponents_doc},
     {"select_top", py_select_top, METH_VARARGS, select_top_doc},
+    {"class_norms", py_class_norms, METH_VARARGS, class_norms_doc},
+    {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},
+    {"prepare_law", py_prepare_law, METH_VARARGS, prepare_law_doc},
     {"rank_top", py_rank_top, METH_VARARGS, rank_top_doc},
     {"simd", py_simd, METH_NOARGS, "The chain's vector path on this CPU."},
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},

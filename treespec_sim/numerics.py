@@ -7,13 +7,37 @@ partial sums, so ``np.dot`` of two ``V = 32768`` rows gives last bits that chang
 for waking the threads -- on a busy machine up to milliseconds (``docs/performance.md``, "BLAS
 threads"). :func:`dot` is numpy's own pairwise sum of the products instead: one
 single-threaded order, the same floats on every machine.
+
+:func:`fixed_log`, :func:`fixed_exp` and :func:`lane_sum8` are treespec's own ``log``, ``exp``
+and sum, written as a fixed sequence of IEEE operations (no library call whose last bits a
+platform may choose), so that a compiled kernel can compute the same floats in one pass: the
+synthetic drafter's per-depth normalisers (``treespec_sim/cworld.c``, ``class_norms``;
+``docs/performance.md``, "The normalisers"). Within 1 ulp (exp) and 2 ulps (log) of numpy's.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["dot"]
+__all__ = ["NORM_CUT", "dot", "fixed_exp", "fixed_log", "lane_sum8"]
+
+#: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
+#: largest (``ClassLogMarginals._norms``; ``cworld.c``'s ``FIXED_NORM_CUT``): at most
+#: ``V / m`` of them, each ``<= m e^-64``, together under ``3e-23`` of a sum that is ``>= 1``.
+NORM_CUT = 64.0
+
+# The constants of fixed_exp / fixed_log; treespec_sim/cworld.c holds the same (hex) values.
+#: 1 / k!, k = 0..13: exp(r) on |r| <= ln(2) / 2 (truncation < 5e-18)
+_EXP_C = tuple(1.0 / math.factorial(k) for k in range(14))
+#: 2 / (2k + 1), k = 1..10: log(1 + f) = 2 atanh(s) = 2 s + s z sum_k c_k z^(k-1), z = s^2
+_LOG_C = tuple(2.0 / (2 * k + 1) for k in range(1, 11))
+_LN2_HI = 6.93147180369123816490e-01   # its low 32 bits are zero: n * _LN2_HI is exact
+_LN2_LO = 1.90821492927058770002e-10
+_INV_LN2 = 1.44269504088896338700e+00
+_MAGIC = 6755399441055744.0            # 1.5 * 2^52: (t + _MAGIC) - _MAGIC rounds t to an integer
+_SQRT_HALF = 0.70710678118654752440
 
 
 def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> float:
@@ -30,3 +54,78 @@ def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> float:
     float
     """
     return float(np.add.reduce(np.multiply(a, b, out=out)))
+
+
+def _estrin(x: np.ndarray, c: tuple[float, ...]) -> np.ndarray:
+    """``sum_k c[k] x^k`` in Estrin's scheme (cworld.c: FIXED_EXP_POLY / FIXED_LOG_POLY, the same
+    operations): pairs ``c[2i] + c[2i+1] x``, then pairs of those with ``x^2``, ``x^4``, ``x^8``
+    -- a few dependent steps instead of Horner's ``len(c) - 1``, so a vector loop is not bound
+    by their latency. ``len(c)`` must be 10 or 14."""
+    x2 = x * x
+    x4 = x2 * x2
+    x8 = x4 * x4
+    a = [c[2 * i] + x * c[2 * i + 1] for i in range(len(c) // 2)]
+    b0 = a[0] + a[1] * x2
+    b1 = a[2] + a[3] * x2
+    d0 = b0 + b1 * x4
+    if len(c) == 10:
+        return d0 + a[4] * x8
+    b2 = a[4] + a[5] * x2
+    d1 = b2 + a[6] * x4
+    return d0 + d1 * x8
+
+
+def fixed_exp(x: np.ndarray) -> np.ndarray:
+    """``exp(x)`` for float64 ``x <= 709`` (or ``-inf``), within 1 ulp of ``np.exp``: a new array.
+
+    ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two parts (Cody-Waite), ``exp(r)`` by its
+    degree-13 Taylor polynomial (Estrin's scheme), then ``ldexp(p, n)``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):   # x = -inf: r is NaN, the result 0 (set below)
+        t = x * _INV_LN2
+        n = (t + _MAGIC) - _MAGIC
+        r = (x - n * _LN2_HI) - n * _LN2_LO
+        p = _estrin(r, _EXP_C)
+        k = np.clip(np.nan_to_num(n, nan=0.0), -2000.0, 2000.0).astype(np.int64)
+    out = np.ldexp(p, k)
+    out[x == -np.inf] = 0.0
+    return out
+
+
+def fixed_log(v: np.ndarray) -> np.ndarray:
+    """``log(v)`` for finite float64 ``v >= 0`` (``-inf`` at 0), within 2 ulps of ``np.log``: a new
+    array.
+
+    ``v = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` (``frexp``, exact), ``s = (m - 1) / (m +
+    1)``, ``log m = 2 atanh(s)`` by ten terms of its series, plus ``e ln 2`` in two parts.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    m, e = np.frexp(v)
+    low = m < _SQRT_HALF
+    m = np.where(low, m + m, m)
+    ef = (e - low).astype(np.float64)
+    f = m - 1.0
+    s = f / (f + 2.0)
+    z = s * s
+    q = _estrin(z, _LOG_C)
+    out = ef * _LN2_HI + ((s + s) + s * (z * q) + ef * _LN2_LO)
+    out[v == 0.0] = -np.inf
+    return out
+
+
+def lane_sum8(x: np.ndarray) -> np.ndarray:
+    """Sums of the last axis of ``x`` (float64 ``(..., n)``) in eight lanes: entry ``c`` goes to
+    lane ``c % 8``, each lane adds in index order, and the lanes combine as
+    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`` -- the order of a compiled loop with
+    eight accumulators, whatever its vector width."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    pad = (-n) % 8
+    if pad:
+        x = np.concatenate([x, np.zeros((*x.shape[:-1], pad))], axis=-1)
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1])
+    lanes = np.cumsum(x.reshape(*x.shape[:-1], -1, 8), axis=-2)[..., -1, :]
+    return (((lanes[..., 0] + lanes[..., 1]) + (lanes[..., 2] + lanes[..., 3]))
+            + ((lanes[..., 4] + lanes[..., 5]) + (lanes[..., 6] + lanes[..., 7])))

@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from treespec_sim import compiled
+from treespec_sim.engine import run_round
 from treespec_sim.synth import drafter as drafter_mod
 from treespec_sim.synth import make_world
 
@@ -200,18 +201,120 @@ def test_rank_top_equals_rank_rows(kind):
     assert _same(got[0], want[0]) and _same(got[1], want[1])
 
 
+
+def _norms_numpy(h, w_max, beta, sums):
+    """ClassLogMarginals._norms' numpy path (drafter._norm_row, the definition)."""
+    vmax = h * w_max
+    m, z = np.full(h.shape[0], np.nan), np.full(h.shape[0], np.nan)
+    for d in np.flatnonzero(beta != 1.0):
+        m[d], z[d] = drafter_mod._norm_row(vmax[d], float(beta[d]), sums[d])
+    return vmax, m, z
+
+
 @needs_kernel
-def test_sharpen_exponents_equal_numpy_steps():
-    rng = np.random.default_rng(2)
-    buf = np.log(rng.random((5, 777)))
-    buf[2, :10] = -np.inf
-    buf[4, 3] = np.nan
-    beta = 1.0 + rng.random(5)
-    want = buf.copy()
-    m_want = beta * want.max(axis=1)
-    want *= beta[:, None]
-    want -= m_want[:, None]
-    m = np.empty(5)
-    kern.sharpen_exponents(buf, beta, m)
-    assert _same(m, m_want)
-    assert _same(buf, want)
+def test_class_norms_equal_numpys_on_every_path(simd_path):
+    # the compiled norms against fixed_log / fixed_exp / lane_sum8 in numpy: widths that are
+    # not a multiple of 8 (the tails), class maxima of 0 and subnormal ones (the log's scalar
+    # lanes), exponents so low that exp underflows (the exp's scalar lanes), beta = 1 rows
+    rng = np.random.default_rng(5)
+    for n, L in ((1, 2), (7, 3), (8, 3), (13, 4), (8192, 3), (8195, 2)):
+        h = rng.random((L, n)) * np.exp(rng.uniform(-60, 0, (L, n)))
+        w_max = np.exp(rng.uniform(-300, 0, n))
+        if n > 8:
+            h[0, 3] = 0.0
+            w_max[5] = 1e-310 / max(h[:, 5].max(), 1e-300)
+        beta = np.linspace(1.0, 3.0, L)
+        sums = 1.0 + 3.0 * rng.random((L, n))
+        m, z = np.full(L, np.nan), np.full(L, np.nan)
+        assert kern.class_norms(h, w_max, beta, sums, m, z)
+        vmax, *want = _norms_numpy(h, w_max, beta, sums)
+        for got, ref in zip((m, z), want, strict=True):
+            assert _same(got, ref), (n, L)
+        assert np.isnan(m[0]) and np.isnan(z[0])            # beta = 1: not sharpened
+        # and the values are the normalisers numpy's own log / exp give over every class, to
+        # rounding: the terms below e^-64 of the largest that the sum leaves out do not show
+        for d in range(1, L):
+            lv = np.log(vmax[d])
+            assert m[d] == pytest.approx(beta[d] * lv.max(), rel=1e-14)
+            ref_z = np.exp(lv * beta[d] - beta[d] * lv.max()) @ sums[d]
+            assert z[d] == pytest.approx(ref_z, rel=1e-13)
+    h = np.ones((2, 16))
+    h[1, 4] = np.nan
+    m, z = np.empty(2), np.empty(2)
+    assert not kern.class_norms(h, np.ones(16), np.array([1.0, 2.0]), np.ones((2, 16)), m, z)
+    with pytest.raises(ValueError, match="sums: expected 32 items"):
+        kern.class_norms(h, np.ones(16), np.array([1.0, 2.0]), np.ones(31), m, z)
+
+
+@needs_kernel
+def test_norms_leave_out_only_terms_below_the_cut():
+    # a row where most classes sit far below the largest: the sum over the classes within
+    # e^-64 (the definition) against numpy's log / exp over every class
+    rng = np.random.default_rng(6)
+    n = 4096
+    v = np.exp(rng.uniform(-400.0, 0.0, n))
+    v[17] = 1.0
+    sums = 1.0 + 3.0 * rng.random(n)
+    for beta in (0.5, 1.3, 3.0):
+        m, z = drafter_mod._norm_row(v, beta, sums)
+        x = beta * np.log(v)
+        assert m == pytest.approx(x.max(), abs=1e-13)
+        full = np.exp(x - x.max()) @ sums
+        assert z == pytest.approx(full, rel=1e-14)
+        kept = v >= v.max() * np.exp(-64.0 / beta)
+        assert 0 < kept.sum() < n // 2            # the cut leaves most of this row out
+        left_out = np.exp(x[~kept] - x.max()) @ sums[~kept]
+        assert left_out < 1e-23 * z
+
+
+@needs_kernel
+def test_prepare_law_equals_numpys_steps():
+    rng = np.random.default_rng(7)
+    for V in (1, 2, 7, 8, 9, 127, 128, 129, 1000, 32768, 40001):
+        q = rng.random(V) * np.exp(rng.uniform(-40.0, 5.0, V))
+        q[rng.random(V) < 0.3] = 0.0
+        q[0] = max(q[0], 1e-3)
+        block = int(np.sqrt(V - 1)) + 1 if V > 1 else 1
+        nb = -(-V // block)
+        ref = q / q.sum()
+        ref_mass = np.add.reduceat(ref, np.arange(0, V, block))
+        out, mass = np.empty(V), np.empty(nb)
+        assert kern.prepare_law(q, True, block, out, mass) == (ref.min(), ref.sum())
+        assert _same(out, ref) and _same(mass, ref_mass)
+        mass2 = np.empty(nb)
+        assert kern.prepare_law(ref, False, block, None, mass2) == (ref.min(), ref.sum())
+        assert _same(mass2, ref_mass)
+    with pytest.raises(ValueError, match="normalise needs an output array"):
+        kern.prepare_law(np.ones(4), True, 2, None, np.empty(2))
+    with pytest.raises(ValueError, match="mass: expected 2 items"):
+        kern.prepare_law(np.ones(4), False, 2, None, np.empty(3))
+
+
+@needs_kernel
+def test_conditional_rows_and_a_tsubame_round_equal_the_numpy_path(monkeypatch):
+    # the drafter's correction proposal (conditional_row) and a whole Tsubame + UniVer round
+    # (its laws through prepare_law, the draws, the proposal rows, exact E[tau]) with the
+    # kernel and without it
+    world = make_world("math500", seed=3)
+    rng = np.random.default_rng(8)
+    ctxs = [world.sample_context(rng) for _ in range(3)]
+
+    def state():
+        out = []
+        dr = world.drafter
+        for ctx in ctxs:
+            dr._lazy.clear()
+            dr._conditional_shared.clear()
+            for depth, parent in ((2, 5), (7, 123), (15, world.vocab_size - 1)):
+                out.append(dr.conditional(ctx.topic, ctx.last_token, depth, parent))
+            rnd = run_round(world, ctx, method="tsubame", budget=64, rule="univer",
+                            temperature=1.0, rng=np.random.default_rng(9), sample=False)
+            out += [rnd.tree.parent, rnd.tree.token, np.array([rnd.expected_tau])]
+            out += list(rnd.proposal.laws)
+        return out
+
+    with_kernel = state()
+    monkeypatch.setattr(compiled, "world_kernel", None)
+    without = state()
+    assert len(with_kernel) == len(without)
+    assert all(_same(a, b) for a, b in zip(with_kernel, without, strict=True))

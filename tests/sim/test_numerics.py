@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from treespec_sim.numerics import dot
+from treespec_sim.numerics import dot, fixed_exp, fixed_log, lane_sum8
 
 SCRIPT = """
 import numpy as np
@@ -66,3 +66,45 @@ def test_dot_is_numpys_pairwise_sum_of_the_products():
 def test_verifier_rounds_give_the_same_floats_with_one_and_two_blas_threads():
     one, two = _run(1), _run(2)
     assert one.split() and one == two
+
+
+def _ulps(got, want):
+    want = np.asarray(want)
+    return np.abs(got - want) / np.spacing(np.abs(want))
+
+
+def test_fixed_exp_is_within_two_ulps_of_numpys_exp():
+    rng = np.random.default_rng(1)
+    x = -np.abs(rng.standard_normal(200_000)) * rng.choice([1e-3, 1.0, 30.0, 300.0, 700.0],
+                                                           200_000)
+    assert _ulps(fixed_exp(x), np.exp(x)).max() <= 2.0
+    # the edges: -inf, subnormal and zero results, 0 exactly
+    edge = np.array([-np.inf, -1000.0, -745.2, -744.4, -708.5, -1e-300, 0.0])
+    assert np.array_equal(fixed_exp(edge)[[0, 1, 2, 6]], [0.0, 0.0, 0.0, 1.0])
+    assert fixed_exp(edge)[3] == np.exp(-744.4) and fixed_exp(edge)[4] == np.exp(-708.5)
+
+
+def test_fixed_log_is_within_two_ulps_of_numpys_log():
+    rng = np.random.default_rng(2)
+    v = np.exp(rng.uniform(-740.0, 0.0, 200_000)) * rng.uniform(0.5, 2.0, 200_000)
+    near_one = rng.uniform(0.5, 2.0, 100_000)
+    assert _ulps(fixed_log(v), np.log(v)).max() <= 2.0
+    assert np.abs(fixed_log(near_one) - np.log(near_one)).max() <= 2.3e-16
+    edge = np.array([0.0, 5e-324, 2.2e-308, 1.0, 2.0])
+    got = fixed_log(edge)
+    assert got[0] == -np.inf and got[3] == 0.0
+    assert _ulps(got[[1, 2, 4]], np.log(edge[[1, 2, 4]])).max() <= 2.0
+
+
+def test_lane_sum8_adds_eight_lanes_in_order():
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 8, 9, 63, 8192, 8195):
+        x = rng.random((3, n)) * np.exp(rng.uniform(-40, 40, (3, n)))
+        got = lane_sum8(x)
+        for row, g in zip(x, got, strict=True):
+            lanes = [0.0] * 8
+            for c, val in enumerate(row.tolist()):
+                lanes[c % 8] = lanes[c % 8] + val
+            want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+                ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+            assert g == want

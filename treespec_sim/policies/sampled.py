@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import compiled
 from ..marginals import LazyLogMarginals
 from ..paths import LogQ
 from ..tree import DraftTree
@@ -497,13 +498,15 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         else:
             r = law_index.get(key)
             if r is None:
-                q = proposal.law(depth, t_draw) if marginal else \
-                    tempered(_law(proposal, depth, token[dst], path[dst], on_path), t_draw)
-                q.flags.writeable = False
+                if marginal:
+                    law, st = _prepared(proposal.law(depth, t_draw), normalise=False)
+                else:
+                    row = _law(proposal, depth, token[dst], path[dst], on_path)
+                    law, st = _prepared(row, normalise=True) if t_draw == 1.0 else \
+                        _prepared(tempered(row, t_draw), normalise=False)
                 r = law_index[key] = len(laws)
-                laws.append(PreparedLaw.of(q))
-                q = laws[-1].q
-                stats.append((q.min(), q.sum()))  # for the verifier's check, while in cache
+                laws.append(law)
+                stats.append(st)  # (min, sum): for the verifier's check
             law = laws[r]
             k = kids.size
             if scheme != "iid" and not law.covers(k):
@@ -528,6 +531,28 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
     rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab,
                         law_stats=tuple(stats))
     return Draft(tree, rows, scheme, t)
+
+
+def _prepared(row, *, normalise: bool) -> tuple[PreparedLaw, tuple[float, float]]:
+    """``PreparedLaw.of(tempered(row, 1.0) if normalise else row)`` (read-only) and its
+    ``(min, sum)``. The compiled kernel computes all of it in two passes over ``row``
+    (``cworld.c``, ``prepare_law``: numpy's floats, its pairwise sums); numpy otherwise."""
+    kern = compiled.world_kernel
+    if kern is not None and isinstance(row, np.ndarray) and row.dtype == np.float64 and \
+            row.ndim == 1 and row.size and row.flags.c_contiguous:
+        block = math.isqrt(row.size - 1) + 1
+        q = np.empty(row.size) if normalise else row
+        mass = np.empty(-(-row.size // block))
+        q_min, q_sum = kern.prepare_law(row, normalise, block, q if normalise else None, mass)
+        cdf = np.cumsum(mass)
+        if not (cdf[-1] > 0 and math.isfinite(cdf[-1])):
+            raise ValueError(f"a law needs a finite positive total mass; got {cdf[-1]!r}")
+        q.flags.writeable = False
+        return PreparedLaw(q, block, mass, cdf), (q_min, q_sum)
+    q = tempered(row, 1.0) if normalise else row
+    q.flags.writeable = False
+    law = PreparedLaw.of(q)
+    return law, (law.q.min(), law.q.sum())
 
 
 def _law(proposal: ProposalFn, depth: int, parent_token: int, path: tuple[int, ...],

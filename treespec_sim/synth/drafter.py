@@ -60,6 +60,7 @@ import scipy.sparse as sp
 
 from .. import compiled
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
+from ..numerics import NORM_CUT, fixed_exp, fixed_log, lane_sum8
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -92,6 +93,8 @@ _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats ea
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
 _TIE_ULPS = 16
+_NO_SUCC = np.empty(0, dtype=np.int64)   # conditional_row's successors of a kernel without any
+_NO_CORR = np.empty(0)
 
 
 class BlockDiffusionDrafter:
@@ -457,6 +460,15 @@ class BlockDiffusionDrafter:
             self._conditional_shared.move_to_end(key)
         scale = kappa * (1.0 - j) * (1.0 - eta)
         a = int(parent_token)
+        kern = compiled.world_kernel
+        if kern is not None:
+            # the same roundings in one pass (cworld.c, conditional_row)
+            out = np.empty(self.vocab_size)
+            succ, corr = (k.succ[a], scale * k.correction_row(a)) if k.n_successors else \
+                (_NO_SUCC, _NO_CORR)
+            kern.conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, succ, corr,
+                                 out)
+            return out
         out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
         out += shared
         if k.n_successors:
@@ -588,44 +600,41 @@ class ClassLogMarginals(LazyLogMarginals):
     # -------------------------------------------------------------- per-row quantities
     def _class_max(self) -> np.ndarray:
         """``w_max[c] h_d[c]`` for every row: the largest ``mu`` of every class (rounding is
-        monotone), float64 (L, V / m), computed once."""
+        monotone), float64 (L, V / m), computed once. The compiled kernel never needs it: its
+        norms and top lists form these products as they read ``h``."""
         if self._vmax is None:
             self._vmax = self._h * self._w_max
         return self._vmax
 
     def _norms(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed once.
+        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed once:
 
-        ``Z_d = sum_c exp(beta_d log v_c - m_d) S[d, c]`` with ``v_c = h_d[c] w_max[c]`` the
-        class maximum of ``mu_d``: every exponent is ``<= 0`` and ``S`` is in ``[1, m]``, so
-        neither factor overflows whatever ``beta_d``. Each ``Z_d`` is its own one-row ``dot``
-        (the BLAS summation order of one row). The element-wise steps run on all rows at once:
-        numpy's ``log``/``exp`` give an element the same float in any array.
+        ``m_d = beta_d log v_max``, ``Z_d = sum_c exp(beta_d log v_d[c] - m_d) S[d, c]``
+
+        with ``v_d[c] = h_d[c] w_max[c]`` the class maxima and ``v_max`` the largest (every
+        exponent is ``<= 0`` up to rounding and ``S`` is in ``[1, m]``, so neither factor
+        overflows whatever ``beta_d``). The sum runs over the classes with
+        ``v >= v_max exp(-64 / beta_d)`` (:data:`~treespec_sim.numerics.NORM_CUT`; a few
+        percent of a row): each term left out is below ``m e^-64``, all of them together under
+        ``3e-23`` of ``Z_d >= 1`` -- far below its rounding. ``log``, ``exp`` and the sum are
+        treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
+        :func:`~treespec_sim.numerics.fixed_exp`, :func:`~treespec_sim.numerics.lane_sum8`):
+        the compiled kernel reads ``h`` twice per row and takes the logarithms of the few
+        classes above the cut only; numpy computes the same floats without it
+        (``docs/performance.md``, "The normalisers").
         """
         if self._norm_z is None:
             L = self.shape[0]
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
-            rows = np.flatnonzero(self._sharp)
-            if rows.size:
-                vmax = self._class_max()
-                lo, hi = int(rows[0]), int(rows[-1]) + 1
-                v = vmax[lo:hi] if hi - lo == rows.size else vmax[rows]
-                with np.errstate(divide="ignore"):
-                    buf = np.log(v)
-                beta = self._beta[rows]
-                kern = compiled.world_kernel
-                if kern is None:
-                    m[rows] = beta * buf.max(axis=1)
-                    buf *= beta[:, None]
-                    buf -= m[rows][:, None]
-                else:                                # the same two roundings, one pass
-                    m_rows = np.empty(rows.size)
-                    kern.sharpen_exponents(buf, beta, m_rows)
-                    m[rows] = m_rows
-                np.exp(buf, out=buf)
-                for i, r in enumerate(rows.tolist()):
-                    z[r] = float(np.dot(buf[i], self._sums[r]))
+            kern = compiled.world_kernel
+            if kern is None or not kern.class_norms(self._h, self._w_max, self._beta,
+                                                    self._sums, m, z):
+                m.fill(np.nan)
+                z.fill(np.nan)
+                for d in np.flatnonzero(self._sharp).tolist():
+                    m[d], z[d] = _norm_row(self._class_max()[d], float(self._beta[d]),
+                                           self._sums[d])
             self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
@@ -748,15 +757,20 @@ class ClassLogMarginals(LazyLogMarginals):
         :meth:`_fill_ties`).
         """
         m = self._members.shape[1]
-        vmax = self._class_max()
-        # every row (top_all) or one row (top): a view, not a 1 MB gathered copy
+        given = rows
+
+        def pick(a: np.ndarray) -> np.ndarray:
+            # every row (top_all) or one row (top): a view, not a 1 MB gathered copy
+            if given is None:
+                return a
+            return a[int(given[0]):int(given[0]) + 1] if given.size == 1 else a[given]
+
         if rows is None:
-            rows, v = np.arange(vmax.shape[0]), vmax
-        else:
-            v = vmax[int(rows[0]):int(rows[0]) + 1] if rows.size == 1 else vmax[rows]
+            rows = np.arange(self.shape[0])
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
         kern = compiled.world_kernel
-        picked = None if kern is None else _select_compiled(kern, v, k)
+        # the kernel reads h and forms the class maxima h * w_max itself (numpy's products)
+        picked = None if kern is None else _select_compiled(kern, pick(self._h), k, self._w_max)
         if picked is not None:
             exact, idx, v_out = picked
             pos = np.flatnonzero(exact)
@@ -765,6 +779,7 @@ class ClassLogMarginals(LazyLogMarginals):
             if pos.size < rows.size:
                 idx, v_out = idx[pos], v_out[pos]
         else:
+            v = pick(self._class_max())
             thr, v_out, cand_r, cand_c = _kth_pair(v, k)
             exact = v_out < thr                      # exactly k classes reach the k-th maximum
             if not exact.any():
@@ -808,7 +823,7 @@ class ClassLogMarginals(LazyLogMarginals):
         """
         m = self._members.shape[1]
         floor = self._floor[row]
-        v = self._class_max()[row]
+        v = self._h[row] * self._w_max          # the row's class maxima (_class_max's floats)
         if self._sharp[row]:
             norm_m, norm_z = self._norms()
             with np.errstate(divide="ignore"):
@@ -871,16 +886,33 @@ class ClassLogMarginals(LazyLogMarginals):
         return out
 
 
-def _select_compiled(kern, v: np.ndarray, k: int
+def _norm_row(v: np.ndarray, beta: float, sums: np.ndarray) -> tuple[float, float]:
+    """``(m, Z)`` of one sharpened row from its class maxima ``v`` (ClassLogMarginals._norms:
+    the definition, and the compiled kernel's floats)."""
+    with np.errstate(invalid="ignore"):
+        v_max = v.max()
+        m = beta * float(fixed_log(np.array([v_max]))[0])
+        cut = v_max * float(fixed_exp(np.array([-(NORM_CUT / beta)]))[0])
+        terms = np.zeros(v.size)
+        keep = np.flatnonzero(v >= cut)
+        x = fixed_log(v[keep]) * beta
+        x -= m
+        terms[keep] = fixed_exp(x) * sums[keep]
+    return m, float(lane_sum8(terms))
+
+
+def _select_compiled(kern, h: np.ndarray, k: int, w_max: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`_kth_pair`'s answer for ClassLogMarginals._top_rows from the compiled kernel:
+    """:func:`_kth_pair`'s answer for ClassLogMarginals._top_rows from the compiled kernel, on
+    the class maxima ``v = h * w_max`` of rows ``h`` (formed by the kernel, numpy's products;
+    ``w_max=None``: on the rows ``h`` themselves):
     ``(exact, idx, v_out)`` -- which rows have exactly ``k`` entries at or above their ``k``-th
     largest, those entries' columns in increasing order (rows of ``idx``; junk elsewhere), and
     each row's ``(k + 1)``-th largest. None if a row holds a NaN (numpy's path orders those)."""
-    n = v.shape[0]
+    n = h.shape[0]
     thr, v_out = np.empty(n), np.empty(n)
     idx = np.empty((n, k), dtype=np.int64)
-    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(v), k, thr, v_out, idx),
+    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(h), k, thr, v_out, idx, w_max),
                           dtype=np.uint8)
     if (flags == 2).any():
         return None

@@ -1,0 +1,247 @@
+/*
+ * One instruction set's norm row, included by cworld.c once per target (generic, AVX2,
+ * AVX-512) with SUFFIX (name suffix), ATTR (target attribute) and VBYTES (16, 32 or 64).
+ *
+ * norm_row: for one sharpened row of the class chain, with v = h * w_max (the class maxima,
+ * not stored) and vmax their largest: m = beta * log(vmax) and
+ *     Z = sum over the classes with v_c >= vmax * exp(-CUT / beta) of exp(beta log v_c - m) S_c
+ * (the other terms are each below e^-CUT S_c <= 4 e^-64: together under 3e-23 of Z >= 1, far
+ * below its rounding; docs/performance.md, "The normalisers"), with treespec's own log and exp
+ * (treespec_sim/numerics.py: fixed_log, fixed_exp), so that numpy computes the same floats
+ * (ClassLogMarginals._norms): every step is one IEEE operation of numerics.py's, in its order
+ * (no FMA: cworld.c is compiled with -ffp-contract=off), and Z adds the terms into eight lanes
+ * (class c into lane c % 8, in column order) combined as ((l0 + l1) + (l2 + l3)) +
+ * ((l4 + l5) + (l6 + l7)) -- numerics.lane_sum8 of the terms with zeros elsewhere.
+ */
+#define NCAT_(a, b) a##b
+#define NCAT(a, b) NCAT_(a, b)
+#define NFN(name) NCAT(name, SUFFIX)
+
+typedef double NFN(vd) __attribute__((vector_size(VBYTES)));
+typedef int64_t NFN(vl) __attribute__((vector_size(VBYTES)));
+typedef uint64_t NFN(vu) __attribute__((vector_size(VBYTES)));
+#define NW (VBYTES / 8)
+
+/* log v for lanes with a normal positive v (others: fixed_log_scalar) */
+static inline ATTR NFN(vd) NFN(log_v)(NFN(vd) v) {
+    const NFN(vd) zero = {0};
+    NFN(vu) bits = (NFN(vu))v;
+    NFN(vu) k = bits >> 52;
+    NFN(vd) mant = (NFN(vd))((bits & 0x000FFFFFFFFFFFFFull) | 0x3FE0000000000000ull);
+    /* the biased exponent as a double, exactly: 2^52 + k - 2^52 */
+    NFN(vd) e = (NFN(vd))(k | 0x4330000000000000ull) - (zero + 4503599627370496.0);
+    e = e - 1022.0;
+    NFN(vl) low = mant < FIXED_SQRT_HALF;
+    mant = (NFN(vd))(((NFN(vl))(mant + mant) & low) | ((NFN(vl))mant & ~low));
+    e = (NFN(vd))(((NFN(vl))(e - 1.0) & low) | ((NFN(vl))e & ~low));
+    NFN(vd) f = mant - 1.0;
+    NFN(vd) s = f / (f + 2.0);
+    NFN(vd) z = s * s;
+    NFN(vd) q = FIXED_LOG_POLY(NFN(vd), z, zero);
+    NFN(vd) lnm = (s + s) + s * (z * q);
+    return e * FIXED_LN2_HI + (lnm + e * FIXED_LN2_LO);
+}
+
+/* exp x for lanes with -1021 <= n <= 1023 (others: fixed_exp_scalar); *bad gets the others */
+static inline ATTR NFN(vd) NFN(exp_x)(NFN(vd) x, NFN(vl) *bad) {
+    const NFN(vd) zero = {0};
+    NFN(vd) t = x * FIXED_INV_LN2 + FIXED_MAGIC;
+    NFN(vd) n = t - FIXED_MAGIC;
+    NFN(vd) r = (x - n * FIXED_LN2_HI) - n * FIXED_LN2_LO;
+    NFN(vd) p = FIXED_EXP_POLY(NFN(vd), r, zero);
+    *bad |= ~((n >= -1021.0) & (n <= 1023.0));
+    NFN(vl) ni = (NFN(vl))t - (NFN(vl))(zero + FIXED_MAGIC);
+    return p * (NFN(vd))((ni + 1023) << 52);
+}
+
+/* passes 1 and 2 over a row: the largest of v = h * w (returns 1 if some v is NaN or
+ * infinite), then the columns with v >= cut, in order, into cand (returns their count) */
+#if VBYTES == 64
+static inline ATTR int NFN(row_max)(const double *h, const double *w, Py_ssize_t n,
+                                    double *vmax) {
+    __m512d m0 = _mm512_set1_pd(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    const __m512d inf = _mm512_set1_pd(INFINITY);
+    __mmask8 bad = 0;
+    Py_ssize_t j = 0;
+#define ROWMAX_STEP(m, o)                                                                  \
+    do {                                                                                   \
+        __m512d v_ = _mm512_mul_pd(_mm512_loadu_pd(h + j + (o)), _mm512_loadu_pd(w + j + (o))); \
+        bad |= _mm512_cmp_pd_mask(v_, inf, _CMP_NLT_UQ);                                   \
+        m = _mm512_max_pd(m, v_);                                                          \
+    } while (0)
+    for (; j + 32 <= n; j += 32) {
+        ROWMAX_STEP(m0, 0);
+        ROWMAX_STEP(m1, 8);
+        ROWMAX_STEP(m2, 16);
+        ROWMAX_STEP(m3, 24);
+    }
+    for (; j + 8 <= n; j += 8) ROWMAX_STEP(m0, 0);
+#undef ROWMAX_STEP
+    double mx = _mm512_reduce_max_pd(_mm512_max_pd(_mm512_max_pd(m0, m1), _mm512_max_pd(m2, m3)));
+    int any_bad = bad != 0;
+    for (; j < n; j++) {
+        double v = h[j] * w[j];
+        any_bad |= !(v < INFINITY);
+        mx = v > mx ? v : mx;
+    }
+    *vmax = mx;
+    return any_bad;
+}
+
+static inline ATTR Py_ssize_t NFN(above)(const double *h, const double *w, Py_ssize_t n,
+                                         double cut, int32_t *cand) {
+    const __m512d c = _mm512_set1_pd(cut);
+    Py_ssize_t count = 0, j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d v = _mm512_mul_pd(_mm512_loadu_pd(h + j), _mm512_loadu_pd(w + j));
+        unsigned m = _mm512_cmp_pd_mask(v, c, _CMP_GE_OQ);
+        while (m) {
+            cand[count++] = (int32_t)(j + __builtin_ctz(m));
+            m &= m - 1;
+        }
+    }
+    for (; j < n; j++)
+        if (h[j] * w[j] >= cut) cand[count++] = (int32_t)j;
+    return count;
+}
+#elif VBYTES == 32
+static inline ATTR int NFN(row_max)(const double *h, const double *w, Py_ssize_t n,
+                                    double *vmax) {
+    __m256d m0 = _mm256_set1_pd(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    const __m256d inf = _mm256_set1_pd(INFINITY);
+    __m256d bad = _mm256_setzero_pd();
+    Py_ssize_t j = 0;
+#define ROWMAX_STEP(m, o)                                                                  \
+    do {                                                                                   \
+        __m256d v_ = _mm256_mul_pd(_mm256_loadu_pd(h + j + (o)), _mm256_loadu_pd(w + j + (o))); \
+        bad = _mm256_or_pd(bad, _mm256_cmp_pd(v_, inf, _CMP_NLT_UQ));                      \
+        m = _mm256_max_pd(m, v_);                                                          \
+    } while (0)
+    for (; j + 16 <= n; j += 16) {
+        ROWMAX_STEP(m0, 0);
+        ROWMAX_STEP(m1, 4);
+        ROWMAX_STEP(m2, 8);
+        ROWMAX_STEP(m3, 12);
+    }
+    for (; j + 4 <= n; j += 4) ROWMAX_STEP(m0, 0);
+#undef ROWMAX_STEP
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_max_pd(_mm256_max_pd(m0, m1), _mm256_max_pd(m2, m3)));
+    double mx = lanes[0];
+    for (int q = 1; q < 4; q++) mx = lanes[q] > mx ? lanes[q] : mx;
+    int any_bad = _mm256_movemask_pd(bad) != 0;
+    for (; j < n; j++) {
+        double v = h[j] * w[j];
+        any_bad |= !(v < INFINITY);
+        mx = v > mx ? v : mx;
+    }
+    *vmax = mx;
+    return any_bad;
+}
+
+static inline ATTR Py_ssize_t NFN(above)(const double *h, const double *w, Py_ssize_t n,
+                                         double cut, int32_t *cand) {
+    const __m256d c = _mm256_set1_pd(cut);
+    Py_ssize_t count = 0, j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_mul_pd(_mm256_loadu_pd(h + j), _mm256_loadu_pd(w + j));
+        unsigned m = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(v, c, _CMP_GE_OQ));
+        while (m) {
+            cand[count++] = (int32_t)(j + __builtin_ctz(m));
+            m &= m - 1;
+        }
+    }
+    for (; j < n; j++)
+        if (h[j] * w[j] >= cut) cand[count++] = (int32_t)j;
+    return count;
+}
+#else
+static inline int NFN(row_max)(const double *h, const double *w, Py_ssize_t n, double *vmax) {
+    double m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int any_bad = 0;
+    Py_ssize_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int q = 0; q < 4; q++) {
+            double v = h[j + q] * w[j + q];
+            any_bad |= !(v < INFINITY);
+            m[q] = v > m[q] ? v : m[q];
+        }
+    double mx = m[0];
+    for (int q = 1; q < 4; q++) mx = m[q] > mx ? m[q] : mx;
+    for (; j < n; j++) {
+        double v = h[j] * w[j];
+        any_bad |= !(v < INFINITY);
+        mx = v > mx ? v : mx;
+    }
+    *vmax = mx;
+    return any_bad;
+}
+
+static inline Py_ssize_t NFN(above)(const double *h, const double *w, Py_ssize_t n, double cut,
+                                    int32_t *cand) {
+    Py_ssize_t count = 0;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (h[j] * w[j] >= cut) cand[count++] = (int32_t)j;
+    return count;
+}
+#endif
+
+/* 0, or 1 if the row holds a NaN or an infinite v or no positive one (the caller then takes
+ * numpy's path, which is the definition). cand: scratch for n column indices, vals for n
+ * doubles. */
+static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, double *vals,
+                              Py_ssize_t n, double beta, const double *S, double *m_out,
+                              double *z_out) {
+    const NFN(vd) zero = {0};
+    double vmax;
+    if (NFN(row_max)(h, w, n, &vmax) || !(vmax > 0.0)) return 1;
+    const double m = beta * fixed_log_scalar(vmax);
+    const double cut = vmax * fixed_exp_scalar(-(FIXED_NORM_CUT / beta));
+    Py_ssize_t count = NFN(above)(h, w, n, cut, cand);
+    /* their terms exp(beta log v - m) S, NW at a time (lanes the vector code does not cover
+     * -- v subnormal, 2^n out of the normal range -- by the scalar functions: the same
+     * floats), then each into lane c % 8 in column order */
+    Py_ssize_t i = 0;
+    for (; i + NW <= count; i += NW) {
+        NFN(vd) v, sv;
+        for (int q = 0; q < NW; q++) {
+            int32_t c = cand[i + q];
+            v[q] = h[c] * w[c];
+            sv[q] = S[c];
+        }
+        NFN(vl) k = (NFN(vl))(((NFN(vu))v) >> 52);
+        NFN(vl) special = (k == 0) | (k >= 2047);
+        NFN(vd) x = NFN(log_v)(v);
+        x = x * beta;
+        x = x - m;
+        NFN(vl) bad = special;
+        NFN(vd) e = NFN(exp_x)(x, &bad);
+        NFN(vd) t = e * sv;
+        for (int q = 0; q < NW; q++) {
+            if (bad[q]) {
+                double xs = fixed_log_scalar(v[q]) * beta;
+                xs = xs - m;
+                t[q] = fixed_exp_scalar(xs) * sv[q];
+            }
+            vals[i + q] = t[q];
+        }
+    }
+    for (; i < count; i++) {
+        int32_t c = cand[i];
+        double x = fixed_log_scalar(h[c] * w[c]) * beta;
+        x = x - m;
+        vals[i] = fixed_exp_scalar(x) * S[c];
+    }
+    (void)zero;
+    double lanes[8] = {0.0};
+    for (i = 0; i < count; i++) lanes[cand[i] % 8] = lanes[cand[i] % 8] + vals[i];
+    *m_out = m;
+    *z_out = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+             ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    return 0;
+}
+
+#undef NW
+#undef NFN
+#undef NCAT
+#undef NCAT_
