@@ -587,7 +587,7 @@ static double fixed_exp_scalar(double x) {
 #endif
 
 typedef int (*NormFn)(const double *, const double *, int32_t *, double *, Py_ssize_t, double,
-                      const double *, double *, double *);
+                      const double *, double *, double *, Py_ssize_t *);
 
 static NormFn norm_path(void) {
 #ifdef HAVE_X86_PATHS
@@ -602,13 +602,16 @@ static const char class_norms_doc[] =
     "beta[d] != 1, with v = h[d] * w_max (the class maxima, numpy's products), m[d] = beta[d] "
     "* log(max v) and z[d] = the sum over the classes with v >= max v * exp(-64 / beta[d]) of "
     "exp(beta[d] log v - m[d]) sums[d, c], by numerics.fixed_log, fixed_exp and lane_sum8 "
-    "(ClassLogMarginals._norms' floats). False, with m and z partly written, if such a row "
-    "holds a NaN or an infinite class maximum, or no positive one.";
+    "(ClassLogMarginals._norms' floats). With cand (int32 (L, n)) and counts (int64 (L,)): "
+    "row d's classes at or above the cut, in column order, in cand[d, :counts[d]] (counts[d] "
+    "= -1 where beta[d] == 1). False, with m and z partly written, if such a row holds a NaN "
+    "or an infinite class maximum, or no positive one.";
 
 static PyObject *py_class_norms(PyObject *self, PyObject *args) {
-    PyObject *ho, *wo, *bo, *so, *mo, *zo;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &ho, &wo, &bo, &so, &mo, &zo)) return NULL;
-    Py_buffer h, w = {0}, b = {0}, S = {0}, m = {0}, z = {0};
+    PyObject *ho, *wo, *bo, *so, *mo, *zo, *co = Py_None, *no = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO|OO", &ho, &wo, &bo, &so, &mo, &zo, &co, &no))
+        return NULL;
+    Py_buffer h, w = {0}, b = {0}, S = {0}, m = {0}, z = {0}, cb = {0}, nb = {0};
     PyObject *result = NULL;
     if (get_matrix(ho, &h, "h", 0) < 0) return NULL;
     Py_ssize_t L = h.shape[0], n = h.shape[1];
@@ -617,20 +620,35 @@ static PyObject *py_class_norms(PyObject *self, PyObject *args) {
     if (get_view(so, &S, "sums", 'd', L * n, 0) < 0) goto done;
     if (get_view(mo, &m, "m", 'd', L, 1) < 0) goto done;
     if (get_view(zo, &z, "z", 'd', L, 1) < 0) goto done;
+    if ((co == Py_None) != (no == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "give both cand and counts, or neither");
+        goto done;
+    }
+    if (co != Py_None && get_view(co, &cb, "cand", 'i', L * n, 1) < 0) goto done;
+    if (no != Py_None && get_view(no, &nb, "counts", 'q', L, 1) < 0) goto done;
     double *vals = scratch((n ? n : 1) * (sizeof(double) + sizeof(int32_t)));
     if (vals == NULL) goto done;
-    int32_t *cand = (int32_t *)(vals + (n ? n : 1));
     {
         NormFn fn = norm_path();
         const double *hb = h.buf, *wb = w.buf, *beta = b.buf, *sb = S.buf;
         double *mb = m.buf, *zb = z.buf;
+        int32_t *cand_all = cb.obj ? cb.buf : NULL;
+        int64_t *counts = nb.obj ? nb.buf : NULL;
         int bad = 0;
-        for (Py_ssize_t d = 0; d < L && !bad; d++)
-            if (beta[d] != 1.0)
-                bad = fn(hb + d * n, wb, cand, vals, n, beta[d], sb + d * n, mb + d, zb + d);
+        for (Py_ssize_t d = 0; d < L && !bad; d++) {
+            Py_ssize_t got = -1;  /* -1: a row with beta = 1 (no cut, no candidates) */
+            if (beta[d] != 1.0) {
+                int32_t *cand = cand_all ? cand_all + d * n : (int32_t *)(vals + (n ? n : 1));
+                bad = fn(hb + d * n, wb, cand, vals, n, beta[d], sb + d * n, mb + d, zb + d,
+                         &got);
+            }
+            if (counts) counts[d] = got;
+        }
         result = PyBool_FromLong(!bad);
     }
 done:
+    if (nb.obj) PyBuffer_Release(&nb);
+    if (cb.obj) PyBuffer_Release(&cb);
     if (z.obj) PyBuffer_Release(&z);
     if (m.obj) PyBuffer_Release(&m);
     if (S.obj) PyBuffer_Release(&S);
@@ -865,23 +883,30 @@ static inline int block_scan(const double *x, double cut, int *hit) {
 #endif
 
 static const char select_top_doc[] =
-    "select_top(v, k, thr, nxt, cols[, w]) -> exact: per row of v (float64 (r, n), k < n; "
-    "with w (float64 (n,)) the rows' values are v[i] * w, each product numpy's), "
+    "select_top(v, k, thr, nxt, cols[, w[, given, counts]]) -> exact: per row of v (float64 "
+    "(r, n), k < n; with w (float64 (n,)) the rows' values are v[i] * w, each product "
+    "numpy's; with given (int32 (r, n)) and counts (int64 (r,)), a row with counts[i] > k is "
+    "read only at given[i, :counts[i]], which must be, in column order, every entry at or "
+    "above some value), "
     "thr[i] = the k-th largest, nxt[i] = the (k+1)-th; where nxt[i] < thr[i] (exactly k "
     "entries reach thr) cols[i] = their columns in increasing order and exact[i] = 1; "
     "exact[i] = 2 for a row with a NaN (nothing else written). Bytes of r flags.";
 
 static PyObject *py_select_top(PyObject *self, PyObject *args) {
-    PyObject *vo, *to, *no, *co, *wo = Py_None;
+    PyObject *vo, *to, *no, *co, *wo = Py_None, *gco = Py_None, *gno = Py_None;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "OnOOO|O", &vo, &k, &to, &no, &co, &wo)) return NULL;
-    Py_buffer v, t, nx, c, wb = {0};
+    if (!PyArg_ParseTuple(args, "OnOOO|OOO", &vo, &k, &to, &no, &co, &wo, &gco, &gno))
+        return NULL;
+    Py_buffer v, t, nx, c, wb = {0}, gc = {0}, gn = {0};
     if (get_matrix(vo, &v, "v", 0) < 0) return NULL;
     Py_ssize_t r = v.shape[0], n = v.shape[1];
-    if (wo != Py_None && get_view(wo, &wb, "w", 'd', n, 0) < 0) {
-        PyBuffer_Release(&v);
-        return NULL;
+    if (wo != Py_None && get_view(wo, &wb, "w", 'd', n, 0) < 0) goto e1;
+    if ((gco == Py_None) != (gno == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "give both given and counts, or neither");
+        goto e1;
     }
+    if (gco != Py_None && get_view(gco, &gc, "given", 'i', r * n, 0) < 0) goto e1;
+    if (gno != Py_None && get_view(gno, &gn, "counts", 'q', r, 0) < 0) goto e1;
     if (k < 1 || k >= n) {
         PyErr_Format(PyExc_ValueError, "k must be in [1, %zd); got %zd", n, k);
         goto e1;
@@ -903,16 +928,29 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     double *cval = buf + n;  /* candidates' values, in column order (cand: their columns) */
     double *prod = buf + 2 * n;  /* with w: the row's values v[i] * w, numpy's products */
     const double *base = v.buf, *w = wb.obj ? wb.buf : NULL;
+    const int32_t *given = gc.obj ? gc.buf : NULL;
+    const int64_t *counts = gn.obj ? gn.buf : NULL;
     double *thr = t.buf, *nxt = nx.buf;
     int64_t *cols = c.buf;
     for (Py_ssize_t i = 0; i < r; i++) {
         const double *row = base + i * n;
+        Py_ssize_t m = 0;
+        int nan = 0;
+        if (counts != NULL && counts[i] > k) {
+            /* the caller's candidates: every entry at or above some cut, in column order
+             * (class_norms'), so the k + 1 largest are among them */
+            const int32_t *g = given + i * n;
+            for (Py_ssize_t j = 0; j < counts[i]; j++) {
+                cand[j] = g[j];
+                cval[j] = w != NULL ? row[g[j]] * w[g[j]] : row[g[j]];
+            }
+            m = counts[i];
+            goto select;
+        }
         if (w != NULL) {
             mul_into(prod, row, w, n);
             row = prod;
         }
-        Py_ssize_t m = 0;
-        int nan = 0;
         if (stride >= 2) {
             Py_ssize_t ns = 0;
             for (Py_ssize_t j = 0; j < n; j += stride) buf[ns++] = row[j];
@@ -951,6 +989,7 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
             exact[i] = 2;
             continue;
         }
+    select:
         memcpy(buf, cval, m * sizeof *buf);
         double kth = kth_largest(buf, m, k);
         /* after the partition buf[k..m-1] <= kth: the (k+1)-th is their maximum */
@@ -971,6 +1010,8 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
     PyBuffer_Release(&t);
     PyBuffer_Release(&v);
     if (wb.obj) PyBuffer_Release(&wb);
+    if (gc.obj) PyBuffer_Release(&gc);
+    if (gn.obj) PyBuffer_Release(&gn);
     return flags;
 e4:
     PyBuffer_Release(&c);
@@ -981,6 +1022,8 @@ e2:
 e1:
     PyBuffer_Release(&v);
     if (wb.obj) PyBuffer_Release(&wb);
+    if (gc.obj) PyBuffer_Release(&gc);
+    if (gn.obj) PyBuffer_Release(&gn);
     return NULL;
 }
 

@@ -187,11 +187,12 @@ static inline Py_ssize_t NFN(above)(const double *h, const double *w, Py_ssize_t
 #endif
 
 /* 0, or 1 if the row holds a NaN or an infinite v or no positive one (the caller then takes
- * numpy's path, which is the definition). cand: scratch for n column indices, vals for n
- * doubles. */
+ * numpy's path, which is the definition). cand: room for n column indices, where the
+ * classes at or above the cut are left, in column order (*n_cand of them); vals: scratch for
+ * n doubles. */
 static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, double *vals,
                               Py_ssize_t n, double beta, const double *S, double *m_out,
-                              double *z_out) {
+                              double *z_out, Py_ssize_t *n_cand) {
     const NFN(vd) zero = {0};
     double vmax;
     if (NFN(row_max)(h, w, n, &vmax) || !(vmax > 0.0)) return 1;
@@ -238,6 +239,7 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
     *m_out = m;
     *z_out = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
              ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    *n_cand = count;
     return 0;
 }
 

@@ -594,6 +594,9 @@ class ClassLogMarginals(LazyLogMarginals):
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
+        # (L, V / m) int32, (L,): the classes _norms' compiled sum kept, per row (or None)
+        self._cand: np.ndarray | None = None
+        self._counts: np.ndarray | None = None
         self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
 
@@ -628,8 +631,14 @@ class ClassLogMarginals(LazyLogMarginals):
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
             kern = compiled.world_kernel
-            if kern is None or not kern.class_norms(self._h, self._w_max, self._beta,
-                                                    self._sums, m, z):
+            cand = None if kern is None else np.empty(self._h.shape, dtype=np.int32)
+            counts = None if kern is None else np.empty(L, dtype=np.int64)
+            if kern is not None and kern.class_norms(self._h, self._w_max, self._beta,
+                                                     self._sums, m, z, cand, counts):
+                # each sharpened row's classes above the cut (column order): a superset of its
+                # top lists' classes, which _top_rows selects from (counts -1: not sharpened)
+                self._cand, self._counts = cand, counts
+            else:
                 m.fill(np.nan)
                 z.fill(np.nan)
                 for d in np.flatnonzero(self._sharp).tolist():
@@ -769,8 +778,14 @@ class ClassLogMarginals(LazyLogMarginals):
             rows = np.arange(self.shape[0])
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
         kern = compiled.world_kernel
-        # the kernel reads h and forms the class maxima h * w_max itself (numpy's products)
-        picked = None if kern is None else _select_compiled(kern, pick(self._h), k, self._w_max)
+        picked = None
+        if kern is not None:
+            # the kernel reads h and forms the class maxima h * w_max itself (numpy's
+            # products); in a sharpened row, only at the classes the norms kept
+            self._norms()
+            kept = (None, None) if self._cand is None else \
+                (pick(self._cand), pick(self._counts))
+            picked = _select_compiled(kern, pick(self._h), k, self._w_max, *kept)
         if picked is not None:
             exact, idx, v_out = picked
             pos = np.flatnonzero(exact)
@@ -901,19 +916,24 @@ def _norm_row(v: np.ndarray, beta: float, sums: np.ndarray) -> tuple[float, floa
     return m, float(lane_sum8(terms))
 
 
-def _select_compiled(kern, h: np.ndarray, k: int, w_max: np.ndarray | None = None
+def _select_compiled(kern, h: np.ndarray, k: int, w_max: np.ndarray | None = None,
+                     given: np.ndarray | None = None, counts: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`_kth_pair`'s answer for ClassLogMarginals._top_rows from the compiled kernel, on
     the class maxima ``v = h * w_max`` of rows ``h`` (formed by the kernel, numpy's products;
     ``w_max=None``: on the rows ``h`` themselves):
     ``(exact, idx, v_out)`` -- which rows have exactly ``k`` entries at or above their ``k``-th
     largest, those entries' columns in increasing order (rows of ``idx``; junk elsewhere), and
-    each row's ``(k + 1)``-th largest. None if a row holds a NaN (numpy's path orders those)."""
+    each row's ``(k + 1)``-th largest. None if a row holds a NaN (numpy's path orders those).
+    ``given``/``counts``: per row, columns that hold every entry at or above some value, in
+    column order (``_norms``' kept classes); a row with more than ``k`` is read only there."""
     n = h.shape[0]
     thr, v_out = np.empty(n), np.empty(n)
     idx = np.empty((n, k), dtype=np.int64)
-    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(h), k, thr, v_out, idx, w_max),
-                          dtype=np.uint8)
+    if given is not None:
+        given, counts = np.ascontiguousarray(given), np.ascontiguousarray(counts)
+    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(h), k, thr, v_out, idx, w_max,
+                                          given, counts), dtype=np.uint8)
     if (flags == 2).any():
         return None
     return flags == 1, idx, v_out
