@@ -699,10 +699,23 @@ LAW_CLONES static void mul_into(double *out, const double *a, const double *b, P
     for (Py_ssize_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
+LAW_CLONES static void mul_into_scalar(double *out, const double *a, double c, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = a[i] * c;
+}
+
+/* out = a * c + b, two roundings (numpy's np.multiply(a, c); out += b) */
+LAW_CLONES static void scale_add_into(double *out, const double *a, double c, const double *b,
+                                      Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double t = a[i] * c;
+        out[i] = t + b[i];
+    }
+}
+
 static const char conditional_row_doc[] =
-    "conditional_row(base, c, shared, succ, corr, out): out = base * c + shared, then "
-    "out[succ] += corr (float64 (V,) arrays, int64 succ of distinct tokens): numpy's "
-    "np.multiply(base, c); out += shared; out[succ] += corr, the same roundings.";
+    "conditional_row(base, c, shared, succ, corr, out): out = base * c + shared (shared None: "
+    "base * c), then out[succ] += corr (float64 (V,) arrays, int64 succ of distinct tokens): "
+    "numpy's np.multiply(base, c); out += shared; out[succ] += corr, the same roundings.";
 
 static PyObject *py_conditional_row(PyObject *self, PyObject *args) {
     PyObject *bo, *so, *io, *co, *oo;
@@ -712,7 +725,7 @@ static PyObject *py_conditional_row(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (get_view(bo, &b, "base", 'd', -1, 0) < 0) return NULL;
     Py_ssize_t V = b.len / 8;
-    if (get_view(so, &sh, "shared", 'd', V, 0) < 0) goto done;
+    if (so != Py_None && get_view(so, &sh, "shared", 'd', V, 0) < 0) goto done;
     if (get_view(io, &ix, "succ", 'q', -1, 0) < 0) goto done;
     if (get_view(co, &cr, "corr", 'd', ix.len / 8, 0) < 0) goto done;
     if (get_view(oo, &out, "out", 'd', V, 1) < 0) goto done;
@@ -727,10 +740,10 @@ static PyObject *py_conditional_row(PyObject *self, PyObject *args) {
                              (long long)succ[j], V);
                 goto done;
             }
-        for (Py_ssize_t i = 0; i < V; i++) {
-            double t = base[i] * c;
-            o[i] = t + shared[i];
-        }
+        if (sh.obj)
+            scale_add_into(o, base, c, shared, V);
+        else
+            mul_into_scalar(o, base, c, V);
         for (Py_ssize_t j = 0; j < s; j++) o[succ[j]] = o[succ[j]] + corr[j];
         result = Py_None;
         Py_INCREF(result);
@@ -812,6 +825,130 @@ done:
     if (mass.obj) PyBuffer_Release(&mass);
     if (out.obj) PyBuffer_Release(&out);
     PyBuffer_Release(&q);
+    return result;
+}
+
+/* ------------------------------------------------------------------ the traversal's residual */
+
+/* One term of the traversal's residual step: m = (r / r_div) * s (each step only where its
+ * operand is not 1: x / 1.0 and x * 1.0 are x), rho = base / div, d = m - rho; own = max(d, 0)
+ * and neg = min(d, 0) -- numpy's np.divide, np.multiply, np.subtract, np.maximum(., 0.0) and
+ * np.minimum(., 0.0), one rounding each (maximum and minimum return the second operand, 0.0,
+ * on a tie of zeros, as numpy's do; a NaN propagates). */
+typedef struct {
+    const double *r, *base;
+    double r_div, s, div;
+    double *own;
+} Residual;
+
+/* the terms of own[lo..lo+n) (written) and neg (into g), n <= 128: simple loops, each one
+ * rounding per entry, so that they vectorise */
+static inline void residual_block(const Residual *a, Py_ssize_t lo, Py_ssize_t n, double *g) {
+    double m[128], rho[128];
+    const double *r = a->r + lo, *base = a->base + lo;
+    double *own = a->own + lo;
+    if (a->r_div != 1.0) {
+        const double t = a->r_div;
+        for (Py_ssize_t i = 0; i < n; i++) m[i] = r[i] / t;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) m[i] = r[i];
+    }
+    if (a->s != 1.0) {
+        const double t = a->s;
+        for (Py_ssize_t i = 0; i < n; i++) m[i] = m[i] * t;
+    }
+    if (a->div != 1.0) {
+        const double t = a->div;
+        for (Py_ssize_t i = 0; i < n; i++) rho[i] = base[i] / t;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) rho[i] = base[i];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double d = m[i] - rho[i];
+        own[i] = (d > 0.0 || d != d) ? d : 0.0;
+        g[i] = (d < 0.0 || d != d) ? d : 0.0;
+    }
+}
+
+/* own[lo..lo+n) written, and the pairwise sums of own and neg over it in numpy's order
+ * (pairwise_sum's recursion, each leaf's terms formed as it is summed): one pass */
+LAW_CLONES static void residual_sums(const Residual *a, Py_ssize_t lo, Py_ssize_t n,
+                                     double *z_sum, double *n_sum) {
+    if (n <= 128) {
+        double g[128];
+        residual_block(a, lo, n, g);
+        const double *own = a->own + lo;
+        if (n < 8) {
+            double z = 0.0, gs = 0.0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                z = z + own[i];
+                gs = gs + g[i];
+            }
+            *z_sum = z;
+            *n_sum = gs;
+            return;
+        }
+        double rz[8], rn[8];
+        for (int j = 0; j < 8; j++) {
+            rz[j] = own[j];
+            rn[j] = g[j];
+        }
+        Py_ssize_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) {
+                rz[j] = rz[j] + own[i + j];
+                rn[j] = rn[j] + g[i + j];
+            }
+        double z = ((rz[0] + rz[1]) + (rz[2] + rz[3])) + ((rz[4] + rz[5]) + (rz[6] + rz[7]));
+        double gs = ((rn[0] + rn[1]) + (rn[2] + rn[3])) + ((rn[4] + rn[5]) + (rn[6] + rn[7]));
+        for (; i < n; i++) {
+            z = z + own[i];
+            gs = gs + g[i];
+        }
+        *z_sum = z;
+        *n_sum = gs;
+        return;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    double z1, g1, z2, g2;
+    residual_sums(a, lo, n2, &z1, &g1);
+    residual_sums(a, lo + n2, n - n2, &z2, &g2);
+    *z_sum = z1 + z2;
+    *n_sum = g1 + g2;
+}
+
+static const char residual_doc[] =
+    "residual(r, r_div, s, base, div, own) -> (z_mass, r_mass): the traversal's residual step "
+    "(treespec_sim/verify/traversal.py, run) in one pass: with m = r / r_div * s and rho = "
+    "base / div, own = max(m - rho, 0), z_mass = own.sum() and r_mass = -min(m - rho, 0).sum() "
+    "(numpy's floats and pairwise sums; float64 (V,) arrays; own may be r, not base).";
+
+static PyObject *py_residual(PyObject *self, PyObject *args) {
+    PyObject *ro, *bo, *oo;
+    double r_div, s, div;
+    if (!PyArg_ParseTuple(args, "OddOdO", &ro, &r_div, &s, &bo, &div, &oo)) return NULL;
+    Py_buffer r, b = {0}, own = {0};
+    PyObject *result = NULL;
+    if (get_view(ro, &r, "r", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = r.len / 8;
+    if (get_view(bo, &b, "base", 'd', V, 0) < 0) goto done;
+    if (get_view(oo, &own, "own", 'd', V, 1) < 0) goto done;
+    if (own.buf == b.buf) {
+        PyErr_SetString(PyExc_ValueError, "own must not be base (base is read after own is "
+                        "written)");
+        goto done;
+    }
+    {
+        Residual a = {r.buf, b.buf, r_div, s, div, own.buf};
+        double z = 0.0, g = 0.0;
+        residual_sums(&a, 0, V, &z, &g);
+        result = Py_BuildValue("(dd)", z, -g);
+    }
+done:
+    if (own.obj) PyBuffer_Release(&own);
+    if (b.obj) PyBuffer_Release(&b);
+    PyBuffer_Release(&r);
     return result;
 }
 
@@ -1137,6 +1274,7 @@ static PyMethodDef methods[] = {
     {"class_norms", py_class_norms, METH_VARARGS, class_norms_doc},
     {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},
     {"prepare_law", py_prepare_law, METH_VARARGS, prepare_law_doc},
+    {"residual", py_residual, METH_VARARGS, residual_doc},
     {"rank_top", py_rank_top, METH_VARARGS, rank_top_doc},
     {"simd", py_simd, METH_NOARGS, "The chain's vector path on this CPU."},
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},

@@ -16,6 +16,7 @@ from treespec_sim import compiled
 from treespec_sim.engine import run_round
 from treespec_sim.synth import drafter as drafter_mod
 from treespec_sim.synth import make_world
+from treespec_sim.verify.traversal import traversal_round_law
 
 kern = compiled.world_kernel
 needs_kernel = pytest.mark.skipif(kern is None, reason="treespec_sim.cworld is not built")
@@ -292,9 +293,9 @@ def test_prepare_law_equals_numpys_steps():
 
 @needs_kernel
 def test_conditional_rows_and_a_tsubame_round_equal_the_numpy_path(monkeypatch):
-    # the drafter's correction proposal (conditional_row) and a whole Tsubame + UniVer round
-    # (its laws through prepare_law, the draws, the proposal rows, exact E[tau]) with the
-    # kernel and without it
+    # the drafter's correction proposal and the target's rows (conditional_row) and a whole
+    # Tsubame + UniVer round (its laws through prepare_law, the residual steps, the draws, the
+    # proposal rows, exact E[tau]) with the kernel and without it
     world = make_world("math500", seed=3)
     rng = np.random.default_rng(8)
     ctxs = [world.sample_context(rng) for _ in range(3)]
@@ -307,14 +308,19 @@ def test_conditional_rows_and_a_tsubame_round_equal_the_numpy_path(monkeypatch):
             dr._conditional_shared.clear()
             for depth, parent in ((2, 5), (7, 123), (15, world.vocab_size - 1)):
                 out.append(dr.conditional(ctx.topic, ctx.last_token, depth, parent))
+                out.append(world.target_kernel(ctx.topic, 1.0).row(parent))  # the target's
             rnd = run_round(world, ctx, method="tsubame", budget=64, rule="univer",
                             temperature=1.0, rng=np.random.default_rng(9), sample=False)
             out += [rnd.tree.parent, rnd.tree.token, np.array([rnd.expected_tau])]
             out += list(rnd.proposal.laws)
+            # the residuals materialised (bonus laws): the exact round law, two steps
+            for step in ("univer", "traversal"):
+                out.append(traversal_round_law(rnd.tree, rnd.rows, rnd.proposal, step=step))
         return out
 
     with_kernel = state()
     monkeypatch.setattr(compiled, "world_kernel", None)
     without = state()
     assert len(with_kernel) == len(without)
-    assert all(_same(a, b) for a, b in zip(with_kernel, without, strict=True))
+    for a, b in zip(with_kernel, without, strict=True):
+        assert a == b if isinstance(a, dict) else _same(a, b)

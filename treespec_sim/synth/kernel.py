@@ -35,6 +35,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from .. import compiled
 from ..numerics import dot
 from ..validation import check_temperature
 
@@ -52,6 +53,9 @@ def as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
         raise ValueError(f"{name} contains token {bad}, outside the vocabulary [0, {vocab_size})")
     return arr
 
+
+_NO_SUCC = np.empty(0, dtype=np.int64)   # row()'s successors of a kernel without any
+_NO_CORR = np.empty(0)
 
 class SparseBoostKernel:
     """Transition kernel ``Q_T`` of a sparse-boost Markov chain (see module docstring).
@@ -260,7 +264,16 @@ class SparseBoostKernel:
         idx = as_token_array(a, self.vocab_size, "a")
         if idx.ndim != 0:
             raise ValueError(f"a must be a single token id; got shape {idx.shape}")
-        return self.rows(idx[None])[0]
+        kern = compiled.world_kernel
+        if kern is None or self.greedy:
+            return self.rows(idx[None])[0]
+        # rows()'s floats in one pass (cworld.c, conditional_row): mass * w, then the
+        # successors' corrections
+        i = int(idx)
+        out = np.empty(self.vocab_size)
+        succ, corr = (self.succ[i], self._c(i)) if self.n_successors else (_NO_SUCC, _NO_CORR)
+        kern.conditional_row(self._base_law, float(self._base_mass[i]), None, succ, corr, out)
+        return out
 
     def rows(self, a: np.ndarray) -> np.ndarray:
         """``Q[a_i]`` for each token in ``a``: float64 (k, V). ``O(k V)``."""

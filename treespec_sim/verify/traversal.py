@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from .. import compiled
 from .._sampling import sample_categorical
 from ..proposal import ProposalRows
 from ..rows import TargetOracle
@@ -131,6 +132,24 @@ def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
 #: children) in :func:`_lazy_trials`: never built as a ``(V,)`` array.
 _POINT = object()
 
+
+class _Scaled:
+    """A traversal trial proposal ``left / total`` not built yet: calling it writes it into
+    ``out`` (``np.divide``) and returns it -- or returns ``left`` itself when that is the law
+    ``q`` and ``total`` is exactly 1 -- and :func:`opportunities_with` hands ``left`` and
+    ``total`` to the compiled residual step instead (the same quotients, formed as it reads
+    them)."""
+
+    __slots__ = ("left", "out", "total", "whole")
+
+    def __init__(self, left: np.ndarray, total: float, out: np.ndarray, whole: bool) -> None:
+        self.left, self.total, self.out, self.whole = left, total, out, whole
+
+    def __call__(self) -> np.ndarray:
+        if self.whole:
+            return self.left
+        return np.divide(self.left, self.total, out=self.out)
+
 _POOL = threading.local()
 #: Free ``(V,)`` work arrays kept per thread at most.
 _POOL_KEEP = 64
@@ -182,9 +201,8 @@ def _lazy_trials(step: str, q: np.ndarray, tokens: np.ndarray, scratch: np.ndarr
         try:
             for i, x in enumerate(tokens.tolist()):
                 total = q_sum if (i == 0 and q_sum is not None) else left.sum()
-                rho = (lambda a=left: a) if left is q and total == 1.0 else \
-                    (lambda a=left, t=total: np.divide(a, t, out=scratch))
-                yield i, left[x] / total, rho
+                yield i, left[x] / total, _Scaled(left, total, scratch,
+                                                  left is q and total == 1.0)
                 if i + 1 < k:
                     if left is q:
                         left = _take(q.size)
@@ -231,6 +249,7 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     else:
         raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
     laws = laws and _bonus
+    kern = compiled.world_kernel  # the residual step in one pass (None: numpy's lines)
     # each law's sum, as the builder computed it (read-only laws): saves a pass per node
     stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
     sizes = _subtree_sizes(tree)
@@ -264,12 +283,15 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
             scratch.extend(_take(r.size) for _ in range(3))
         rho_buf, mu, diff = scratch
         own = None  # this node's residual array (r is the caller's until the first update)
+        # r is r / r_div: after a compiled residual step the division is left to the next
+        # step's reads (the same quotients; exact E[tau] never needs the array itself)
+        r_div = 1.0
         try:
             n_left = kids.size
             for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf, q_sum):
                 n_left -= 1
                 child, x = int(kids[pos]), int(tokens[pos])
-                mu_x = s * r[x]
+                mu_x = s * (r[x] / r_div if r_div != 1.0 else r[x])
                 s_child = 1.0 if mu_x >= rho_x else mu_x / rho_x
                 if s_child > 0.0:
                     yield from visit(child, s_child,
@@ -278,6 +300,9 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     return  # a visit with s = 1 is never deleted: nothing after is reachable
                 if own is None:
                     own = np.empty(r.size) if _bonus else _take(r.size)
+                if r_div != 1.0 and (rho is _POINT or kern is None):
+                    r = np.divide(r, r_div, out=r)  # r is own here
+                    r_div = 1.0
                 if rho is _POINT:
                     # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
                     # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
@@ -286,6 +311,17 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     resid[x] = 0.0
                     z_mass = float(resid.sum())
                     r_mass = float(1.0 - mu_x)
+                elif kern is not None and r.dtype == np.float64 and r.flags.c_contiguous:
+                    # the lines below in one pass (cworld.c, residual: the same floats)
+                    if isinstance(rho, _Scaled):
+                        base, div = rho.left, rho.total
+                    else:
+                        base, div = (rho() if callable(rho) else rho), 1.0
+                    z_mass, r_mass = kern.residual(r, r_div, s, np.ascontiguousarray(base),
+                                                   div, own)
+                    resid = own
+                    if z_mass <= _ZERO_MASS and v != 0:
+                        return  # v is deleted for sure (below), whatever R is
                 else:
                     if callable(rho):
                         rho = rho()
@@ -307,8 +343,11 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
                         raise FloatingPointError("root residual vanished while reachable")
                     return  # no target mass left at v: v is deleted for sure
-                if _bonus or n_left:  # the last residual is read only as v's bonus law
-                    r = np.divide(resid, z_mass, out=own)
+                if _bonus or (n_left and kern is None):
+                    # the last residual is read only as v's bonus law
+                    r, r_div = np.divide(resid, z_mass, out=own), 1.0
+                elif n_left:
+                    r, r_div = resid, z_mass
                 s = 1.0 if v == 0 else scale_update(z_mass, r_mass, rho_x)
             yield v, s, r if _bonus else None
         finally:
