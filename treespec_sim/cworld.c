@@ -691,6 +691,29 @@ LAW_CLONES static double pairwise_sum(const double *a, Py_ssize_t n) {
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
+/* min of a[0..n-1] in eight running minima (no comparison waits for the one before it);
+ * *nan set if one is NaN */
+LAW_CLONES static double block_min(const double *a, Py_ssize_t n, int *nan) {
+    double lane[8];
+    int bad = 0;
+    for (int j = 0; j < 8; j++) lane[j] = a[0];
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double x = a[i + j];
+            bad |= x != x;
+            lane[j] = x < lane[j] ? x : lane[j];
+        }
+    for (; i < n; i++) {
+        bad |= a[i] != a[i];
+        lane[0] = a[i] < lane[0] ? a[i] : lane[0];
+    }
+    double mn = lane[0];
+    for (int j = 1; j < 8; j++) mn = lane[j] < mn ? lane[j] : mn;
+    *nan |= bad;
+    return mn;
+}
+
 LAW_CLONES static void divide_into(double *out, const double *q, double total, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) out[i] = q[i] / total;
 }
@@ -788,43 +811,256 @@ static PyObject *py_prepare_law(PyObject *self, PyObject *args) {
         const double *qi = q.buf;
         double *m = mass.buf;
         const double *o = qi;
-        if (out.obj) {
-            double *ow = out.buf;
-            if (normalise) {
-                divide_into(ow, qi, pairwise_sum(qi, V), V);
-            } else if (ow != qi) {
-                memcpy(ow, qi, V * sizeof *ow);
-            }
-            o = ow;
-        }
+        double *ow = out.obj ? out.buf : NULL;
+        const double total = (ow && normalise) ? pairwise_sum(qi, V) : 1.0;
+        if (ow) o = ow;
+        /* block by block (each in L1 once written): the quotients (or the copy), the block's
+         * sum, the running minimum (exact in any order); a NaN makes the minimum NaN, as
+         * numpy's min does */
+        double mn = INFINITY;
+        int nan = 0;
         for (Py_ssize_t bi = 0; bi < nb; bi++) {
             Py_ssize_t lo = bi * block, len = V - lo < block ? V - lo : block;
+            if (ow && normalise)
+                divide_into(ow + lo, qi + lo, total, len);
+            else if (ow && ow != qi)
+                memcpy(ow + lo, qi + lo, len * sizeof *ow);
             m[bi] = o[lo] + pairwise_sum(o + lo + 1, len - 1);
+            double bm = block_min(o + lo, len, &nan);
+            mn = bm < mn ? bm : mn;
         }
-        /* the minimum (exact in any order): eight running minima, so that no comparison
-         * waits for the one before it; a NaN anywhere makes it NaN, as numpy's min does */
-        double lane[8];
-        int nan = 0;
-        for (int j = 0; j < 8; j++) lane[j] = o[0];
-        Py_ssize_t i = 0;
-        for (; i + 8 <= V; i += 8)
-            for (int j = 0; j < 8; j++) {
-                double x = o[i + j];
-                nan |= x != x;
-                lane[j] = x < lane[j] ? x : lane[j];
-            }
-        for (; i < V; i++) {
-            nan |= o[i] != o[i];
-            lane[0] = o[i] < lane[0] ? o[i] : lane[0];
-        }
-        double mn = lane[0];
-        for (int j = 1; j < 8; j++) mn = lane[j] < mn ? lane[j] : mn;
         result = Py_BuildValue("(dd)", nan ? NAN : mn, pairwise_sum(o, V));
     }
 done:
     if (mass.obj) PyBuffer_Release(&mass);
     if (out.obj) PyBuffer_Release(&out);
     PyBuffer_Release(&q);
+    return result;
+}
+
+/* Successive draws without replacement from a prepared law (sampled.py: draw_children's
+ * "without_replacement", _Remaining.draw / remove), the same floats and tokens: inverse-CDF
+ * over the block masses (searchsorted, side right), then over the block's cumulative sum
+ * (np.cumsum: sequential), drawn tokens zeroed; after a draw its block is re-summed (numpy's
+ * pairwise sum of the block with the drawn tokens zeroed) and the block CDF recomputed
+ * (np.cumsum of the masses). */
+static const char draw_without_replacement_doc[] =
+    "draw_without_replacement(q, block, mass, cdf, u, out): out[n] = the n-th successive draw "
+    "without replacement from q (float64 (V,)), prepared in blocks of `block` (mass, cdf: "
+    "float64 (ceil(V / block),)), by the uniforms u (float64 (k,)); int64 out (k,). The tokens "
+    "of sampled.draw_children(scheme='without_replacement').";
+
+static PyObject *py_draw_without_replacement(PyObject *self, PyObject *args) {
+    PyObject *qo, *mo, *co, *uo, *oo;
+    Py_ssize_t block;
+    if (!PyArg_ParseTuple(args, "OnOOOO", &qo, &block, &mo, &co, &uo, &oo)) return NULL;
+    Py_buffer q, m = {0}, c = {0}, u = {0}, out = {0};
+    PyObject *result = NULL;
+    double *work = NULL;
+    if (get_view(qo, &q, "q", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = q.len / 8;
+    if (block < 1 || V < 1) {
+        PyErr_SetString(PyExc_ValueError, "q must be non-empty and block >= 1");
+        goto done;
+    }
+    Py_ssize_t nb = (V + block - 1) / block;
+    if (get_view(mo, &m, "mass", 'd', nb, 0) < 0) goto done;
+    if (get_view(co, &c, "cdf", 'd', nb, 0) < 0) goto done;
+    if (get_view(uo, &u, "u", 'd', -1, 0) < 0) goto done;
+    Py_ssize_t k = u.len / 8;
+    if (get_view(oo, &out, "out", 'q', k, 1) < 0) goto done;
+    /* mass and cdf (copies), the current block's values and cumulative sums */
+    work = malloc((2 * nb + 2 * block + 1) * sizeof *work);
+    unsigned char *gone = calloc(V, 1);
+    if (work == NULL || gone == NULL) {
+        free(gone);
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const double *qv = q.buf, *uv = u.buf;
+        double *mass = work, *cdf = work + nb, *w = work + 2 * nb, *cw = w + block;
+        int64_t *o = out.buf;
+        memcpy(mass, m.buf, nb * sizeof *mass);
+        memcpy(cdf, c.buf, nb * sizeof *cdf);
+        for (Py_ssize_t n = 0; n < k; n++) {
+            double t = uv[n] * cdf[nb - 1];
+            Py_ssize_t b = 0;
+            {   /* searchsorted(cdf, t, side="right"): the first b with cdf[b] > t */
+                Py_ssize_t lo = 0, hi = nb;
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (cdf[mid] > t) hi = mid; else lo = mid + 1;
+                }
+                b = lo;
+            }
+            if (b >= nb) {  /* u * total rounded up to total: the last block with mass */
+                b = nb - 1;
+                while (b > 0 && !(mass[b] > 0.0)) b--;
+            }
+            if (b > 0) t = t - cdf[b - 1];
+            Py_ssize_t lo = b * block, len = V - lo < block ? V - lo : block;
+            for (Py_ssize_t i = 0; i < len; i++) w[i] = gone[lo + i] ? 0.0 : qv[lo + i];
+            double run = 0.0;
+            Py_ssize_t pick = len;
+            for (Py_ssize_t i = 0; i < len; i++) {
+                run = i ? run + w[i] : w[i];
+                cw[i] = run;
+                if (pick == len && run > t) pick = i;
+            }
+            if (pick >= len) {  /* the block's own sum rounded below t: its last positive */
+                pick = len - 1;
+                while (pick > 0 && !(w[pick] > 0.0)) pick--;
+            }
+            Py_ssize_t x = lo + pick;
+            o[n] = x;
+            if (n + 1 < k) {
+                gone[x] = 1;
+                w[pick] = 0.0;
+                mass[b] = pairwise_sum(w, len);
+                double acc = 0.0;
+                for (Py_ssize_t i = 0; i < nb; i++) {
+                    acc = i ? acc + mass[i] : mass[i];
+                    cdf[i] = acc;
+                }
+            }
+        }
+        free(gone);
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    free(work);
+    if (out.obj) PyBuffer_Release(&out);
+    if (u.obj) PyBuffer_Release(&u);
+    if (c.obj) PyBuffer_Release(&c);
+    if (m.obj) PyBuffer_Release(&m);
+    PyBuffer_Release(&q);
+    return result;
+}
+
+/* The parent-independent part of the drafter's correction proposal (drafter.py,
+ * BlockDiffusionDrafter.conditional), around numpy's exp: */
+
+/* z = lh[cls] + log_w, then z * beta (if beta != 1), then z - max(z): numpy's gather,
+ * z += log_w, z *= beta, z -= z.max(), one rounding each */
+LAW_CLONES static double gather_add_scale(double *z, const double *lh, const int64_t *cls,
+                                          Py_ssize_t nc, const double *log_w, double beta,
+                                          Py_ssize_t n, int *out_of_range) {
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t c = (uint64_t)cls[i];
+        bad |= c >= (uint64_t)nc;
+        z[i] = lh[c < (uint64_t)nc ? c : 0] + log_w[i];  /* never reads outside lh */
+    }
+    *out_of_range = bad;
+    if (beta != 1.0)
+        for (Py_ssize_t i = 0; i < n; i++) z[i] = z[i] * beta;
+    /* the maximum in eight running maxima (no comparison waits for the one before it) */
+    double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                      -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int nan = 0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double t = z[i + j];
+            nan |= t != t;
+            lane[j] = t > lane[j] ? t : lane[j];
+        }
+    for (; i < n; i++) {
+        nan |= z[i] != z[i];
+        lane[0] = z[i] > lane[0] ? z[i] : lane[0];
+    }
+    double mx = lane[0];
+    for (int j = 1; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
+    return nan ? NAN : mx;
+}
+
+LAW_CLONES static void subtract_into(double *z, double c, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) z[i] = z[i] - c;
+}
+
+static const char shared_exponents_doc[] =
+    "shared_exponents(lh, cls, log_w, beta, z): z = lh[cls] + log_w, times beta if beta != 1, "
+    "minus its maximum (float64 (V,) z and log_w, int64 cls, lh float64 indexed by cls): "
+    "numpy's floats, one rounding per step.";
+
+static PyObject *py_shared_exponents(PyObject *self, PyObject *args) {
+    PyObject *lo, *co, *wo, *zo;
+    double beta;
+    if (!PyArg_ParseTuple(args, "OOOdO", &lo, &co, &wo, &beta, &zo)) return NULL;
+    Py_buffer lh, cls = {0}, lw = {0}, z = {0};
+    PyObject *result = NULL;
+    if (get_view(lo, &lh, "lh", 'd', -1, 0) < 0) return NULL;
+    if (get_view(co, &cls, "cls", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t V = cls.len / 8, nc = lh.len / 8;
+    if (get_view(wo, &lw, "log_w", 'd', V, 0) < 0) goto done;
+    if (get_view(zo, &z, "z", 'd', V, 1) < 0) goto done;
+    if (nc < 1) {
+        PyErr_SetString(PyExc_ValueError, "lh: expected at least one item");
+        goto done;
+    }
+    {
+        int bad = 0;
+        double mx = gather_add_scale(z.buf, lh.buf, cls.buf, nc, lw.buf, beta, V, &bad);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "cls: an entry is outside [0, %zd)", nc);
+            goto done;
+        }
+        subtract_into(z.buf, mx, V);
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (z.obj) PyBuffer_Release(&z);
+    if (lw.obj) PyBuffer_Release(&lw);
+    if (cls.obj) PyBuffer_Release(&cls);
+    PyBuffer_Release(&lh);
+    return result;
+}
+
+/* out = ((((e / sum(e)) * keep) + floor) * rest) [+ c1 * u] + c2: numpy's z /= z.sum(),
+ * q *= 1 - j, q += j / V, q *= 1 - kappa, shared += c1 * u (if has_u), shared += c2 */
+LAW_CLONES static void mix_into(double *out, const double *e, double total, double keep,
+                                double floor, double rest, const double *u, double c1,
+                                double c2, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double q = e[i] / total;
+        q = q * keep;
+        q = q + floor;
+        q = q * rest;
+        if (u != NULL) {
+            double t = c1 * u[i];
+            q = q + t;
+        }
+        out[i] = q + c2;
+    }
+}
+
+static const char shared_mix_doc[] =
+    "shared_mix(e, keep, floor, rest, u, c1, c2, out): out = e / e.sum() * keep + floor, "
+    "times rest, plus c1 * u (u None: not added), plus c2 (float64 (V,) arrays; e.sum() "
+    "numpy's pairwise sum): numpy's floats, one rounding per step.";
+
+static PyObject *py_shared_mix(PyObject *self, PyObject *args) {
+    PyObject *eo, *uo, *oo;
+    double keep, floor_, rest, c1, c2;
+    if (!PyArg_ParseTuple(args, "OdddOddO", &eo, &keep, &floor_, &rest, &uo, &c1, &c2, &oo))
+        return NULL;
+    Py_buffer e, u = {0}, out = {0};
+    PyObject *result = NULL;
+    if (get_view(eo, &e, "e", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = e.len / 8;
+    if (uo != Py_None && get_view(uo, &u, "u", 'd', V, 0) < 0) goto done;
+    if (get_view(oo, &out, "out", 'd', V, 1) < 0) goto done;
+    mix_into(out.buf, e.buf, pairwise_sum(e.buf, V), keep, floor_, rest,
+             u.obj ? u.buf : NULL, c1, c2, V);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (out.obj) PyBuffer_Release(&out);
+    if (u.obj) PyBuffer_Release(&u);
+    PyBuffer_Release(&e);
     return result;
 }
 
@@ -1275,6 +1511,10 @@ static PyMethodDef methods[] = {
     {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},
     {"prepare_law", py_prepare_law, METH_VARARGS, prepare_law_doc},
     {"residual", py_residual, METH_VARARGS, residual_doc},
+    {"draw_without_replacement", py_draw_without_replacement, METH_VARARGS,
+     draw_without_replacement_doc},
+    {"shared_exponents", py_shared_exponents, METH_VARARGS, shared_exponents_doc},
+    {"shared_mix", py_shared_mix, METH_VARARGS, shared_mix_doc},
     {"rank_top", py_rank_top, METH_VARARGS, rank_top_doc},
     {"simd", py_simd, METH_NOARGS, "The chain's vector path on this CPU."},
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from treespec_sim import compiled
 from treespec_sim.engine import run_round
+from treespec_sim.policies.sampled import PreparedLaw, draw_children
 from treespec_sim.synth import drafter as drafter_mod
 from treespec_sim.synth import make_world
 from treespec_sim.verify.traversal import traversal_round_law
@@ -324,3 +325,26 @@ def test_conditional_rows_and_a_tsubame_round_equal_the_numpy_path(monkeypatch):
     assert len(with_kernel) == len(without)
     for a, b in zip(with_kernel, without, strict=True):
         assert a == b if isinstance(a, dict) else _same(a, b)
+
+
+@needs_kernel
+def test_draws_without_replacement_equal_the_python_loop(monkeypatch):
+    # draw_children's compiled loop against its Python loop: the same tokens for the same
+    # uniforms, on flat, peaked and mostly-zero laws (blocks with no mass, the last positive
+    # token, draws up to the support)
+    rng = np.random.default_rng(10)
+    for t in range(400):
+        V = int(rng.choice([2, 5, 17, 100, 1000, 32768]))
+        q = rng.random(V) ** float(rng.choice([1.0, 5.0, 30.0]))
+        if t % 4 == 0:
+            q[rng.random(V) < 0.7] = 0.0
+        if q.sum() == 0.0:
+            q[-1] = 1.0
+        law = PreparedLaw.of(q / q.sum())
+        k = int(min(rng.integers(1, 12), law.support))
+        seed = int(rng.integers(1 << 30))
+        with_kernel = draw_children(law, k, "without_replacement", np.random.default_rng(seed))
+        monkeypatch.setattr(compiled, "world_kernel", None)
+        without = draw_children(law, k, "without_replacement", np.random.default_rng(seed))
+        monkeypatch.setattr(compiled, "world_kernel", kern)
+        assert _same(with_kernel, without), (t, V, k)

@@ -229,6 +229,12 @@ def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generato
             left.remove(x)
         return np.append(held, left.draw(rng.random())).astype(np.int64)
     out = np.empty(k, dtype=np.int64)
+    kern = compiled.world_kernel
+    if kern is not None and law.q.dtype == np.float64 and law.q.flags.c_contiguous:
+        # the loop below in C (cworld.c, draw_without_replacement: the same tokens)
+        kern.draw_without_replacement(law.q, law.block, law.block_mass, law.block_cdf,
+                                      rng.random(k), out)
+        return out
     for n, u in enumerate(rng.random(k).tolist()):
         out[n] = x = left.draw(u)
         if n + 1 < k:

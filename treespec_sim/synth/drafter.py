@@ -442,16 +442,32 @@ class BlockDiffusionDrafter:
                 # log mu_d = log w + log h_d[c(.)]: one gather and one exp, no log over V
                 h = self.lazy_log_marginals(topic, last_token)._h[d]
                 with np.errstate(divide="ignore"):
-                    z = np.log(h)[self._cls_of]
-                z += self._class_table(int(topic)).log_w      # one (V,) array, not two
-                q = _softmax_row(z, self.beta[d])
-            q *= 1.0 - j
-            q += j / self.vocab_size
-            q *= 1.0 - kappa                      # written over q: the floats of (1 - kappa) q
-            shared = q
-            if eta:                               # else the term is +0.0: adds nothing
-                shared += kappa * (1.0 - j) * eta * k.base_law
-            shared += kappa * j / self.vocab_size
+                    lh = np.log(h)
+                kern = compiled.world_kernel
+                if kern is not None:
+                    # the lines below around numpy's exp, in three passes (cworld.c:
+                    # shared_exponents, shared_mix; the same floats)
+                    z = np.empty(self.vocab_size)
+                    kern.shared_exponents(lh, self._cls_of, self._class_table(int(topic)).log_w,
+                                          float(self.beta[d]), z)
+                    np.exp(z, out=z)
+                    shared = np.empty(self.vocab_size)
+                    kern.shared_mix(z, 1.0 - j, j / self.vocab_size, 1.0 - kappa,
+                                    k.base_law if eta else None, kappa * (1.0 - j) * eta,
+                                    kappa * j / self.vocab_size, shared)
+                    q = None
+                else:
+                    z = lh[self._cls_of]
+                    z += self._class_table(int(topic)).log_w  # one (V,) array, not two
+                    q = _softmax_row(z, self.beta[d])
+            if q is not None:
+                q *= 1.0 - j
+                q += j / self.vocab_size
+                q *= 1.0 - kappa                  # written over q: the floats of (1 - kappa) q
+                shared = q
+                if eta:                           # else the term is +0.0: adds nothing
+                    shared += kappa * (1.0 - j) * eta * k.base_law
+                shared += kappa * j / self.vocab_size
             shared.flags.writeable = False
             self._conditional_shared[key] = shared
             if len(self._conditional_shared) > max(_CONDITIONAL_CACHE, self.depth + 1):
