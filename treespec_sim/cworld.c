@@ -944,12 +944,12 @@ done:
 
 /* z = lh[cls] + log_w, then z * beta (if beta != 1), then z - max(z): numpy's gather,
  * z += log_w, z *= beta, z -= z.max(), one rounding each */
-LAW_CLONES static double gather_add_scale(double *z, const double *lh, const int64_t *cls,
+LAW_CLONES static double gather_add_scale(double *z, const double *lh, const int32_t *cls,
                                           Py_ssize_t nc, const double *log_w, double beta,
                                           Py_ssize_t n, int *out_of_range) {
     int bad = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t c = (uint64_t)cls[i];
+        uint32_t c = (uint32_t)cls[i];
         bad |= c >= (uint64_t)nc;
         z[i] = lh[c < (uint64_t)nc ? c : 0] + log_w[i];  /* never reads outside lh */
     }
@@ -982,7 +982,7 @@ LAW_CLONES static void subtract_into(double *z, double c, Py_ssize_t n) {
 
 static const char shared_exponents_doc[] =
     "shared_exponents(lh, cls, log_w, beta, z): z = lh[cls] + log_w, times beta if beta != 1, "
-    "minus its maximum (float64 (V,) z and log_w, int64 cls, lh float64 indexed by cls): "
+    "minus its maximum (float64 (V,) z and log_w, int32 cls, lh float64 indexed by cls): "
     "numpy's floats, one rounding per step.";
 
 static PyObject *py_shared_exponents(PyObject *self, PyObject *args) {
@@ -992,8 +992,8 @@ static PyObject *py_shared_exponents(PyObject *self, PyObject *args) {
     Py_buffer lh, cls = {0}, lw = {0}, z = {0};
     PyObject *result = NULL;
     if (get_view(lo, &lh, "lh", 'd', -1, 0) < 0) return NULL;
-    if (get_view(co, &cls, "cls", 'q', -1, 0) < 0) goto done;
-    Py_ssize_t V = cls.len / 8, nc = lh.len / 8;
+    if (get_view(co, &cls, "cls", 'i', -1, 0) < 0) goto done;
+    Py_ssize_t V = cls.len / 4, nc = lh.len / 8;
     if (get_view(wo, &lw, "log_w", 'd', V, 0) < 0) goto done;
     if (get_view(zo, &z, "z", 'd', V, 1) < 0) goto done;
     if (nc < 1) {

@@ -112,14 +112,18 @@ class PreparedLaw:
         """Tokens with positive mass (one ``O(V)`` count, cached)."""
         return int(np.count_nonzero(self.q > 0))
 
+    @cached_property
+    def _positive_blocks(self) -> int:
+        return int(np.count_nonzero(self.block_mass > 0))
+
     def covers(self, k: int) -> bool:
         """Whether at least ``k`` tokens have positive mass.
 
         A block of positive mass holds a positive token, so the ``O(sqrt V)`` count of such
-        blocks settles it whenever ``k`` is at most that; the ``O(V)`` :attr:`support` only
-        otherwise.
+        blocks (cached) settles it whenever ``k`` is at most that; the ``O(V)``
+        :attr:`support` only otherwise.
         """
-        return k <= int(np.count_nonzero(self.block_mass > 0)) or k <= self.support
+        return k <= self._positive_blocks or k <= self.support
 
     @classmethod
     def of(cls, q) -> PreparedLaw:

@@ -153,6 +153,7 @@ class BlockDiffusionDrafter:
             members = classes[0]
             self._cls_of = np.empty(members.size, dtype=np.int64)
             self._cls_of[members] = np.arange(members.shape[0])[:, None]
+            self._cls_of32 = self._cls_of.astype(np.int32)  # shared_exponents' narrower copy
         self._class_tables: OrderedDict[int, _ClassTable] = OrderedDict()
         self._kernels: OrderedDict[int, SparseBoostKernel] = OrderedDict()
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
@@ -448,7 +449,8 @@ class BlockDiffusionDrafter:
                     # the lines below around numpy's exp, in three passes (cworld.c:
                     # shared_exponents, shared_mix; the same floats)
                     z = np.empty(self.vocab_size)
-                    kern.shared_exponents(lh, self._cls_of, self._class_table(int(topic)).log_w,
+                    kern.shared_exponents(lh, self._cls_of32,
+                                          self._class_table(int(topic)).log_w,
                                           float(self.beta[d]), z)
                     np.exp(z, out=z)
                     shared = np.empty(self.vocab_size)

@@ -395,7 +395,9 @@ class World:
             raise ValueError(f"depth must be an integer in [1, {self.depth}]; got {depth!r}")
         if isinstance(parent_token, bool) or not isinstance(parent_token, Integral):
             raise ValueError(f"parent_token must be an integer token id; got {parent_token!r}")
-        parent = int(self._tokens([parent_token], "parent_token")[0])
+        parent = int(parent_token)
+        if not 0 <= parent < self.vocab_size:   # the check of _tokens, without an array
+            parent = int(self._tokens([parent_token], "parent_token")[0])  # raises, worded
         if depth == 1 and parent != ctx.last_token:
             raise ValueError(f"parent_token at depth 1 must be ctx.last_token = "
                              f"{ctx.last_token}; got {parent_token}")
