@@ -15,9 +15,11 @@ Callers read :data:`kernel` at call time, so a test or a benchmark switches ever
 with ``monkeypatch.setattr(treespec_sim.compiled, "kernel", None)``. Design and measurements:
 docs/performance.md.
 
-:data:`world_kernel` (``treespec_sim/cworld.c``) is the synthetic drafter's: its class chain and
-top lists (:mod:`treespec_sim.synth.drafter`), the numpy code's floats bit for bit
-(``tests/sim/test_cworld.py``); ``world_kernel = None`` switches the drafter to numpy.
+:data:`world_kernel` (``treespec_sim/cworld.c``) is the synthetic drafter's -- its class chain,
+normalisers and top lists (:mod:`treespec_sim.synth.drafter`) -- and the sampled fill's and the
+traversal's ``V``-length steps (:mod:`treespec_sim.policies.sampled`,
+:mod:`treespec_sim.verify.traversal`), the numpy code's floats bit for bit
+(``tests/sim/test_cworld.py``); ``world_kernel = None`` switches all of them to numpy.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ except ImportError:
 #: The extension module, or ``None``.
 kernel: ModuleType | None = _built
 
-#: The synthetic drafter's compiled class chain and top lists (``treespec_sim/cworld.c``: the
-#: same floats as their numpy code), or ``None``. Read by :mod:`treespec_sim.synth.drafter`.
+#: The synthetic drafter's compiled chain, normalisers and top lists and the sampled fill's and
+#: traversal's steps (``treespec_sim/cworld.c``: the same floats as their numpy code), or
+#: ``None``.
 world_kernel: ModuleType | None = _built_world
 
 #: Relative error bound on the kernel's row sums, with a 3x margin: ``exp`` to < 3e-7 (Cody-Waite

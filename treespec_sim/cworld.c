@@ -1,6 +1,7 @@
 /*
- * Compiled parts of the synthetic drafter's word-class chain (treespec_sim/synth/drafter.py,
- * wrapped by treespec_sim/compiled.py; docs/performance.md).
+ * Compiled parts of the synthetic drafter's word-class chain (treespec_sim/synth/drafter.py)
+ * and of the sampled fill and the traversal over V-length laws, wrapped by
+ * treespec_sim/compiled.py (docs/performance.md).
  *
  * Every function here computes the same floats as the numpy code it replaces, bit for bit:
  * only IEEE additions, multiplications, divisions and comparisons, in the numpy code's order,
@@ -20,6 +21,11 @@
  *    reach the k-th, their columns in increasing order (ClassLogMarginals' _kth_pair).
  *  - rank_top: per row, the k best (token, value) pairs by decreasing value, ties to the
  *    smaller token (ClassLogMarginals' _rank_rows).
+ *  - conditional_row, shared_exponents, shared_mix: the drafter's correction proposal and the
+ *    target kernel's rows (synth/drafter.py, synth/kernel.py); prepare_law and
+ *    draw_without_replacement: the sampled fill's laws and draws (policies/sampled.py);
+ *    residual: the traversal's residual step (verify/traversal.py). Their sums are numpy's
+ *    pairwise sums, reproduced (pairwise_sum).
  *
  * No numpy C API: arrays come in through the buffer protocol; the Python side allocates them.
  */
@@ -1524,7 +1530,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "cworld",
-    "Compiled parts of the synthetic drafter's class chain (see treespec_sim/compiled.py).", -1,
+    "Compiled parts of the synthetic drafter and of the sampled fill and the traversal (see "
+    "treespec_sim/compiled.py).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 
