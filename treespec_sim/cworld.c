@@ -953,30 +953,33 @@ done:
 LAW_CLONES static double gather_add_scale(double *z, const double *lh, const int32_t *cls,
                                           Py_ssize_t nc, const double *log_w, double beta,
                                           Py_ssize_t n, int *out_of_range) {
-    int bad = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t c = (uint32_t)cls[i];
-        bad |= c >= (uint64_t)nc;
-        z[i] = lh[c < (uint64_t)nc ? c : 0] + log_w[i];  /* never reads outside lh */
-    }
-    *out_of_range = bad;
-    if (beta != 1.0)
-        for (Py_ssize_t i = 0; i < n; i++) z[i] = z[i] * beta;
-    /* the maximum in eight running maxima (no comparison waits for the one before it) */
+    /* one pass: the gather, the add, the scale (each its own rounding, in numpy's order) and
+     * the maximum in eight running maxima (no comparison waits for the one before it) */
     double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                       -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int nan = 0;
+    int bad = 0, nan = 0;
+    const int scale = beta != 1.0;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) {
-            double t = z[i + j];
+            uint32_t c = (uint32_t)cls[i + j];
+            bad |= c >= (uint64_t)nc;
+            double t = lh[c < (uint64_t)nc ? c : 0] + log_w[i + j];  /* never reads outside lh */
+            if (scale) t = t * beta;
+            z[i + j] = t;
             nan |= t != t;
             lane[j] = t > lane[j] ? t : lane[j];
         }
     for (; i < n; i++) {
-        nan |= z[i] != z[i];
-        lane[0] = z[i] > lane[0] ? z[i] : lane[0];
+        uint32_t c = (uint32_t)cls[i];
+        bad |= c >= (uint64_t)nc;
+        double t = lh[c < (uint64_t)nc ? c : 0] + log_w[i];
+        if (scale) t = t * beta;
+        z[i] = t;
+        nan |= t != t;
+        lane[0] = t > lane[0] ? t : lane[0];
     }
+    *out_of_range = bad;
     double mx = lane[0];
     for (int j = 1; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
     return nan ? NAN : mx;

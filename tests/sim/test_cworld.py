@@ -348,3 +348,40 @@ def test_draws_without_replacement_equal_the_python_loop(monkeypatch):
         without = draw_children(law, k, "without_replacement", np.random.default_rng(seed))
         monkeypatch.setattr(compiled, "world_kernel", kern)
         assert _same(with_kernel, without), (t, V, k)
+
+
+@needs_kernel
+def test_shared_proposal_steps_equal_numpys_lines():
+    # the correction proposal's shared part (drafter.conditional): beta = 1 and not, with and
+    # without the unigram term, against the numpy lines they replace
+    rng = np.random.default_rng(12)
+    n_cls, V = 64, 256
+    cls = rng.integers(0, n_cls, V).astype(np.int32)
+    lh = np.log(rng.random(n_cls))
+    log_w = np.log(rng.dirichlet(np.ones(V)))
+    u = rng.dirichlet(np.ones(V))
+    for beta in (1.0, 1.7):
+        z = np.empty(V)
+        kern.shared_exponents(lh, cls, log_w, beta, z)
+        ref = lh[cls]
+        ref += log_w
+        if beta != 1.0:
+            ref *= beta
+        ref -= ref.max()
+        assert _same(z, ref)
+        np.exp(z, out=z)
+        for with_u in (True, False):
+            j, kappa, eta = 0.004, 0.5, 0.3
+            out = np.empty(V)
+            kern.shared_mix(z, 1.0 - j, j / V, 1.0 - kappa, u if with_u else None,
+                            kappa * (1.0 - j) * eta, kappa * j / V, out)
+            q = z / z.sum()
+            q *= 1.0 - j
+            q += j / V
+            q *= 1.0 - kappa
+            if with_u:
+                q += kappa * (1.0 - j) * eta * u
+            q += kappa * j / V
+            assert _same(out, q)
+    with pytest.raises(ValueError, match="cls: an entry is outside"):
+        kern.shared_exponents(lh[:10], cls, log_w, 1.0, np.empty(V))
