@@ -1084,18 +1084,34 @@ typedef struct {
     const double *r, *base;
     double r_div, s, div;
     double *own;
+    /* a factored r (r NULL): r = w * pi, then + corr at the tokens succ (sorted, distinct),
+     * the floats of the target kernel's dense row (synth/kernel.py, rows) */
+    const double *w;
+    double pi;
+    const int64_t *succ;
+    const double *corr;
+    Py_ssize_t n_succ;
 } Residual;
 
 /* the terms of own[lo..lo+n) (written) and neg (into g), n <= 128: simple loops, each one
  * rounding per entry, so that they vectorise */
 static inline void residual_block(const Residual *a, Py_ssize_t lo, Py_ssize_t n, double *g) {
     double m[128], rho[128];
-    const double *r = a->r + lo, *base = a->base + lo;
+    const double *base = a->base + lo;
     double *own = a->own + lo;
-    if (a->r_div != 1.0) {
+    if (a->r == NULL) {
+        const double *w = a->w + lo, pi = a->pi;
+        for (Py_ssize_t i = 0; i < n; i++) m[i] = w[i] * pi;
+        for (Py_ssize_t j = 0; j < a->n_succ; j++) {
+            int64_t x = a->succ[j];
+            if (x >= lo && x < lo + n) m[x - lo] = m[x - lo] + a->corr[j];
+        }
+    } else if (a->r_div != 1.0) {
+        const double *r = a->r + lo;
         const double t = a->r_div;
         for (Py_ssize_t i = 0; i < n; i++) m[i] = r[i] / t;
     } else {
+        const double *r = a->r + lo;
         for (Py_ssize_t i = 0; i < n; i++) m[i] = r[i];
     }
     if (a->s != 1.0) {
@@ -1169,6 +1185,83 @@ static const char residual_doc[] =
     "base / div, own = max(m - rho, 0), z_mass = own.sum() and r_mass = -min(m - rho, 0).sum() "
     "(numpy's floats and pairwise sums; float64 (V,) arrays; own may be r, not base).";
 
+static const char residual_factored_doc[] =
+    "residual_factored(w, pi, succ, corr, s, base, div, own) -> (z_mass, r_mass): residual "
+    "with r = w * pi, then r[succ] += corr (the target kernel's row, never built; int64 succ "
+    "of distinct tokens, float64 corr).";
+
+static int cmp_succ(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return (*x > *y) - (*x < *y);
+}
+
+static PyObject *py_residual_factored(PyObject *self, PyObject *args) {
+    PyObject *wo, *io, *co, *bo, *oo;
+    double pi, s, div;
+    if (!PyArg_ParseTuple(args, "OdOOdOdO", &wo, &pi, &io, &co, &s, &bo, &div, &oo))
+        return NULL;
+    Py_buffer w, ix = {0}, cr = {0}, b = {0}, own = {0};
+    PyObject *result = NULL;
+    int64_t *pairs = NULL;
+    if (get_view(wo, &w, "w", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = w.len / 8;
+    if (get_view(io, &ix, "succ", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t ns = ix.len / 8;
+    if (get_view(co, &cr, "corr", 'd', ns, 0) < 0) goto done;
+    if (get_view(bo, &b, "base", 'd', V, 0) < 0) goto done;
+    if (get_view(oo, &own, "own", 'd', V, 1) < 0) goto done;
+    if (own.buf == b.buf || own.buf == w.buf) {
+        PyErr_SetString(PyExc_ValueError, "own must not be base or w");
+        goto done;
+    }
+    /* (token, position) pairs sorted by token: the corrections in token order */
+    pairs = malloc((ns ? 2 * ns : 1) * sizeof *pairs);
+    if (pairs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const int64_t *succ = ix.buf;
+        for (Py_ssize_t j = 0; j < ns; j++) {
+            if (succ[j] < 0 || succ[j] >= V) {
+                PyErr_Format(PyExc_ValueError, "succ[%zd] = %lld is outside [0, %zd)", j,
+                             (long long)succ[j], V);
+                goto done;
+            }
+            pairs[2 * j] = succ[j];
+            pairs[2 * j + 1] = j;
+        }
+        qsort(pairs, ns, 2 * sizeof *pairs, cmp_succ);
+        int64_t *tok = malloc((ns ? ns : 1) * sizeof *tok);
+        double *val = malloc((ns ? ns : 1) * sizeof *val);
+        if (tok == NULL || val == NULL) {
+            free(tok);
+            free(val);
+            PyErr_NoMemory();
+            goto done;
+        }
+        const double *c = cr.buf;
+        for (Py_ssize_t j = 0; j < ns; j++) {
+            tok[j] = pairs[2 * j];
+            val[j] = c[pairs[2 * j + 1]];
+        }
+        Residual a = {NULL, b.buf, 1.0, s, div, own.buf, w.buf, pi, tok, val, ns};
+        double z = 0.0, g = 0.0;
+        residual_sums(&a, 0, V, &z, &g);
+        free(tok);
+        free(val);
+        result = Py_BuildValue("(dd)", z, -g);
+    }
+done:
+    free(pairs);
+    if (own.obj) PyBuffer_Release(&own);
+    if (b.obj) PyBuffer_Release(&b);
+    if (cr.obj) PyBuffer_Release(&cr);
+    if (ix.obj) PyBuffer_Release(&ix);
+    PyBuffer_Release(&w);
+    return result;
+}
+
 static PyObject *py_residual(PyObject *self, PyObject *args) {
     PyObject *ro, *bo, *oo;
     double r_div, s, div;
@@ -1185,7 +1278,7 @@ static PyObject *py_residual(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        Residual a = {r.buf, b.buf, r_div, s, div, own.buf};
+        Residual a = {r.buf, b.buf, r_div, s, div, own.buf, NULL, 0.0, NULL, NULL, 0};
         double z = 0.0, g = 0.0;
         residual_sums(&a, 0, V, &z, &g);
         result = Py_BuildValue("(dd)", z, -g);
@@ -1520,6 +1613,7 @@ static PyMethodDef methods[] = {
     {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},
     {"prepare_law", py_prepare_law, METH_VARARGS, prepare_law_doc},
     {"residual", py_residual, METH_VARARGS, residual_doc},
+    {"residual_factored", py_residual_factored, METH_VARARGS, residual_factored_doc},
     {"draw_without_replacement", py_draw_without_replacement, METH_VARARGS,
      draw_without_replacement_doc},
     {"shared_exponents", py_shared_exponents, METH_VARARGS, shared_exponents_doc},

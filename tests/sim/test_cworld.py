@@ -385,3 +385,21 @@ def test_shared_proposal_steps_equal_numpys_lines():
             assert _same(out, q)
     with pytest.raises(ValueError, match="cls: an entry is outside"):
         kern.shared_exponents(lh[:10], cls, log_w, 1.0, np.empty(V))
+
+
+@needs_kernel
+def test_factored_residual_equals_the_dense_one():
+    # the first residual step at a node on the row's factors (w * pi, then the corrections)
+    # against the same step on the dense row the target kernel builds
+    world = make_world("math500", seed=4)
+    k = world.target_kernel(2, 1.0)
+    rng = np.random.default_rng(13)
+    for a in rng.integers(0, world.vocab_size, 6).tolist():
+        w, pi, succ, corr = k.row_factors(a)
+        dense = k.row(a)
+        base = rng.dirichlet(np.ones(world.vocab_size))
+        for s, div in ((1.0, 1.0), (0.37, 0.9)):
+            own_f, own_d = np.empty(world.vocab_size), np.empty(world.vocab_size)
+            got = kern.residual_factored(w, pi, succ, corr, s, base, div, own_f)
+            want = kern.residual(dense, 1.0, s, base, div, own_d)
+            assert got == want and _same(own_f, own_d)

@@ -275,6 +275,17 @@ class SparseBoostKernel:
         kern.conditional_row(self._base_law, float(self._base_mass[i]), None, succ, corr, out)
         return out
 
+    def row_factors(self, a: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:
+        """``(w, pi_a, succ[a], c[a])``: :meth:`row` ``a`` is ``w * pi_a`` with ``c[a]`` added at
+        the tokens ``succ[a]`` (the same floats), for a reader that need not build it; None at
+        ``T = 0``."""
+        if self.greedy:
+            return None
+        a = int(a)
+        if self.n_successors:
+            return self._base_law, float(self._base_mass[a]), self.succ[a], self._c(a)
+        return self._base_law, float(self._base_mass[a]), _NO_SUCC, _NO_CORR
+
     def rows(self, a: np.ndarray) -> np.ndarray:
         """``Q[a_i]`` for each token in ``a``: float64 (k, V). ``O(k V)``."""
         idx = as_token_array(a, self.vocab_size, "a")

@@ -60,6 +60,15 @@ class MarkovTargetOracle:
             self._rows[v] = r
         return r
 
+    def row_factors(self, v: int):
+        """:meth:`~treespec_sim.synth.kernel.SparseBoostKernel.row_factors` of node ``v``'s row
+        (None where the row is already built, or at ``T = 0``): for the traversal's first
+        residual step, which need not build it."""
+        v = int(v)
+        if v in self._rows or not 0 <= v < self.node_tokens.shape[0]:
+            return None
+        return self.kernel.row_factors(int(self.node_tokens[v]))
+
     def edge_probs(self, tree: DraftTree) -> np.ndarray:
         """``out[v] = row(parent[v])[token[v]]`` for ``v >= 1``, ``out[0] = 1``; ``O(n s)``.
 

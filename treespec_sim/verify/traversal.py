@@ -133,6 +133,32 @@ def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
 _POINT = object()
 
 
+class _Factored:
+    """A node's target row not built: ``w * pi``, then ``corr`` added at the tokens ``succ``
+    (``MarkovTargetOracle.row_factors``; the dense row's floats). The traversal's first
+    residual step at the node reads it so (``cworld.residual_factored``)."""
+
+    __slots__ = ("corr", "pi", "succ", "w")
+
+    def __init__(self, w: np.ndarray, pi: float, succ: np.ndarray, corr: np.ndarray) -> None:
+        self.w, self.pi, self.succ, self.corr = w, pi, succ, corr
+
+    @property
+    def size(self) -> int:
+        return int(self.w.size)
+
+    def __getitem__(self, x: int) -> float:
+        value = float(self.w[x]) * self.pi
+        hit = np.flatnonzero(self.succ == x)
+        return value + float(self.corr[hit[0]]) if hit.size else value
+
+    def dense(self) -> np.ndarray:
+        out = np.multiply(self.w, self.pi)
+        if self.succ.size:
+            out[self.succ] += self.corr
+        return out
+
+
 class _Scaled:
     """A traversal trial proposal ``left / total`` not built yet: calling it writes it into
     ``out`` (``np.divide``) and returns it -- or returns ``left`` itself when that is the law
@@ -256,11 +282,25 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     paths = [(), *tree.paths()]
     scratch: list[np.ndarray] = []  # [rho, mu, diff], taken on first use
 
+    # exact E[tau] through the compiled residual: a node whose step is traversal without the
+    # chooser reading its row (the traversal rule; univer where some child is not a leaf or
+    # there is one) has its row read in factored form by the first residual step, never built
+    factors_of = getattr(oracle, "row_factors", None) if kern is not None and not _bonus \
+        else None
+    always_traversal = choose is CHOOSERS["traversal"]
+    safe = choose is CHOOSERS["univer"]
+
     def visit(v: int, s: float, r) -> Iterator[Opportunity]:
         kids = tree.children(v)
         if not kids.size:  # a leaf's row is its bonus law only: read it when asked for
             yield v, s, r if laws else None
             return
+        if r is None and factors_of is not None and (
+                always_traversal or (safe and (kids.size < 2 or int(sizes[kids].max()) > 1))):
+            f = factors_of(v)
+            if f is not None:
+                yield from run(v, s, _Factored(*f), kids, "traversal")
+                return
         r = np.asarray(oracle.row(v), np.float64) if r is None else r
         view = NodeView(v, paths[v], s, r, proposal[v], tuple(int(sizes[c]) for c in kids))
         chosen = choose(view)
@@ -303,6 +343,8 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                 if r_div != 1.0 and (rho is _POINT or kern is None):
                     r = np.divide(r, r_div, out=r)  # r is own here
                     r_div = 1.0
+                if isinstance(r, _Factored) and (rho is _POINT or kern is None):
+                    r = r.dense()
                 if rho is _POINT:
                     # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
                     # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
@@ -311,14 +353,19 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     resid[x] = 0.0
                     z_mass = float(resid.sum())
                     r_mass = float(1.0 - mu_x)
-                elif kern is not None and r.dtype == np.float64 and r.flags.c_contiguous:
+                elif kern is not None and (isinstance(r, _Factored) or (
+                        r.dtype == np.float64 and r.flags.c_contiguous)):
                     # the lines below in one pass (cworld.c, residual: the same floats)
                     if isinstance(rho, _Scaled):
                         base, div = rho.left, rho.total
                     else:
                         base, div = (rho() if callable(rho) else rho), 1.0
-                    z_mass, r_mass = kern.residual(r, r_div, s, np.ascontiguousarray(base),
-                                                   div, own)
+                    base = np.ascontiguousarray(base)
+                    if isinstance(r, _Factored):
+                        z_mass, r_mass = kern.residual_factored(r.w, r.pi, r.succ, r.corr, s,
+                                                                base, div, own)
+                    else:
+                        z_mass, r_mass = kern.residual(r, r_div, s, base, div, own)
                     resid = own
                     if z_mass <= _ZERO_MASS and v != 0:
                         return  # v is deleted for sure (below), whatever R is
