@@ -472,7 +472,7 @@ e1:
 /* treespec's own log and exp (treespec_sim/numerics.py, fixed_log / fixed_exp: the same
  * constants, the same IEEE operations in the same order, so numpy gives these floats too).
  * exp: n = round(x / ln 2) by the 1.5 2^52 trick, r = x - n ln2 in two parts (Cody-Waite),
- * exp(r) by its degree-13 Taylor polynomial (|r| <= 0.35), times 2^n; within 1 ulp of exp.
+ * exp(r) by its degree-13 Taylor polynomial (|r| <= 0.35), times 2^n; within 2 ulps of exp.
  * log: v = m 2^e with m in [sqrt(1/2), sqrt(2)), s = (m - 1) / (m + 1),
  * log m = 2 atanh(s) by 10 terms of its series, plus e ln 2 in two parts; within 2 ulps. */
 #define FIXED_EXP_N 14

@@ -193,7 +193,6 @@ static inline Py_ssize_t NFN(above)(const double *h, const double *w, Py_ssize_t
 static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, double *vals,
                               Py_ssize_t n, double beta, const double *S, double *m_out,
                               double *z_out, Py_ssize_t *n_cand) {
-    const NFN(vd) zero = {0};
     double vmax;
     if (NFN(row_max)(h, w, n, &vmax) || !(vmax > 0.0)) return 1;
     const double m = beta * fixed_log_scalar(vmax);
@@ -233,7 +232,6 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
         x = x - m;
         vals[i] = fixed_exp_scalar(x) * S[c];
     }
-    (void)zero;
     double lanes[8] = {0.0};
     for (i = 0; i < count; i++) lanes[cand[i] % 8] = lanes[cand[i] % 8] + vals[i];
     *m_out = m;

@@ -93,8 +93,6 @@ _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats ea
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
 _TIE_ULPS = 16
-_NO_SUCC = np.empty(0, dtype=np.int64)   # conditional_row's successors of a kernel without any
-_NO_CORR = np.empty(0)
 
 
 class BlockDiffusionDrafter:
@@ -481,11 +479,9 @@ class BlockDiffusionDrafter:
         kern = compiled.world_kernel
         if kern is not None:
             # the same roundings in one pass (cworld.c, conditional_row)
+            w, pi, succ, corr = k.row_factors(a)
             out = np.empty(self.vocab_size)
-            succ, corr = (k.succ[a], scale * k.correction_row(a)) if k.n_successors else \
-                (_NO_SUCC, _NO_CORR)
-            kern.conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, succ, corr,
-                                 out)
+            kern.conditional_row(w, scale * pi, shared, succ, scale * corr, out)
             return out
         out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
         out += shared

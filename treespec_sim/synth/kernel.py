@@ -269,10 +269,9 @@ class SparseBoostKernel:
             return self.rows(idx[None])[0]
         # rows()'s floats in one pass (cworld.c, conditional_row): mass * w, then the
         # successors' corrections
-        i = int(idx)
+        w, pi, succ, corr = self.row_factors(int(idx))
         out = np.empty(self.vocab_size)
-        succ, corr = (self.succ[i], self._c(i)) if self.n_successors else (_NO_SUCC, _NO_CORR)
-        kern.conditional_row(self._base_law, float(self._base_mass[i]), None, succ, corr, out)
+        kern.conditional_row(w, pi, None, succ, corr, out)
         return out
 
     def row_factors(self, a: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:

@@ -136,7 +136,8 @@ _POINT = object()
 class _Factored:
     """A node's target row not built: ``w * pi``, then ``corr`` added at the tokens ``succ``
     (``MarkovTargetOracle.row_factors``; the dense row's floats). The traversal's first
-    residual step at the node reads it so (``cworld.residual_factored``)."""
+    residual step at the node reads it so (``cworld.residual_factored``); only a traversal
+    step with the compiled kernel is given one (never the point-mass or numpy branch)."""
 
     __slots__ = ("corr", "pi", "succ", "w")
 
@@ -151,12 +152,6 @@ class _Factored:
         value = float(self.w[x]) * self.pi
         hit = np.flatnonzero(self.succ == x)
         return value + float(self.corr[hit[0]]) if hit.size else value
-
-    def dense(self) -> np.ndarray:
-        out = np.multiply(self.w, self.pi)
-        if self.succ.size:
-            out[self.succ] += self.corr
-        return out
 
 
 class _Scaled:
@@ -343,8 +338,6 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                 if r_div != 1.0 and (rho is _POINT or kern is None):
                     r = np.divide(r, r_div, out=r)  # r is own here
                     r_div = 1.0
-                if isinstance(r, _Factored) and (rho is _POINT or kern is None):
-                    r = r.dense()
                 if rho is _POINT:
                     # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
                     # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
