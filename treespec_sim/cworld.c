@@ -21,8 +21,10 @@
  *    reach the k-th, their columns in increasing order (ClassLogMarginals' _kth_pair).
  *  - rank_top: per row, the k best (token, value) pairs by decreasing value, ties to the
  *    smaller token (ClassLogMarginals' _rank_rows).
- *  - conditional_row, shared_exponents, shared_mix: the drafter's correction proposal and the
- *    target kernel's rows (synth/drafter.py, synth/kernel.py); prepare_law and
+ *  - conditional_row, shared_law: the drafter's correction proposal (shared_law: its
+ *    parent-independent part from the class chain and the norms, by fixed_log / fixed_exp,
+ *    cworld_norms.h) and the target kernel's rows (synth/drafter.py, synth/kernel.py);
+ *    prepare_law and
  *    draw_without_replacement: the sampled fill's laws and draws (policies/sampled.py);
  *    residual: the traversal's residual step (verify/traversal.py). Their sums are numpy's
  *    pairwise sums, reproduced (pairwise_sum).
@@ -554,6 +556,7 @@ static double fixed_log_scalar(double v) {
 /* exp x for x <= ~709 or -inf (numerics.fixed_exp) */
 static double fixed_exp_scalar(double x) {
     if (x == -INFINITY) return 0.0;
+    if (x != x) return x;  /* NaN (numerics.fixed_exp: ldexp(NaN, 0)) */
     double t = x * FIXED_INV_LN2 + FIXED_MAGIC;
     double n = t - FIXED_MAGIC;
     double r = (x - n * FIXED_LN2_HI) - n * FIXED_LN2_LO;
@@ -720,8 +723,53 @@ LAW_CLONES static double block_min(const double *a, Py_ssize_t n, int *nan) {
     return mn;
 }
 
-LAW_CLONES static void divide_into(double *out, const double *q, double total, Py_ssize_t n) {
+LAW_CLONES static void divide_plain(double *out, const double *q, double total, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) out[i] = q[i] / total;
+}
+
+#ifdef HAVE_X86_PATHS
+/* q / total, correctly rounded, without a division per entry: r = 1 / total (rounded), y =
+ * q r, then twice y += r (q - total y), the remainder q - total y exact in one FMA.
+ * Markstein's theorem (P. Markstein, IBM J. Res. Dev. 34(1), 1990; J.-M. Muller, "Accelerating
+ * floating-point division when the divisor is known in advance", LIP RR2002-30): once y is
+ * within an ulp of q / total -- the first step makes it so -- y + r (q - total y) rounds to the
+ * correctly rounded quotient, provided nothing underflows or overflows. So entries outside
+ * [2^-960, 2^900] (zeros, subnormals, infinities, NaN) and totals outside [2^-60, 2^60] are
+ * divided (tests/sim/test_cworld.py checks the floats against numpy's division, adversarial
+ * mantissas included). A division is ~16 cycles a vector here, the FMAs ~3. */
+__attribute__((target("avx512f"))) static void divide_fma(double *out, const double *q,
+                                                          double total, Py_ssize_t n) {
+    if (!(total >= 0x1p-60 && total <= 0x1p60)) {
+        divide_plain(out, q, total, n);
+        return;
+    }
+    const double r = 1.0 / total;
+    const __m512d vr = _mm512_set1_pd(r), nb = _mm512_set1_pd(-total),
+                  vt = _mm512_set1_pd(total), lo = _mm512_set1_pd(0x1p-960),
+                  hi = _mm512_set1_pd(0x1p900);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d a = _mm512_loadu_pd(q + i);
+        __m512d y = _mm512_mul_pd(a, vr);
+        y = _mm512_fmadd_pd(_mm512_fmadd_pd(nb, y, a), vr, y);
+        y = _mm512_fmadd_pd(_mm512_fmadd_pd(nb, y, a), vr, y);
+        __mmask8 ok = _mm512_cmp_pd_mask(a, lo, _CMP_GE_OQ) & _mm512_cmp_pd_mask(a, hi, _CMP_LE_OQ);
+        if (ok != 0xFF) y = _mm512_mask_div_pd(y, (__mmask8)~ok, a, vt);
+        _mm512_storeu_pd(out + i, y);
+    }
+    for (; i < n; i++) out[i] = q[i] / total;
+}
+#endif
+
+/* out = q / total on the vector path the chain runs (the same floats on every path) */
+static void divide_into(double *out, const double *q, double total, Py_ssize_t n) {
+#ifdef HAVE_X86_PATHS
+    if (chain_rows == step_avx512) {
+        divide_fma(out, q, total, n);
+        return;
+    }
+#endif
+    divide_plain(out, q, total, n);
 }
 
 LAW_CLONES static void mul_into(double *out, const double *a, const double *b, Py_ssize_t n) {
@@ -946,130 +994,63 @@ done:
 }
 
 /* The parent-independent part of the drafter's correction proposal (drafter.py,
- * BlockDiffusionDrafter.conditional), around numpy's exp: */
+ * BlockDiffusionDrafter._shared_law): one pass over the vocabulary (cworld_norms.h,
+ * shared_law) on the vector path the chain runs. */
+typedef int (*SharedFn)(const double *, Py_ssize_t, const int32_t *, const double *,
+                        const double *, Py_ssize_t, double, double, double, double,
+                        const double *, double, double *, double *);
 
-/* z = lh[cls] + log_w, then z * beta (if beta != 1), then z - max(z): numpy's gather,
- * z += log_w, z *= beta, z -= z.max(), one rounding each */
-LAW_CLONES static double gather_add_scale(double *z, const double *lh, const int32_t *cls,
-                                          Py_ssize_t nc, const double *log_w, double beta,
-                                          Py_ssize_t n, int *out_of_range) {
-    /* one pass: the gather, the add, the scale (each its own rounding, in numpy's order) and
-     * the maximum in eight running maxima (no comparison waits for the one before it) */
-    double lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                      -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int bad = 0, nan = 0;
-    const int scale = beta != 1.0;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            uint32_t c = (uint32_t)cls[i + j];
-            bad |= c >= (uint64_t)nc;
-            double t = lh[c < (uint64_t)nc ? c : 0] + log_w[i + j];  /* never reads outside lh */
-            if (scale) t = t * beta;
-            z[i + j] = t;
-            nan |= t != t;
-            lane[j] = t > lane[j] ? t : lane[j];
-        }
-    for (; i < n; i++) {
-        uint32_t c = (uint32_t)cls[i];
-        bad |= c >= (uint64_t)nc;
-        double t = lh[c < (uint64_t)nc ? c : 0] + log_w[i];
-        if (scale) t = t * beta;
-        z[i] = t;
-        nan |= t != t;
-        lane[0] = t > lane[0] ? t : lane[0];
-    }
-    *out_of_range = bad;
-    double mx = lane[0];
-    for (int j = 1; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
-    return nan ? NAN : mx;
+static SharedFn shared_path(void) {
+#ifdef HAVE_X86_PATHS
+    if (chain_rows == step_avx512) return shared_law_avx512;
+    if (chain_rows == step_avx2) return shared_law_avx2;
+#endif
+    return shared_law_generic;
 }
 
-LAW_CLONES static void subtract_into(double *z, double c, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) z[i] = z[i] - c;
-}
+static const char shared_law_doc[] =
+    "shared_law(h, cls, w, log_w, beta, m, a, floor, u, c1, out): out = e * a + floor, plus c1 "
+    "* u (u None: not added), with e = fixed_exp((log_h[cls] + log_w) * beta - m) and log_h = "
+    "fixed_log(h) where beta != 1, e = w * h[cls] where beta == 1 (float64 (V,) w, log_w, u "
+    "and out; int32 (V,) cls indexing h, float64 (n,)): drafter._shared_law's floats, one "
+    "rounding per step.";
 
-static const char shared_exponents_doc[] =
-    "shared_exponents(lh, cls, log_w, beta, z): z = lh[cls] + log_w, times beta if beta != 1, "
-    "minus its maximum (float64 (V,) z and log_w, int32 cls, lh float64 indexed by cls): "
-    "numpy's floats, one rounding per step.";
-
-static PyObject *py_shared_exponents(PyObject *self, PyObject *args) {
-    PyObject *lo, *co, *wo, *zo;
-    double beta;
-    if (!PyArg_ParseTuple(args, "OOOdO", &lo, &co, &wo, &beta, &zo)) return NULL;
-    Py_buffer lh, cls = {0}, lw = {0}, z = {0};
-    PyObject *result = NULL;
-    if (get_view(lo, &lh, "lh", 'd', -1, 0) < 0) return NULL;
-    if (get_view(co, &cls, "cls", 'i', -1, 0) < 0) goto done;
-    Py_ssize_t V = cls.len / 4, nc = lh.len / 8;
-    if (get_view(wo, &lw, "log_w", 'd', V, 0) < 0) goto done;
-    if (get_view(zo, &z, "z", 'd', V, 1) < 0) goto done;
-    if (nc < 1) {
-        PyErr_SetString(PyExc_ValueError, "lh: expected at least one item");
-        goto done;
-    }
-    {
-        int bad = 0;
-        double mx = gather_add_scale(z.buf, lh.buf, cls.buf, nc, lw.buf, beta, V, &bad);
-        if (bad) {
-            PyErr_Format(PyExc_ValueError, "cls: an entry is outside [0, %zd)", nc);
-            goto done;
-        }
-        subtract_into(z.buf, mx, V);
-        result = Py_None;
-        Py_INCREF(result);
-    }
-done:
-    if (z.obj) PyBuffer_Release(&z);
-    if (lw.obj) PyBuffer_Release(&lw);
-    if (cls.obj) PyBuffer_Release(&cls);
-    PyBuffer_Release(&lh);
-    return result;
-}
-
-/* out = ((((e / sum(e)) * keep) + floor) * rest) [+ c1 * u] + c2: numpy's z /= z.sum(),
- * q *= 1 - j, q += j / V, q *= 1 - kappa, shared += c1 * u (if has_u), shared += c2 */
-LAW_CLONES static void mix_into(double *out, const double *e, double total, double keep,
-                                double floor, double rest, const double *u, double c1,
-                                double c2, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double q = e[i] / total;
-        q = q * keep;
-        q = q + floor;
-        q = q * rest;
-        if (u != NULL) {
-            double t = c1 * u[i];
-            q = q + t;
-        }
-        out[i] = q + c2;
-    }
-}
-
-static const char shared_mix_doc[] =
-    "shared_mix(e, keep, floor, rest, u, c1, c2, out): out = e / e.sum() * keep + floor, "
-    "times rest, plus c1 * u (u None: not added), plus c2 (float64 (V,) arrays; e.sum() "
-    "numpy's pairwise sum): numpy's floats, one rounding per step.";
-
-static PyObject *py_shared_mix(PyObject *self, PyObject *args) {
-    PyObject *eo, *uo, *oo;
-    double keep, floor_, rest, c1, c2;
-    if (!PyArg_ParseTuple(args, "OdddOddO", &eo, &keep, &floor_, &rest, &uo, &c1, &c2, &oo))
+static PyObject *py_shared_law(PyObject *self, PyObject *args) {
+    PyObject *ho, *co, *wo, *lwo, *uo, *oo;
+    double beta, m, a, floor_, c1;
+    if (!PyArg_ParseTuple(args, "OOOOdddd" "OdO", &ho, &co, &wo, &lwo, &beta, &m, &a, &floor_,
+                          &uo, &c1, &oo))
         return NULL;
-    Py_buffer e, u = {0}, out = {0};
+    Py_buffer h, cls = {0}, w = {0}, lw = {0}, u = {0}, out = {0};
     PyObject *result = NULL;
-    if (get_view(eo, &e, "e", 'd', -1, 0) < 0) return NULL;
-    Py_ssize_t V = e.len / 8;
+    if (get_view(ho, &h, "h", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t nc = h.len / 8;
+    if (get_view(co, &cls, "cls", 'i', -1, 0) < 0) goto done;
+    Py_ssize_t V = cls.len / 4;
+    if (get_view(wo, &w, "w", 'd', V, 0) < 0) goto done;
+    if (get_view(lwo, &lw, "log_w", 'd', V, 0) < 0) goto done;
     if (uo != Py_None && get_view(uo, &u, "u", 'd', V, 0) < 0) goto done;
     if (get_view(oo, &out, "out", 'd', V, 1) < 0) goto done;
-    mix_into(out.buf, e.buf, pairwise_sum(e.buf, V), keep, floor_, rest,
-             u.obj ? u.buf : NULL, c1, c2, V);
+    if (nc < 1) {
+        PyErr_SetString(PyExc_ValueError, "h: expected at least one item");
+        goto done;
+    }
+    double *lh = scratch((size_t)nc * sizeof(double));
+    if (lh == NULL) goto done;
+    if (shared_path()(h.buf, nc, cls.buf, w.buf, lw.buf, V, beta, m, a, floor_,
+                      u.obj ? u.buf : NULL, c1, lh, out.buf)) {
+        PyErr_Format(PyExc_ValueError, "cls: an entry is outside [0, %zd)", nc);
+        goto done;
+    }
     result = Py_None;
     Py_INCREF(result);
 done:
     if (out.obj) PyBuffer_Release(&out);
     if (u.obj) PyBuffer_Release(&u);
-    PyBuffer_Release(&e);
+    if (lw.obj) PyBuffer_Release(&lw);
+    if (w.obj) PyBuffer_Release(&w);
+    if (cls.obj) PyBuffer_Release(&cls);
+    PyBuffer_Release(&h);
     return result;
 }
 
@@ -1616,8 +1597,7 @@ static PyMethodDef methods[] = {
     {"residual_factored", py_residual_factored, METH_VARARGS, residual_factored_doc},
     {"draw_without_replacement", py_draw_without_replacement, METH_VARARGS,
      draw_without_replacement_doc},
-    {"shared_exponents", py_shared_exponents, METH_VARARGS, shared_exponents_doc},
-    {"shared_mix", py_shared_mix, METH_VARARGS, shared_mix_doc},
+    {"shared_law", py_shared_law, METH_VARARGS, shared_law_doc},
     {"rank_top", py_rank_top, METH_VARARGS, rank_top_doc},
     {"simd", py_simd, METH_NOARGS, "The chain's vector path on this CPU."},
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},

@@ -241,6 +241,97 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
     return 0;
 }
 
+/* shared_law: the correction proposal's parent-independent part over tokens b < V,
+ *     out[b] = e_b * a + floor, then + c1 * u[b] if u,
+ * with e_b = fixed_exp(((lh[cls[b]] + log_w[b]) * beta) - m), lh = fixed_log(h) per class
+ * (written into lh, n_cls doubles), where beta != 1, and e_b = w[b] * h[cls[b]] where beta ==
+ * 1: each step one IEEE operation of numerics.py's, in the order of drafter._shared_law (the
+ * definition). Lanes the vector exp does not cover (2^n outside the normal range, NaN) take
+ * fixed_exp_scalar, classes the vector log does not cover (h <= 0, subnormal, infinite, NaN)
+ * fixed_log_scalar: the same floats. Returns 1 if some cls[b] is outside [0, n_cls). */
+static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t *cls,
+                                const double *w, const double *log_w, Py_ssize_t V,
+                                double beta, double m, double a, double floor,
+                                const double *u, double c1, double *lh, double *out) {
+    const int sharp = beta != 1.0;
+    const uint32_t nc = (uint32_t)n_cls;
+    uint32_t bad_cls = 0;
+    if (sharp) {
+        /* lh = fixed_log(h): the vector log everywhere, then the scalar one where the vector
+         * log does not apply (rare: checked once for the whole row) */
+        NFN(vl) special_any = {0};
+        Py_ssize_t i = 0;
+        for (; i + NW <= n_cls; i += NW) {
+            NFN(vd) v;
+            memcpy(&v, h + i, sizeof v);
+            NFN(vl) k = (NFN(vl))(((NFN(vu))v) >> 52);
+            special_any |= (k == 0) | (k >= 2047);
+            NFN(vd) x = NFN(log_v)(v);
+            memcpy(lh + i, &x, sizeof x);
+        }
+        int any = 0;
+        for (int q = 0; q < NW; q++) any |= special_any[q] != 0;
+        for (Py_ssize_t c = any ? 0 : i; c < n_cls; c++) {
+            uint64_t bits;
+            memcpy(&bits, h + c, sizeof bits);
+            uint64_t k = bits >> 52;
+            if (c >= i || k == 0 || k >= 2047) lh[c] = fixed_log_scalar(h[c]);
+        }
+    }
+    /* blocks of 256 tokens: x (gather, add, scale, subtract), e, then the mix -- simple loops
+     * the compiler vectorises, each step one rounding per entry */
+    double x[256], e[256];
+    for (Py_ssize_t lo = 0; lo < V; lo += 256) {
+        const Py_ssize_t n = V - lo < 256 ? V - lo : 256;
+        const int32_t *cb = cls + lo;
+        for (Py_ssize_t t = 0; t < n; t++) bad_cls |= (uint32_t)cb[t] >= nc;
+        if (bad_cls) return 1;
+        if (sharp) {
+            const double *lw = log_w + lo;
+            for (Py_ssize_t t = 0; t < n; t++) {
+                double y = lh[cb[t]] + lw[t];
+                y = y * beta;
+                x[t] = y - m;
+            }
+            Py_ssize_t t = 0;
+            NFN(vl) bad = {0};
+            for (; t + NW <= n; t += NW) {
+                NFN(vd) y;
+                memcpy(&y, x + t, sizeof y);
+                NFN(vd) ev = NFN(exp_x)(y, &bad);
+                memcpy(e + t, &ev, sizeof ev);
+            }
+            int any = 0;
+            for (int q = 0; q < NW; q++) any |= bad[q] != 0;
+            for (Py_ssize_t r = any ? 0 : t; r < n; r++) {
+                double y = x[r];
+                double tt = y * FIXED_INV_LN2 + FIXED_MAGIC, nn = tt - FIXED_MAGIC;
+                /* the lanes the vector exp does not cover: 2^n outside the normal range, NaN */
+                if (r >= t || !(nn >= -1021.0 && nn <= 1023.0)) e[r] = fixed_exp_scalar(y);
+            }
+        } else {
+            const double *wb = w + lo;
+            for (Py_ssize_t t = 0; t < n; t++) e[t] = wb[t] * h[cb[t]];
+        }
+        double *ob = out + lo;
+        if (u != NULL) {
+            const double *ub = u + lo;
+            for (Py_ssize_t t = 0; t < n; t++) {
+                double y = e[t] * a;
+                y = y + floor;
+                double z = ub[t] * c1;
+                ob[t] = y + z;
+            }
+        } else {
+            for (Py_ssize_t t = 0; t < n; t++) {
+                double y = e[t] * a;
+                ob[t] = y + floor;
+            }
+        }
+    }
+    return 0;
+}
+
 #undef NW
 #undef NFN
 #undef NCAT

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from treespec_sim import compiled
+from treespec_sim import compiled, numerics
 from treespec_sim.engine import run_round
 from treespec_sim.policies.sampled import PreparedLaw, draw_children
 from treespec_sim.synth import drafter as drafter_mod
@@ -270,7 +270,42 @@ def test_norms_leave_out_only_terms_below_the_cut():
 
 
 @needs_kernel
-def test_prepare_law_equals_numpys_steps():
+def test_prepare_law_divides_as_numpy_does(simd_path):
+    # the AVX-512 path divides by FMA corrections from one reciprocal (cworld.c, divide_fma):
+    # its quotients must be numpy's, for mantissas at the binade edges, divisors at theirs,
+    # and the entries it hands to a true division (zeros of both signs, subnormals, huge
+    # values, infinities, NaN)
+    rng = np.random.default_rng(17)
+    V = 1 << 16
+    edge = np.where(rng.random(V) < 0.5, 1.0 + rng.integers(0, 4096, V) * 2.0**-52,
+                    2.0 - rng.integers(1, 4096, V) * 2.0**-52)
+    cases = [rng.random(V), rng.dirichlet(np.ones(V)), np.ldexp(edge, -rng.integers(0, 80, V)),
+             np.exp(rng.uniform(-700.0, 0.0, V))]
+    odd = rng.random(V)
+    odd[::97] = 0.0
+    odd[1::97] = -0.0
+    odd[2::97] = 5e-320
+    odd[3::97] = 2.0**-961
+    odd[4::97] = 2.0**901
+    cases.append(odd)
+    special = rng.random(V)
+    special[5] = np.inf
+    special[9] = np.nan
+    for q in cases:
+        block = int(np.sqrt(V - 1)) + 1
+        total = q.sum()
+        for scale in (1.0, 1.0 + 2.0**-52, 2.0 - 2.0**-52, 0.75 + 2.0**-53, 2.0**-61, 2.0**61):
+            row = q * (scale / total) if np.isfinite(total) and total > 0 else q
+            out, mass = np.empty(V), np.empty(-(-V // block))
+            kern.prepare_law(row, True, block, out, mass)
+            assert _same(out, row / row.sum()), scale
+    out, mass = np.empty(V), np.empty(-(-V // block))
+    kern.prepare_law(special, True, block, out, mass)
+    assert _same(out, special / special.sum())
+
+
+@needs_kernel
+def test_prepare_law_equals_numpys_steps(simd_path):
     rng = np.random.default_rng(7)
     for V in (1, 2, 7, 8, 9, 127, 128, 129, 1000, 32768, 40001):
         q = rng.random(V) * np.exp(rng.uniform(-40.0, 5.0, V))
@@ -351,40 +386,68 @@ def test_draws_without_replacement_equal_the_python_loop(monkeypatch):
 
 
 @needs_kernel
-def test_shared_proposal_steps_equal_numpys_lines():
-    # the correction proposal's shared part (drafter.conditional): beta = 1 and not, with and
-    # without the unigram term, against the numpy lines they replace
-    rng = np.random.default_rng(12)
-    n_cls, V = 64, 256
+def test_shared_law_equals_the_numpy_definition_on_every_path(simd_path, monkeypatch):
+    # the correction proposal's parent-independent part (drafter._shared_law): every depth
+    # (beta = 1 at depth 1, beta > 1 in math500, beta < 1 in aime25, eta > 0 in mid-entropy),
+    # with the kernel on this vector path and without it
+    worlds = [make_world("math500", seed=0), make_world("aime25", seed=1, vocab_size=4096),
+              make_world("mid-entropy", seed=2, vocab_size=4096)]
+    assert worlds[2].drafter.eta.max() > 0 and (worlds[1].drafter.beta < 1).any()
+    for world in worlds:
+        dr = world.drafter
+        rng = np.random.default_rng(21)
+        ctxs = [world.sample_context(rng) for _ in range(2)]
+        got = {}
+        for off in (False, True):
+            if off:
+                monkeypatch.setattr(compiled, "world_kernel", None)
+            for ctx in ctxs:
+                dr._lazy.clear()
+                for d in range(dr.depth):
+                    u = dr.kernel(ctx.topic).base_law if dr.eta[d] else None
+                    out = dr._shared_law(ctx.topic, ctx.last_token, d, u, 0.25 * dr.eta[d])
+                    if off:
+                        assert _same(out, got[(ctx, d)]), (world.spec.name, ctx, d)
+                    else:
+                        got[(ctx, d)] = out
+            monkeypatch.setattr(compiled, "world_kernel", kern)
+
+
+@needs_kernel
+def test_shared_law_handles_extreme_exponents(simd_path, monkeypatch):
+    # h with a zero, a subnormal and a huge range (exponents below -745: exp underflows to 0
+    # or a subnormal, the vector exp hands those lanes to the scalar one), a NaN class, and a
+    # length that is not a multiple of a vector
+    rng = np.random.default_rng(22)
+    n_cls, V = 37, 301
+    h = rng.random(n_cls)
+    h[3], h[5], h[7], h[11] = 0.0, 5e-320, 1e-300, np.nan
     cls = rng.integers(0, n_cls, V).astype(np.int32)
-    lh = np.log(rng.random(n_cls))
-    log_w = np.log(rng.dirichlet(np.ones(V)))
+    w = rng.dirichlet(np.ones(V))
+    log_w = np.log(w)
+    log_w[::17] = -800.0
     u = rng.dirichlet(np.ones(V))
-    for beta in (1.0, 1.7):
-        z = np.empty(V)
-        kern.shared_exponents(lh, cls, log_w, beta, z)
-        ref = lh[cls]
-        ref += log_w
-        if beta != 1.0:
-            ref *= beta
-        ref -= ref.max()
-        assert _same(z, ref)
-        np.exp(z, out=z)
-        for with_u in (True, False):
-            j, kappa, eta = 0.004, 0.5, 0.3
+    for beta, m in ((1.0, 0.0), (2.5, -1.3), (0.4, 0.7)):
+        for uu in (None, u):
             out = np.empty(V)
-            kern.shared_mix(z, 1.0 - j, j / V, 1.0 - kappa, u if with_u else None,
-                            kappa * (1.0 - j) * eta, kappa * j / V, out)
-            q = z / z.sum()
-            q *= 1.0 - j
-            q += j / V
-            q *= 1.0 - kappa
-            if with_u:
-                q += kappa * (1.0 - j) * eta * u
-            q += kappa * j / V
-            assert _same(out, q)
+            kern.shared_law(h, cls, w, log_w, beta, m, 0.3, 1e-7, uu, 0.05, out)
+            if beta != 1.0:
+                x = numerics.fixed_log(h)[cls]
+                x += log_w
+                x *= beta
+                x -= m
+                ref = numerics.fixed_exp(x)
+            else:
+                ref = w * h[cls]
+            ref *= 0.3
+            ref += 1e-7
+            if uu is not None:
+                ref += 0.05 * uu
+            assert _same(out, ref), (beta, uu is None)
     with pytest.raises(ValueError, match="cls: an entry is outside"):
-        kern.shared_exponents(lh[:10], cls, log_w, 1.0, np.empty(V))
+        kern.shared_law(h[:10], cls, w, log_w, 2.0, 0.0, 1.0, 0.0, None, 0.0, np.empty(V))
+    with pytest.raises(ValueError, match="log_w: expected 301 items"):
+        kern.shared_law(h, cls, w, log_w[:-1], 2.0, 0.0, 1.0, 0.0, None, 0.0, np.empty(V))
 
 
 @needs_kernel

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from treespec_sim.marginals import ranked_candidates
+from treespec_sim.numerics import fixed_exp, fixed_log
 from treespec_sim.synth import get_regime, make_world
 from treespec_sim.synth.drafter import ClassLogMarginals
 
@@ -86,23 +87,30 @@ def test_top_lists_rank_the_dense_rows_and_the_floor_path_runs(monkeypatch, regi
 
 
 def _reference_conditional(world, ctx, depth: int, parent: int) -> np.ndarray:
-    """q̂ = (1 - kappa) q_d + kappa ((1 - j) ((1 - eta) Q[a] + eta u) + j / V), term by term."""
+    """q̂ = (1 - kappa) q_d + kappa ((1 - j) ((1 - eta) Q[a] + eta u) + j / V), term by term,
+    with q_d = (1 - j) s_d + j / V and the sharpened marginal s_d from the class chain and the
+    row's norms: exp(beta (log h[c(b)] + log w[b]) - m) / Z (treespec's own log and exp), or
+    w[b] h[c(b)] where beta = 1 (docs/performance.md, "The correction proposal's shared part")."""
     drafter = world.drafter
     d = depth - 1
     j, eta, kappa = drafter.junk[d], drafter.eta[d], drafter.correction_quality
     k = drafter.kernel(ctx.topic)
-    h = drafter.lazy_log_marginals(ctx.topic, ctx.last_token)._h[d]
-    with np.errstate(divide="ignore"):
-        z = drafter._class_table(ctx.topic).log_w + np.log(h)[drafter._cls_of]
-    z *= drafter.beta[d]
-    z -= z.max()
-    np.exp(z, out=z)
-    q = z / z.sum()
-    q *= 1.0 - j
-    q += j / world.vocab_size
-    shared = (1.0 - kappa) * q
-    shared += kappa * (1.0 - j) * eta * k.base_law
-    shared += kappa * j / world.vocab_size
+    lazy = drafter.lazy_log_marginals(ctx.topic, ctx.last_token)
+    h = lazy._h[d]
+    tab = drafter._class_table(ctx.topic)
+    a = (1.0 - kappa) * (1.0 - j)
+    if drafter.beta[d] != 1.0:
+        norm_m, norm_z = lazy._norms()
+        z = fixed_log(h)[drafter._cls_of] + tab.log_w
+        z *= drafter.beta[d]
+        z -= norm_m[d]
+        e = fixed_exp(z)
+        a = a / norm_z[d]
+    else:
+        e = tab.w * h[drafter._cls_of]
+    shared = e * a + j / world.vocab_size
+    if eta:
+        shared += kappa * (1.0 - j) * eta * k.base_law
     scale = kappa * (1.0 - j) * (1.0 - eta)
     out = np.multiply(k.base_law, scale * float(k.base_mass[parent])) + shared
     out[k.succ[parent]] += scale * k.correction[parent]
@@ -118,3 +126,23 @@ def test_conditional_is_its_formula_bit_for_bit(regime):
         for depth, parent in ((1, ctx.last_token), (2, 5), (7, 77), (world.depth, 1)):
             got = world.draft_conditional(ctx, depth, parent)
             np.testing.assert_array_equal(got, _reference_conditional(world, ctx, depth, parent))
+
+
+@pytest.mark.parametrize("regime", ["math500", "aime25", "mid-entropy"])
+def test_shared_law_is_the_dense_marginals_mixture(regime):
+    # the factored shared part (norms, treespec's log/exp) is (1 - kappa) q_d + kappa j / V
+    # (+ kappa (1 - j) eta u) with q_d the drafter's dense marginal, up to rounding
+    world = _world(regime, 4096)
+    dr = world.drafter
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        ctx = world.sample_context(rng)
+        q = np.exp(world.draft(ctx))
+        for d in range(dr.depth):
+            j, eta, kappa = dr.junk[d], dr.eta[d], dr.correction_quality
+            u = dr.kernel(ctx.topic).base_law
+            got = dr._shared_law(ctx.topic, ctx.last_token, d, u if eta else None,
+                                 kappa * (1.0 - j) * eta)
+            want = (1.0 - kappa) * q[d] + kappa * j / world.vocab_size + kappa * (1 - j) * eta * u
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+            assert abs(got.sum() - (1.0 - kappa * (1.0 - j) * (1.0 - eta))) < 1e-12

@@ -151,7 +151,7 @@ class BlockDiffusionDrafter:
             members = classes[0]
             self._cls_of = np.empty(members.size, dtype=np.int64)
             self._cls_of[members] = np.arange(members.shape[0])[:, None]
-            self._cls_of32 = self._cls_of.astype(np.int32)  # shared_exponents' narrower copy
+            self._cls_of32 = self._cls_of.astype(np.int32)  # shared_law's narrower copy
         self._class_tables: OrderedDict[int, _ClassTable] = OrderedDict()
         self._kernels: OrderedDict[int, SparseBoostKernel] = OrderedDict()
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
@@ -437,30 +437,6 @@ class BlockDiffusionDrafter:
         if shared is None:
             if self._classes is None:
                 q = _sharpen_row(self.marginals(topic, last_token)[d], self.beta[d])
-            else:
-                # log mu_d = log w + log h_d[c(.)]: one gather and one exp, no log over V
-                h = self.lazy_log_marginals(topic, last_token)._h[d]
-                with np.errstate(divide="ignore"):
-                    lh = np.log(h)
-                kern = compiled.world_kernel
-                if kern is not None:
-                    # the lines below around numpy's exp, in three passes (cworld.c:
-                    # shared_exponents, shared_mix; the same floats)
-                    z = np.empty(self.vocab_size)
-                    kern.shared_exponents(lh, self._cls_of32,
-                                          self._class_table(int(topic)).log_w,
-                                          float(self.beta[d]), z)
-                    np.exp(z, out=z)
-                    shared = np.empty(self.vocab_size)
-                    kern.shared_mix(z, 1.0 - j, j / self.vocab_size, 1.0 - kappa,
-                                    k.base_law if eta else None, kappa * (1.0 - j) * eta,
-                                    kappa * j / self.vocab_size, shared)
-                    q = None
-                else:
-                    z = lh[self._cls_of]
-                    z += self._class_table(int(topic)).log_w  # one (V,) array, not two
-                    q = _softmax_row(z, self.beta[d])
-            if q is not None:
                 q *= 1.0 - j
                 q += j / self.vocab_size
                 q *= 1.0 - kappa                  # written over q: the floats of (1 - kappa) q
@@ -468,6 +444,9 @@ class BlockDiffusionDrafter:
                 if eta:                           # else the term is +0.0: adds nothing
                     shared += kappa * (1.0 - j) * eta * k.base_law
                 shared += kappa * j / self.vocab_size
+            else:
+                shared = self._shared_law(topic, last_token, d,
+                                          k.base_law if eta else None, kappa * (1.0 - j) * eta)
             shared.flags.writeable = False
             self._conditional_shared[key] = shared
             if len(self._conditional_shared) > max(_CONDITIONAL_CACHE, self.depth + 1):
@@ -491,15 +470,53 @@ class BlockDiffusionDrafter:
         return out
 
 
-def _softmax_row(z: np.ndarray, beta: float) -> np.ndarray:
-    """``exp(beta z)`` normalised, written over ``z`` (a fresh float64 array)."""
-    if beta != 1.0:                               # z * 1.0 is z
-        z *= beta
-    z -= z.max()
-    np.exp(z, out=z)
-    z /= z.sum()
-    return z
+    def _shared_law(self, topic: int, last_token: int, d: int, u: np.ndarray | None,
+                    c1: float) -> np.ndarray:
+        """The parent-independent part of :meth:`conditional` at row ``d`` in a word-class
+        world, float64 (V,): ``(1 - kappa) (1 - j) s_d + j / V`` (plus ``c1 u`` where ``u`` is
+        given), with ``s_d`` the sharpened marginal from the class chain and the row's norms:
 
+        ``s_d(b) = exp(beta_d (log h_d[c(b)] + log w[b]) - m_d) / Z_d`` (``beta_d != 1``),
+        ``s_d(b) = w[b] h_d[c(b)]`` (``beta_d = 1``).
+
+        This is the definition (``cworld.shared_law`` computes the same floats in one pass):
+        ``log``/``exp`` are treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
+        :func:`~treespec_sim.numerics.fixed_exp`), ``(1 - kappa) (1 - j) / Z_d`` is one factor,
+        and ``m_d``, ``Z_d`` are :class:`ClassLogMarginals`' norms, so no pass over the
+        vocabulary looks for a maximum or a sum (``docs/performance.md``, "The correction
+        proposal's shared part"). ``s_d`` sums to 1 up to rounding; the sampled fill
+        normalises every law it draws from.
+        """
+        lazy = self.lazy_log_marginals(topic, last_token)
+        tab = self._class_table(int(topic))
+        h = lazy._h[d]
+        beta = float(self.beta[d])
+        j = float(self.junk[d])
+        a = (1.0 - self.correction_quality) * (1.0 - j)
+        m = 0.0
+        if beta != 1.0:
+            norm_m, norm_z = lazy._norms()
+            m = float(norm_m[d])
+            a = a / float(norm_z[d])
+        floor = j / self.vocab_size
+        out = np.empty(self.vocab_size)
+        kern = compiled.world_kernel
+        if kern is not None:
+            kern.shared_law(h, self._cls_of32, tab.w, tab.log_w, beta, m, a, floor, u, c1, out)
+            return out
+        if beta != 1.0:
+            x = fixed_log(h)[self._cls_of]
+            x += tab.log_w
+            x *= beta
+            x -= m
+            np.copyto(out, fixed_exp(x))
+        else:
+            np.multiply(tab.w, h[self._cls_of], out=out)
+        out *= a
+        out += floor
+        if u is not None:
+            out += c1 * u
+        return out
 
 def _sharpen_row(row: np.ndarray, beta: float) -> np.ndarray:
     """``row ** beta`` renormalised (log domain), a fresh float64 array; a copy if beta == 1."""
