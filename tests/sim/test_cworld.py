@@ -451,7 +451,36 @@ def test_shared_law_handles_extreme_exponents(simd_path, monkeypatch):
 
 
 @needs_kernel
-def test_factored_residual_equals_the_dense_one():
+def test_residual_equals_numpys_lines_on_every_path(simd_path):
+    # traversal.py's numpy lines: m = r / r_div * s, rho = base / div, own = max(m - rho, 0),
+    # masses = own.sum() and -min(m - rho, 0).sum(); lengths around the pairwise sum's leaves,
+    # exact ties (m = rho: d = +0.0), negative zeros and a NaN
+    rng = np.random.default_rng(23)
+    for V in (1, 5, 8, 9, 127, 128, 129, 1000, 32768):
+        r, base = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+        base[::3] = r[::3]
+        r[1::7] = -0.0
+        base[1::7] = 0.0
+        for r_div, s, div in ((1.0, 1.0, 1.0), (0.93, 0.4, 1.0), (1.0, 1.0, 0.71),
+                              (1.07, 0.55, 0.83)):
+            for bad in (False, True):
+                rr = r.copy()
+                if bad and V > 3:
+                    rr[V // 2] = np.nan
+                own = np.empty(V)
+                got = kern.residual(rr, r_div, s, base, div, own)
+                m = rr / r_div if r_div != 1.0 else rr.copy()
+                if s != 1.0:
+                    m = m * s
+                diff = m - (base / div if div != 1.0 else base)
+                want_own = np.maximum(diff, 0.0)
+                want = (float(want_own.sum()), -float(np.minimum(diff, 0.0).sum()))
+                assert _same(own, want_own), (V, r_div, s, div, bad)
+                assert _same(np.array(got), np.array(want)), (V, r_div, s, div, bad)
+
+
+@needs_kernel
+def test_factored_residual_equals_the_dense_one(simd_path):
     # the first residual step at a node on the row's factors (w * pi, then the corrections)
     # against the same step on the dense row the target kernel builds
     world = make_world("math500", seed=4)
