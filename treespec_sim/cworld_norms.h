@@ -241,6 +241,19 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
     return 0;
 }
 
+/* 1 if some lane of x is not below cut (a NaN lane counts) */
+static inline ATTR int NFN(any_not_below)(NFN(vd) x, double cut) {
+#if VBYTES == 64
+    return _mm512_cmp_pd_mask((__m512d)x, _mm512_set1_pd(cut), _CMP_NLT_UQ) != 0;
+#elif VBYTES == 32
+    return _mm256_movemask_pd(_mm256_cmp_pd((__m256d)x, _mm256_set1_pd(cut), _CMP_NLT_UQ)) != 0;
+#else
+    int any = 0;
+    for (int q = 0; q < NW; q++) any |= !(x[q] < cut);
+    return any;
+#endif
+}
+
 /* shared_law: the correction proposal's parent-independent part over tokens b < V,
  *     out[b] = e_b * a + floor, then + c1 * u[b] if u,
  * with e_b = fixed_exp(((lh[cls[b]] + log_w[b]) * beta) - m), lh = fixed_log(h) per class
@@ -278,6 +291,16 @@ static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t
             if (c >= i || k == 0 || k >= 2047) lh[c] = fixed_log_scalar(h[c]);
         }
     }
+    /* Below x_cut a token's e * a is under a tenth of floor's ulp, so e * a + floor rounds to
+     * floor whatever e is (e = fixed_exp(x) < 2 exp(x), e * a rounds up by at most 2^-53): its
+     * exp is skipped (e = 0 gives the same float), which is 80-98% of the vectors in the
+     * calibrated worlds. A NaN x is never skipped; floor = 0 or a ulp / (8 a) that underflows
+     * gives x_cut = -inf (nothing skipped). */
+    double x_cut = -INFINITY;
+    if (floor > 0.0 && floor < INFINITY && a > 0.0 && a < INFINITY) {
+        double gap = nextafter(floor, INFINITY) - floor;
+        x_cut = log(gap / (8.0 * a)) - 1.0;
+    }
     /* blocks of 256 tokens: x (gather, add, scale, subtract), e, then the mix -- simple loops
      * the compiler vectorises, each step one rounding per entry */
     double x[256], e[256];
@@ -296,9 +319,9 @@ static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t
             Py_ssize_t t = 0;
             NFN(vl) bad = {0};
             for (; t + NW <= n; t += NW) {
-                NFN(vd) y;
+                NFN(vd) y, ev = {0};
                 memcpy(&y, x + t, sizeof y);
-                NFN(vd) ev = NFN(exp_x)(y, &bad);
+                if (NFN(any_not_below)(y, x_cut)) ev = NFN(exp_x)(y, &bad);
                 memcpy(e + t, &ev, sizeof ev);
             }
             int any = 0;
