@@ -825,6 +825,57 @@ LAW_CLONES static void scale_add_into(double *out, const double *a, double c, co
     }
 }
 
+static const char chain_rest_doc[] =
+    "chain_rest(sell, pi, nu, eta, h): depths 2..L of the class chain, h[0] given: for d = 1 "
+    "..L-1, add = numerics.dot(nu, pi) (the products, then numpy's pairwise sum), then "
+    "chain_step(sell, nu, nu_out, add, 1 - eta[d], eta[d], eta[d] != 0, h[d]) and nu = nu_out. "
+    "nu: float64 (n,) w_cls * h[0] (read, not written); pi (n,); eta (L,); h (L, n), rows 1.. "
+    "written.";
+
+static PyObject *py_chain_rest(PyObject *self, PyObject *args) {
+    PyObject *cap, *po, *nuo, *eo, *ho;
+    if (!PyArg_ParseTuple(args, "OOOOO", &cap, &po, &nuo, &eo, &ho)) return NULL;
+    const Sell *s = PyCapsule_GetPointer(cap, "treespec_sim.cworld.Sell");
+    if (s == NULL) return NULL;
+    Py_ssize_t n = s->n;
+    Py_buffer pi, nu = {0}, eta = {0}, h = {0};
+    PyObject *result = NULL;
+    if (get_view(po, &pi, "pi", 'd', n, 0) < 0) return NULL;
+    if (get_view(nuo, &nu, "nu", 'd', n, 0) < 0) goto done;
+    if (get_matrix(ho, &h, "h", 1) < 0) goto done;
+    if (h.shape[1] != n) {
+        PyErr_Format(PyExc_ValueError, "h: expected %zd columns, got %zd", n, h.shape[1]);
+        goto done;
+    }
+    Py_ssize_t L = h.shape[0];
+    if (get_view(eo, &eta, "eta", 'd', L, 0) < 0) goto done;
+    {
+        /* scratch (the GIL is held): two nu buffers and the products */
+        double *buf = scratch((size_t)(3 * (n ? n : 1)) * sizeof(double));
+        if (buf == NULL) goto done;
+        double *cur = buf, *next = buf + n, *prod = buf + 2 * n;
+        const double *p = pi.buf, *e = eta.buf;
+        if (n) memcpy(cur, nu.buf, (size_t)n * sizeof(double));
+        double *hb = h.buf;
+        for (Py_ssize_t d = 1; d < L; d++) {
+            mul_into(prod, cur, p, n);
+            double add = pairwise_sum(prod, n);
+            chain_rows(s, cur, add, 1.0 - e[d], e[d], e[d] != 0.0, hb + d * n, next);
+            double *t = cur;
+            cur = next;
+            next = t;
+        }
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (eta.obj) PyBuffer_Release(&eta);
+    if (h.obj) PyBuffer_Release(&h);
+    if (nu.obj) PyBuffer_Release(&nu);
+    PyBuffer_Release(&pi);
+    return result;
+}
+
 static const char conditional_row_doc[] =
     "conditional_row(base, c, shared, succ, corr, out): out = base * c + shared (shared None: "
     "base * c), then out[succ] += corr (float64 (V,) arrays, int64 succ of distinct tokens): "
@@ -1694,6 +1745,7 @@ e1:
 static PyMethodDef methods[] = {
     {"sell_new", py_sell_new, METH_VARARGS, sell_new_doc},
     {"chain_step", py_chain_step, METH_VARARGS, chain_step_doc},
+    {"chain_rest", py_chain_rest, METH_VARARGS, chain_rest_doc},
     {"select_top", py_select_top, METH_VARARGS, select_top_doc},
     {"class_norms", py_class_norms, METH_VARARGS, class_norms_doc},
     {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},

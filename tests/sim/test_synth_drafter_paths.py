@@ -27,14 +27,15 @@ def _world(regime: str, vocab: int, **knobs):
 
 
 def _reference_chain(drafter, topic: int, last_token: int) -> np.ndarray:
-    """``h_d = (1 - eta_d) (G^T nu + nu . pi) + eta_d``, ``nu = w_cls h_{d-1}``, ``nu_0 = e_c0``."""
+    """``h_d = (1 - eta_d) (G^T nu + nu . pi) + eta_d``, ``nu = w_cls h_{d-1}``, ``nu_0 = e_c0``;
+    ``nu . pi`` the products, then numpy's pairwise sum (not a BLAS dot)."""
     tab = drafter._class_table(topic)
     nu = np.zeros(tab.pi.shape[0])
     nu[drafter._cls_of[last_token]] = 1.0
     out = []
     for d in range(drafter.depth):
         h = tab.gt @ nu
-        h += float(nu @ tab.pi)
+        h += float(np.add.reduce(nu * tab.pi))
         if drafter.eta[d]:
             h *= 1.0 - drafter.eta[d]
             h += drafter.eta[d]

@@ -60,7 +60,7 @@ import scipy.sparse as sp
 
 from .. import compiled
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from ..numerics import NORM_CUT, fixed_exp, fixed_log, lane_sum8
+from ..numerics import NORM_CUT, dot, fixed_exp, fixed_log, lane_sum8
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -249,8 +249,9 @@ class BlockDiffusionDrafter:
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
         ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One CSC product per depth (``G^T nu``:
-        every entry sums its terms in column order, whatever else changes here) and one dot.
-        A generator, so that a consumer works on each row while it is still in cache.
+        every entry sums its terms in column order, whatever else changes here) and one dot
+        (:func:`~treespec_sim.numerics.dot`: the products, then numpy's pairwise sum -- not
+        BLAS's order, which changes with the library and its threads). A generator, so that a consumer works on each row while it is still in cache.
         """
         gt = tab.gt
         c0 = int(self._cls_of[last_token])
@@ -264,7 +265,7 @@ class BlockDiffusionDrafter:
         nu = tab.w_cls * row
         for d in range(1, self.depth):
             row = gt @ nu
-            row += float(nu @ tab.pi)
+            row += dot(nu, tab.pi)  # a fixed order on every machine and BLAS
             eta = self.eta[d]
             if eta:
                 row *= 1.0 - eta
@@ -275,9 +276,9 @@ class BlockDiffusionDrafter:
     def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
         """``h_1..h_L`` float64 (L, V / m).
 
-        The compiled path (``compiled.world_kernel.chain_step``) gives :meth:`_class_h`'s floats:
-        the same sums in the same order (tests/sim/test_cworld.py); the dots ``nu . pi`` stay
-        numpy's (BLAS). The chain comes first, then the rows' norms and top lists
+        The compiled path (``compiled.world_kernel.chain_rest``: every depth in one call) gives
+        :meth:`_class_h`'s floats: the same sums in the same order, the dots ``nu . pi`` too
+        (tests/sim/test_cworld.py). The chain comes first, then the rows' norms and top lists
         (ClassLogMarginals): working on each row between the products evicts G^T from cache
         (and the class maxima are not written here: with them G^T no longer stays in L2).
         """
@@ -295,12 +296,7 @@ class BlockDiffusionDrafter:
         row.fill(0.0)
         row[gt.indices[lo:hi]] = gt.data[lo:hi]
         row += tab.pi[c0]
-        nu, nu_next = tab.w_cls * row, np.empty(n)
-        for d in range(1, self.depth):
-            eta = self.eta[d]
-            kern.chain_step(tab.sell, nu, nu_next, float(nu @ tab.pi), float(1.0 - eta),
-                            float(eta), bool(eta), h[d])
-            nu, nu_next = nu_next, nu
+        kern.chain_rest(tab.sell, tab.pi, tab.w_cls * row, self.eta, h)
         return h
 
     def _class_table(self, topic: int) -> _ClassTable:
