@@ -251,7 +251,8 @@ class BlockDiffusionDrafter:
         ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One CSC product per depth (``G^T nu``:
         every entry sums its terms in column order, whatever else changes here) and one dot
         (:func:`~treespec_sim.numerics.dot`: the products, then numpy's pairwise sum -- not
-        BLAS's order, which changes with the library and its threads). A generator, so that a consumer works on each row while it is still in cache.
+        BLAS's order, which changes with the library and its threads). A generator, so that
+        a consumer works on each row while it is still in cache.
         """
         gt = tab.gt
         c0 = int(self._cls_of[last_token])
