@@ -1085,7 +1085,8 @@ done:
  * shared_law) on the vector path the chain runs. */
 typedef int (*SharedFn)(const double *, Py_ssize_t, const int32_t *, const double *,
                         const double *, Py_ssize_t, double, double, double, double,
-                        const double *, double, double *, double *);
+                        const double *, double, double *, double *, const int32_t *,
+                        Py_ssize_t, const int64_t *, Py_ssize_t);
 
 static SharedFn shared_path(void) {
 #ifdef HAVE_X86_PATHS
@@ -1100,15 +1101,17 @@ static const char shared_law_doc[] =
     "* u (u None: not added), with e = fixed_exp((log_h[cls] + log_w) * beta - m) and log_h = "
     "fixed_log(h) where beta != 1, e = w * h[cls] where beta == 1 (float64 (V,) w, log_w, u "
     "and out; int32 (V,) cls indexing h, float64 (n,)): drafter._shared_law's floats, one "
-    "rounding per step.";
+    "rounding per step. kept (int32, the norms' classes above their cut) with members (int64 "
+    "(n, m), the class -> tokens partition): where every other token's e * a is below a "
+    "tenth of floor's ulp, only the kept classes' tokens are formed (the same floats).";
 
 static PyObject *py_shared_law(PyObject *self, PyObject *args) {
-    PyObject *ho, *co, *wo, *lwo, *uo, *oo;
+    PyObject *ho, *co, *wo, *lwo, *uo, *oo, *ko = Py_None, *mo = Py_None;
     double beta, m, a, floor_, c1;
-    if (!PyArg_ParseTuple(args, "OOOOdddd" "OdO", &ho, &co, &wo, &lwo, &beta, &m, &a, &floor_,
-                          &uo, &c1, &oo))
+    if (!PyArg_ParseTuple(args, "OOOOdddd" "OdO|OO", &ho, &co, &wo, &lwo, &beta, &m, &a,
+                          &floor_, &uo, &c1, &oo, &ko, &mo))
         return NULL;
-    Py_buffer h, cls = {0}, w = {0}, lw = {0}, u = {0}, out = {0};
+    Py_buffer h, cls = {0}, w = {0}, lw = {0}, u = {0}, out = {0}, kb = {0}, mb = {0};
     PyObject *result = NULL;
     if (get_view(ho, &h, "h", 'd', -1, 0) < 0) return NULL;
     Py_ssize_t nc = h.len / 8;
@@ -1122,16 +1125,34 @@ static PyObject *py_shared_law(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "h: expected at least one item");
         goto done;
     }
+    if ((ko == Py_None) != (mo == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "give both kept and members, or neither");
+        goto done;
+    }
+    if (ko != Py_None && get_view(ko, &kb, "kept", 'i', -1, 0) < 0) goto done;
+    if (mo != Py_None && get_view(mo, &mb, "members", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t per = 0;
+    if (mb.obj) {
+        if (mb.ndim != 2 || mb.shape[0] != nc) {
+            PyErr_Format(PyExc_ValueError, "members: expected a (%zd, m) array", nc);
+            goto done;
+        }
+        per = mb.shape[1];
+    }
     double *lh = scratch((size_t)nc * sizeof(double));
     if (lh == NULL) goto done;
     if (shared_path()(h.buf, nc, cls.buf, w.buf, lw.buf, V, beta, m, a, floor_,
-                      u.obj ? u.buf : NULL, c1, lh, out.buf)) {
-        PyErr_Format(PyExc_ValueError, "cls: an entry is outside [0, %zd)", nc);
+                      u.obj ? u.buf : NULL, c1, lh, out.buf, kb.obj ? kb.buf : NULL,
+                      kb.obj ? kb.len / 4 : 0, mb.obj ? mb.buf : NULL, per)) {
+        PyErr_Format(PyExc_ValueError, "cls, kept or members: an entry is outside its range "
+                     "(classes [0, %zd), tokens [0, %zd))", nc, V);
         goto done;
     }
     result = Py_None;
     Py_INCREF(result);
 done:
+    if (mb.obj) PyBuffer_Release(&mb);
+    if (kb.obj) PyBuffer_Release(&kb);
     if (out.obj) PyBuffer_Release(&out);
     if (u.obj) PyBuffer_Release(&u);
     if (lw.obj) PyBuffer_Release(&lw);

@@ -275,6 +275,87 @@ static inline ATTR int NFN(any_not_below)(NFN(vd) x, double cut) {
 #endif
 }
 
+/* shared_law where only the kept classes' tokens are formed (see shared_law); returns 1 if a
+ * kept class or a member is out of range */
+static ATTR int NFN(shared_law_kept)(const double *h, Py_ssize_t n_cls, const double *log_w,
+                                     Py_ssize_t V, double beta, double m, double a,
+                                     double floor, const double *u, double c1, double *lh,
+                                     double *out, const int32_t *kept, Py_ssize_t n_kept,
+                                     const int64_t *members, Py_ssize_t per_class) {
+    if (u != NULL) {
+        for (Py_ssize_t b = 0; b < V; b++) {
+            double t = u[b] * c1;
+            out[b] = floor + t;
+        }
+    } else {
+        for (Py_ssize_t b = 0; b < V; b++) out[b] = floor;
+    }
+    /* lh[i] = fixed_log(h[kept[i]]) */
+    int bad = 0;
+    Py_ssize_t i = 0;
+    for (; i < n_kept; i++) {
+        uint32_t c = (uint32_t)kept[i];
+        bad |= c >= (uint32_t)n_cls;
+        lh[i] = h[c < (uint32_t)n_cls ? c : 0];
+    }
+    if (bad) return 1;
+    for (i = 0; i + NW <= n_kept; i += NW) {
+        NFN(vd) v;
+        memcpy(&v, lh + i, sizeof v);
+        NFN(vl) k = (NFN(vl))(((NFN(vu))v) >> 52);
+        NFN(vl) sp = (k == 0) | (k >= 2047);
+        NFN(vd) x = NFN(log_v)(v);
+        for (int q = 0; q < NW; q++)
+            if (sp[q]) x[q] = fixed_log_scalar(v[q]);
+        memcpy(lh + i, &x, sizeof x);
+    }
+    for (; i < n_kept; i++) lh[i] = fixed_log_scalar(lh[i]);
+    /* the kept tokens, 256 at a time: x, then e by the vector exp, then the mix */
+    int64_t tok[256];
+    double x[256], e[256];
+    Py_ssize_t n = 0;
+    for (Py_ssize_t ci = 0; ci <= n_kept; ci++) {
+        if (ci < n_kept) {
+            const int64_t *mem = members + (int64_t)kept[ci] * per_class;
+            for (Py_ssize_t q = 0; q < per_class; q++) {
+                int64_t b = mem[q];
+                if (b < 0 || b >= V) return 1;
+                double y = lh[ci] + log_w[b];
+                y = y * beta;
+                x[n] = y - m;
+                tok[n++] = b;
+            }
+        }
+        if (n == 0 || (ci < n_kept && n + per_class <= 256)) continue;
+        Py_ssize_t t = 0;
+        NFN(vl) vbad = {0};
+        for (; t + NW <= n; t += NW) {
+            NFN(vd) y;
+            memcpy(&y, x + t, sizeof y);
+            NFN(vd) ev = NFN(exp_x)(y, &vbad);
+            memcpy(e + t, &ev, sizeof ev);
+        }
+        int any = 0;
+        for (int q = 0; q < NW; q++) any |= vbad[q] != 0;
+        for (Py_ssize_t r = any ? 0 : t; r < n; r++) {
+            double y = x[r];
+            double tt = y * FIXED_INV_LN2 + FIXED_MAGIC, nn = tt - FIXED_MAGIC;
+            if (r >= t || !(nn >= -1021.0 && nn <= 1023.0)) e[r] = fixed_exp_scalar(y);
+        }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            double y = e[r] * a;
+            y = y + floor;
+            if (u != NULL) {
+                double z = u[tok[r]] * c1;
+                y = y + z;
+            }
+            out[tok[r]] = y;
+        }
+        n = 0;
+    }
+    return 0;
+}
+
 /* shared_law: the correction proposal's parent-independent part over tokens b < V,
  *     out[b] = e_b * a + floor, then + c1 * u[b] if u,
  * with e_b = fixed_exp(((lh[cls[b]] + log_w[b]) * beta) - m), lh = fixed_log(h) per class
@@ -286,10 +367,30 @@ static inline ATTR int NFN(any_not_below)(NFN(vd) x, double cut) {
 static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t *cls,
                                 const double *w, const double *log_w, Py_ssize_t V,
                                 double beta, double m, double a, double floor,
-                                const double *u, double c1, double *lh, double *out) {
+                                const double *u, double c1, double *lh, double *out,
+                                const int32_t *kept, Py_ssize_t n_kept,
+                                const int64_t *members, Py_ssize_t per_class) {
     const int sharp = beta != 1.0;
     const uint32_t nc = (uint32_t)n_cls;
     uint32_t bad_cls = 0;
+    /* Below x_cut a token's e * a is under a tenth of floor's ulp, so e * a + floor rounds to
+     * floor whatever e is (e = fixed_exp(x) < 2 exp(x), e * a rounds up by at most 2^-53): its
+     * exp is skipped (e = 0 gives the same float), which is 80-98% of the vectors in the
+     * calibrated worlds. A NaN x is never skipped; floor = 0 or a ulp / (8 a) that underflows
+     * gives x_cut = -inf (nothing skipped). */
+    double x_cut = -INFINITY;
+    if (floor > 0.0 && floor < INFINITY && a > 0.0 && a < INFINITY) {
+        double gap = nextafter(floor, INFINITY) - floor;
+        x_cut = log(gap / (8.0 * a)) - 1.0;
+    }
+    /* The norms' kept classes (beta log v_c - m >= -64, v_c = h_c w_max_c their largest mu):
+     * a token of any other class has x <= beta log v_c - m < -64 + 1e-9, so where x_cut >= -63
+     * only the kept classes' tokens can differ from floor -- the rest of the row is floor
+     * (+ c1 u), the same floats (members: the class -> tokens partition, per_class a row). */
+    if (sharp && kept != NULL && x_cut >= -63.0 && beta > 0.0 && per_class >= 1 &&
+        per_class <= 64)
+        return NFN(shared_law_kept)(h, n_cls, log_w, V, beta, m, a, floor, u, c1, lh, out,
+                                    kept, n_kept, members, per_class);
     if (sharp) {
         /* lh = fixed_log(h): the vector log everywhere, then the scalar one where the vector
          * log does not apply (rare: checked once for the whole row) */
@@ -311,16 +412,6 @@ static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t
             uint64_t k = bits >> 52;
             if (c >= i || k == 0 || k >= 2047) lh[c] = fixed_log_scalar(h[c]);
         }
-    }
-    /* Below x_cut a token's e * a is under a tenth of floor's ulp, so e * a + floor rounds to
-     * floor whatever e is (e = fixed_exp(x) < 2 exp(x), e * a rounds up by at most 2^-53): its
-     * exp is skipped (e = 0 gives the same float), which is 80-98% of the vectors in the
-     * calibrated worlds. A NaN x is never skipped; floor = 0 or a ulp / (8 a) that underflows
-     * gives x_cut = -inf (nothing skipped). */
-    double x_cut = -INFINITY;
-    if (floor > 0.0 && floor < INFINITY && a > 0.0 && a < INFINITY) {
-        double gap = nextafter(floor, INFINITY) - floor;
-        x_cut = log(gap / (8.0 * a)) - 1.0;
     }
     /* blocks of 256 tokens: x (gather, add, scale, subtract), e, then the mix -- simple loops
      * the compiler vectorises, each step one rounding per entry */

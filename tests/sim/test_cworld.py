@@ -444,7 +444,7 @@ def test_shared_law_handles_extreme_exponents(simd_path, monkeypatch):
             if uu is not None:
                 ref += 0.05 * uu
             assert _same(out, ref), (beta, uu is None)
-    with pytest.raises(ValueError, match="cls: an entry is outside"):
+    with pytest.raises(ValueError, match="cls, kept or members: an entry is outside"):
         kern.shared_law(h[:10], cls, w, log_w, 2.0, 0.0, 1.0, 0.0, None, 0.0, np.empty(V))
     with pytest.raises(ValueError, match="log_w: expected 301 items"):
         kern.shared_law(h, cls, w, log_w[:-1], 2.0, 0.0, 1.0, 0.0, None, 0.0, np.empty(V))
@@ -477,6 +477,46 @@ def test_residual_equals_numpys_lines_on_every_path(simd_path):
                 want = (float(want_own.sum()), -float(np.minimum(diff, 0.0).sum()))
                 assert _same(own, want_own), (V, r_div, s, div, bad)
                 assert _same(np.array(got), np.array(want)), (V, r_div, s, div, bad)
+
+
+@needs_kernel
+def test_shared_law_on_the_kept_classes_only_where_that_is_exact(simd_path):
+    # with the norms' kept classes (beta log v_c - m >= -64), the kernel forms only their
+    # tokens when every other token provably rounds to floor (x_cut >= -63: a floor of 1e-7),
+    # and the whole row otherwise (a floor of 1e-40, where tokens with x in (-130, -64) still
+    # count): both the numpy definition's floats, with and without the unigram term
+    rng = np.random.default_rng(24)
+    n_cls, per = 300, 4
+    V = n_cls * per
+    members = rng.permutation(V).reshape(n_cls, per).astype(np.int64)
+    cls = np.empty(V, dtype=np.int32)
+    cls[members.ravel()] = np.repeat(np.arange(n_cls, dtype=np.int32), per)
+    h = np.exp(rng.uniform(-60.0, 0.0, n_cls))
+    w = rng.dirichlet(np.ones(V))
+    log_w = np.log(w)
+    w_max = w[members].max(axis=1)
+    u = rng.dirichlet(np.ones(V))
+    beta = 2.5
+    lv = np.log(h * w_max)
+    m = beta * lv.max()
+    kept = np.flatnonzero(beta * lv - m >= -64.0).astype(np.int32)
+    assert 0 < kept.size < n_cls // 2
+    for floor in (1e-7, 1e-40):
+        for uu in (None, u):
+            out = np.empty(V)
+            kern.shared_law(h, cls, w, log_w, beta, m, 0.3, floor, uu, 0.05, out, kept,
+                            members)
+            x = numerics.fixed_log(h)[cls]
+            x += log_w
+            x *= beta
+            x -= m
+            ref = numerics.fixed_exp(x) * 0.3
+            ref += floor
+            if uu is not None:
+                ref += 0.05 * uu
+            assert _same(out, ref), (floor, uu is None)
+    with pytest.raises(ValueError, match="give both kept and members"):
+        kern.shared_law(h, cls, w, log_w, beta, m, 0.3, 1e-7, None, 0.0, np.empty(V), kept)
 
 
 @needs_kernel

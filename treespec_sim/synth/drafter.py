@@ -499,7 +499,12 @@ class BlockDiffusionDrafter:
         out = np.empty(self.vocab_size)
         kern = compiled.world_kernel
         if kern is not None:
-            kern.shared_law(h, self._cls_of32, tab.w, tab.log_w, beta, m, a, floor, u, c1, out)
+            # with the norms' kept classes, only their tokens are formed where the rest of
+            # the row provably rounds to floor (cworld.c, shared_law; the same floats)
+            kept = None if lazy._cand is None or beta == 1.0 else \
+                lazy._cand[d, :int(lazy._counts[d])]
+            kern.shared_law(h, self._cls_of32, tab.w, tab.log_w, beta, m, a, floor, u, c1, out,
+                            *((kept, self._classes[0]) if kept is not None else ()))
             return out
         if beta != 1.0:
             x = fixed_log(h)[self._cls_of]
