@@ -275,6 +275,27 @@ static inline ATTR int NFN(any_not_below)(NFN(vd) x, double cut) {
 #endif
 }
 
+/* e[r] = fixed_exp(x[r]) for r < n, NW at a time by the vector exp, except that a vector whose
+ * lanes are all below cut gets zeros (shared_law's cut; -INFINITY: none); the lanes the vector
+ * exp does not cover (2^n outside the normal range, NaN) by the scalar one: the same floats */
+static inline ATTR void NFN(exp_block)(const double *x, double *e, Py_ssize_t n, double cut) {
+    Py_ssize_t t = 0;
+    NFN(vl) bad = {0};
+    for (; t + NW <= n; t += NW) {
+        NFN(vd) y, ev = {0};
+        memcpy(&y, x + t, sizeof y);
+        if (NFN(any_not_below)(y, cut)) ev = NFN(exp_x)(y, &bad);
+        memcpy(e + t, &ev, sizeof ev);
+    }
+    int any = 0;
+    for (int q = 0; q < NW; q++) any |= bad[q] != 0;
+    for (Py_ssize_t r = any ? 0 : t; r < n; r++) {
+        double y = x[r];
+        double tt = y * FIXED_INV_LN2 + FIXED_MAGIC, nn = tt - FIXED_MAGIC;
+        if (r >= t || !(nn >= -1021.0 && nn <= 1023.0)) e[r] = fixed_exp_scalar(y);
+    }
+}
+
 /* shared_law where only the kept classes' tokens are formed (see shared_law); returns 1 if a
  * kept class or a member is out of range */
 static ATTR int NFN(shared_law_kept)(const double *h, Py_ssize_t n_cls, const double *log_w,
@@ -327,21 +348,7 @@ static ATTR int NFN(shared_law_kept)(const double *h, Py_ssize_t n_cls, const do
             }
         }
         if (n == 0 || (ci < n_kept && n + per_class <= 256)) continue;
-        Py_ssize_t t = 0;
-        NFN(vl) vbad = {0};
-        for (; t + NW <= n; t += NW) {
-            NFN(vd) y;
-            memcpy(&y, x + t, sizeof y);
-            NFN(vd) ev = NFN(exp_x)(y, &vbad);
-            memcpy(e + t, &ev, sizeof ev);
-        }
-        int any = 0;
-        for (int q = 0; q < NW; q++) any |= vbad[q] != 0;
-        for (Py_ssize_t r = any ? 0 : t; r < n; r++) {
-            double y = x[r];
-            double tt = y * FIXED_INV_LN2 + FIXED_MAGIC, nn = tt - FIXED_MAGIC;
-            if (r >= t || !(nn >= -1021.0 && nn <= 1023.0)) e[r] = fixed_exp_scalar(y);
-        }
+        NFN(exp_block)(x, e, n, -INFINITY);
         for (Py_ssize_t r = 0; r < n; r++) {
             double y = e[r] * a;
             y = y + floor;
@@ -428,22 +435,7 @@ static ATTR int NFN(shared_law)(const double *h, Py_ssize_t n_cls, const int32_t
                 y = y * beta;
                 x[t] = y - m;
             }
-            Py_ssize_t t = 0;
-            NFN(vl) bad = {0};
-            for (; t + NW <= n; t += NW) {
-                NFN(vd) y, ev = {0};
-                memcpy(&y, x + t, sizeof y);
-                if (NFN(any_not_below)(y, x_cut)) ev = NFN(exp_x)(y, &bad);
-                memcpy(e + t, &ev, sizeof ev);
-            }
-            int any = 0;
-            for (int q = 0; q < NW; q++) any |= bad[q] != 0;
-            for (Py_ssize_t r = any ? 0 : t; r < n; r++) {
-                double y = x[r];
-                double tt = y * FIXED_INV_LN2 + FIXED_MAGIC, nn = tt - FIXED_MAGIC;
-                /* the lanes the vector exp does not cover: 2^n outside the normal range, NaN */
-                if (r >= t || !(nn >= -1021.0 && nn <= 1023.0)) e[r] = fixed_exp_scalar(y);
-            }
+            NFN(exp_block)(x, e, n, x_cut);
         } else {
             const double *wb = w + lo;
             for (Py_ssize_t t = 0; t < n; t++) e[t] = wb[t] * h[cb[t]];
