@@ -296,7 +296,10 @@ def test_resume_after_a_kill_redoes_nothing_finished(tmp_path, workers):
     proc.wait()
     finished = {p: p.stat().st_mtime_ns for p in out.rglob("cells/**/*.json")}
     assert finished, "no cell finished before the kill"
-    assert not list(out.rglob("cells/**/.*.tmp"))  # no torn files
+    # no torn results: every finished cell parses (a kill between a cell's temporary file and
+    # its rename can leave the temporary ".<name>.<random>.tmp", which is never read as a cell)
+    for p in finished:
+        json.loads(p.read_text())
     assert subprocess.run([*cmd, "--resume"], check=False).returncode == 0
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items())
     record = json.loads((out / "run.json").read_text())
