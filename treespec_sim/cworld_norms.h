@@ -212,12 +212,10 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
     const double m = beta * fixed_log_scalar(vmax);
     const double cut = vmax * fixed_exp_scalar(-(FIXED_NORM_CUT / beta));
     Py_ssize_t count = NFN(above)(h, w, n, cut, cand);
-    /* their terms exp(beta log v - m) S, NW at a time (lanes the vector code does not cover
-     * -- v subnormal, 2^n out of the normal range -- by the scalar functions: the same
-     * floats), then each into lane c % 8 in column order */
-    /* their class maxima into vals, then each term formed in place, NW at a time by the vector
-     * log and exp; a vector with a lane those do not cover (v subnormal, 2^n out of the normal
-     * range) is redone lane by lane by the scalar functions: the same floats */
+    /* their terms exp(beta log v - m) S: the class maxima into vals, then each term formed in
+     * place, NW at a time by the vector log and exp (a vector with a lane those do not cover --
+     * v subnormal, 2^n out of the normal range -- redone lane by lane by the scalar functions:
+     * the same floats); then each into lane c % 8 in column order */
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t c = cand[i];
         vals[i] = h[c] * w[c];
