@@ -55,6 +55,7 @@ from treespec_sim.verify import SCHEME_FOR_RULE
 from ._deps import require
 from .backend import DecodeState, ModelBackend
 from .bundle import DTYPES, TINY_DRAFTER, TINY_TARGET, load
+from .profile import device_identity
 from .validate import load_prompts
 
 torch = require("torch")
@@ -342,7 +343,8 @@ def header_for(bundle, settings: RecordSettings, *, device: str, dtype: str | No
             "models": {"target": _portable(target), "drafter": _portable(drafter)},
             "dtype": dtype or str(next(bundle.target.model.parameters()).dtype).replace(
                 "torch.", ""),
-            "device": device, "torch": torch.__version__,
+            "device": device, "device_name": device_identity(device)[1],
+            "torch": torch.__version__,
             "L": int(bundle.depth), "V": int(bundle.vocab_size), "prompts": prompts,
             "settings": settings.as_dict(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -17,7 +17,7 @@ import pytest
 
 import real_models.record as rec
 from real_models.backend import ModelBackend
-from real_models.profile import CPU_TINY
+from real_models.profile import CPU_TINY, device_identity
 from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
 from real_models.validate import load_prompts
 from treespec_sim import DraftTree, engine, trace
@@ -30,6 +30,19 @@ SHIPPED = ROOT / "real_models" / "traces" / "tiny-b256.npz"
 
 #: Live rounds run a fresh float32 forward per tree; the trace holds the superset tree's.
 TOL = 1e-6
+
+#: The shipped trace was recorded on another machine, and another CPU's float32 kernels round
+#: the live logits differently. Measured on an AMD Zen 5 host against the Intel recording: the
+#: live drafter's log q within 1.7e-5 of the recorded ones, the target's logits within
+#: 1.2e-5, E[tau] within 1.5e-6 (deterministic trees) and 1.65e-5 (the sampled tree, whose
+#: residual rules divide by small masses); 2 of 240 deterministic trees and 1 of 24 superset
+#: trees took two nodes whose path scores differ by ~1e-7 in the other order. So on the
+#: shipped trace: log q within CROSS_LOGQ, E[tau] within CROSS_TOL, and a tree that differs
+#: must differ only where two path scores (each a sum of at most L log q) tie to within
+#: 2 L CROSS_LOGQ. The same-machine tests above keep TOL; a replay of the wrong rows (another
+#: context, node or temperature) is off by >> 1e-3.
+CROSS_LOGQ = 1e-4
+CROSS_TOL = 1e-4
 
 B_MAX = 256
 TEMPS = (0.0, 1.0)
@@ -73,9 +86,43 @@ DETERMINISTIC = [("chain", None, None), ("ddtree", 16, None), ("ddtree", 64, Non
                  ("dynamic", 256, None)]
 
 
-def _live_walk(bundle, tr: trace.Trace):
+def _token_paths(tree: DraftTree) -> list[tuple[int, ...]]:
+    """Each node's root-to-node token path (which names a node whatever the tree's order)."""
+    paths: list[tuple[int, ...]] = [()]
+    for v in range(1, tree.n_nodes):
+        paths.append((*paths[int(tree.parent[v])], int(tree.token[v])))
+    return paths
+
+
+def _path_scores(tree: DraftTree, log_q: np.ndarray) -> np.ndarray:
+    """Each non-root node's path score ``sum_d log q_d`` under ``log_q`` (float64)."""
+    score = np.zeros(tree.n_nodes)
+    for v in range(1, tree.n_nodes):
+        score[v] = score[int(tree.parent[v])] + float(log_q[tree.depth[v] - 1, tree.token[v]])
+    return score[1:]
+
+
+def _tied_alike(a: DraftTree, b: DraftTree, log_q: np.ndarray, tie: float) -> bool:
+    """Whether two trees of one builder differ only where path scores tie to within ``tie``.
+
+    A best-first builder takes nodes in decreasing path score: if ``a`` and ``b`` took the
+    same nodes up to the order of near-ties (or the last node from a near-tie at the budget),
+    their nodes' scores under the recorded ``log_q``, sorted, agree entry by entry to ``tie``.
+    """
+    if a.n_nodes != b.n_nodes:
+        return False
+    sa, sb = (np.sort(_path_scores(t, log_q)) for t in (a, b))
+    return bool(np.all(np.abs(sa - sb) <= tie))
+
+
+def _live_walk(bundle, tr: trace.Trace, *, tie: float | None = None):
     """Yield (live backend, live ctx, trace ctx) along the recorded decode of every prompt:
-    the live sequence commits the recorded outcome of each round."""
+    the live sequence commits the recorded outcome of each round.
+
+    ``tie`` (a trace recorded on another machine): the live superset tree may differ from
+    the recorded one by nodes tied to within ``tie`` (:func:`_tied_alike`); the recorded
+    outcome is then committed by its tokens.
+    """
     be = ModelBackend(bundle)
     for prompt in sorted({c.prompt for c in tr.contexts}):
         ctxs = [c for c in tr.contexts if c.prompt == prompt]
@@ -85,8 +132,15 @@ def _live_walk(bundle, tr: trace.Trace):
             yield be, live, c
             rnd = engine.run_round(be, live, method=trace.superset, budget=tr.b_max, rule="follow",
                                    temperature=0.0, rng=np.random.default_rng(0), sample=False)
-            assert same_tree(rnd.tree, tr.superset_tree(c))
+            rec_tree = tr.superset_tree(c)
             path, bonus = tr.recorded_outcome(c)
+            if tie is None:
+                assert same_tree(rnd.tree, rec_tree)
+            elif not same_tree(rnd.tree, rec_tree):
+                assert _tied_alike(rnd.tree, rec_tree, tr.draft(c), tie), c.index
+                live_ids = {p: v for v, p in enumerate(_token_paths(rnd.tree))}
+                rec_paths = _token_paths(rec_tree)
+                path = tuple(live_ids[rec_paths[v]] for v in path)
             be.commit(live, Outcome.from_path(rnd.tree, path, bonus))
 
 
@@ -266,6 +320,7 @@ def test_the_recorder_resumes_to_the_file_an_uninterrupted_run_writes(tmp_path, 
     ha, a = trace.read(tmp_path / "a.npz")
     hb, b = trace.read(out)
     assert ha["settings"] == hb["settings"] and set(a) == set(b)
+    assert ha["device"] == "cpu" and ha["device_name"] == device_identity("cpu")[1]
     for k in a:
         if not k.endswith("_s"):  # measured seconds differ
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -284,19 +339,28 @@ def test_recorder_options_are_checked():
 
 
 def test_the_shipped_trace_replays_the_live_tiny_models(bundle):
+    """The shipped file against the shipped models, on whatever CPU runs the tests (it was
+    recorded on another one: the tolerances of :data:`CROSS_TOL`)."""
     tr = trace.load(SHIPPED)
     assert SHIPPED.stat().st_size <= 5_000_000
     assert tr.b_max == 256 and tr.temperatures == (0.0, 1.0) and tr.sampled_spec is not None
     cost = get_cost_model(CPU_TINY)
     sp, seed = tr.sampled_spec, tr.header["settings"]["seed"]
-    n = 0
-    for be, live, c in _live_walk(bundle, tr):
+    n = reordered = 0
+    tie = 2 * tr.depth * CROSS_LOGQ
+    for be, live, c in _live_walk(bundle, tr, tie=tie):
+        log_q = tr.draft(c)
+        assert np.abs(np.asarray(be.draft(live), np.float64) - log_q).max() < CROSS_LOGQ
         for method, budget, options in DETERMINISTIC[:5]:
             for t in TEMPS:
                 a, b = _both(be, live, tr, c, method=method, budget=budget, temperature=t,
                              rule="follow", cost=cost, options=options)
-                assert same_tree(a.tree, b.tree)
-                assert abs(a.expected_tau - b.expected_tau) < TOL, (c.index, method, budget, t)
+                if same_tree(a.tree, b.tree):
+                    assert abs(a.expected_tau - b.expected_tau) < CROSS_TOL, \
+                        (c.index, method, budget, t)
+                else:  # a near-tie came in the other order here: the trees are as good
+                    assert _tied_alike(a.tree, b.tree, log_q, tie), (c.index, method)
+                    reordered += 1
         a = engine.run_round(be, live, method=sp["method"], budget=sp["budget"],
                              rule=sp["rule"], temperature=sp["temperature"],
                              rng=np.random.default_rng([seed, c.prompt, c.round, 1]),
@@ -307,9 +371,23 @@ def test_the_shipped_trace_replays_the_live_tiny_models(bundle):
                              sample=False)
         assert same_tree(a.tree, b.tree)
         for rule in ("rrsw", "traversal", "univer"):
-            assert abs(a.expected_tau_under(rule) - b.expected_tau_under(rule)) < TOL
+            assert abs(a.expected_tau_under(rule) - b.expected_tau_under(rule)) < CROSS_TOL
         n += 1
     assert n == len(tr) == 24
+    # near-ties are rare: almost every comparison is of the same tree
+    assert reordered <= 0.05 * n * 5 * len(TEMPS)
+
+
+def test_a_near_tie_is_told_from_another_tree():
+    """:func:`_tied_alike`, which the shipped trace's test leans on, accepts only near-ties."""
+    log_q = np.log(np.array([[0.5, 0.3, 0.2, 1e-9], [0.25, 0.25, 0.25, 0.25]]))
+    a = DraftTree.from_parents([-1, 0, 0, 1], [0, 0, 1, 2])
+    swapped = DraftTree.from_parents([-1, 0, 0, 2], [0, 1, 0, 2])   # same nodes, other order
+    tied = DraftTree.from_parents([-1, 0, 0, 1], [0, 0, 1, 3])      # a tie at the last node
+    other = DraftTree.from_parents([-1, 0, 0, 0], [0, 0, 1, 2])     # a worse node instead
+    assert not same_tree(a, swapped) and _tied_alike(a, swapped, log_q, 1e-12)
+    assert _tied_alike(a, tied, log_q, 1e-12)
+    assert not _tied_alike(a, other, log_q, 2 * 7 * CROSS_LOGQ)
 
 
 def test_the_docs_example_runs_as_written(monkeypatch):
