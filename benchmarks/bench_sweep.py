@@ -208,7 +208,8 @@ def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     fresh = fresh_rounds(args.regime, args.fresh_rounds)
     if args.fresh_only:
-        result = {"machine": platform.platform(), "regime": args.regime, "fresh": fresh}
+        result = {"machine": platform.platform(), "kernels": _kernels(), "regime": args.regime,
+                  "fresh": fresh}
         if args.json:
             print(json.dumps(result, indent=1))
         else:
@@ -240,9 +241,17 @@ def main(argv=None) -> dict:
     return result
 
 
+def _kernels() -> str:
+    """The compiled paths this run used: the vector path and the chain's measured kernel."""
+    kern = compiled.world_kernel
+    if kern is None:
+        return "numpy drafter (treespec_sim.cworld not built)"
+    return f"vector path {kern.simd()}, chain kernel {kern.chain_kernel()}"
+
+
 def _print_fresh(regime: str, fresh: list[dict]) -> None:
     print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits "
-          "(targets: docs/performance.md):")
+          f"(targets: docs/performance.md; {_kernels()}):")
     for r in fresh:
         vs = (f"; numpy drafter {r['numpy_drafter_rounds_per_s']:.1f}/s, compiled "
               f"{r['vs_numpy']:.2f}x per CPU second" if "vs_numpy" in r else "")

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -277,8 +278,25 @@ static void step_generic(STEP_ARGS) {
         const int64_t width = (s->off[sl + 1] - s->off[sl]) / LANES;
         const int32_t *col = s->col + s->off[sl];
         const double *val = s->val + s->off[sl];
-        double acc[LANES] = {0.0};
-        for (int64_t j = 0; j < width; j++)
+        /* terms every lane has (lanes sorted by decreasing length: the last is shortest),
+         * eight independent sums without a branch; then the longer lanes' rest */
+        const int64_t all = len[LANES - 1];
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, a4 = 0.0, a5 = 0.0, a6 = 0.0, a7 = 0.0;
+        int64_t j = 0;
+        for (; j < all; j++) {
+            const int32_t *c = col + j * LANES;
+            const double *v = val + j * LANES;
+            a0 += v[0] * nu[c[0]];
+            a1 += v[1] * nu[c[1]];
+            a2 += v[2] * nu[c[2]];
+            a3 += v[3] * nu[c[3]];
+            a4 += v[4] * nu[c[4]];
+            a5 += v[5] * nu[c[5]];
+            a6 += v[6] * nu[c[6]];
+            a7 += v[7] * nu[c[7]];
+        }
+        double acc[LANES] = {a0, a1, a2, a3, a4, a5, a6, a7};
+        for (; j < width; j++)
             for (int l = 0; l < LANES && j < len[l]; l++)
                 acc[l] += val[j * LANES + l] * nu[col[j * LANES + l]];
         finish_slice(s, sl, acc, add, scale, shift, has_eta, h, nu_out);
@@ -378,23 +396,86 @@ __attribute__((target("avx2"))) static void step_avx2(STEP_ARGS) {
 #endif
 
 typedef void (*StepFn)(STEP_ARGS);
-static StepFn chain_rows = NULL;
+
+/* The vector path (simd(): "generic", "avx2" or "avx512", the best the CPU has unless a test
+ * sets another) picks the kernels of the passes below: the norms, the laws, the residual. */
+enum { LEVEL_GENERIC, LEVEL_AVX2, LEVEL_AVX512 };
+static int level = LEVEL_GENERIC;
 static const char *path_name = "generic";
 
 static void pick_path(void) {
-    chain_rows = step_generic;
+    level = LEVEL_GENERIC;
     path_name = "generic";
 #ifdef HAVE_X86_PATHS
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) {
-        chain_rows = step_avx2;
+        level = LEVEL_AVX2;
         path_name = "avx2";
     }
     if (__builtin_cpu_supports("avx512f")) {
-        chain_rows = step_avx512;
+        level = LEVEL_AVX512;
         path_name = "avx512";
     }
 #endif
+}
+
+/* The chain's kernel is chosen apart from the vector path, by measurement: every kernel the
+ * CPU can run adds the same terms in the same order (the same floats), and which is fastest
+ * depends on the CPU's gathers -- on an Intel Sapphire Rapids the AVX-512 gather was (36 vs 42
+ * us a product), on an AMD Zen 5 the scalar code is (30 vs 45 us). The first chain of a
+ * process times each on its matrix (docs/performance.md, "The chain's kernel"). */
+typedef struct {
+    StepFn fn;
+    const char *name;
+} ChainKernel;
+
+static int chain_kernels(ChainKernel *out) {
+    int k = 0;
+    out[k++] = (ChainKernel){step_generic, "generic"};
+#ifdef HAVE_X86_PATHS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) out[k++] = (ChainKernel){step_avx2, "avx2"};
+    if (__builtin_cpu_supports("avx512f")) out[k++] = (ChainKernel){step_avx512, "avx512"};
+#endif
+    return k;
+}
+
+static StepFn chain_rows = NULL;            /* NULL: not chosen yet */
+static const char *chain_name = NULL;
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the fastest kernel on s (the least of five timed runs each, interleaved); -1: no memory */
+static int tune_chain(const Sell *s) {
+    ChainKernel ks[3];
+    int nk = chain_kernels(ks), best = 0;
+    size_t n = (size_t)(s->n ? s->n : 1);
+    double *buf = malloc(3 * n * sizeof(double)), least[3] = {INFINITY, INFINITY, INFINITY};
+    if (buf == NULL) return -1;
+    for (size_t i = 0; i < n; i++) buf[i] = 1.0 / (double)n;
+    for (int rep = 0; rep < 5; rep++)
+        for (int k = 0; k < nk; k++) {
+            double t0 = seconds_now();
+            ks[k].fn(s, buf, 0.0, 1.0, 0.0, 0, buf + n, buf + 2 * n);
+            double t = seconds_now() - t0;
+            if (t < least[k]) least[k] = t;
+        }
+    for (int k = 1; k < nk; k++)
+        if (least[k] < least[best]) best = k;
+    free(buf);
+    chain_rows = ks[best].fn;
+    chain_name = ks[best].name;
+    return 0;
+}
+
+/* the chain's kernel, chosen on s at the first call */
+static StepFn chain_kernel_for(const Sell *s) {
+    if (chain_rows == NULL && tune_chain(s) < 0) chain_rows = step_generic, chain_name = "generic";
+    return chain_rows;
 }
 
 static PyObject *py_simd_paths(PyObject *self, PyObject *unused) {
@@ -411,23 +492,34 @@ static PyObject *py_simd(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(path_name);
 }
 
+static PyObject *py_chain_kernel(PyObject *self, PyObject *unused) {
+    if (chain_name == NULL) Py_RETURN_NONE;
+    return PyUnicode_FromString(chain_name);
+}
+
+static PyObject *py_tune_chain(PyObject *self, PyObject *cap) {
+    const Sell *s = PyCapsule_GetPointer(cap, "treespec_sim.cworld.Sell");
+    if (s == NULL) return NULL;
+    if (tune_chain(s) < 0) return PyErr_NoMemory();
+    return PyUnicode_FromString(chain_name);
+}
+
+/* set_simd(name): the vector path name, and the chain's kernel of that name (tests run every
+ * path's floats); tune_chain(sell) chooses the chain's kernel by measurement again */
 static PyObject *py_set_simd(PyObject *self, PyObject *args) {
     const char *name;
     if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
-    pick_path();
-    if (strcmp(name, path_name) == 0) Py_RETURN_NONE;
-    if (strcmp(name, "generic") == 0) {
-        chain_rows = step_generic;
-        path_name = "generic";
-        Py_RETURN_NONE;
-    }
-#ifdef HAVE_X86_PATHS
-    if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
-        chain_rows = step_avx2;
-        path_name = "avx2";
-        Py_RETURN_NONE;
-    }
-#endif
+    ChainKernel ks[3];
+    int nk = chain_kernels(ks);
+    for (int k = 0; k < nk; k++)
+        if (strcmp(name, ks[k].name) == 0) {
+            level = k == 0 ? LEVEL_GENERIC : strcmp(name, "avx2") == 0 ? LEVEL_AVX2
+                                                                       : LEVEL_AVX512;
+            path_name = ks[k].name;
+            chain_rows = ks[k].fn;
+            chain_name = ks[k].name;
+            Py_RETURN_NONE;
+        }
     PyErr_Format(PyExc_ValueError, "set_simd: %s is not among simd_paths() on this CPU", name);
     return NULL;
 }
@@ -456,7 +548,7 @@ static PyObject *py_chain_step(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "nu_out must not be nu (nu is read while written)");
     } else {
         Py_BEGIN_ALLOW_THREADS
-        chain_rows(s, nu.buf, add, scale, shift, has_eta, h.buf, no.buf);
+        chain_kernel_for(s)(s, nu.buf, add, scale, shift, has_eta, h.buf, no.buf);
         Py_END_ALLOW_THREADS
         result = Py_None;
         Py_INCREF(result);
@@ -600,8 +692,8 @@ typedef int (*NormFn)(const double *, const double *, int32_t *, double *, Py_ss
 
 static NormFn norm_path(void) {
 #ifdef HAVE_X86_PATHS
-    if (chain_rows == step_avx512) return norm_row_avx512;
-    if (chain_rows == step_avx2) return norm_row_avx2;
+    if (level == LEVEL_AVX512) return norm_row_avx512;
+    if (level == LEVEL_AVX2) return norm_row_avx2;
 #endif
     return norm_row_generic;
 }
@@ -792,15 +884,15 @@ __attribute__((target("avx512f"))) static double block_min_avx512(const double *
 
 static double block_min(const double *a, Py_ssize_t n, int *nan) {
 #ifdef HAVE_X86_PATHS
-    if (chain_rows == step_avx512) return block_min_avx512(a, n, nan);
+    if (level == LEVEL_AVX512) return block_min_avx512(a, n, nan);
 #endif
     return block_min_plain(a, n, nan);
 }
 
-/* out = q / total on the vector path the chain runs (the same floats on every path) */
+/* out = q / total on the vector path (simd()) (the same floats on every path) */
 static void divide_into(double *out, const double *q, double total, Py_ssize_t n) {
 #ifdef HAVE_X86_PATHS
-    if (chain_rows == step_avx512) {
+    if (level == LEVEL_AVX512) {
         divide_fma(out, q, total, n);
         return;
     }
@@ -857,10 +949,11 @@ static PyObject *py_chain_rest(PyObject *self, PyObject *args) {
         const double *p = pi.buf, *e = eta.buf;
         if (n) memcpy(cur, nu.buf, (size_t)n * sizeof(double));
         double *hb = h.buf;
+        StepFn step = chain_kernel_for(s);
         for (Py_ssize_t d = 1; d < L; d++) {
             mul_into(prod, cur, p, n);
             double add = pairwise_sum(prod, n);
-            chain_rows(s, cur, add, 1.0 - e[d], e[d], e[d] != 0.0, hb + d * n, next);
+            step(s, cur, add, 1.0 - e[d], e[d], e[d] != 0.0, hb + d * n, next);
             double *t = cur;
             cur = next;
             next = t;
@@ -1082,7 +1175,7 @@ done:
 
 /* The parent-independent part of the drafter's correction proposal (drafter.py,
  * BlockDiffusionDrafter._shared_law): one pass over the vocabulary (cworld_norms.h,
- * shared_law) on the vector path the chain runs. */
+ * shared_law) on the vector path (simd()). */
 typedef int (*SharedFn)(const double *, Py_ssize_t, const int32_t *, const double *,
                         const double *, Py_ssize_t, double, double, double, double,
                         const double *, double, double *, double *, const int32_t *,
@@ -1090,8 +1183,8 @@ typedef int (*SharedFn)(const double *, Py_ssize_t, const int32_t *, const doubl
 
 static SharedFn shared_path(void) {
 #ifdef HAVE_X86_PATHS
-    if (chain_rows == step_avx512) return shared_law_avx512;
-    if (chain_rows == step_avx2) return shared_law_avx2;
+    if (level == LEVEL_AVX512) return shared_law_avx512;
+    if (level == LEVEL_AVX2) return shared_law_avx2;
 #endif
     return shared_law_generic;
 }
@@ -1325,12 +1418,12 @@ static void residual_sums(const Residual *a, Py_ssize_t lo, Py_ssize_t n, Residu
     *n_sum = g1 + g2;
 }
 
-/* residual_sums with the leaf of the vector path the chain runs (the same floats on every
+/* residual_sums with the leaf of the vector path (simd()) (the same floats on every
  * path) */
 static void residual_pass(const Residual *a, Py_ssize_t n, double *z_sum, double *n_sum) {
     ResidualLeaf leaf = residual_leaf_plain;
 #ifdef HAVE_X86_PATHS
-    if (chain_rows == step_avx512) leaf = residual_leaf_avx512;
+    if (level == LEVEL_AVX512) leaf = residual_leaf_avx512;
 #endif
     residual_sums(a, 0, n, leaf, z_sum, n_sum);
 }
@@ -1778,6 +1871,11 @@ static PyMethodDef methods[] = {
     {"simd", py_simd, METH_NOARGS, "The chain's vector path on this CPU."},
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},
     {"set_simd", py_set_simd, METH_VARARGS, "set_simd(name): run one of simd_paths() (tests)."},
+    {"chain_kernel", py_chain_kernel, METH_NOARGS,
+     "The chain's kernel (one of simd_paths(), the fastest measured here), None before the "
+     "first chain."},
+    {"tune_chain", py_tune_chain, METH_O,
+     "tune_chain(sell) -> name: time every chain kernel on sell and use the fastest."},
     {NULL, NULL, 0, NULL},
 };
 

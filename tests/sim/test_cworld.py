@@ -65,6 +65,26 @@ def test_chain_equals_the_scipy_product_on_every_path(worlds, simd_path):
 
 
 @needs_kernel
+def test_the_chain_kernel_is_the_fastest_measured_and_set_simd_pins_it(worlds):
+    """The chain's kernel is chosen by timing (every kernel gives the same floats: the tests
+    above run each); set_simd(name) runs that path's kernel, as the tests need."""
+    dr = worlds[0].drafter
+    tab = dr._class_table(0)
+    try:
+        chosen = kern.tune_chain(tab.sell)
+        assert chosen in SIMD_PATHS and kern.chain_kernel() == chosen
+        assert kern.simd() == SIMD_PATHS[-1]     # the other passes keep the best vector path
+        assert _same(dr._chain(tab, 5), np.stack(list(dr._class_h(tab, 5))))
+        for path in SIMD_PATHS:
+            kern.set_simd(path)
+            assert kern.chain_kernel() == path and kern.simd() == path
+    finally:
+        kern.set_simd(SIMD_PATHS[-1])
+    with pytest.raises(ValueError, match="PyCapsule"):
+        kern.tune_chain(np.zeros(3))
+
+
+@needs_kernel
 def test_chain_without_eta_and_with_dead_rows(simd_path):
     # rows of G^T with no entry (a class nobody leads to), lengths from 0 to many
     rng = np.random.default_rng(0)
