@@ -59,9 +59,25 @@ def edge_probabilities(tree: DraftTree, target_rows) -> np.ndarray:
     return edges
 
 
+#: Up to this many nodes :func:`reach_from_edges` walks the nodes in a Python loop (7.6 us at
+#: B = 64 against 16.5 us by levels, plus the levels themselves, 33 us); above, by levels.
+_LOOP_NODES = 160
+
+
 def reach_from_edges(tree: DraftTree, edges: np.ndarray) -> np.ndarray:
-    """Reach probabilities from edge probabilities: a cumulative product down each path."""
-    reach = np.ones(tree.n_nodes, dtype=np.float64)
+    """Reach probabilities from edge probabilities: a cumulative product down each path.
+
+    ``reach[v] = reach[parent[v]] * edges[v]``, the same products whether the nodes are taken
+    in node order (parents precede children) or level by level.
+    """
+    n = tree.n_nodes
+    if n <= _LOOP_NODES:
+        parent, edge = tree.parent.tolist(), edges.tolist()
+        out = [1.0] * n
+        for v in range(1, n):
+            out[v] = out[parent[v]] * edge[v]
+        return np.array(out, dtype=np.float64)
+    reach = np.ones(n, dtype=np.float64)
     for nodes in tree.levels[1:]:
         reach[nodes] = reach[tree.parent[nodes]] * edges[nodes]
     return reach

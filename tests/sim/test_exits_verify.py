@@ -15,6 +15,7 @@ from treespec_sim.exits import (
     exit_decomposition,
     exit_from_edges,
     exit_law,
+    reach_from_edges,
     reach_probabilities,
 )
 from treespec_sim.verify import expected_length, verify
@@ -197,3 +198,26 @@ def test_decomposition_table_is_the_add_at_sum_bit_for_bit(tr):
     ref = np.zeros((limit + 1, len(EXIT_CAUSES)))
     np.add.at(ref, (tree.depth, cause), w)
     assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("n_nodes", [40, 160, 161, 700])
+def test_reach_is_the_product_down_each_path_on_both_sides_of_the_loop_size(n_nodes):
+    """reach_from_edges walks small trees node by node and large ones level by level: the
+    same products, bit for bit, as multiplying each path's edges from the root."""
+    rng = np.random.default_rng(n_nodes)
+    parent = [-1] + [int(rng.integers(0, v)) for v in range(1, n_nodes)]
+    tree = DraftTree.from_parents(parent, list(range(n_nodes)))   # distinct sibling tokens
+    edges = rng.random(n_nodes)
+    edges[0] = 1.0
+    want = np.ones(n_nodes)
+    for v in range(1, n_nodes):
+        path, u = [], v
+        while u > 0:
+            path.append(u)
+            u = int(tree.parent[u])
+        acc = 1.0
+        for u in reversed(path):
+            acc *= edges[u]
+        want[v] = acc
+    got = reach_from_edges(tree, edges)
+    assert got.dtype == np.float64 and np.array_equal(got, want)

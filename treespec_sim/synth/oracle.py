@@ -42,6 +42,8 @@ class MarkovTargetOracle:
         self.node_tokens = np.asarray(node_tokens, dtype=np.int64)
         self.node_tokens.flags.writeable = False
         self._rows: dict[int, np.ndarray] = {}
+        # the last edge_probs (tree, result): a round reads them twice (E[tau], exits)
+        self._edges: tuple[DraftTree, np.ndarray] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -72,8 +74,11 @@ class MarkovTargetOracle:
     def edge_probs(self, tree: DraftTree) -> np.ndarray:
         """``out[v] = row(parent[v])[token[v]]`` for ``v >= 1``, ``out[0] = 1``; ``O(n s)``.
 
-        ``tree`` must have this oracle's node count; its parent/token arrays are read.
+        ``tree`` must have this oracle's node count; its parent/token arrays are read. Read-only;
+        the same array again for the same tree (a tree's arrays never change).
         """
+        if self._edges is not None and self._edges[0] is tree:
+            return self._edges[1]
         if tree.n_nodes != self.node_tokens.shape[0]:
             raise ValueError(f"tree has {tree.n_nodes} nodes but the oracle was built for "
                              f"{self.node_tokens.shape[0]}")
@@ -84,6 +89,8 @@ class MarkovTargetOracle:
                              f"(V = {self.kernel.vocab_size})")
         if tree.size:
             out[1:] = self.kernel.edge_prob(self.node_tokens[tree.parent[1:]], tree.token[1:])
+        out.flags.writeable = False
+        self._edges = (tree, out)
         return out
 
     def __repr__(self) -> str:
