@@ -236,20 +236,30 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     L, V = log_q.shape
     k = min(budget, V)
     k0 = min(k, _FIRST_LIST)
-    tops = list(log_q.top_all(k0))
-    for d, (_, v) in enumerate(tops):
-        if v.size == 0 or np.isnan(v).any():
-            raise ValueError(f"log_q[{d}] has NaN entries or no entry at all")
-        if not np.isfinite(v[0]):
-            raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
-    # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
-    vals = [np.minimum(v, 0.0) for _, v in tops]
+    tops = log_q.top_all(k0)
     toks = [t for t, _ in tops]
+    vals = [v for _, v in tops]
+    sizes = [v.size for v in vals]
+    flat = np.concatenate(vals)          # every row's list at once: one check, one clamp
+    if 0 in sizes or np.isnan(flat).any() or not np.isfinite(flat[np.cumsum(sizes) - sizes]).all():
+        for d, v in enumerate(vals):
+            if v.size == 0 or np.isnan(v).any():
+                raise ValueError(f"log_q[{d}] has NaN entries or no entry at all")
+            if not np.isfinite(v[0]):
+                raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
+    # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
+    np.minimum(flat, 0.0, out=flat)
+    offsets = np.zeros(L + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    vals = [flat[offsets[d]:offsets[d + 1]] for d in range(L)]
     asked = [k0] * L
-    row_max = np.array([v[0] for v in vals])
+    row_max = flat[offsets[:-1]]
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
+    flat_toks = None
     while True:
-        nodes = _pops(toks, vals, budget)
+        if flat_toks is None:
+            flat_toks = np.concatenate(toks)
+        nodes = _pops(toks, vals, budget, flat=(flat, flat_toks, offsets))
         t = _last_score(nodes, toks, vals) if nodes[0].size > budget else -math.inf
         slack = _slack(t)
         short = [d for d in range(L)
@@ -260,23 +270,29 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
             asked[d] = min(k, 4 * asked[d])
             toks[d], v = log_q.top(d, asked[d])
             vals[d] = np.minimum(v, 0.0)
+        flat, flat_toks = np.concatenate(vals), None
+        np.cumsum([v.size for v in vals], out=offsets[1:])
 
 
 #: The first list length per depth of :func:`_build_ranked` (longer where the tree needs it).
 _FIRST_LIST = 16
 
 
-def _pops(toks: list[np.ndarray], vals: list[np.ndarray], budget: int
+def _pops(toks: list[np.ndarray], vals: list[np.ndarray], budget: int, *,
+          flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DDTree's best-first pops over per-depth ranked lists (the compiled kernel's, or
-    :func:`_enumerate_top`'s: the same nodes in the same order)."""
+    :func:`_enumerate_top`'s: the same nodes in the same order). ``flat``: the lists already
+    concatenated, ``(values, tokens, offsets)``."""
     kernel = compiled.kernel
     if kernel is not None:
-        offsets = np.zeros(len(vals) + 1, dtype=np.int64)
-        np.cumsum([v.size for v in vals], out=offsets[1:])
-        raw = kernel.ranked_tree(np.concatenate(vals).astype(np.float64, copy=False),
-                                 np.concatenate(toks).astype(np.int64, copy=False),
-                                 offsets, budget)
+        if flat is None:
+            offsets = np.zeros(len(vals) + 1, dtype=np.int64)
+            np.cumsum([v.size for v in vals], out=offsets[1:])
+            flat = (np.concatenate(vals), np.concatenate(toks), offsets)
+        fv, ft, offsets = flat
+        raw = kernel.ranked_tree(fv.astype(np.float64, copy=False),
+                                 ft.astype(np.int64, copy=False), offsets, budget)
         return _nodes(raw)
     return _enumerate_top(toks, vals, budget, -math.inf)
 

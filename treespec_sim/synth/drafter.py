@@ -842,12 +842,18 @@ class ClassLogMarginals(LazyLogMarginals):
         n = sub.size
         toks = self._members[idx].reshape(n, k * m)
         hv = self._h[sub[:, None], idx]
-        mu = np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None]).reshape(n, k * m)
-        vals = self._from_mu_rows(mu, sub)
+        # the candidates' mu and, in the last column, the best outside class maximum: one
+        # pass of the (element-wise) map to log q for both
+        mu = np.empty((n, k * m + 1))
+        np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
+                    out=mu[:, :k * m].reshape(n, k, m))
+        mu[:, -1] = v_out
+        both = self._from_mu_rows(mu, sub)
+        best_out = both[:, -1]
+        vals = np.ascontiguousarray(both[:, :-1])
         toks, vals = (_rank_rows if kern is None else _rank_compiled)(toks, vals, k)
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
-            best_out = self._from_mu_rows(v_out[:, None], sub)[:, 0]
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
         for i in range(n):
             if sure[i]:
