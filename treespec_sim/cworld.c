@@ -128,6 +128,7 @@ typedef struct {
     Py_ssize_t n, n_slices;
     int64_t *perm, *off;
     int32_t *len, *col;
+    uint16_t *col16;  /* col as 16 bits (n <= 65536; else NULL): the scalar kernel's reads */
     double *val, *w_cls;
     uint8_t *live;  /* live[off[s] / 8 + j]: bit l set when lane l of slice s has a term j */
 } Sell;
@@ -138,6 +139,7 @@ static void sell_release(Sell *s) {
     free(s->off);
     free(s->len);
     free(s->col);
+    free(s->col16);
     free(s->val);
     free(s->w_cls);
     free(s->live);
@@ -225,6 +227,11 @@ static PyObject *py_sell_new(PyObject *self, PyObject *args) {
             }
         }
     }
+    if (n <= 65536) {   /* 2 bytes less to stream per term (10 instead of 12 with the value) */
+        s->col16 = malloc((total ? total : 1) * sizeof *s->col16);
+        if (s->col16 == NULL) goto nomem;
+        for (Py_ssize_t i = 0; i < total; i++) s->col16[i] = (uint16_t)s->col[i];
+    }
     result = PyCapsule_New(s, "treespec_sim.cworld.Sell", sell_free);
     if (result != NULL) s = NULL;
     goto done;
@@ -272,36 +279,49 @@ static inline void finish_slice(const Sell *s, Py_ssize_t sl, const double *acc,
     }
 }
 
+/* a slice's products, eight independent sums: the terms every lane has (lanes sorted by
+ * decreasing length: the last is shortest) without a branch, then the longer lanes' rest */
+#define SLICE_SUMS(COL)                                                                      \
+    do {                                                                                     \
+        const int64_t all = len[LANES - 1];                                                  \
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, a4 = 0.0, a5 = 0.0, a6 = 0.0, a7 = 0.0; \
+        int64_t j = 0;                                                                       \
+        for (; j < all; j++) {                                                               \
+            const COL *c = col + j * LANES;                                                  \
+            const double *v = val + j * LANES;                                               \
+            a0 += v[0] * nu[c[0]];                                                           \
+            a1 += v[1] * nu[c[1]];                                                           \
+            a2 += v[2] * nu[c[2]];                                                           \
+            a3 += v[3] * nu[c[3]];                                                           \
+            a4 += v[4] * nu[c[4]];                                                           \
+            a5 += v[5] * nu[c[5]];                                                           \
+            a6 += v[6] * nu[c[6]];                                                           \
+            a7 += v[7] * nu[c[7]];                                                           \
+        }                                                                                    \
+        acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;                                  \
+        acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;                                  \
+        for (; j < width; j++)                                                               \
+            for (int l = 0; l < LANES && j < len[l]; l++)                                    \
+                acc[l] += val[j * LANES + l] * nu[col[j * LANES + l]];                       \
+    } while (0)
+
 static void step_generic(STEP_ARGS) {
     for (Py_ssize_t sl = 0; sl < s->n_slices; sl++) {
         const int32_t *len = s->len + sl * LANES;
         const int64_t width = (s->off[sl + 1] - s->off[sl]) / LANES;
-        const int32_t *col = s->col + s->off[sl];
         const double *val = s->val + s->off[sl];
-        /* terms every lane has (lanes sorted by decreasing length: the last is shortest),
-         * eight independent sums without a branch; then the longer lanes' rest */
-        const int64_t all = len[LANES - 1];
-        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, a4 = 0.0, a5 = 0.0, a6 = 0.0, a7 = 0.0;
-        int64_t j = 0;
-        for (; j < all; j++) {
-            const int32_t *c = col + j * LANES;
-            const double *v = val + j * LANES;
-            a0 += v[0] * nu[c[0]];
-            a1 += v[1] * nu[c[1]];
-            a2 += v[2] * nu[c[2]];
-            a3 += v[3] * nu[c[3]];
-            a4 += v[4] * nu[c[4]];
-            a5 += v[5] * nu[c[5]];
-            a6 += v[6] * nu[c[6]];
-            a7 += v[7] * nu[c[7]];
+        double acc[LANES];
+        if (s->col16) {
+            const uint16_t *col = s->col16 + s->off[sl];
+            SLICE_SUMS(uint16_t);
+        } else {
+            const int32_t *col = s->col + s->off[sl];
+            SLICE_SUMS(int32_t);
         }
-        double acc[LANES] = {a0, a1, a2, a3, a4, a5, a6, a7};
-        for (; j < width; j++)
-            for (int l = 0; l < LANES && j < len[l]; l++)
-                acc[l] += val[j * LANES + l] * nu[col[j * LANES + l]];
         finish_slice(s, sl, acc, add, scale, shift, has_eta, h, nu_out);
     }
 }
+#undef SLICE_SUMS
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

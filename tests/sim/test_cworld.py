@@ -110,6 +110,28 @@ def test_chain_without_eta_and_with_dead_rows(simd_path):
 
 
 @needs_kernel
+@pytest.mark.parametrize("n", [65536, 65537])
+def test_chain_on_both_sides_of_16_bit_columns(simd_path, n):
+    """Up to 65536 classes the scalar kernel reads 16-bit column indices, above 32-bit ones:
+    the same products either way (the largest index, 65535 or 65536, is among them)."""
+    rng = np.random.default_rng(n)
+    g = sp.random(n, n, density=4 / n, format="csr", random_state=rng)
+    g = (g + sp.csr_matrix(([0.5, 0.25], ([1, n - 1], [n - 1, 0])), shape=(n, n))).tocsr()
+    gt_rows = g.tocsc()
+    w_cls = rng.random(n)
+    sell = kern.sell_new(gt_rows.indptr.astype(np.int64), gt_rows.indices.astype(np.int32),
+                         gt_rows.data, w_cls)
+    nu = rng.random(n)
+    h, nu_out = np.empty(n), np.empty(n)
+    kern.chain_step(sell, nu, nu_out, 0.125, 0.75, 0.25, True, h)
+    ref = g.T @ nu
+    ref += 0.125
+    ref *= 0.75
+    ref += 0.25
+    assert _same(h, ref) and _same(nu_out, w_cls * ref)
+
+
+@needs_kernel
 def test_chain_rejects_bad_buffers():
     n = 16
     g = sp.random(n, n, density=0.3, format="csr", random_state=0)
