@@ -745,7 +745,7 @@ class ClassLogMarginals(LazyLogMarginals):
         above = vals > kth
         need = k - int(above.sum())
         V = self.shape[1]
-        chunk = max(1024, 4 * need)
+        chunk = max(256, 4 * need)      # floor tokens are most of a row: a short first read
         hits: list[np.ndarray] = []
         found = 0
         h_row, one = self._h[row], np.array([row])
@@ -877,9 +877,17 @@ class ClassLogMarginals(LazyLogMarginals):
         """
         m = self._members.shape[1]
         floor = self._floor[row]
-        v = self._h[row] * self._w_max          # the row's class maxima (_class_max's floats)
+        bar = 0.25 * np.spacing(floor)
+        classes = None                          # every class; else the norms' kept classes
         if self._sharp[row]:
             norm_m, norm_z = self._norms()
+            # A class the norms left out has beta log v - m < -64 (up to ulps), so its mass
+            # is below 1.6e-28 (Z >= 1): it cannot reach a bar above 1e-27, and only the kept
+            # classes (a few percent, in column order) need their mass formed.
+            if self._counts is not None and self._counts[row] >= 0 and bar > 1e-27:
+                classes = self._cand[row, :self._counts[row]]
+            v = (self._h[row] * self._w_max if classes is None
+                 else self._h[row][classes] * self._w_max[classes])  # _class_max's floats
             with np.errstate(divide="ignore"):
                 mass = np.log(v)
             mass *= self._beta[row]
@@ -887,8 +895,10 @@ class ClassLogMarginals(LazyLogMarginals):
             np.exp(mass, out=mass)
             mass /= norm_z[row]
         else:
-            mass = v
-        cls = np.flatnonzero(self._keep[row] * mass >= 0.25 * np.spacing(floor))
+            mass = self._h[row] * self._w_max
+        cls = np.flatnonzero(self._keep[row] * mass >= bar)
+        if classes is not None:
+            cls = classes[cls]
         if not floor > 0.0 or cls.size * m > self.shape[1] // 8:
             return None
         toks = self._members[cls].ravel()
