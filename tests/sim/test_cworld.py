@@ -65,7 +65,7 @@ def test_chain_equals_the_scipy_product_on_every_path(worlds, simd_path):
 
 
 @needs_kernel
-def test_the_chain_kernel_is_the_fastest_measured_and_set_simd_pins_it(worlds):
+def test_the_chain_kernel_is_chosen_among_the_paths_and_set_simd_pins_it(worlds):
     """The chain's kernel is chosen by timing (every kernel gives the same floats: the tests
     above run each); set_simd(name) runs that path's kernel, as the tests need."""
     dr = worlds[0].drafter
