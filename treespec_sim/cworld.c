@@ -1892,8 +1892,8 @@ static PyMethodDef methods[] = {
     {"simd_paths", py_simd_paths, METH_NOARGS, "The vector paths this CPU can run, best last."},
     {"set_simd", py_set_simd, METH_VARARGS, "set_simd(name): run one of simd_paths() (tests)."},
     {"chain_kernel", py_chain_kernel, METH_NOARGS,
-     "The chain's kernel (one of simd_paths(), the fastest measured here), None before the "
-     "first chain."},
+     "The chain's kernel (one of simd_paths(): the fastest measured on the first chain, or "
+     "the one set_simd pinned), None before the first chain."},
     {"tune_chain", py_tune_chain, METH_O,
      "tune_chain(sell) -> name: time every chain kernel on sell and use the fastest."},
     {NULL, NULL, 0, NULL},

@@ -255,10 +255,8 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     asked = [k0] * L
     row_max = flat[offsets[:-1]]
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
-    flat_toks = None
+    flat_toks = np.concatenate(toks)
     while True:
-        if flat_toks is None:
-            flat_toks = np.concatenate(toks)
         nodes = _pops(toks, vals, budget, flat=(flat, flat_toks, offsets))
         t = _last_score(nodes, toks, vals) if nodes[0].size > budget else -math.inf
         slack = _slack(t)
@@ -270,7 +268,7 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
             asked[d] = min(k, 4 * asked[d])
             toks[d], v = log_q.top(d, asked[d])
             vals[d] = np.minimum(v, 0.0)
-        flat, flat_toks = np.concatenate(vals), None
+        flat, flat_toks = np.concatenate(vals), np.concatenate(toks)
         np.cumsum([v.size for v in vals], out=offsets[1:])
 
 
