@@ -212,6 +212,9 @@ static ATTR int NFN(norm_row)(const double *h, const double *w, int32_t *cand, d
     const double m = beta * fixed_log_scalar(vmax);
     const double cut = vmax * fixed_exp_scalar(-(FIXED_NORM_CUT / beta));
     Py_ssize_t count = NFN(above)(h, w, n, cut, cand);
+    /* the kept classes' S: a few percent of an (L, n) table the chain has evicted from cache,
+     * at scattered places; asked for all at once, their misses overlap (docs/performance.md) */
+    for (Py_ssize_t i = 0; i < count; i++) __builtin_prefetch(S + cand[i]);
     /* their terms exp(beta log v - m) S: the class maxima into vals, then each term formed in
      * place, NW at a time by the vector log and exp (a vector with a lane those do not cover --
      * v subnormal, 2^n out of the normal range -- redone lane by lane by the scalar functions:

@@ -37,7 +37,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model, round_time
-from .exits import EXIT_CAUSES, ExitDecomposition, decompose_from_edges, edge_probabilities
+from .exits import (
+    EXIT_CAUSES,
+    ExitDecomposition,
+    decompose_from_edges,
+    edge_probabilities,
+    exit_from_edges,
+)
 from .marginals import LazyLogMarginals
 from .methods import (
     DraftRequest,
@@ -53,7 +59,7 @@ from .rows import TargetOracle
 from .stats import MeanCI, mean_ci
 from .tree import DraftTree, prefix_tree
 from .validation import as_float_array, check_log_q, check_positive_int, check_rng
-from .verify import expected_length, verify
+from .verify import RULES, expected_length, verify
 from .verify.outcome import Outcome
 
 __all__ = [
@@ -310,10 +316,17 @@ class Round:
         return edge_probabilities(self.tree, self.rows)
 
     @cached_property
+    def _reach_and_exit_law(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(reach, exit law)`` from :attr:`edges` (:func:`treespec_sim.exits.exit_from_edges`):
+        :attr:`exits` and a deterministic rule's :attr:`expected_tau` both read them."""
+        return exit_from_edges(self.tree, self.edges, self.reach_given)
+
+    @cached_property
     def exits(self) -> ExitDecomposition:
         """Lost target mass by depth and cause (:func:`treespec_sim.exits.exit_decomposition`)."""
+        reach, law = self._reach_and_exit_law
         return decompose_from_edges(self.tree, self.edges, depth_limit=self.depth_limit,
-                                    reach=self.reach_given)
+                                    reach=reach, law=law)
 
     @property
     def coverage(self) -> float:
@@ -348,6 +361,12 @@ class Round:
                     raise ValueError(f"a round without target rows (a nested budget or "
                                      f"recorded edges) knows only rule 'follow'; got {rule!r}")
                 cache[rule] = 1.0 + self.coverage
+            elif self.proposal is None and getattr(RULES.get(rule), "length_from_exit_law",
+                                                   None) is not None:
+                # the rule's length is read off the exit law (verify.expected_length computes
+                # the same floats from the same edges): shared with exits, computed once
+                cache[rule] = RULES[rule].length_from_exit_law(self.tree,
+                                                               self._reach_and_exit_law[1])
             else:
                 cache[rule] = expected_length(self.tree, self.rows, rule=rule,
                                               proposal=self.proposal)

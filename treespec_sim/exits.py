@@ -178,14 +178,18 @@ def exit_decomposition(tree: DraftTree, target_rows, *, depth_limit: int | None 
 
 
 def decompose_from_edges(tree: DraftTree, edges: np.ndarray, *, depth_limit: int | None = None,
-                         reach: np.ndarray | None = None) -> ExitDecomposition:
+                         reach: np.ndarray | None = None, law: np.ndarray | None = None
+                         ) -> ExitDecomposition:
     """:func:`exit_decomposition` from the tree's edge probabilities (e.g. a prefix of a
     larger nested tree's edges) and, optionally, its reach probabilities (see
-    :func:`exit_from_edges`)."""
+    :func:`exit_from_edges`) and exit law ``law`` (with ``reach``: both as
+    :func:`exit_from_edges` returns them)."""
     if depth_limit is not None and depth_limit < tree.max_depth:
         raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
                          f"{tree.max_depth}")
-    reach, w = exit_from_edges(tree, edges, reach)
+    if law is not None and reach is None:
+        raise ValueError("law needs reach (both from exit_from_edges)")
+    reach, w = (reach, law) if law is not None else exit_from_edges(tree, edges, reach)
     leaf = tree.is_leaf()
     cause = np.zeros(tree.n_nodes, dtype=np.int64)  # 0 = uncovered (inner node)
     cause[leaf] = 1

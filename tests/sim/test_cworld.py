@@ -577,3 +577,40 @@ def test_factored_residual_equals_the_dense_one(simd_path):
             got = kern.residual_factored(w, pi, succ, corr, s, base, div, own_f)
             want = kern.residual(dense, 1.0, s, base, div, own_d)
             assert got == want and _same(own_f, own_d)
+
+
+@needs_kernel
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_edge_probs_equal_the_numpy_path(temperature, monkeypatch):
+    # the target's edge probabilities Q[a, b] (cworld.edge_probs) against numpy's lines, on a
+    # word-class kernel (one correction row per class) and a plain one, at pairs that hit a
+    # successor (one correction term) and pairs that do not
+    rng = np.random.default_rng(11)
+    world = make_world("math500", seed=0)
+    small = make_world("humaneval", seed=2, vocab_size=4096)
+    kernels = [world.target_kernel(0, temperature), small.target_kernel(1, temperature),
+               world.drafter.kernel(2)]
+    for k in kernels:
+        V = k.vocab_size
+        a = rng.integers(0, V, size=400)
+        b = rng.integers(0, V, size=400)
+        hit = rng.random(400) < 0.5                            # half of them successors
+        b[hit] = k.succ[a[hit], rng.integers(0, k.n_successors, size=int(hit.sum()))]
+        got = k.edge_prob_trusted(a, b)
+        with monkeypatch.context() as m:
+            m.setattr(compiled, "world_kernel", None)
+            want = k.edge_prob_trusted(a, b)
+            assert _same(k.edge_prob(a, b), want)
+        assert _same(got, want)
+        base = k._base_mass[a] * k._base_law[b]
+        succ = (k.succ[a] == b[:, None]).any(axis=1)
+        assert succ[hit].all()
+        assert _same(want[~succ], base[~succ])   # no successor: the shared term alone
+        assert (want[succ] > base[succ]).mean() > 0.5  # a successor: its correction added
+    k = kernels[0]
+    with pytest.raises(ValueError, match=r"b\[1\] = 40000 is outside"):
+        kern.edge_probs(k._base_mass, k._base_law, k.succ, k._corr_rows, k._row_class,
+                        np.array([0, 1]), np.array([3, 40000]), np.empty(2))
+    with pytest.raises(ValueError, match="out: expected 2 items"):
+        kern.edge_probs(k._base_mass, k._base_law, k.succ, k._corr_rows, k._row_class,
+                        np.array([0, 1]), np.array([3, 4]), np.empty(3))

@@ -4,8 +4,10 @@ import pytest
 
 from treespec_sim.cost import get_cost_model, round_time
 from treespec_sim.engine import RoundRecord, decode, run_round, run_rounds, summarize
+from treespec_sim.exits import exit_decomposition
 from treespec_sim.surrogate import surrogate_length
 from treespec_sim.synth import Context, make_world
+from treespec_sim.verify import expected_length
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +225,20 @@ def test_run_round_hands_a_batching_backend_one_call_per_level():
     depths = [d for d, _ in backend.calls]
     assert depths and depths == sorted(set(depths))  # one batched call per level, in order
     assert a.correction_passes == len([d for d in depths if d >= 2])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_deterministic_rules_tau_from_the_rounds_exit_law_equals_verify(world, temperature):
+    # Round reads follow's and tev's E[tau] off the exit law it shares with exits; the
+    # verifier's own path (expected_length: from the rows) must give the same float, and the
+    # exits the same as exit_decomposition from the rows
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        ctx = world.sample_context(rng)
+        for rule in ("follow", "tev"):
+            rnd = run_round(world, ctx, method="ddtree", budget=48, rule=rule,
+                            temperature=temperature, rng=rng, sample=False)
+            assert rnd.expected_tau == expected_length(rnd.tree, rnd.rows, rule=rule)
+            want = exit_decomposition(rnd.tree, rnd.rows, depth_limit=world.depth)
+            assert np.array_equal(rnd.exits.by_depth_cause, want.by_depth_cause)
+            assert rnd.exits.coverage == want.coverage

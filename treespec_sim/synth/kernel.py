@@ -247,6 +247,12 @@ class SparseBoostKernel:
         -------
         int or ndarray of int64 with the shape of ``a``.
         """
+        idx = as_token_array(a, self.vocab_size, "a")
+        out = self._argmax_table()[idx]
+        return int(out) if out.ndim == 0 else out
+
+    def _argmax_table(self) -> np.ndarray:
+        """``argmax`` of every row, int64 (V,), built on first use."""
         if self._argmax is None:
             if self._reps is None:
                 self._argmax = _row_argmax(self.base, self.succ, self.boost)
@@ -255,9 +261,7 @@ class SparseBoostKernel:
                 self._argmax = _row_argmax(self.base, self.succ[reps],
                                            self.boost[reps])[self._row_class]
             self._argmax.flags.writeable = False
-        idx = as_token_array(a, self.vocab_size, "a")
-        out = self._argmax[idx]
-        return int(out) if out.ndim == 0 else out
+        return self._argmax
 
     def row(self, a: int) -> np.ndarray:
         """``Q[a]``, the next-token law after token ``a``: float64 (V,), sums to 1. ``O(V)``."""
@@ -311,14 +315,31 @@ class SparseBoostKernel:
         ai = as_token_array(a, self.vocab_size, "a")
         bi = as_token_array(b, self.vocab_size, "b")
         ai, bi = np.broadcast_arrays(ai, bi)
-        if self.greedy:
-            out = (self.argmax(ai) == bi).astype(np.float64) if ai.size else np.zeros(ai.shape)
-        else:
-            out = self._base_mass[ai] * self._base_law[bi]
-            if self.n_successors:
-                hit = self.succ[ai] == bi[..., None]                     # (..., s)
-                out = out + np.where(hit, self._c(ai), 0.0).sum(axis=-1)
+        out = self.edge_prob_trusted(ai, bi)
         return float(out) if np.ndim(out) == 0 else out
+
+    def edge_prob_trusted(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`edge_prob` of int64 arrays of one shape whose tokens are in ``[0, V)``,
+        unchecked (a target oracle's edges: its node tokens and the tree's, checked where they
+        were made): an array, the same floats."""
+        if self.greedy:
+            return (self._argmax_table()[a] == b).astype(np.float64)
+        kern = compiled.world_kernel
+        cls = self._row_class if self._reps is not None else None
+        if (kern is not None and a.ndim == 1 and a.dtype == b.dtype == np.int64
+                and a.flags.c_contiguous and b.flags.c_contiguous and self.succ.flags.c_contiguous
+                and (cls is None or (cls.dtype == np.int64 and cls.flags.c_contiguous))):
+            # the same floats in one pass (cworld.c, edge_probs): a row's successors are
+            # distinct, so the sum below has one term or none
+            out = np.empty(a.shape[0])
+            kern.edge_probs(self._base_mass, self._base_law, self.succ, self._corr_rows, cls,
+                            a, b, out)
+            return out
+        out = self._base_mass[a] * self._base_law[b]
+        if self.n_successors:
+            hit = self.succ[a] == b[..., None]                          # (..., s)
+            out = out + np.where(hit, self._c(a), 0.0).sum(axis=-1)
+        return out
 
     def dense(self) -> np.ndarray:
         """The full matrix ``Q``, float64 (V, V); for tests and small vocabularies only."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tree import DraftTree
-from .kernel import SparseBoostKernel
+from .kernel import SparseBoostKernel, as_token_array
 
 __all__ = ["MarkovTargetOracle"]
 
@@ -27,6 +27,9 @@ class MarkovTargetOracle:
         The token at each node, with the root replaced by the context's last token.
     tree : DraftTree, optional
         The tree the rows are for; :func:`treespec_sim.rows.as_oracle` refuses them for another.
+    checked : bool, default False
+        ``node_tokens`` is an int64 array already in ``[0, V)`` (the world's own): not checked
+        again.
 
     Attributes
     ----------
@@ -35,11 +38,14 @@ class MarkovTargetOracle:
     """
 
     def __init__(self, kernel: SparseBoostKernel, node_tokens: np.ndarray,
-                 tree: DraftTree | None = None) -> None:
+                 tree: DraftTree | None = None, *, checked: bool = False) -> None:
         self.kernel = kernel
         #: The tree the rows were built for (checked by :func:`treespec_sim.rows.as_oracle`).
         self.tree = tree
-        self.node_tokens = np.asarray(node_tokens, dtype=np.int64)
+        # range-checked once (here, or by the caller: checked=True): edge_probs then reads
+        # the kernel unchecked
+        self.node_tokens = (np.asarray(node_tokens, dtype=np.int64) if checked else
+                            as_token_array(node_tokens, kernel.vocab_size, "node_tokens"))
         self.node_tokens.flags.writeable = False
         self._rows: dict[int, np.ndarray] = {}
         # the last edge_probs (tree, result): a round reads them twice (E[tau], exits)
@@ -88,7 +94,9 @@ class MarkovTargetOracle:
             raise ValueError(f"tree.token[{v}] = {tree.token[v]} is outside the vocabulary "
                              f"(V = {self.kernel.vocab_size})")
         if tree.size:
-            out[1:] = self.kernel.edge_prob(self.node_tokens[tree.parent[1:]], tree.token[1:])
+            # node tokens were checked when the oracle was built, the tree's just above
+            out[1:] = self.kernel.edge_prob_trusted(self.node_tokens[tree.parent[1:]],
+                                                    tree.token[1:])
         out.flags.writeable = False
         self._edges = (tree, out)
         return out

@@ -325,7 +325,8 @@ class World:
                       ) -> TargetOracle:
         """Lazy :class:`~treespec_sim.rows.TargetOracle` for ``tree`` (rows on demand)."""
         node_tokens = self._node_tokens(ctx, tree)
-        return MarkovTargetOracle(self.target_kernel(ctx.topic, temperature), node_tokens, tree)
+        return MarkovTargetOracle(self.target_kernel(ctx.topic, temperature), node_tokens, tree,
+                                  checked=True)
 
     def target_sample(self, ctx: Context, n_tokens: int, rng: np.random.Generator,
                       temperature: float = 1.0) -> np.ndarray:

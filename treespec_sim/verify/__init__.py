@@ -89,6 +89,10 @@ class VerifierRule:
     #: The rule this one is a variant of (``"univer-guided"`` and ``"univer-fixed"`` of
     #: ``"univer"``); None for a rule of its own.
     variant_of: str | None = None
+    #: ``length_from_exit_law(tree, w) -> float``: :attr:`expected_length` from the tree's exit
+    #: law ``w`` (:func:`~treespec_sim.exits.exit_law`), for the rules whose length is read off
+    #: it (the deterministic ones): a round that has ``w`` already reuses it (the same floats).
+    length_from_exit_law: Callable[[DraftTree, np.ndarray], float] | None = None
 
     def __post_init__(self) -> None:
         bad = [s for s in self.schemes if s not in SCHEMES]
@@ -110,9 +114,14 @@ class VerifierRule:
         return "without_replacement" in self.schemes
 
 
-def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> float:
-    w = exit_law(tree, oracle)
+def _length_of_exit_law(tree: DraftTree, w: np.ndarray) -> float:
+    """``E[tau] = sum_v w(v) (1 + depth(v))``: the walk stops at its exit node ``v`` and
+    commits its ``depth(v)`` tokens and the bonus."""
     return float(np.dot(w, 1.0 + tree.depth))
+
+
+def _exit_law_length(tree: DraftTree, oracle: TargetOracle, proposal=None) -> float:
+    return _length_of_exit_law(tree, exit_law(tree, oracle))
 
 
 def _rrs_rule(name: str, scheme: str, description: str) -> VerifierRule:
@@ -149,10 +158,12 @@ def _scaled_rule(name: str, description: str, schemes=("without_replacement",),
 #: :data:`MATCHING_RULES` and :data:`SCHEME_FOR_RULE` are read off it.
 RULES: dict[str, VerifierRule] = {r.name: r for r in (
     VerifierRule("follow", ("deterministic",), lambda t, o, rng, _p: follow_sample(t, o, rng),
-                 _exit_law_length, "predraw-and-follow (DDTree); deterministic trees"),
+                 _exit_law_length, "predraw-and-follow (DDTree); deterministic trees",
+                 length_from_exit_law=_length_of_exit_law),
     VerifierRule("tev", ("deterministic",), lambda t, o, rng, _p: tev_sample(t, o, rng),
                  _exit_law_length,
-                 "exit-law sampling + residual bonus (TEV); deterministic trees"),
+                 "exit-law sampling + residual bonus (TEV); deterministic trees",
+                 length_from_exit_law=_length_of_exit_law),
     _rrs_rule("rrs", "iid", "recursive rejection sampling, i.i.d. siblings (SpecInfer)"),
     _rrs_rule("rrsw", "without_replacement",
               "recursive rejection sampling without replacement (RSD)"),
