@@ -363,7 +363,7 @@ static Entry heap_pop(Entry *h, Py_ssize_t *n, const TieCtx *t) {
  * arrays of budget + 1 entries; returns n, or -1 on a failed allocation. */
 static Py_ssize_t best_first(const double *vals, const int64_t *toks, const int64_t *off,
                              int L, Py_ssize_t budget, int64_t *parent, int64_t *token,
-                             int64_t *depth) {
+                             int64_t *depth, double *last_score) {
     double *score = malloc((budget + 1) * sizeof *score);
     int32_t *rank = malloc((budget + 1) * sizeof *rank);
     int32_t *level = malloc((budget + 1) * sizeof *level);
@@ -404,6 +404,9 @@ static Py_ssize_t best_first(const double *vals, const int64_t *toks, const int6
             heap_push(heap, &hn, c, &tie);
         }
     }
+    /* the last pop's score: score(parent) + value down its path, i.e. its values summed from
+     * the root (0.0 + v_1 + ... + v_d, in that order) */
+    if (last_score && n >= 0) *last_score = score[n];
 done:
     free(score);
     free(rank);
@@ -504,24 +507,6 @@ out:
     free(srank);
     free(ssc);
     return n;
-}
-
-static PyObject *nodes_tuple(Py_ssize_t n, int64_t *parent, int64_t *token, int64_t *depth) {
-    /* bytearrays: numpy views of them are writable (the builder sets the root token) */
-    Py_ssize_t size = (n + 1) * (Py_ssize_t)sizeof(int64_t);
-    PyObject *a = PyByteArray_FromStringAndSize((const char *)parent, size);
-    PyObject *b = PyByteArray_FromStringAndSize((const char *)token, size);
-    PyObject *c = PyByteArray_FromStringAndSize((const char *)depth, size);
-    free(parent);
-    free(token);
-    free(depth);
-    if (!a || !b || !c) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        return NULL;
-    }
-    return Py_BuildValue("(NNN)", a, b, c);
 }
 
 /* ------------------------------------------------------------------ buffers in and out */
@@ -864,7 +849,7 @@ static Py_ssize_t dense_build(const Py_buffer *view, Py_ssize_t budget, int want
         n = enumerate_tree(vals, toks, off, L, budget, t, enum_cap, parent, token, depth);
     last.heap = n == -2;
     last.t = t;
-    if (n == -2) n = best_first(vals, toks, off, L, budget, parent, token, depth);
+    if (n == -2) n = best_first(vals, toks, off, L, budget, parent, token, depth, NULL);
 done:
     collect_free(&c);
     collect_free(&wide);
@@ -1017,9 +1002,11 @@ static PyObject *py_ddtree_dense(PyObject *self, PyObject *args) {
 }
 
 static const char ranked_tree_doc[] =
-    "ranked_tree(vals, toks, offsets, budget) -> (parent, token, depth) int64 bytes\n\n"
+    "ranked_tree(vals, toks, offsets, budget) -> (nodes, last_score)\n\n"
     "The best-first pops over per-depth ranked lists: vals float64 and toks int64 concatenated,\n"
-    "depth d's list at [offsets[d-1], offsets[d]) (int64, length L + 1), best first.";
+    "depth d's list at [offsets[d-1], offsets[d]) (int64, length L + 1), best first. nodes: a\n"
+    "bytearray of 3 (n + 1) int64, parent then token then depth (root token -1); last_score:\n"
+    "the last pop's score, its values summed from the root (0.0 for the root-only tree).";
 
 static PyObject *py_ranked_tree(PyObject *self, PyObject *args) {
     PyObject *vo, *to, *oo;
@@ -1053,22 +1040,27 @@ static PyObject *py_ranked_tree(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "ranked_tree: offsets must not decrease");
             goto out;
         }
-    int64_t *parent = malloc((budget + 1) * sizeof *parent);
-    int64_t *token = malloc((budget + 1) * sizeof *token);
-    int64_t *depth = malloc((budget + 1) * sizeof *depth);
+    int64_t *buf = malloc(3 * (budget + 1) * sizeof *buf);
+    int64_t *parent = buf, *token = buf + (budget + 1), *depth = buf + 2 * (budget + 1);
     Py_ssize_t n = -1;
+    double last = 0.0;
     Py_BEGIN_ALLOW_THREADS
-    if (parent && token && depth) n = best_first(v.buf, t.buf, off, L, budget, parent, token,
-                                                 depth);
+    if (buf) n = best_first(v.buf, t.buf, off, L, budget, parent, token, depth, &last);
     Py_END_ALLOW_THREADS
     if (n < 0) {
-        free(parent);
-        free(token);
-        free(depth);
+        free(buf);
         PyErr_NoMemory();
         goto out;
     }
-    res = nodes_tuple(n, parent, token, depth);
+    /* one buffer, the three arrays one after the other (the caller takes three row views of
+     * one array: each numpy call costs microseconds when caches are cold) */
+    PyObject *nodes = PyByteArray_FromStringAndSize(NULL, 3 * (n + 1) * (Py_ssize_t)sizeof *buf);
+    if (nodes != NULL) {
+        int64_t *c = (int64_t *)PyByteArray_AS_STRING(nodes);
+        for (int a = 0; a < 3; a++) memcpy(c + a * (n + 1), buf + a * (budget + 1), (n + 1) * 8);
+        res = Py_BuildValue("(Nd)", nodes, last);
+    }
+    free(buf);
 out:
     PyBuffer_Release(&v);
     PyBuffer_Release(&t);

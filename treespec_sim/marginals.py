@@ -63,6 +63,14 @@ class LazyLogMarginals(ABC):
         """:meth:`top` of every row (subclasses may vectorise it across rows)."""
         return [self.top(r, k) for r in range(self._shape[0])]
 
+    def top_block(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`top_all` as two fresh arrays, row ``d`` the list of depth ``d + 1``: tokens
+        int64 ``(L, k')`` and log-probabilities float64 ``(L, k')``, ``k' = min(k, V)`` (every
+        row has that many entries)."""
+        tops = self.top_all(k)
+        return (np.stack([t for t, _ in tops]).astype(np.int64, copy=False),
+                np.stack([v for _, v in tops]).astype(np.float64, copy=False))
+
     @abstractmethod
     def values(self, row: int, tokens: np.ndarray) -> np.ndarray:
         """``log q_{row+1}(tokens)``: float64, same shape as ``tokens``."""

@@ -113,11 +113,17 @@ def test_class_marginals_equal_the_dense_drafter_bit_for_bit(ranked_always, regi
             np.testing.assert_array_equal(lazy.values(row, toks), dense[row, toks])
         for k in (1, 5, 64, 512):
             everything = lazy.top_all(k)
+            block = lazy.top_block(k)
+            assert block[0].dtype == np.int64 and block[0].shape == block[1].shape
             for row in range(world.depth):
                 want = ranked_candidates(dense[row], -np.inf, k)
-                for got in (lazy.top(row, k), everything[row]):
+                for got in (lazy.top(row, k), everything[row], (block[0][row], block[1][row])):
                     np.testing.assert_array_equal(got[0], want[0])
                     np.testing.assert_array_equal(got[1], want[1])
+            # the interface's own top_block (the stacked rows) on the dense reference
+            ref = DenseLogMarginals(dense).top_block(k)
+            np.testing.assert_array_equal(ref[0], block[0])
+            np.testing.assert_array_equal(ref[1], block[1])
         np.testing.assert_array_equal(lazy.argmax(), np.argmax(dense, axis=1))
         for budget in (1, 16, 64, 300):
             a = ddtree(dense, budget, root_token=ctx.last_token)

@@ -201,11 +201,6 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
     return build_nodes_numpy(lp, row_max, budget)
 
 
-def _nodes(raw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The kernel's ``(parent, token, depth)`` bytearrays as writable int64 arrays."""
-    return tuple(np.frombuffer(a, dtype=np.int64) for a in raw)
-
-
 def build_nodes_numpy(lp: np.ndarray, row_max: np.ndarray, budget: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`build_nodes` in numpy (the path where no compiled kernel was built)."""
@@ -236,29 +231,25 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     L, V = log_q.shape
     k = min(budget, V)
     k0 = min(k, _FIRST_LIST)
-    tops = log_q.top_all(k0)
-    toks = [t for t, _ in tops]
-    vals = [v for _, v in tops]
-    sizes = [v.size for v in vals]
-    flat = np.concatenate(vals)          # every row's list at once: one check, one clamp
-    if 0 in sizes or np.isnan(flat).any() or not np.isfinite(flat[np.cumsum(sizes) - sizes]).all():
-        for d, v in enumerate(vals):
-            if v.size == 0 or np.isnan(v).any():
+    toks0, vals0 = log_q.top_block(k0)   # every row's first k0: (L, k0) each
+    if np.isnan(vals0).any() or not np.isfinite(vals0[:, 0]).all():
+        for d, v in enumerate(vals0):
+            if np.isnan(v).any():
                 raise ValueError(f"log_q[{d}] has NaN entries or no entry at all")
             if not np.isfinite(v[0]):
                 raise ValueError(f"log_q[{d}] has no finite entry (zero total probability)")
     # Clamp rounding above 0, as check_log_q does for arrays (paths must never gain score).
-    np.minimum(flat, 0.0, out=flat)
-    offsets = np.zeros(L + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    vals = [flat[offsets[d]:offsets[d + 1]] for d in range(L)]
-    asked = [k0] * L
-    row_max = flat[offsets[:-1]]
+    np.minimum(vals0, 0.0, out=vals0)
+    flat, flat_toks = vals0.ravel(), toks0.ravel()
+    offsets = np.arange(0, (L + 1) * k0, k0, dtype=np.int64)
+    row_max = vals0[:, 0]
     prefix_best = np.concatenate([[0.0], np.cumsum(row_max)[:-1]])
-    flat_toks = np.concatenate(toks)
+    asked = [k0] * L
+    toks: list[np.ndarray] = list(toks0)
+    vals: list[np.ndarray] = list(vals0)
     while True:
-        nodes = _pops(toks, vals, budget, flat=(flat, flat_toks, offsets))
-        t = _last_score(nodes, toks, vals) if nodes[0].size > budget else -math.inf
+        nodes, last = _pops(toks, vals, budget, flat=(flat, flat_toks, offsets))
+        t = last if nodes[0].size > budget else -math.inf
         slack = _slack(t)
         short = [d for d in range(L)
                  if asked[d] < k and vals[d][-1] >= t - prefix_best[d] - slack]
@@ -278,10 +269,12 @@ _FIRST_LIST = 16
 
 def _pops(toks: list[np.ndarray], vals: list[np.ndarray], budget: int, *,
           flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float]:
     """DDTree's best-first pops over per-depth ranked lists (the compiled kernel's, or
-    :func:`_enumerate_top`'s: the same nodes in the same order). ``flat``: the lists already
-    concatenated, ``(values, tokens, offsets)``."""
+    :func:`_enumerate_top`'s: the same nodes in the same order), and the last pop's score
+    (the lowest: pops come in non-increasing score order), its values summed from the root as
+    the builders sum them. ``flat``: the lists already concatenated,
+    ``(values, tokens, offsets)``."""
     kernel = compiled.kernel
     if kernel is not None:
         if flat is None:
@@ -289,16 +282,18 @@ def _pops(toks: list[np.ndarray], vals: list[np.ndarray], budget: int, *,
             np.cumsum([v.size for v in vals], out=offsets[1:])
             flat = (np.concatenate(vals), np.concatenate(toks), offsets)
         fv, ft, offsets = flat
-        raw = kernel.ranked_tree(fv.astype(np.float64, copy=False),
-                                 ft.astype(np.int64, copy=False), offsets, budget)
-        return _nodes(raw)
-    return _enumerate_top(toks, vals, budget, -math.inf)
+        raw, last = kernel.ranked_tree(fv.astype(np.float64, copy=False),
+                                       ft.astype(np.int64, copy=False), offsets, budget)
+        # one writable array, three row views (parent, token, depth)
+        parent, token, depth = np.frombuffer(raw, dtype=np.int64).reshape(3, -1)
+        return (parent, token, depth), last
+    nodes = _enumerate_top(toks, vals, budget, -math.inf)
+    return nodes, _last_score(nodes, toks, vals)
 
 
 def _last_score(nodes: tuple[np.ndarray, np.ndarray, np.ndarray], toks: list[np.ndarray],
                 vals: list[np.ndarray]) -> float:
-    """The score of the last node (the lowest: pops come in non-increasing score order),
-    summed root to leaf as the builders sum it."""
+    """The score of the last node, summed root to leaf as the builders sum it."""
     parent, token, depth = (a.tolist() for a in nodes)
     path = []
     i = len(parent) - 1

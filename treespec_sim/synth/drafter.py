@@ -702,9 +702,9 @@ class ClassLogMarginals(LazyLogMarginals):
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
         if 2 * k <= n_cls:
-            got = self._top_rows(np.array([row]), k)[0]
-            if got is not None:
-                return got
+            toks, vals = np.empty((1, k), dtype=np.int64), np.empty((1, k))
+            if self._top_rows(np.array([row]), k, toks, vals)[0]:
+                return toks[0], vals[0]
         return self._top_slow(row, k)
 
     def _top_slow(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -763,7 +763,12 @@ class ClassLogMarginals(LazyLogMarginals):
                 np.concatenate([vals[above], np.full(tied.size, kth)]))
 
     def top_all(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """:meth:`top` of every row, vectorised across rows (one selection, one sort).
+        """:meth:`top` of every row, vectorised across rows (:meth:`top_block`'s rows)."""
+        return list(zip(*self.top_block(k), strict=True))
+
+    def top_block(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`top` of every row as two ``(L, k)`` arrays, vectorised across rows (one
+        selection, one sort).
 
         Rows where the fast path is not certain (a tie at the class threshold, or an outside
         token that could tie the ``k``-th value) are redone one by one.
@@ -773,10 +778,13 @@ class ClassLogMarginals(LazyLogMarginals):
         k = min(int(k), n_cls * m)
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
-        if 2 * k > n_cls:
-            return [self._top_slow(r, k) for r in range(L)]
-        got = self._top_rows(None, k)
-        return [g if g is not None else self._top_slow(r, k) for r, g in enumerate(got)]
+        toks, vals = np.empty((L, k), dtype=np.int64), np.empty((L, k))
+        done = (self._top_rows(None, k, toks, vals) if 2 * k <= n_cls
+                else np.zeros(L, dtype=bool))
+        if not done.all():
+            for r in np.flatnonzero(~done).tolist():
+                toks[r], vals[r] = self._top_slow(r, k)
+        return toks, vals
 
     def row_max(self) -> np.ndarray:
         """``max_a log q_d(a)`` per row (:meth:`top_all` with ``k = 1``)."""
@@ -786,11 +794,13 @@ class ClassLogMarginals(LazyLogMarginals):
         """The argmax token of every row, ties to the smaller id (:meth:`top_all`, ``k = 1``)."""
         return np.array([t[0] for t, _ in self.top_all(1)], dtype=np.int64)
 
-    def _top_rows(self, rows: np.ndarray | None, k: int
-                  ) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """:meth:`top` of each of ``rows`` (None: every row; ``2 k <= V / m``) at once; None for
-        a row that needs :meth:`_top_slow` (a tie at the class threshold; a near tie with an
-        outside token that :meth:`_top_above_floor` cannot decide).
+    def _top_rows(self, rows: np.ndarray | None, k: int, toks_out: np.ndarray,
+                  vals_out: np.ndarray) -> np.ndarray:
+        """:meth:`top` of each of ``rows`` (None: every row; ``2 k <= V / m``) at once, into
+        row ``i`` of ``toks_out`` int64 and ``vals_out`` float64 (``(len(rows), k)``); returns
+        which rows it wrote (bool): the others need :meth:`_top_slow` (a tie at the class
+        threshold; a near tie with an outside token that :meth:`_top_above_floor` cannot
+        decide).
 
         The ``k`` best classes of a row are those whose maximum is above its ``(k + 1)``-th
         best (:func:`_kth_pair`, ties excluded); their ``k m`` tokens are ranked
@@ -809,7 +819,7 @@ class ClassLogMarginals(LazyLogMarginals):
 
         if rows is None:
             rows = np.arange(self.shape[0])
-        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * rows.size
+        done = np.zeros(rows.size, dtype=bool)
         kern = compiled.world_kernel
         picked = None
         if kern is not None:
@@ -823,7 +833,7 @@ class ClassLogMarginals(LazyLogMarginals):
             exact, idx, v_out = picked
             pos = np.flatnonzero(exact)
             if pos.size == 0:
-                return out
+                return done
             if pos.size < rows.size:
                 idx, v_out = idx[pos], v_out[pos]
         else:
@@ -831,7 +841,7 @@ class ClassLogMarginals(LazyLogMarginals):
             thr, v_out, cand_r, cand_c = _kth_pair(v, k)
             exact = v_out < thr                      # exactly k classes reach the k-th maximum
             if not exact.any():
-                return out
+                return done
             keep = v[cand_r, cand_c] >= thr[cand_r]
             if not exact.all():
                 keep &= exact[cand_r]
@@ -851,18 +861,25 @@ class ClassLogMarginals(LazyLogMarginals):
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
         vals = np.ascontiguousarray(both[:, :-1])
-        toks, vals = (_rank_rows if kern is None else _rank_compiled)(toks, vals, k)
+        every = n == rows.size                       # rank straight into the outputs
+        toks, vals = (_rank_rows(toks, vals, k) if kern is None else
+                      _rank_compiled(toks, vals, k, *((toks_out, vals_out) if every else ())))
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
-        for i in range(n):
-            if sure[i]:
-                out[pos[i]] = (toks[i], vals[i])
-            elif best_out[i] == kth[i]:
-                out[pos[i]] = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
-            else:
-                out[pos[i]] = self._top_above_floor(int(sub[i]), k)
-        return out
+        if not every or kern is None:
+            toks_out[pos[sure]], vals_out[pos[sure]] = toks[sure], vals[sure]
+        done[pos[sure]] = True
+        if not sure.all():
+            for i in np.flatnonzero(~sure).tolist():
+                if best_out[i] == kth[i]:
+                    got = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
+                else:
+                    got = self._top_above_floor(int(sub[i]), k)
+                if got is not None:
+                    toks_out[pos[i]], vals_out[pos[i]] = got
+                    done[pos[i]] = True
+        return done
 
     def _top_above_floor(self, row: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`top` of a row whose ``k``-th value is within a few ulps of an outside class
@@ -988,11 +1005,15 @@ def _select_compiled(kern, h: np.ndarray, k: int, w_max: np.ndarray | None = Non
     return flags == 1, idx, v_out
 
 
-def _rank_compiled(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _rank_compiled(toks: np.ndarray, vals: np.ndarray, k: int,
+                   toks_k: np.ndarray | None = None, vals_k: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_rank_rows` in the compiled kernel (the same pairs: the ``k`` best by decreasing
-    value, ties to the smaller token); rows with a NaN take :func:`_rank_rows`."""
+    value, ties to the smaller token), into ``toks_k``/``vals_k`` (``(n, k)``, C-contiguous;
+    new arrays if None); rows with a NaN take :func:`_rank_rows`."""
     n = vals.shape[0]
-    toks_k, vals_k = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+    if toks_k is None or vals_k is None:
+        toks_k, vals_k = np.empty((n, k), dtype=np.int64), np.empty((n, k))
     ok = np.frombuffer(compiled.world_kernel.rank_top(toks, vals, k, toks_k, vals_k),
                        dtype=np.uint8)
     bad = np.flatnonzero(ok == 0)
