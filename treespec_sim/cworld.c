@@ -1061,6 +1061,91 @@ done:
     return result;
 }
 
+static const char candidates_doc[] =
+    "candidates(h, rows, idx, members, w, v_out, toks, mu): the top lists' candidates "
+    "(ClassLogMarginals._top_rows): for row i, toks[i, j m + q] = members[idx[i, j], q] and "
+    "mu[i, j m + q] = w[that token] * h[rows[i], idx[i, j]] (numpy's products), mu[i, k m] = "
+    "v_out[i]. float64 (L, n) h, int64 (r,) rows, int64 (r, k) idx, int64 (n, m) members, "
+    "float64 (V,) w and (r,) v_out; int64 (r, k m) toks and float64 (r, k m + 1) mu written; "
+    "every index is range-checked.";
+
+static PyObject *py_candidates(PyObject *self, PyObject *args) {
+    PyObject *ho, *ro, *io, *mo, *wo, *vo, *to, *uo;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &ho, &ro, &io, &mo, &wo, &vo, &to, &uo))
+        return NULL;
+    Py_buffer h, rw = {0}, ix = {0}, mem = {0}, w = {0}, vout = {0}, tk = {0}, mu = {0};
+    PyObject *result = NULL;
+    if (get_matrix(ho, &h, "h", 0) < 0) return NULL;
+    Py_ssize_t L = h.shape[0], n = h.shape[1];
+    if (get_view(ro, &rw, "rows", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t r = rw.len / 8;
+    if (get_view(io, &ix, "idx", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t k = r ? ix.len / 8 / r : 0;
+    if (ix.len != r * k * 8) {
+        PyErr_Format(PyExc_ValueError, "idx: expected %zd rows", r);
+        goto done;
+    }
+    if (get_view(mo, &mem, "members", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t m = n ? mem.len / 8 / n : 0;
+    if (mem.len != n * m * 8) {
+        PyErr_Format(PyExc_ValueError, "members: expected %zd rows", n);
+        goto done;
+    }
+    if (get_view(wo, &w, "w", 'd', -1, 0) < 0) goto done;
+    Py_ssize_t V = w.len / 8;
+    if (get_view(vo, &vout, "v_out", 'd', r, 0) < 0) goto done;
+    if (get_view(to, &tk, "toks", 'q', r * k * m, 1) < 0) goto done;
+    if (get_view(uo, &mu, "mu", 'd', r * (k * m + 1), 1) < 0) goto done;
+    {
+        const double *hb = h.buf, *wb = w.buf, *vb = vout.buf;
+        const int64_t *rows = rw.buf, *idx = ix.buf, *members = mem.buf;
+        int64_t *toks = tk.buf;
+        double *mub = mu.buf;
+        for (Py_ssize_t i = 0; i < r; i++) {
+            if (rows[i] < 0 || rows[i] >= L) {
+                PyErr_Format(PyExc_ValueError, "rows[%zd] = %lld is outside [0, %zd)", i,
+                             (long long)rows[i], L);
+                goto done;
+            }
+            const double *hr = hb + rows[i] * n;
+            int64_t *ti = toks + i * k * m;
+            double *ui = mub + i * (k * m + 1);
+            for (Py_ssize_t j = 0; j < k; j++) {
+                int64_t c = idx[i * k + j];
+                if (c < 0 || c >= n) {
+                    PyErr_Format(PyExc_ValueError, "idx[%zd, %zd] = %lld is outside [0, %zd)",
+                                 i, j, (long long)c, n);
+                    goto done;
+                }
+                const double hc = hr[c];
+                for (Py_ssize_t q = 0; q < m; q++) {
+                    int64_t t = members[c * m + q];
+                    if (t < 0 || t >= V) {
+                        PyErr_Format(PyExc_ValueError, "members[%lld, %zd] = %lld is outside "
+                                     "[0, %zd)", (long long)c, q, (long long)t, V);
+                        goto done;
+                    }
+                    ti[j * m + q] = t;
+                    ui[j * m + q] = wb[t] * hc;
+                }
+            }
+            ui[k * m] = vb[i];
+        }
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (mu.obj) PyBuffer_Release(&mu);
+    if (tk.obj) PyBuffer_Release(&tk);
+    if (vout.obj) PyBuffer_Release(&vout);
+    if (w.obj) PyBuffer_Release(&w);
+    if (mem.obj) PyBuffer_Release(&mem);
+    if (ix.obj) PyBuffer_Release(&ix);
+    if (rw.obj) PyBuffer_Release(&rw);
+    PyBuffer_Release(&h);
+    return result;
+}
+
 static const char edge_probs_doc[] =
     "edge_probs(base_mass, base_law, succ, corr, row_class, a, b, out): out[i] = Q[a[i], b[i]] "
     "of a sparse-boost kernel, numpy's floats (SparseBoostKernel.edge_prob_trusted): "
@@ -1981,6 +2066,7 @@ static PyMethodDef methods[] = {
     {"chain_step", py_chain_step, METH_VARARGS, chain_step_doc},
     {"chain_rest", py_chain_rest, METH_VARARGS, chain_rest_doc},
     {"edge_probs", py_edge_probs, METH_VARARGS, edge_probs_doc},
+    {"candidates", py_candidates, METH_VARARGS, candidates_doc},
     {"select_top", py_select_top, METH_VARARGS, select_top_doc},
     {"class_norms", py_class_norms, METH_VARARGS, class_norms_doc},
     {"conditional_row", py_conditional_row, METH_VARARGS, conditional_row_doc},

@@ -614,3 +614,31 @@ def test_edge_probs_equal_the_numpy_path(temperature, monkeypatch):
     with pytest.raises(ValueError, match="out: expected 2 items"):
         kern.edge_probs(k._base_mass, k._base_law, k.succ, k._corr_rows, k._row_class,
                         np.array([0, 1]), np.array([3, 4]), np.empty(3))
+
+
+@needs_kernel
+def test_candidates_form_numpys_products_and_check_their_indices():
+    # the top lists' candidates (cworld.candidates) against numpy's gathers and products
+    rng = np.random.default_rng(5)
+    L, n, m = 3, 50, 4
+    h = rng.random((L, n))
+    members = rng.permutation(n * m).reshape(n, m).astype(np.int64)
+    w = rng.random(n * m)
+    rows = np.array([2, 0], dtype=np.int64)
+    idx = rng.integers(0, n, size=(2, 5)).astype(np.int64)
+    v_out = rng.random(2)
+    toks, mu = np.empty((2, 20), dtype=np.int64), np.empty((2, 21))
+    kern.candidates(h, rows, idx, members, w, v_out, toks, mu)
+    want_t = members[idx].reshape(2, 20)
+    assert _same(toks, want_t)
+    assert _same(mu[:, :20], (w[want_t].reshape(2, 5, m) * h[rows[:, None], idx][:, :, None])
+                 .reshape(2, 20))
+    assert _same(mu[:, 20], v_out)
+    with pytest.raises(ValueError, match=r"idx\[1, 2\] = 50 is outside \[0, 50\)"):
+        bad = idx.copy()
+        bad[1, 2] = 50
+        kern.candidates(h, rows, bad, members, w, v_out, toks, mu)
+    with pytest.raises(ValueError, match=r"rows\[0\] = 3 is outside"):
+        kern.candidates(h, np.array([3, 0]), idx, members, w, v_out, toks, mu)
+    with pytest.raises(ValueError, match="mu: expected 42 items"):
+        kern.candidates(h, rows, idx, members, w, v_out, toks, np.empty((2, 20)))

@@ -850,14 +850,18 @@ class ClassLogMarginals(LazyLogMarginals):
             v_out = v_out[pos]
         sub = rows[pos]
         n = sub.size
-        toks = self._members[idx].reshape(n, k * m)
-        hv = self._h[sub[:, None], idx]
         # the candidates' mu and, in the last column, the best outside class maximum: one
         # pass of the (element-wise) map to log q for both
         mu = np.empty((n, k * m + 1))
-        np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
-                    out=mu[:, :k * m].reshape(n, k, m))
-        mu[:, -1] = v_out
+        if kern is not None:
+            toks = np.empty((n, k * m), dtype=np.int64)
+            kern.candidates(self._h, sub, idx, self._members, self._w, v_out, toks, mu)
+        else:
+            toks = self._members[idx].reshape(n, k * m)
+            hv = self._h[sub[:, None], idx]
+            np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
+                        out=mu[:, :k * m].reshape(n, k, m))
+            mu[:, -1] = v_out
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
         vals = np.ascontiguousarray(both[:, :-1])
