@@ -1789,6 +1789,28 @@ static double kth_largest_small(const double *a, Py_ssize_t n, Py_ssize_t r) {
     return best[r - 1];
 }
 
+/* the k-th and (k + 1)-th largest (1-based) of a[0..n-1] (no NaN, 1 <= k <= 31, k <= n;
+ * -inf for the (k + 1)-th when n == k): kth_largest_small's run, k + 1 long */
+static void kth_pair_small(const double *a, Py_ssize_t n, Py_ssize_t k, double *kth,
+                           double *next) {
+    const Py_ssize_t r = k + 1;
+    double best[32];
+    best[r - 1] = -INFINITY;
+    Py_ssize_t have = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double x = a[i];
+        if (have == r && !(x > best[r - 1])) continue;
+        Py_ssize_t p = have < r ? have++ : r - 1;
+        while (p > 0 && best[p - 1] < x) {
+            best[p] = best[p - 1];
+            p--;
+        }
+        best[p] = x;
+    }
+    *kth = best[k - 1];
+    *next = have == r ? best[k] : -INFINITY;
+}
+
 /* Block of 8 entries: *hit = some entry >= cut; returns 1 if some entry is NaN. */
 #if defined(__SSE2__)
 static inline int block_scan(const double *x, double cut, int *hit) {
@@ -1920,12 +1942,19 @@ static PyObject *py_select_top(PyObject *self, PyObject *args) {
             exact[i] = 2;
             continue;
         }
-    select:
-        memcpy(buf, cval, m * sizeof *buf);
-        double kth = kth_largest(buf, m, k);
-        /* after the partition buf[k..m-1] <= kth: the (k+1)-th is their maximum */
-        double next = -INFINITY;
-        for (Py_ssize_t j = k; j < m; j++) next = buf[j] > next ? buf[j] : next;
+    select:;
+        double kth, next = -INFINITY;
+        if (k + 1 <= 32 && m >= k) {
+            /* the k + 1 largest in one pass (a sorted run most entries fail to enter with one
+             * comparison: no partition's mispredicted branches); order statistics, so the
+             * same values as the partition below */
+            kth_pair_small(cval, m, k, &kth, &next);
+        } else {
+            memcpy(buf, cval, m * sizeof *buf);
+            kth = kth_largest(buf, m, k);
+            /* after the partition buf[k..m-1] <= kth: the (k+1)-th is their maximum */
+            for (Py_ssize_t j = k; j < m; j++) next = buf[j] > next ? buf[j] : next;
+        }
         thr[i] = kth;
         nxt[i] = next;
         exact[i] = next < kth;
