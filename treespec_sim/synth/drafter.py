@@ -632,6 +632,7 @@ class ClassLogMarginals(LazyLogMarginals):
         self._counts: np.ndarray | None = None
         self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
+        self._factors: dict[tuple[str, bytes], tuple] = {}  # _row_factors, per row set
 
     # -------------------------------------------------------------- per-row quantities
     def _class_max(self) -> np.ndarray:
@@ -940,28 +941,45 @@ class ClassLogMarginals(LazyLogMarginals):
         ``inplace`` (default): ``mu`` is a scratch array the caller gives up, written over.
         """
         r = mu if inplace else mu.copy()
-        sharp = self._sharp[rows]
-        pos = np.flatnonzero(sharp)
-        if pos.size:
-            norm_m, norm_z = self._norms()
-            sel = rows[pos]
-            lo, hi = int(pos[0]), int(pos[-1]) + 1
-            # Contiguous sharp rows (all of them, or every row but depth 1): a view, written in
-            # place; otherwise a gathered copy, written back.
-            sub = r[lo:hi] if hi - lo == pos.size else r[pos]
-            with np.errstate(divide="ignore"):
-                np.log(sub, out=sub)
-            sub *= self._beta[sel][:, None]
-            sub -= norm_m[sel][:, None]
-            np.exp(sub, out=sub)
-            sub /= norm_z[sel][:, None]
-            if hi - lo != pos.size:
-                r[pos] = sub
-        r *= self._keep[rows][:, None]
-        r += self._floor[rows][:, None]
+        lo, hi, pos, beta, m, z, keep, floor = self._row_factors(rows)
         with np.errstate(divide="ignore"):
+            if pos is not None:
+                # Contiguous sharp rows (all of them, or every row but depth 1): a view,
+                # written in place; otherwise a gathered copy, written back.
+                sub = r[lo:hi] if hi - lo == pos.size else r[pos]
+                np.log(sub, out=sub)
+                sub *= beta
+                sub -= m
+                np.exp(sub, out=sub)
+                sub /= z
+                if hi - lo != pos.size:
+                    r[pos] = sub
+            r *= keep
+            r += floor
             np.log(r, out=r)
         return r
+
+    def _row_factors(self, rows: np.ndarray) -> tuple:
+        """:meth:`_from_mu_rows`' per-row factors of ``rows``, as columns: ``(lo, hi, pos,
+        beta_d, m_d, Z_d, 1 - j_d, j_d / V)`` (the sharpened rows' positions ``pos`` in
+        ``rows``, None if none, spanning ``lo:hi``; their ``beta``, ``m``, ``Z``; every row's
+        keep and floor). Cached per ``rows``: the top lists read the same rows once per
+        context, a tie fill or a floor check a row again."""
+        key = (rows.dtype.char, rows.tobytes())
+        got = self._factors.get(key)
+        if got is None:
+            pos = np.flatnonzero(self._sharp[rows])
+            if pos.size:
+                norm_m, norm_z = self._norms()
+                sel = rows[pos]
+                got = (int(pos[0]), int(pos[-1]) + 1, pos, self._beta[sel][:, None],
+                       norm_m[sel][:, None], norm_z[sel][:, None])
+            else:
+                got = (0, 0, None, None, None, None)
+            got += (self._keep[rows][:, None], self._floor[rows][:, None])
+            if len(self._factors) < 64:     # a context asks for a few row sets
+                self._factors[key] = got
+        return got
 
     def _dense(self) -> np.ndarray:
         out = np.empty(self.shape)
