@@ -1061,6 +1061,12 @@ done:
     return result;
 }
 
+/* release the views of an argument list that were taken (obj set), in any order */
+static void release_views(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++)
+        if (views[i].obj) PyBuffer_Release(&views[i]);
+}
+
 static const char candidates_doc[] =
     "candidates(h, rows, idx, members, w, v_out, toks, mu): the top lists' candidates "
     "(ClassLogMarginals._top_rows): for row i, toks[i, j m + q] = members[idx[i, j], q] and "
@@ -1073,34 +1079,36 @@ static PyObject *py_candidates(PyObject *self, PyObject *args) {
     PyObject *ho, *ro, *io, *mo, *wo, *vo, *to, *uo;
     if (!PyArg_ParseTuple(args, "OOOOOOOO", &ho, &ro, &io, &mo, &wo, &vo, &to, &uo))
         return NULL;
-    Py_buffer h, rw = {0}, ix = {0}, mem = {0}, w = {0}, vout = {0}, tk = {0}, mu = {0};
+    Py_buffer views[8] = {{0}};
+    Py_buffer *hv = &views[0], *rw = &views[1], *ix = &views[2], *mem = &views[3],
+              *w = &views[4], *vout = &views[5], *tk = &views[6], *mu = &views[7];
     PyObject *result = NULL;
-    if (get_matrix(ho, &h, "h", 0) < 0) return NULL;
-    Py_ssize_t L = h.shape[0], n = h.shape[1];
-    if (get_view(ro, &rw, "rows", 'q', -1, 0) < 0) goto done;
-    Py_ssize_t r = rw.len / 8;
-    if (get_view(io, &ix, "idx", 'q', -1, 0) < 0) goto done;
-    Py_ssize_t k = r ? ix.len / 8 / r : 0;
-    if (ix.len != r * k * 8) {
+    if (get_matrix(ho, hv, "h", 0) < 0) return NULL;
+    Py_ssize_t L = hv->shape[0], n = hv->shape[1];
+    if (get_view(ro, rw, "rows", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t r = rw->len / 8;
+    if (get_view(io, ix, "idx", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t k = r ? ix->len / 8 / r : 0;
+    if (ix->len != r * k * 8) {
         PyErr_Format(PyExc_ValueError, "idx: expected %zd rows", r);
         goto done;
     }
-    if (get_view(mo, &mem, "members", 'q', -1, 0) < 0) goto done;
-    Py_ssize_t m = n ? mem.len / 8 / n : 0;
-    if (mem.len != n * m * 8) {
+    if (get_view(mo, mem, "members", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t m = n ? mem->len / 8 / n : 0;
+    if (mem->len != n * m * 8) {
         PyErr_Format(PyExc_ValueError, "members: expected %zd rows", n);
         goto done;
     }
-    if (get_view(wo, &w, "w", 'd', -1, 0) < 0) goto done;
-    Py_ssize_t V = w.len / 8;
-    if (get_view(vo, &vout, "v_out", 'd', r, 0) < 0) goto done;
-    if (get_view(to, &tk, "toks", 'q', r * k * m, 1) < 0) goto done;
-    if (get_view(uo, &mu, "mu", 'd', r * (k * m + 1), 1) < 0) goto done;
+    if (get_view(wo, w, "w", 'd', -1, 0) < 0) goto done;
+    Py_ssize_t V = w->len / 8;
+    if (get_view(vo, vout, "v_out", 'd', r, 0) < 0) goto done;
+    if (get_view(to, tk, "toks", 'q', r * k * m, 1) < 0) goto done;
+    if (get_view(uo, mu, "mu", 'd', r * (k * m + 1), 1) < 0) goto done;
     {
-        const double *hb = h.buf, *wb = w.buf, *vb = vout.buf;
-        const int64_t *rows = rw.buf, *idx = ix.buf, *members = mem.buf;
-        int64_t *toks = tk.buf;
-        double *mub = mu.buf;
+        const double *hb = hv->buf, *wb = w->buf, *vb = vout->buf;
+        const int64_t *rows = rw->buf, *idx = ix->buf, *members = mem->buf;
+        int64_t *toks = tk->buf;
+        double *mub = mu->buf;
         for (Py_ssize_t i = 0; i < r; i++) {
             if (rows[i] < 0 || rows[i] >= L) {
                 PyErr_Format(PyExc_ValueError, "rows[%zd] = %lld is outside [0, %zd)", i,
@@ -1135,14 +1143,7 @@ static PyObject *py_candidates(PyObject *self, PyObject *args) {
         Py_INCREF(result);
     }
 done:
-    if (mu.obj) PyBuffer_Release(&mu);
-    if (tk.obj) PyBuffer_Release(&tk);
-    if (vout.obj) PyBuffer_Release(&vout);
-    if (w.obj) PyBuffer_Release(&w);
-    if (mem.obj) PyBuffer_Release(&mem);
-    if (ix.obj) PyBuffer_Release(&ix);
-    if (rw.obj) PyBuffer_Release(&rw);
-    PyBuffer_Release(&h);
+    release_views(views, 8);
     return result;
 }
 
@@ -1158,32 +1159,34 @@ static PyObject *py_edge_probs(PyObject *self, PyObject *args) {
     PyObject *bmo, *blo, *so, *co, *rco, *ao, *bo, *oo;
     if (!PyArg_ParseTuple(args, "OOOOOOOO", &bmo, &blo, &so, &co, &rco, &ao, &bo, &oo))
         return NULL;
-    Py_buffer bm, bl = {0}, sc = {0}, cr = {0}, rc = {0}, av = {0}, bv = {0}, out = {0};
+    Py_buffer views[8] = {{0}};
+    Py_buffer *bm = &views[0], *bl = &views[1], *sc = &views[2], *cr = &views[3],
+              *rc = &views[4], *av = &views[5], *bv = &views[6], *out = &views[7];
     PyObject *result = NULL;
-    if (get_view(bmo, &bm, "base_mass", 'd', -1, 0) < 0) return NULL;
-    Py_ssize_t V = bm.len / 8;
-    if (get_view(blo, &bl, "base_law", 'd', V, 0) < 0) goto done;
-    if (get_view(so, &sc, "succ", 'q', -1, 0) < 0) goto done;
-    if (V == 0 || sc.len % (8 * V)) {
+    if (get_view(bmo, bm, "base_mass", 'd', -1, 0) < 0) return NULL;
+    Py_ssize_t V = bm->len / 8;
+    if (get_view(blo, bl, "base_law", 'd', V, 0) < 0) goto done;
+    if (get_view(so, sc, "succ", 'q', -1, 0) < 0) goto done;
+    if (V == 0 || sc->len % (8 * V)) {
         PyErr_Format(PyExc_ValueError, "succ: expected V = %zd rows", V);
         goto done;
     }
-    Py_ssize_t ns = sc.len / 8 / V;
-    if (get_view(co, &cr, "corr", 'd', -1, 0) < 0) goto done;
-    Py_ssize_t rows = ns ? cr.len / 8 / ns : 0;
-    if (ns && cr.len != rows * ns * 8) {
+    Py_ssize_t ns = sc->len / 8 / V;
+    if (get_view(co, cr, "corr", 'd', -1, 0) < 0) goto done;
+    Py_ssize_t rows = ns ? cr->len / 8 / ns : 0;
+    if (ns && cr->len != rows * ns * 8) {
         PyErr_Format(PyExc_ValueError, "corr: expected rows of %zd entries", ns);
         goto done;
     }
-    if (rco != Py_None && get_view(rco, &rc, "row_class", 'q', V, 0) < 0) goto done;
-    if (get_view(ao, &av, "a", 'q', -1, 0) < 0) goto done;
-    Py_ssize_t k = av.len / 8;
-    if (get_view(bo, &bv, "b", 'q', k, 0) < 0) goto done;
-    if (get_view(oo, &out, "out", 'd', k, 1) < 0) goto done;
+    if (rco != Py_None && get_view(rco, rc, "row_class", 'q', V, 0) < 0) goto done;
+    if (get_view(ao, av, "a", 'q', -1, 0) < 0) goto done;
+    Py_ssize_t k = av->len / 8;
+    if (get_view(bo, bv, "b", 'q', k, 0) < 0) goto done;
+    if (get_view(oo, out, "out", 'd', k, 1) < 0) goto done;
     {
-        const double *mass = bm.buf, *law = bl.buf, *c = cr.buf;
-        const int64_t *succ = sc.buf, *cls = rc.obj ? rc.buf : NULL, *a = av.buf, *b = bv.buf;
-        double *o = out.buf;
+        const double *mass = bm->buf, *law = bl->buf, *c = cr->buf;
+        const int64_t *succ = sc->buf, *cls = rc->obj ? rc->buf : NULL, *a = av->buf, *b = bv->buf;
+        double *o = out->buf;
         for (Py_ssize_t i = 0; i < k; i++) {
             if (a[i] < 0 || a[i] >= V || b[i] < 0 || b[i] >= V) {
                 PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is outside [0, %zd)",
@@ -1210,14 +1213,7 @@ static PyObject *py_edge_probs(PyObject *self, PyObject *args) {
         Py_INCREF(result);
     }
 done:
-    if (out.obj) PyBuffer_Release(&out);
-    if (bv.obj) PyBuffer_Release(&bv);
-    if (av.obj) PyBuffer_Release(&av);
-    if (rc.obj) PyBuffer_Release(&rc);
-    if (cr.obj) PyBuffer_Release(&cr);
-    if (sc.obj) PyBuffer_Release(&sc);
-    if (bl.obj) PyBuffer_Release(&bl);
-    PyBuffer_Release(&bm);
+    release_views(views, 8);
     return result;
 }
 
