@@ -245,8 +245,9 @@ def _kernels() -> str:
     """The compiled paths this run used: the vector path and the chain's measured kernel."""
     kern = compiled.world_kernel
     if kern is None:
-        return "numpy drafter (treespec_sim.cworld not built)"
-    return f"vector path {kern.simd()}, chain kernel {kern.chain_kernel()}"
+        return f"{compiled.cpu_description()}; numpy drafter (treespec_sim.cworld not built)"
+    return (f"{compiled.cpu_description()}; vector path {kern.simd()}, "
+            f"chain kernel {kern.chain_kernel()}")
 
 
 def _print_fresh(regime: str, fresh: list[dict]) -> None:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from treespec_sim import compiled
 from treespec_sim.cli import (
     OneLineParser,
     add_checkpoints,
@@ -132,22 +133,12 @@ class ProfileMismatch(ValueError):
 
 
 # ------------------------------------------------------------------------------ identity
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_identity(device) -> tuple[str, str]:
     """(device type, device name): ``("cpu", "<cpu model>")`` or ``("cuda", "<gpu name>")``."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return "cuda", torch.cuda.get_device_name(dev)
-    return dev.type, _cpu_name()
+    return dev.type, compiled.cpu_name()
 
 
 def model_signature(bundle) -> dict:

@@ -24,9 +24,11 @@ traversal's ``V``-length steps (:mod:`treespec_sim.policies.sampled`,
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ROW_SUM_MARGIN", "kernel", "simd", "world_kernel"]
+__all__ = ["ROW_SUM_MARGIN", "cpu_description", "cpu_name", "kernel", "simd", "world_kernel"]
 
 try:
     from . import ckernel as _built
@@ -55,3 +57,38 @@ ROW_SUM_MARGIN = 2e-5
 def simd() -> str:
     """The kernel's vector path on this CPU (``"avx2"``, ``"generic"``), or ``"numpy"``."""
     return kernel.simd() if kernel is not None else "numpy"
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        return _first_processor(Path("/proc/cpuinfo").read_text())
+    except OSError:  # not Linux
+        return {}
+
+
+def _first_processor(text: str) -> dict[str, str]:
+    """``key: value`` fields of a ``/proc/cpuinfo`` text up to the first blank line."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break                               # the first processor's block ends here
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_description() -> str:
+    """:func:`cpu_name` with the family and model numbers, e.g. ``"AMD EPYC (family 25, model
+    17)"``: a virtual machine often hides the name, and the compiled paths' speed depends on the
+    generation (on AMD Zen 4, family 25, a vector compress to memory is microcoded:
+    ``docs/performance.md``, "Session 16"), so benchmarks print this."""
+    info = _cpuinfo()
+    if "cpu family" in info and "model" in info:
+        return f"{cpu_name()} (family {info['cpu family']}, model {info['model']})"
+    return cpu_name()

@@ -344,3 +344,13 @@ def test_rows_cut_above_the_final_bound_are_read_again(dtype, numpy_path, simd_p
     want = numpy_path(ddtree, lp, 1024)
     assert np.array_equal(got.parent, want.parent)
     assert np.array_equal(got.token, want.token)
+
+
+def test_cpu_description_reads_the_first_processors_family_and_model(monkeypatch):
+    text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+            "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
+    monkeypatch.setattr(compiled, "_cpuinfo", lambda: compiled._first_processor(text))
+    assert compiled.cpu_name() == "AMD EPYC"
+    assert compiled.cpu_description() == "AMD EPYC (family 25, model 17)"
+    monkeypatch.setattr(compiled, "_cpuinfo", dict)       # no /proc/cpuinfo: platform's name
+    assert compiled.cpu_description() == compiled.cpu_name() != ""

@@ -291,6 +291,34 @@ def test_class_norms_equal_numpys_on_every_path(simd_path):
 
 
 @needs_kernel
+def test_class_norms_candidates_are_the_classes_at_or_above_the_cut(simd_path):
+    # cand[d, :counts[d]]: the classes with v >= vmax e^(-64 / beta), in column order, for
+    # widths around the AVX-512 path's 16-class steps, with rows where every class is kept (its
+    # whole-vector stores then end exactly at the row's end) and rows where one is
+    rng = np.random.default_rng(8)
+    for n in (15, 16, 17, 31, 32, 33, 1000, 8192):
+        L = 4
+        h = np.exp(rng.uniform(-200.0, 0.0, (L, n)))
+        h[1] = 1.0 + rng.random(n)                        # every class kept
+        h[2] = np.exp(-500.0)
+        h[2, n // 2] = 1.0                                # one class kept
+        w_max = np.ones(n)
+        beta = np.array([1.0, 2.0, 1.5, 3.0])
+        m, z = np.empty(L), np.empty(L)
+        cand = np.full((L, n), -7, dtype=np.int32)
+        counts = np.empty(L, dtype=np.int64)
+        assert kern.class_norms(h, w_max, beta, np.ones((L, n)), m, z, cand, counts)
+        assert counts[0] == -1                            # beta = 1: no cut
+        for d in range(1, L):
+            v = h[d] * w_max
+            cut = v.max() * numerics.fixed_exp(np.array([-(64.0 / beta[d])]))[0]
+            want = np.flatnonzero(v >= cut)
+            assert counts[d] == want.size, (n, d)
+            assert np.array_equal(cand[d, :counts[d]], want), (n, d)
+        assert counts[1] == n and counts[2] == 1
+
+
+@needs_kernel
 def test_norms_leave_out_only_terms_below_the_cut():
     # a row where most classes sit far below the largest: the sum over the classes within
     # e^-64 (the definition) against numpy's log / exp over every class
