@@ -21,7 +21,9 @@ import math
 
 import numpy as np
 
-__all__ = ["NORM_CUT", "dot", "fixed_exp", "fixed_log", "lane_sum8"]
+from . import compiled
+
+__all__ = ["NORM_CUT", "dot", "fixed_exp", "fixed_log", "lane_sum8", "stable_argsort"]
 
 #: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
 #: largest (``ClassLogMarginals._norms``; ``cworld.c``'s ``FIXED_NORM_CUT``): at most
@@ -129,3 +131,23 @@ def lane_sum8(x: np.ndarray) -> np.ndarray:
     lanes = np.cumsum(x.reshape(*x.shape[:-1], -1, 8), axis=-2)[..., -1, :]
     return (((lanes[..., 0] + lanes[..., 1]) + (lanes[..., 2] + lanes[..., 3]))
             + ((lanes[..., 4] + lanes[..., 5]) + (lanes[..., 6] + lanes[..., 7])))
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of float64 ``keys`` (m,) without NaN, int64 (m,).
+
+    A stable sort's permutation is unique, so the compiled radix sort
+    (``compiled.world_kernel.argsort_stable``: ``O(m)``, 3x numpy's ``O(m log m)`` sorts at
+    ``m = 32768``; ``docs/performance.md``, "Session 16") returns numpy's, which runs without
+    it. Raises ValueError for a NaN key (no order) on both paths.
+    """
+    keys = np.ascontiguousarray(keys, dtype=np.float64)
+    kern = compiled.world_kernel
+    if kern is not None and keys.ndim == 1:
+        out = np.empty(keys.size, dtype=np.int64)
+        kern.argsort_stable(keys, out)
+        return out
+    if np.isnan(keys).any():
+        raise ValueError(f"keys[{int(np.flatnonzero(np.isnan(keys.ravel()))[0])}] is NaN "
+                         f"(no order)")
+    return np.argsort(keys, kind="stable")

@@ -670,3 +670,23 @@ def test_candidates_form_numpys_products_and_check_their_indices():
         kern.candidates(h, np.array([3, 0]), idx, members, w, v_out, toks, mu)
     with pytest.raises(ValueError, match="mu: expected 42 items"):
         kern.candidates(h, rows, idx, members, w, v_out, toks, np.empty((2, 20)))
+
+
+@needs_kernel
+def test_stable_argsort_is_numpys_stable_argsort(monkeypatch):
+    # the radix sort's permutation against numpy's stable sort: ties (a stable sort's order is
+    # unique), both zeros (equal), infinities, negatives, widths around its passes; NaN refused
+    rng = np.random.default_rng(9)
+    cases = [np.array([]), np.array([2.0]), np.array([-0.0, 0.0, -1.0, np.inf, -np.inf, 3.0, 0.0]),
+             rng.integers(0, 4, 3000).astype(float), rng.standard_normal(5000),
+             rng.random(32768) * np.exp(rng.uniform(-300.0, 0.0, 32768)),
+             np.repeat(rng.random(50), 40), np.full(100, 7.0)]
+    for keys in cases:
+        got = numerics.stable_argsort(keys)
+        assert got.dtype == np.int64
+        assert np.array_equal(got, np.argsort(keys, kind="stable")), keys.size
+    for kernel_on in (True, False):
+        if not kernel_on:
+            monkeypatch.setattr(compiled, "world_kernel", None)
+        with pytest.raises(ValueError, match=r"keys\[2\] is NaN"):
+            numerics.stable_argsort(np.array([1.0, 0.0, np.nan]))

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numerics import dot
+from ..numerics import dot, stable_argsort
 
 __all__ = ["CHOOSERS", "COIN", "ENUM_LIMIT", "STEPS", "NodeView", "choose_guided",
            "choose_safe", "enumerated_accepts", "node_accepts", "step_value", "trials",
@@ -317,7 +317,9 @@ def _sorted_support(gk: np.ndarray, hk: np.ndarray, presorted: bool
     tk = np.divide(gk, hk, out=_work("tk", gk.size))
     perm = None
     if tk.size > 1 and (not presorted or bool((tk[1:] < tk[:-1]).any())):
-        perm = np.argsort(tk, kind="stable" if presorted else None)
+        # stable either way (any sort of the ratios gives these floats: tied ratios with
+        # different pairs return None below), so that the compiled radix sort can serve
+        perm = np.argsort(tk, kind="stable") if presorted else stable_argsort(tk)
         tk, gk, hk = tk[perm], gk[perm], hk[perm]
     tied = np.flatnonzero(tk[1:] == tk[:-1])  # == (not a difference): inf ties with inf
     if tied.size and ((gk[tied] != gk[tied + 1]).any() or (hk[tied] != hk[tied + 1]).any()):
