@@ -18,7 +18,8 @@ docs/performance.md.
 :data:`world_kernel` (``treespec_sim/cworld.c``) is the synthetic drafter's -- its class chain,
 normalisers and top lists (:mod:`treespec_sim.synth.drafter`) -- and the sampled fill's and the
 traversal's ``V``-length steps (:mod:`treespec_sim.policies.sampled`,
-:mod:`treespec_sim.verify.traversal`), the numpy code's floats bit for bit
+:mod:`treespec_sim.verify.traversal`) and a stable argsort
+(:func:`treespec_sim.numerics.stable_argsort`), the numpy code's floats bit for bit
 (``tests/sim/test_cworld.py``); ``world_kernel = None`` switches all of them to numpy.
 """
 

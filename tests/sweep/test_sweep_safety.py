@@ -233,7 +233,8 @@ def _cells(out):
 def test_a_second_sweep_into_a_running_sweeps_out_is_refused(tmp_path):
     out = tmp_path / "run"
     config = _slow_config(tmp_path)
-    first = subprocess.Popen(_sweep_cmd(config, out), stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(_sweep_cmd(config, out), stderr=subprocess.DEVNULL,
+                             preexec_fn=_sigint_as_default)
     try:
         assert _wait_for(lambda: _cells(out)), "the first sweep finished no cell"
         for extra in ((), ("--resume",)):
@@ -266,6 +267,13 @@ def test_two_sweeps_started_together_into_one_empty_out(tmp_path):
 
 
 # ------------------------------------------------------------------ Ctrl-C
+def _sigint_as_default() -> None:
+    """In the child before exec: SIGINT back to its default. A suite started in the background
+    by a non-interactive shell runs with SIGINT ignored, which a child inherits, and Python
+    then installs no KeyboardInterrupt handler: the sweep would never see the Ctrl-C sent."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pid: int) -> set[int]:
     """Live child processes of ``pid`` (from /proc)."""
     kids = set()
@@ -292,7 +300,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_stops_at_once_and_keeps_every_finished_cell(tmp_path, workers):
     out = tmp_path / "run"
     proc = subprocess.Popen(_sweep_cmd(_slow_config(tmp_path), out, "--workers", str(workers)),
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_default)
     try:
         assert _wait_for(lambda: _cells(out)), "no cell finished"
         kids = _children(proc.pid) if workers > 1 else set()
