@@ -16,14 +16,14 @@ setup(
         Extension(
             "treespec_sim.ckernel",
             ["treespec_sim/ckernel.c"],
-            depends=["treespec_sim/ckernel_simd.h"],
+            depends=["treespec_sim/ckernel_simd.h", "treespec_sim/radix_sort.h"],
             extra_compile_args=["-O3", "-Wno-psabi"],  # -Wno-psabi: 32-byte vectors, inlined
             optional=True,
         ),
         Extension(
             "treespec_sim.cworld",
             ["treespec_sim/cworld.c"],
-            depends=["treespec_sim/cworld_norms.h"],
+            depends=["treespec_sim/cworld_norms.h", "treespec_sim/radix_sort.h"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
         ),

@@ -1160,15 +1160,13 @@ static inline uint64_t order_key(double x) {
     return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
-#define RADIX_BITS 11
-#define RADIX_BUCKETS (1 << RADIX_BITS)
-#define RADIX_PASSES 6 /* 6 x 11 >= 64 */
+#include "radix_sort.h"
 
 static const char argsort_stable_doc[] =
     "argsort_stable(keys, out): out = np.argsort(keys, kind='stable') for float64 (m,) keys "
-    "without NaN (int64 (m,) out): an LSD radix sort of the keys' bits, 11 at a time, the passes "
-    "whose digit every key shares skipped -- the same permutation (a stable sort's is unique), "
-    "in O(m) instead of numpy's O(m log m) (univer's ratio sorts, docs/performance.md).";
+    "without NaN (int64 (m,) out): radix_sort.h's stable sort of the keys' bits (the builder's, "
+    "ckernel.c) -- the same permutation (a stable sort's is unique), in O(m) passes instead of "
+    "numpy's O(m log m) (univer's ratio sorts, docs/performance.md).";
 
 static PyObject *py_argsort_stable(PyObject *self, PyObject *args) {
     PyObject *ko, *oo;
@@ -1186,44 +1184,16 @@ static PyObject *py_argsort_stable(PyObject *self, PyObject *args) {
                 PyErr_Format(PyExc_ValueError, "keys[%zd] is NaN (no order)", i);
                 goto done;
             }
-        /* (key, index) pairs twice (the passes alternate) and the six digit histograms */
-        size_t pair = sizeof(uint64_t) + sizeof(int64_t);
-        char *buf = scratch((size_t)(m ? m : 1) * 2 * pair +
-                            (size_t)RADIX_PASSES * RADIX_BUCKETS * sizeof(Py_ssize_t));
+        /* the (key, index) pairs and as many again of scratch */
+        char *buf = scratch((size_t)(m ? m : 1) * 2 * (sizeof(uint64_t) + sizeof(int64_t)));
         if (buf == NULL) goto done;
         uint64_t *ka = (uint64_t *)buf, *kb = ka + m;
         int64_t *ia = (int64_t *)(kb + m), *ib = ia + m;
-        Py_ssize_t *hist = (Py_ssize_t *)(ib + m);
-        memset(hist, 0, (size_t)RADIX_PASSES * RADIX_BUCKETS * sizeof *hist);
         for (Py_ssize_t i = 0; i < m; i++) {
-            uint64_t k = order_key(keys[i]);
-            ka[i] = k;
+            ka[i] = order_key(keys[i]);
             ia[i] = i;
-            for (int p = 0; p < RADIX_PASSES; p++)
-                hist[p * RADIX_BUCKETS + ((k >> (p * RADIX_BITS)) & (RADIX_BUCKETS - 1))]++;
         }
-        for (int p = 0; p < RADIX_PASSES; p++) {
-            Py_ssize_t *h = hist + p * RADIX_BUCKETS;
-            uint64_t digit = m ? (ka[0] >> (p * RADIX_BITS)) & (RADIX_BUCKETS - 1) : 0;
-            if (h[digit] == m) continue;  /* every key has this digit: the order stands */
-            Py_ssize_t at = 0;
-            for (int b = 0; b < RADIX_BUCKETS; b++) {
-                Py_ssize_t c = h[b];
-                h[b] = at;
-                at += c;
-            }
-            for (Py_ssize_t i = 0; i < m; i++) {
-                Py_ssize_t d = h[(ka[i] >> (p * RADIX_BITS)) & (RADIX_BUCKETS - 1)]++;
-                kb[d] = ka[i];
-                ib[d] = ia[i];
-            }
-            uint64_t *tk = ka;
-            ka = kb;
-            kb = tk;
-            int64_t *ti = ia;
-            ia = ib;
-            ib = ti;
-        }
+        radix_sort(ka, ia, m, kb, ib);
         memcpy(out, ia, (size_t)m * sizeof *out);
         result = Py_None;
         Py_INCREF(result);
