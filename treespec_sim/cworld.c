@@ -28,8 +28,9 @@
  *    draw_without_replacement: the sampled fill's laws and draws (policies/sampled.py);
  *    residual: the traversal's residual step (verify/traversal.py). Their sums are numpy's
  *    pairwise sums, reproduced (pairwise_sum).
- *  - argsort_stable: numpy's stable argsort of float64 keys by an LSD radix sort
- *    (numerics.stable_argsort; univer's ratio supports, verify/univer.py).
+ *  - argsort_stable: numpy's stable argsort of float64 keys by radix_sort.h's stable sort
+ *    (the DDTree builder's, shared with ckernel.c; numerics.stable_argsort: univer's ratio
+ *    supports, verify/univer.py).
  *
  * No numpy C API: arrays come in through the buffer protocol; the Python side allocates them.
  */
