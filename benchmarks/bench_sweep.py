@@ -18,7 +18,9 @@ ranked/array ratio; and the wall clock of a small sweep at 1 and 2 worker proces
 Also the fresh-context targets (``docs/performance.md``): rounds/s of ddtree ``B = 64`` at
 ``T = 0`` and ``T = 1`` and of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets,
 each against its target (:func:`fresh_rounds`; ``--fresh-only`` runs just those), by the wall
-clock and per CPU second of this process (steadier on a shared machine).
+clock and per CPU second of this process (steadier on a shared machine), and the time of the
+drafter's class chain alone on fresh contexts: the rate a round could reach on this CPU if all
+else in it were free.
 
 Run: ``python benchmarks/bench_sweep.py`` (``--rounds``, ``--json``, ``--fresh-only``).
 """
@@ -113,6 +115,13 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     and the first 5 compiled rounds after a numpy block are not timed (the numpy path's large
     temporaries evict the per-topic tables from the caches; timing those rounds would charge
     the compiled path for the comparison itself).
+
+    After each compiled block, the drafter's class chain alone (``world.draft_lazy`` on 10
+    further fresh contexts, drawn from their own generator so the rounds' stream is the same)
+    is timed: ``chain_ms`` is a fresh context's chain ``h_1..h_L`` (14 sparse products at
+    ``V = 32768``, the floats the simulator defines), and ``chain_bound_rounds_per_s`` the rate
+    a round could reach if everything else in it were free -- the ceiling these targets meet
+    on this CPU (docs/performance.md, "Where a fresh DDTree round's floor lies").
     """
     world = make_world(regime, seed=seed)
     world.warm((0.0, 1.0))
@@ -145,6 +154,8 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
         done = {True: 0, False: 0}
         paths = (True, False) if built is not None else (True,)
         block = {True: 50, False: 10}
+        chain_rng = np.random.default_rng([seed, 1])
+        chain_s, chain_n = 0.0, 0
         try:
             while done[True] < rounds:
                 for fast in paths:
@@ -159,11 +170,19 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
                     # CPU time too: on a shared machine the wall clock counts other processes
                     cpu[fast] += time.process_time() - c0
                     done[fast] += block[fast]
+                    if fast:
+                        for ctx in [world.sample_context(chain_rng) for _ in range(10)]:
+                            t0 = time.perf_counter()
+                            world.draft_lazy(ctx)
+                            chain_s += time.perf_counter() - t0
+                        chain_n += 10
         finally:
             compiled.world_kernel = built
         rate = done[True] / wall[True]
         row = {"case": name, "rounds_per_s": rate, "cpu_rounds_per_s": done[True] / cpu[True],
-               "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name]}
+               "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name],
+               "chain_ms": 1e3 * chain_s / chain_n, "chain_share": rate * chain_s / chain_n,
+               "chain_bound_rounds_per_s": chain_n / chain_s}
         if built is not None:
             row["numpy_drafter_rounds_per_s"] = done[False] / wall[False]
             row["vs_numpy"] = (done[True] / cpu[True]) / (done[False] / cpu[False])
@@ -259,6 +278,9 @@ def _print_fresh(regime: str, fresh: list[dict]) -> None:
         print(f"  {r['case']:32s} {r['rounds_per_s']:8.1f} rounds/s  target "
               f"{r['target']:6.0f}  ({r['of_target']:.2f}x of target; "
               f"{r['cpu_rounds_per_s']:.1f} per CPU second{vs})")
+        print(f"  {'':32s} the chain alone {r['chain_ms']:.3f} ms a fresh context "
+              f"({100 * r['chain_share']:.0f}% of a round): at most "
+              f"{r['chain_bound_rounds_per_s']:.0f} rounds/s if the rest were free")
 
 
 if __name__ == "__main__":
