@@ -1,11 +1,10 @@
 """Build hook for the compiled parts (the rest is pyproject.toml).
 
-* ``treespec_sim.ckernel`` -- DDTree on a raw ``(L, V)`` array and its input check;
 * ``treespec_sim.cworld`` -- the synthetic drafter's class chain and top lists, the same floats
   as their numpy code (``-ffp-contract=off``: no fused multiply-add may change a rounding).
 
 ``optional=True``: without a C compiler the install still succeeds,
-``treespec_sim.compiled.kernel`` / ``world_kernel`` are ``None`` and the pure-numpy paths run (the
+``treespec_sim.compiled.world_kernel`` is ``None`` and the pure-numpy paths run (the
 same trees, verdicts and floats; docs/performance.md).
 """
 
@@ -13,13 +12,6 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension(
-            "treespec_sim.ckernel",
-            ["treespec_sim/ckernel.c"],
-            depends=["treespec_sim/ckernel_simd.h", "treespec_sim/radix_sort.h"],
-            extra_compile_args=["-O3", "-Wno-psabi"],  # -Wno-psabi: 32-byte vectors, inlined
-            optional=True,
-        ),
         Extension(
             "treespec_sim.cworld",
             ["treespec_sim/cworld.c"],

@@ -12,8 +12,8 @@ float64), on DFlash-like marginals (sharp at shallow depths, flatter deeper):
 
 ``same`` is ``True`` for identical trees, ``tie`` where they differ only by tokens of exactly
 equal value (ddtree breaks such ties towards the smaller token id, torch.topk in an unspecified
-order). torch runs on one thread, as ddtree does. The compiled kernel's vector path is printed
-(``treespec_sim.compiled.simd()``); docs/performance.md has a measured table.
+order). torch runs on one thread, as ddtree does. The builder is numba-compiled
+(:mod:`treespec_sim.policies._dense`); the first call's compile is paid before timing.
 
 Reported as ratios of medians (``ref/fast``, ``fast/expsum``) and whether the trees are
 identical. Run: ``python benchmarks/bench_ddtree.py`` (``--repeats``, ``--json``).
@@ -22,7 +22,6 @@ identical. Run: ``python benchmarks/bench_ddtree.py`` (``--repeats``, ``--json``
 from __future__ import annotations
 
 import json
-import platform
 import time
 
 import numpy as np
@@ -88,6 +87,8 @@ def main(argv=None) -> list[dict]:
     import torch
 
     torch.set_num_threads(1)
+    for dtype in args.dtypes:  # numba's compile (or its cache's load) before any timing
+        ddtree_with_mask(np.log(np.full((2, 8), 0.125, dtype=dtype)), 4)
     rng = np.random.default_rng(args.seed)
     rows = []
     for kind in args.kinds:
@@ -120,7 +121,7 @@ def main(argv=None) -> list[dict]:
         return rows
     print(f"ddtree (checks on) vs DDTree's builder and one exp+sum pass; L={args.depth}, "
           f"V={args.vocab}, median of {args.repeats}, interleaved; "
-          f"{platform.processor() or platform.machine()}; kernel: {compiled.simd()}")
+          f"{compiled.cpu_description()}")
     print(f"{'marginals':>9} {'dtype':>7} {'B':>5} {'fast ms':>8} {'ref ms':>7} {'exp ms':>7} "
           f"{'ref/fast':>8} {'fast/exp':>8} {'same':>5} {'depth':>5}")
     for r in rows:

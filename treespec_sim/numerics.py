@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
-from . import compiled
-
-__all__ = ["NORM_CUT", "dot", "fixed_exp", "fixed_log", "lane_sum8", "stable_argsort"]
+__all__ = ["NORM_CUT", "argsort_keys", "dot", "fixed_exp", "fixed_log", "lane_sum8", "order_keys",
+           "sort_pairs", "stable_argsort"]
 
 #: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
 #: largest (``ClassLogMarginals._norms``; ``cworld.c``'s ``FIXED_NORM_CUT``): at most
@@ -133,22 +133,114 @@ def lane_sum8(x: np.ndarray) -> np.ndarray:
             + ((lanes[..., 4] + lanes[..., 5]) + (lanes[..., 6] + lanes[..., 7])))
 
 
+# ----------------------------------------------------------------------------- sorting
+@njit(cache=True)
+def order_keys(values, out):
+    """uint64 keys in the order of float64 ``values`` (m,) into ``out`` (the two zeros equal):
+    positive values set the sign bit, negative ones are complemented."""
+    as_float = out.view(np.float64)
+    sign = np.uint64(0x8000000000000000)
+    for i in range(values.size):
+        as_float[i] = values[i] + 0.0           # -0.0 -> +0.0, as numpy's sorts treat them
+        b = out[i]
+        out[i] = ~b if b & sign else b | sign
+
+
+@njit(cache=True)
+def _insertion_sort(key, pay, lo, hi):
+    """Stable insertion sort of ``(key, pay)[lo:hi]`` by increasing key."""
+    for i in range(lo + 1, hi):
+        k = key[i]
+        p = pay[i]
+        j = i
+        while j > lo and key[j - 1] > k:
+            key[j] = key[j - 1]
+            pay[j] = pay[j - 1]
+            j -= 1
+        key[j] = k
+        pay[j] = p
+
+
+@njit(cache=True)
+def _lsd_bytes(key, pay, lo, hi, tk, tp, first, last):
+    """Stable LSD radix sort of ``(key, pay)[lo:hi]`` by the key's bytes ``first..last - 1``
+    (a byte every key shares is skipped); ``tk``, ``tp``: scratch of at least ``hi - lo``."""
+    n = hi - lo
+    cnt = np.zeros(256, np.int64)
+    src_k, src_p, dst_k, dst_p = key[lo:hi], pay[lo:hi], tk[:n], tp[:n]
+    moved = False
+    for d in range(first, last):
+        shift = np.uint64(8 * d)
+        cnt[:] = 0
+        for i in range(n):
+            cnt[(src_k[i] >> shift) & np.uint64(255)] += 1
+        if cnt[(src_k[0] >> shift) & np.uint64(255)] == n:
+            continue
+        total = 0
+        for b in range(256):
+            c = cnt[b]
+            cnt[b] = total
+            total += c
+        for i in range(n):
+            b = (src_k[i] >> shift) & np.uint64(255)
+            at = cnt[b]
+            cnt[b] = at + 1
+            dst_k[at] = src_k[i]
+            dst_p[at] = src_p[i]
+        src_k, dst_k = dst_k, src_k
+        src_p, dst_p = dst_p, src_p
+        moved = not moved
+    if moved:
+        key[lo:hi] = src_k
+        pay[lo:hi] = src_p
+
+
+@njit(cache=True)
+def sort_pairs(key, pay, tk, tp):
+    """Sort ``(key[i], pay[i])`` in place by increasing uint64 key, stably (equal keys keep their
+    order): by the high 32 bits first (for a double's bits: sign, exponent and 20 bits of
+    mantissa, which few keys share), then each run sharing them by the low 32 bits. ``tk``,
+    ``tp``: scratch of at least as many pairs."""
+    n = key.size
+    if n < 64:
+        _insertion_sort(key, pay, 0, n)
+        return
+    _lsd_bytes(key, pay, 0, n, tk, tp, 4, 8)
+    i = 0
+    high = np.uint64(32)
+    while i < n:
+        j = i + 1
+        while j < n and key[j] >> high == key[i] >> high:
+            j += 1
+        if j - i > 16:
+            _lsd_bytes(key, pay, i, j, tk, tp, 0, 4)
+        elif j - i > 1:
+            _insertion_sort(key, pay, i, j)
+        i = j
+
+
+@njit(cache=True)
+def argsort_keys(keys):
+    """``np.argsort(keys, kind="stable")`` of float64 ``keys`` without NaN: int64 (m,)."""
+    key = np.empty(keys.size, np.uint64)
+    order_keys(keys, key)
+    perm = np.arange(keys.size)
+    sort_pairs(key, perm, np.empty_like(key), np.empty_like(perm))
+    return perm
+
+
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` of float64 ``keys`` (m,) without NaN, int64 (m,).
 
-    A stable sort's permutation is unique, so the compiled radix sort
-    (``compiled.world_kernel.argsort_stable``, the DDTree builder's sort in ``radix_sort.h``:
-    ``O(m)`` passes, 3x numpy's ``O(m log m)`` sorts at ``m = 32768``; ``docs/performance.md``,
-    "Session 16") returns numpy's, which runs without it. Raises ValueError for a NaN key (no
-    order) on both paths.
+    A stable sort's permutation is unique, so the radix sort (:func:`argsort_keys`) gives numpy's.
+
+    Raises
+    ------
+    ValueError
+        A NaN key (no order), naming its index.
     """
-    keys = np.ascontiguousarray(keys, dtype=np.float64)
-    kern = compiled.world_kernel
-    if kern is not None and keys.ndim == 1:
-        out = np.empty(keys.size, dtype=np.int64)
-        kern.argsort_stable(keys, out)
-        return out
-    if np.isnan(keys).any():
-        raise ValueError(f"keys[{int(np.flatnonzero(np.isnan(keys.ravel()))[0])}] is NaN "
-                         f"(no order)")
-    return np.argsort(keys, kind="stable")
+    keys = np.ascontiguousarray(keys, dtype=np.float64).ravel()
+    nan = np.flatnonzero(np.isnan(keys))
+    if nan.size:
+        raise ValueError(f"keys[{int(nan[0])}] is NaN (no order)")
+    return argsort_keys(keys)

@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numba import njit
 
-from . import compiled
 from .validation import check_budget
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,12 +203,9 @@ class DraftTree:
         is an ancestor of every node). This is the in-tree block of the target's verification
         mask (DDTree ``compile_ddtree_tree``); the cached prefix is visible to every row.
         """
-        kernel = compiled.kernel
-        if kernel is not None:  # one row copy per node, every byte written once; same mask
-            mask = np.empty((self.n_nodes, self.n_nodes), dtype=bool)
-            kernel.ancestor_mask(np.ascontiguousarray(self.parent, dtype=np.int64), mask)
-            return mask
-        return ancestor_mask(self.parent, self.levels)
+        mask = np.empty((self.n_nodes, self.n_nodes), dtype=bool)
+        ancestor_mask(self.parent, mask)
+        return mask
 
     def position_ids(self, start: int) -> np.ndarray:
         """Position ids ``start + depth`` for the verification forward, int64 (n+1,)."""
@@ -318,16 +315,16 @@ def _has_duplicate_siblings(parent: np.ndarray, token: np.ndarray) -> bool:
     return bool(np.unique(pairs).shape[0] < pairs.shape[0])
 
 
-def ancestor_mask(parent: np.ndarray, levels: Sequence[np.ndarray]) -> np.ndarray:
-    """Ancestor-or-self boolean mask (n+1, n+1), built level by level.
-
-    One fancy-indexed row copy per depth level (``L`` numpy operations, not ``n``): rows of
-    depth ``d`` copy their parents' rows (already final) and set their own diagonal entry.
-    """
-    n1 = parent.shape[0]
-    mask = np.zeros((n1, n1), dtype=bool)
-    mask[0, 0] = True
-    for nodes in levels[1:]:
-        mask[nodes] = mask[parent[nodes]]
-        mask[nodes, nodes] = True
-    return mask
+@njit(cache=True)
+def ancestor_mask(parent: np.ndarray, out: np.ndarray) -> None:
+    """Write the ancestor-or-self mask of a tree into ``out``, bool ``(n+1, n+1)`` (its old
+    contents do not matter): row ``i`` is row ``parent[i]``'s first ``i`` entries, then True on
+    the diagonal, then False (``parent[0] = -1``, ``0 <= parent[i] < i``; every entry written
+    once: the mask's ``(n+1)^2`` writes are its cost)."""
+    n1 = parent.size
+    out[0, 0] = True
+    out[0, 1:] = False
+    for i in range(1, n1):
+        out[i, :i] = out[parent[i], :i]
+        out[i, i] = True
+        out[i, i + 1:] = False

@@ -19,11 +19,12 @@ rows that do not sum to 1 in probability -- raw or max-shifted logits -- are an 
 how to normalise them, never a silently different tree.
 
 Validation must not dominate the cost of a builder: the log-probability check reads the array
-once for the row maxima (which also propagate NaN) and once for the row sums, ``exp`` and the
-row sum in the input's own dtype, without converting or copying the array (no ``float64``
-copy of a ``float32`` input, no fancy-indexed row subset). Every row's total mass is checked,
-at every size. ``clamp=False`` leaves tiny positive rounding in place for a caller that clamps
-the few values it reads (the DDTree builder), instead of copying the array to clamp it.
+once for the row maxima (which also propagate NaN) and once for the rows' masses
+(:mod:`treespec_sim.rowmass`: a compiled float32 ``exp`` with a stated error bound; a row within
+that bound of the tolerance is decided by numpy's exact sum), without converting the array (no
+``float64`` copy of a ``float32`` input). Every row's total mass is checked, at every size.
+``clamp=False`` leaves tiny positive rounding in place for a caller that clamps the few values
+it reads (the DDTree builder), instead of copying the array to clamp it.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ import numbers
 
 import numpy as np
 
-from . import compiled
+from .rowmass import MASS_ERROR, row_masses
 
-__all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array",
-           "check_budget", "check_log_q", "check_positive_int", "check_rng", "check_root_token",
-           "check_temperature", "kernel_check_args", "row_sum_tolerance"]
+__all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array", "check_budget",
+           "check_log_q", "check_log_q_shape", "check_masses", "check_positive_int", "check_rng",
+           "check_root_token", "check_temperature", "checked_row_max", "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -113,18 +114,30 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
         message names ``name`` and the offending ``[depth_index, token]``.
     """
     lp, source = as_float_array(log_q, name)
+    check_log_q_shape(lp, name)
+    row_max = checked_row_max(lp, name)
+    if (row_max > 0).any():
+        # Tiny positive rounding (within the tolerance) would let a child outscore its
+        # parent; clamp it so path scores never increase with depth.
+        if clamp:
+            lp = np.minimum(lp, 0.0)
+        row_max = np.minimum(row_max, 0.0)
+    if check_sums:
+        check_masses(lp, row_masses(np.ascontiguousarray(lp)), source, name)
+    return lp, row_max
+
+
+def check_log_q_shape(lp: np.ndarray, name: str = "log_q") -> None:
+    """Raise unless ``lp`` has shape ``(L, V)`` with ``L, V >= 1``."""
     if lp.ndim != 2 or lp.shape[0] < 1 or lp.shape[1] < 1:
         raise ValueError(f"{name} must have shape (L, V) with L, V >= 1; got {lp.shape}")
-    fast = _check_compiled(lp, source, check_sums)
-    if fast is not None:
-        row_max, has_positive = fast
-        if has_positive:
-            row_max = np.minimum(row_max, 0.0)
-            if clamp:
-                lp = np.minimum(lp, 0.0)
-        return lp, row_max
-    # The numpy path: no kernel, a strided array, or a row the kernel could not pass (its
-    # error message, or a row sum within the kernel's error margin of the tolerance).
+
+
+def checked_row_max(lp: np.ndarray, name: str = "log_q") -> np.ndarray:
+    """The row maxima of ``(L, V)`` log-probabilities, float64 ``(L,)`` (not clamped); raises for
+    a NaN, a positive entry beyond :data:`LOGPROB_POSITIVE_TOL` or a row without a finite entry,
+    naming the first offending ``[depth_index, token]`` (numpy's maximum propagates NaN, so one
+    read finds all three)."""
     row_max = lp.max(axis=1).astype(np.float64)
     bad = np.flatnonzero(~(row_max <= LOGPROB_POSITIVE_TOL))  # catches NaN and > tol
     if bad.size:
@@ -136,54 +149,30 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
         t = int(np.argmax(row))
         raise ValueError(f"{name}[{d}, {t}] = {float(row[t])!r} is a positive log-probability "
                          "(logits? pass log_softmax(logits) instead)")
-    if (row_max > 0).any():
-        # Tiny positive rounding (within the tolerance) would let a child outscore its
-        # parent; clamp it so path scores never increase with depth.
-        if clamp:
-            lp = np.minimum(lp, 0.0)
-        row_max = np.minimum(row_max, 0.0)
     dead = np.flatnonzero(np.isneginf(row_max))
     if dead.size:
         raise ValueError(f"{name}[{int(dead[0])}] has no finite entry (zero total probability)")
-    if check_sums:
-        # Every row: exp and the row sum in the input dtype (float32 accumulates pairwise,
-        # ~1e-7 relative over 10^5 terms, far inside the 1e-3 tolerance).
-        sums = np.exp(lp).sum(axis=1, dtype=np.float64 if lp.dtype == np.float64 else None)
-        tol = row_sum_tolerance(source)
-        off = np.flatnonzero(~(np.abs(sums - 1.0) <= tol))
-        if off.size:
-            d = int(off[0])
+    return row_max
+
+
+def check_masses(lp: np.ndarray, mass: np.ndarray, source: str, name: str = "log_q") -> None:
+    """Raise unless every row of ``lp`` sums to 1 in probability within the tolerance for an input
+    of dtype ``source``, given ``mass``, its rows' masses within
+    :data:`~treespec_sim.rowmass.MASS_ERROR` (:func:`~treespec_sim.rowmass.row_masses`).
+
+    A row within that error of the tolerance is decided by numpy's exact sum (``exp`` and the
+    sum in the input's dtype); so is the error message's number.
+    """
+    tol = row_sum_tolerance(source)
+    unclear = np.flatnonzero(~(np.abs(mass - 1.0) <= tol - MASS_ERROR * mass))
+    for d in unclear.tolist():
+        total = float(np.exp(lp[d]).sum(dtype=np.float64 if lp.dtype == np.float64 else None))
+        if not abs(total - 1.0) <= tol:
             raise ValueError(
-                f"{name}[{d}] sums to {float(sums[d])!r} in probability, not 1 (tolerance "
+                f"{name}[{d}] sums to {total!r} in probability, not 1 (tolerance "
                 f"{tol:g} for {source} input): pass log-probabilities, e.g. "
                 "torch.log_softmax(logits, -1) or scipy.special.log_softmax(x, axis=1), not "
                 "logits or max-shifted logits")
-    return lp, row_max
-
-
-def _check_compiled(lp: np.ndarray, source: str, check_sums: bool
-                    ) -> tuple[np.ndarray, bool] | None:
-    """The check in one compiled pass per row (max, NaN flag, total mass): ``(row_max,
-    has_positive)`` when every row clearly passes, else ``None`` (numpy then decides).
-
-    Clearly: no NaN, maxima in ``(-inf, LOGPROB_POSITIVE_TOL]`` and, with ``check_sums``, every
-    ``|sum - 1|`` below the tolerance by more than the kernel's error bound on the sum
-    (:data:`treespec_sim.compiled.ROW_SUM_MARGIN`), so the verdict is numpy's.
-    """
-    kernel = compiled.kernel
-    if kernel is None or lp.dtype not in (np.float32, np.float64) or not lp.flags.c_contiguous:
-        return None
-    clear, row_max, _, _ = kernel.scan(lp, check_sums, *kernel_check_args(source))
-    if not clear:
-        return None
-    mx = np.frombuffer(row_max, dtype=np.float64).copy()
-    return mx, bool((mx > 0).any())
-
-
-def kernel_check_args(source: str) -> tuple[float, float, float]:
-    """``(tol, margin, positive_tol)``: the compiled kernel's check parameters for an input of
-    dtype ``source`` (the kernel's verdict rule: ``clear_pass`` in ``treespec_sim/ckernel.c``)."""
-    return row_sum_tolerance(source), compiled.ROW_SUM_MARGIN, LOGPROB_POSITIVE_TOL
 
 
 def check_budget(budget, name: str = "budget") -> int:

@@ -1,0 +1,607 @@
+r"""DDTree's nodes from a raw ``(L, V)`` array in one pass over it, compiled by numba.
+
+:func:`dense_tree` is what :func:`treespec_sim.policies.ddtree` runs on an array; :func:`best_first`
+is DDTree's heap over per-depth ranked lists, what it runs on lazy marginals. Both return the
+reference heap's nodes in its pop order (``tests/sim/test_ddtree.py`` holds them to the
+brute-force and heap references).
+
+**Which entries a row keeps.** A token ``a`` at depth ``d`` can be in the tree only if (i) it
+ranks among the top ``K = min(B, V)`` of its row (otherwise ``K`` siblings precede it under any
+parent), and (ii) ``P_d + x_{d,a} >= t``, where ``P_d`` is the best score of a depth-``d``
+parent (the sum of the row maxima above ``d``) and ``t`` is any certified lower bound on the
+``B``-th best score. ``t`` is certified by counting ``B`` distinct nodes scoring ``>= t`` among
+every path over the entries kept so far (:func:`_certify_row`: loss histograms convolved depth
+by depth). Before any ``t``, a row keeps entries above a guess from a sample of itself
+(:func:`_sample_threshold`), at most ``k0 = 2 ceil(B / L) + 16`` of them (the buffer's
+compaction raises its threshold); a row whose list was cut above its final threshold
+``t - P_d`` is read again, and ``t`` is certified again after it.
+
+**The tree.** With a certified ``t``, every node scoring ``>= t`` is enumerated depth first,
+children by rank, and sorted stably by score; the first ``B`` are the tree. Depth-first
+enumeration with children by rank visits nodes in rank-tuple order, so a stable sort by score
+gives the heap's key order ``(-score, rank tuple)``, ties included: node ``i`` is the ``i``-th
+pop of DDTree's heap (each pop pushes its next sibling and its first child, whose keys are
+larger, so pops come in increasing key order). Without a bound, or past ``4B + 64`` such nodes,
+the heap pops instead (:func:`best_first`; ``enum_cap = 0`` forces it). Scores are
+``score(parent) + value`` in float64, summed from the root; ranks order a row by decreasing
+value, ties to the smaller token id.
+
+The same pass forms each row's total mass for the input check (:mod:`treespec_sim.rowmass`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..numerics import order_keys, sort_pairs
+from ..rowmass import BLOCK, block_mass
+
+__all__ = ["THRESHOLD_SLACK", "best_first", "dense_tree", "slack"]
+
+#: Relative slack on score thresholds: candidate sets are supersets by this margin, so rounding
+#: in ``P_d`` never drops a node that belongs to the tree.
+THRESHOLD_SLACK = 1e-9
+# The certifier's histograms: path losses in bins of 1 / _LSCALE, score bounds in 1 / _HSCALE.
+_LBINS, _LSCALE, _HBINS, _HSCALE = 512, 8.0, 2048, 16.0
+# A row's sampled guess: _SAMPLE_RUNS runs of consecutive entries (few cache lines), evenly spaced.
+_SAMPLE_ROW, _SAMPLE_RUNS = 512, 64
+# The keep test reads a row in chunks of this many entries (a branch-free count, then the hits).
+_CHUNK = 64
+
+
+@njit(cache=True)
+def slack(t):
+    """:data:`THRESHOLD_SLACK` relative to ``t`` (0 for an infinite ``t``)."""
+    return THRESHOLD_SLACK * (1.0 + abs(t)) if math.isfinite(t) else 0.0
+
+
+@njit(cache=True)
+def _kth_largest(a, n, k):
+    """The ``k``-th largest (1-based) of ``a[:n]`` (no NaN), reordering ``a``: quickselect with
+    median-of-three pivots."""
+    lo, hi, want = 0, n - 1, k - 1
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        x, y, z = a[lo], a[mid], a[hi]
+        piv = max(min(x, y), min(max(x, y), z))   # the median of the three
+        i, j = lo, hi
+        while i <= j:
+            while a[i] > piv:
+                i += 1
+            while a[j] < piv:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if want <= j:
+            hi = j
+        elif want >= i:
+            lo = i
+        else:
+            return a[want]
+    return a[want]
+
+
+# ---------------------------------------------------------------------------- a row's entries
+@njit(cache=True)
+def _push(tok, val, scratch, n, cap, k, theta, q, v):
+    """Append entry ``(q, v)`` (value clamped to ``<= 0``) to the kept list of length ``n``.
+
+    When the list fills (``cap`` entries), keep its ``k`` best (ties at the ``k``-th value to the
+    earlier entries, i.e. the smaller token ids) and raise ``theta`` just above the ``k``-th
+    value: a later token at or below it has ``k`` ahead of it. Returns ``(n, theta, cut)``,
+    ``cut`` true when entries at or above the old ``theta`` were dropped.
+    """
+    tok[n] = q
+    val[n] = v if v < 0.0 else 0.0
+    n += 1
+    if n < cap:
+        return n, theta, False
+    scratch[:n] = val[:n]
+    kth = _kth_largest(scratch, n, k)
+    ties = k
+    for j in range(n):
+        if val[j] > kth:
+            ties -= 1
+    w = 0
+    for j in range(n):
+        v = val[j]
+        if v > kth or (v == kth and ties > 0):
+            if v == kth:
+                ties -= 1
+            tok[w] = tok[j]
+            val[w] = v
+            w += 1
+    return w, max(theta, np.nextafter(kth, math.inf)), True
+
+
+@njit(cache=True)
+def _float32_below(theta):
+    """The largest float32 ``<= theta``: a float32 test against it keeps a superset of the
+    entries ``>= theta`` (of either dtype), which the exact test then filters."""
+    f = np.float32(theta)
+    while np.float64(f) > theta:
+        f = np.float32(np.float64(f) - max(abs(np.float64(f)) * 2.0 ** -23, 1e-44))
+    return f
+
+
+@njit(cache=True)
+def _row_pass(row, want_sum, theta, tok, val, scratch, cap, k, poly, expo):
+    """One read of ``row``: its total mass (if ``want_sum``; else 0) and, if ``k > 0``, every
+    entry ``>= theta`` into ``tok``/``val`` (compacted to the ``k`` best when full). Returns
+    ``(mass, n, theta, cut)``."""
+    V = row.size
+    mass = 0.0
+    n = 0
+    cut = False
+    below = _float32_below(theta)
+    for lo in range(0, V, BLOCK):
+        x = row[lo:lo + BLOCK]
+        if want_sum:
+            mass += block_mass(x, poly, expo)
+        if k == 0:
+            continue
+        for c in range(0, x.size, _CHUNK):     # the block is still in L1
+            part = x[c:c + _CHUNK]
+            hits = 0
+            for i in range(part.size):
+                if part[i] >= below:
+                    hits += 1
+            if hits == 0:
+                continue
+            for i in range(part.size):
+                v = np.float64(part[i])
+                if v >= theta:
+                    n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta, lo + c + i, v)
+                    if dropped:
+                        cut = True
+                        below = _float32_below(theta)
+    return mass, n, theta, cut
+
+
+@njit(cache=True)
+def _sample_threshold(row, k0, theta, buf):
+    """A guessed threshold leaving about ``2 k0`` entries of ``row``, from a sample of
+    ``_SAMPLE_ROW`` of its values: ``(True, guess)``, or ``(False, theta)`` where the sample is
+    too small or the guess not above ``theta``. Not certified: a list cut at it is complete
+    only above it."""
+    run = _SAMPLE_ROW // _SAMPLE_RUNS
+    V = row.size
+    stride = V // _SAMPLE_RUNS
+    if stride < run:
+        return False, theta
+    ns = 0
+    i = 0
+    while i + run <= V and ns + run <= _SAMPLE_ROW:
+        for q in range(i, i + run):
+            v = np.float64(row[q])
+            if v == v:
+                buf[ns] = v
+                ns += 1
+        i += stride
+    r = 2 * k0 * ns // V + 4
+    if r >= ns:
+        return False, theta
+    g = _kth_largest(buf, ns, r)
+    if not (g > theta) or not math.isfinite(g):
+        return False, theta
+    return True, g
+
+
+# ---------------------------------------------------------------------------- the bound t
+@njit(cache=True, fastmath={"reassoc"})
+def _dot_counts(a, b):
+    """``sum(a * b)`` of path counts: integers below 2^53 add exactly in any order."""
+    s = 0.0
+    for i in range(a.size):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(cache=True)
+def _certify_row(cert, hist, val, m, pd1, t, budget):
+    r"""Count the paths through one more row's kept entries ``val`` (its maximum ``m <= 0``;
+    ``pd1 = P_{d+1}``) and return the certified bound given the old one ``t``.
+
+    The counted nodes are every path over the rows' kept entries read so far:
+
+    * a path of depth ``j`` has loss ``P_j - score >= 0``; a kept entry ``x`` of row ``d`` has
+      loss ``m_d - x`` and goes to loss bin ``ceil(loss L)`` (``L = _LSCALE``; 0 exactly for the
+      argmax, which loses nothing);
+    * ``D_j[k]`` counts paths of depth ``j`` with loss ``<= k / L``:
+      ``D_{j+1} = D_j * (the row's loss bins)`` (a convolution), bins whose score bound is
+      already below ``t`` dropped (their paths and every extension score below ``t``);
+    * ``G`` counts every path so far by score bound, in bins of ``1 / _HSCALE`` (each bound
+      lowered by :func:`slack` first: the bounds are exact reals, the computed scores differ
+      by a few ulps). The largest edge ``-(b + 1) / _HSCALE`` with ``budget`` counts at or above
+      it is certified.
+
+    ``cert``: float64 ``(2, _LBINS)``, ``D`` and the next one (row ``int(hist[0, 0])`` is
+    ``D``); ``hist``: float64 ``(3, _HBINS)``: row 0 ``[which D, bins of D in use (0: none left
+    above t), paths counted in G]``, row 1 the row's loss bins (forwards, then reversed from
+    ``_LBINS``), row 2 ``G``. Counts are capped at 1e18 (exact below 2^53, far above any
+    budget); paths not counted only weaken the bound.
+    """
+    state, lh, G = hist[0], hist[1], hist[2]
+    cur, kd = int(state[0]), int(state[1])
+    if kd == 0 or not math.isfinite(pd1):
+        state[1] = 0.0
+        return t
+    kmax = _LBINS
+    if math.isfinite(t):
+        span = (pd1 - t) * _LSCALE + 1.0          # bins k with pd1 - k / L >= t, plus one
+        kmax = 0 if span < 1.0 else (int(span) if span < _LBINS else _LBINS)
+    if kmax == 0:
+        state[1] = 0.0
+        return t
+    lh[:kmax] = 0.0
+    lhi = 0
+    for x in val:
+        loss = (m - x) * _LSCALE                  # >= 0: m is the row's maximum
+        if not (loss < kmax):
+            continue
+        c = math.ceil(loss)
+        if c >= kmax:
+            continue
+        lh[c] += 1.0
+        lhi = max(lhi, c + 1)
+    lr = lh[_HBINS - lhi:]                        # lh reversed, at the end of row 1
+    for c in range(lhi):
+        lr[c] = lh[lhi - 1 - c]
+    D, Dn = cert[cur], cert[1 - cur]
+    top = 0
+    gb = 0
+    gcum = 0.0                                    # G[:gb]
+    for k in range(kmax):
+        # Dn[k] = sum over c of D[k - c] lh[c], both read forwards
+        clo, chi = max(k - kd + 1, 0), min(k, lhi - 1)
+        cnt = 0.0 if chi < clo else _dot_counts(D[k - chi:k - clo + 1], lr[lhi - 1 - chi:lhi - clo])
+        cnt = min(cnt, 1e18)
+        Dn[k] = cnt
+        if cnt == 0.0:
+            continue
+        top = k + 1
+        bound = pd1 - k / _LSCALE
+        u = -(bound - slack(bound)) * _HSCALE     # >= 0
+        if not (u < _HBINS):
+            continue
+        hb = int(u)
+        G[hb] += cnt
+        state[2] += cnt
+        if hb < gb:
+            gcum += cnt
+        else:
+            while gb <= hb:
+                gcum += G[gb]
+                gb += 1
+        if gcum >= budget:
+            # the later bins' paths score below the bound that certifies (within 1 / _HSCALE),
+            # and so do their extensions: dropping them only weakens later bounds
+            break
+    state[0] = 1 - cur
+    state[1] = top
+    if state[2] < budget:
+        return t
+    cum = 0.0
+    for b in range(_HBINS):
+        cum += G[b]
+        if cum >= budget:
+            return max(-(b + 1) / _HSCALE, t)
+    return t
+
+
+@njit(cache=True)
+def _new_certifier():
+    cert = np.zeros((2, _LBINS))
+    cert[0, 0] = 1.0                              # the root: depth 0, loss 0
+    hist = np.zeros((3, _HBINS))
+    hist[0, 1] = 1.0
+    return cert, hist
+
+
+# ---------------------------------------------------------------------------- the tree
+@njit(cache=True)
+def _enumerate(vals, toks, off, budget, t, cap, parent, token, depth):
+    """The tree as every node scoring ``>= t`` (``t`` certified), enumerated depth first with
+    children by rank and sorted stably by decreasing score (module docstring); writes nodes
+    ``0..n`` and returns ``n``, or -1 when more than ``cap`` nodes score ``>= t``."""
+    L = off.size - 1
+    score = np.empty(cap)
+    epar = np.empty(cap, np.int64)
+    elev = np.empty(cap, np.int64)
+    erank = np.empty(cap, np.int64)
+    spar = np.empty(L + 1, np.int64)              # the stack: per level, the parent's index,
+    ssc = np.empty(L + 1)                         # its score and the next rank to try
+    srank = np.zeros(L + 1, np.int64)
+    lev = 0
+    spar[0] = -1
+    ssc[0] = 0.0
+    N = 0
+    while lev >= 0:
+        r = srank[lev]
+        at = off[lev] + r
+        sc = ssc[lev] + vals[at] if at < off[lev + 1] else -math.inf
+        if at < off[lev + 1] and sc >= t:
+            if N == cap:
+                return -1
+            score[N] = -sc                        # increasing key = decreasing score
+            epar[N] = spar[lev]
+            elev[N] = lev
+            erank[N] = r
+            srank[lev] = r + 1
+            if lev + 1 < L:
+                lev += 1
+                spar[lev] = N
+                ssc[lev] = sc
+                srank[lev] = 0
+            N += 1
+        else:
+            lev -= 1                              # a list is sorted: later ranks score below t
+    key = np.empty(N, np.uint64)
+    order_keys(score[:N], key)
+    order = np.arange(N)
+    sort_pairs(key, order, np.empty(N, np.uint64), np.empty(N, np.int64))
+    b = min(N, budget)
+    pos = np.empty(N, np.int64)
+    parent[0] = -1
+    token[0] = -1
+    depth[0] = 0
+    for i in range(b):
+        e = order[i]
+        pos[e] = i + 1
+        parent[i + 1] = 0 if epar[e] < 0 else pos[epar[e]]   # a parent precedes its children
+        token[i + 1] = toks[off[elev[e]] + erank[e]]
+        depth[i + 1] = elev[e] + 1
+    return b
+
+
+@njit(cache=True)
+def _rank_tuple(v_level, v_rank, v_parent, node_rank, node_parent, out):
+    """The rank tuple of a heap entry, root to leaf, into ``out``; returns its length."""
+    out[v_level] = v_rank
+    v = v_parent
+    for lev in range(v_level - 1, -1, -1):
+        out[lev] = node_rank[v]
+        v = node_parent[v]
+    return v_level + 1
+
+
+@njit(cache=True)
+def _precedes(h, a, b, node_rank, node_parent, buf_a, buf_b):
+    """Heap entry ``a`` before ``b`` in DDTree's order: higher score, then the smaller rank tuple
+    (a prefix first). ``h``: ``(score, level, rank, parent)`` columns of the heap."""
+    sa, sb = h[0, a], h[0, b]
+    if sa != sb:
+        return sa > sb
+    la = _rank_tuple(int(h[1, a]), int(h[2, a]), int(h[3, a]), node_rank, node_parent, buf_a)
+    lb = _rank_tuple(int(h[1, b]), int(h[2, b]), int(h[3, b]), node_rank, node_parent, buf_b)
+    for i in range(min(la, lb)):
+        if buf_a[i] != buf_b[i]:
+            return buf_a[i] < buf_b[i]
+    return la < lb
+
+
+@njit(cache=True)
+def _sift_up(h, i, node_rank, node_parent, buf_a, buf_b):
+    while i > 0:
+        p = (i - 1) // 2
+        if not _precedes(h, i, p, node_rank, node_parent, buf_a, buf_b):
+            break
+        for c in range(4):
+            h[c, i], h[c, p] = h[c, p], h[c, i]
+        i = p
+
+
+@njit(cache=True)
+def _sift_down(h, n, node_rank, node_parent, buf_a, buf_b):
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and _precedes(h, c + 1, c, node_rank, node_parent, buf_a, buf_b):
+            c += 1
+        if not _precedes(h, c, i, node_rank, node_parent, buf_a, buf_b):
+            return
+        for col in range(4):
+            h[col, i], h[col, c] = h[col, c], h[col, i]
+        i = c
+
+
+@njit(cache=True)
+def best_first(vals, toks, off, budget, parent, token, depth):
+    """DDTree's best-first pops over per-depth ranked lists: ``vals`` float64 and ``toks`` int64
+    concatenated, depth ``d``'s list (best first) at ``off[d - 1]:off[d]`` (int64, ``L + 1``).
+
+    Writes nodes ``0..n`` into ``parent``/``token``/``depth`` (``budget + 1`` entries each; node
+    0 the root, token -1) and returns ``(n, score of the last pop)`` -- its values summed from the
+    root (``0.0`` for the root-only tree).
+    """
+    L = off.size - 1
+    score = np.empty(budget + 1)
+    node_rank = np.empty(budget + 1, np.int64)
+    h = np.empty((4, 2 * budget + 2))             # the heap: score, level, rank, parent
+    buf_a = np.empty(max(L, 1), np.int64)
+    buf_b = np.empty(max(L, 1), np.int64)
+    parent[0] = -1
+    token[0] = -1
+    depth[0] = 0
+    score[0] = 0.0
+    node_rank[0] = -1
+    n = 0
+    hn = 0
+    if L > 0 and off[1] > off[0]:
+        h[0, 0], h[1, 0], h[2, 0], h[3, 0] = 0.0 + vals[off[0]], 0, 0, 0
+        hn = 1
+    while n < budget and hn > 0:
+        sc, lev, r, par = h[0, 0], int(h[1, 0]), int(h[2, 0]), int(h[3, 0])
+        hn -= 1
+        for c in range(4):
+            h[c, 0] = h[c, hn]
+        _sift_down(h, hn, node_rank, parent, buf_a, buf_b)
+        n += 1
+        parent[n] = par
+        token[n] = toks[off[lev] + r]
+        depth[n] = lev + 1
+        score[n] = sc
+        node_rank[n] = r
+        if off[lev] + r + 1 < off[lev + 1]:       # the next sibling
+            h[0, hn], h[1, hn], h[2, hn], h[3, hn] = (score[par] + vals[off[lev] + r + 1],
+                                                      lev, r + 1, par)
+            hn += 1
+            _sift_up(h, hn - 1, node_rank, parent, buf_a, buf_b)
+        if lev + 1 < L and off[lev + 2] > off[lev + 1]:   # the first child
+            h[0, hn], h[1, hn], h[2, hn], h[3, hn] = sc + vals[off[lev + 1]], lev + 1, 0, n
+            hn += 1
+            _sift_up(h, hn - 1, node_rank, parent, buf_a, buf_b)
+    return n, score[n]
+
+
+# ---------------------------------------------------------------------------- the one pass
+@njit(cache=True)
+def dense_tree(lp, row_max, budget, want_sum, enum_cap):
+    """DDTree's nodes on a C-contiguous float32/float64 ``(L, V)`` array and its rows' masses.
+
+    Parameters
+    ----------
+    lp : ndarray, shape (L, V)
+        Rows without NaN and with a finite maximum ``<= LOGPROB_POSITIVE_TOL`` (the caller has
+        checked ``row_max``); every value read is clamped to ``<= 0``.
+    row_max : ndarray of float64, shape (L,)
+        The rows' maxima, clamped to ``<= 0``.
+    budget : int
+        ``B >= 1``.
+    want_sum : bool
+        Form each row's total mass (:mod:`treespec_sim.rowmass`) in the same pass.
+    enum_cap : int
+        The most nodes above the certified bound to enumerate before the heap pops the tree
+        instead (-1: ``4 B + 64``; 0: always the heap; the same tree either way).
+
+    Returns
+    -------
+    nodes : ndarray of int64, shape (3, n + 1)
+        Parent, token (root -1) and depth of the nodes in pop order.
+    mass : ndarray of float64, shape (L,)
+        The rows' total masses (zeros unless ``want_sum``).
+    info : ndarray of float64, shape (3,)
+        Rows read a second time, whether the heap popped the tree, the certified bound ``t``.
+    """
+    L, V = lp.shape
+    K = min(budget, V)
+    k0 = min(2 * ((budget + L - 1) // L) + 16, K)
+    cap = 4 * k0 + 64
+    tok = np.empty(cap + 1, np.int64)
+    val = np.empty(cap + 1)
+    scratch = np.empty(cap + 1)
+    poly = np.empty(BLOCK, np.float32)
+    expo = np.empty(BLOCK, np.int32)
+    sample = np.empty(_SAMPLE_ROW)
+    pbest = np.zeros(L + 1)
+    cut = np.empty(L)                             # a row's list is complete above cut[d]
+    kept_val = np.empty(L * cap)                  # the rows' kept entries, row d's at
+    kept_tok = np.empty(L * cap, np.int64)        # row_off[d]:row_off[d] + row_len[d]
+    row_off = np.zeros(L, np.int64)
+    row_len = np.zeros(L, np.int64)
+    used = 0
+    mass = np.zeros(L)
+    cert, hist = _new_certifier()
+    t = -math.inf                                 # certified: >= budget nodes score >= t
+    for d in range(L):
+        row = lp[d]
+        theta = t - pbest[d] - slack(t) if math.isfinite(t) else -math.inf
+        guessed = False
+        if not math.isfinite(t) and V > 8 * k0:
+            guessed, theta = _sample_threshold(row, k0, theta, sample)
+        mass[d], n, theta, dropped = _row_pass(row, want_sum, theta, tok, val, scratch, cap,
+                                               k0, poly, expo)
+        m = min(row_max[d], 0.0)
+        pbest[d + 1] = pbest[d] + m
+        cut[d] = theta if (guessed or dropped) else -math.inf
+        row_off[d], row_len[d] = used, n
+        kept_val[used:used + n] = val[:n]
+        kept_tok[used:used + n] = tok[:n]
+        used += n
+        t = _certify_row(cert, hist, val[:n], m, pbest[d + 1], t, budget)
+    # rows whose short list was cut above t - P_d: read again, up to K entries
+    rereads = 0
+    wcap = 4 * K + 64
+    for d in range(L):
+        thr = t - pbest[d] - slack(t) if math.isfinite(t) else -math.inf
+        if not (cut[d] > thr):
+            continue
+        if rereads == 0:
+            tok = np.empty(wcap + 1, np.int64)
+            val = np.empty(wcap + 1)
+            scratch = np.empty(wcap + 1)
+        rereads += 1
+        row = lp[d]
+        guess = V > 8 * K
+        while True:
+            # guess a threshold leaving ~2K entries; if fewer than K are at or above it (and no
+            # compaction proved the row's top K kept), read the row again without it
+            theta = thr
+            if guess:
+                guess, theta = _sample_threshold(row, K, theta, sample)
+            _, n, theta, dropped = _row_pass(row, False, theta, tok, val, scratch, wcap, K,
+                                             poly, expo)
+            if not guess or dropped or n >= K:
+                break
+            guess = False
+        if used + n > kept_val.size:
+            grown = max(2 * kept_val.size, used + n)
+            kept_val = np.concatenate((kept_val[:used], np.empty(grown - used)))
+            kept_tok = np.concatenate((kept_tok[:used], np.empty(grown - used, np.int64)))
+        row_off[d], row_len[d] = used, n
+        kept_val[used:used + n] = val[:n]
+        kept_tok[used:used + n] = tok[:n]
+        used += n
+    if rereads:
+        # the rows read again hold more paths: count them all again (a few microseconds)
+        cert, hist = _new_certifier()
+        for d in range(L):
+            lo = row_off[d]
+            t = _certify_row(cert, hist, kept_val[lo:lo + row_len[d]], min(row_max[d], 0.0),
+                             pbest[d + 1], t, budget)
+    # per depth: the values >= t - P_d, ranked (decreasing value, ties to the smaller token:
+    # a row's entries are in token order and the sort is stable), at most K
+    sl = slack(t)
+    off = np.zeros(L + 1, np.int64)
+    vals = np.empty(used)
+    toks = np.empty(used, np.int64)
+    neg = np.empty(used)
+    key = np.empty(used, np.uint64)
+    pay = np.empty(used, np.int64)
+    tk = np.empty(used, np.uint64)
+    tp = np.empty(used, np.int64)
+    w = 0
+    for d in range(L):
+        thr = t - pbest[d] - sl if math.isfinite(t) else -math.inf
+        m = 0
+        for j in range(row_off[d], row_off[d] + row_len[d]):
+            if kept_val[j] >= thr:
+                neg[m] = -kept_val[j]
+                pay[m] = j
+                m += 1
+        order_keys(neg[:m], key[:m])
+        sort_pairs(key[:m], pay[:m], tk, tp)
+        m = min(m, K)
+        for j in range(m):
+            vals[w + j] = kept_val[pay[j]]
+            toks[w + j] = kept_tok[pay[j]]
+        w += m
+        off[d + 1] = w
+    out = np.empty((3, budget + 1), np.int64)
+    if enum_cap < 0:
+        enum_cap = 4 * budget + 64
+    n = -1
+    if math.isfinite(t) and enum_cap > 0:         # every tree node scores >= t
+        n = _enumerate(vals, toks, off, budget, t, enum_cap, out[0], out[1], out[2])
+    heap = n < 0
+    if heap:
+        n, _ = best_first(vals, toks, off, budget, out[0], out[1], out[2])
+    info = np.array([rereads, 1.0 if heap else 0.0, t])
+    return out[:, :n + 1].copy(), mass, info
