@@ -100,12 +100,12 @@ import numpy as np
 
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import decode, run_round
-from .files import atomic_write_text
+from .files import atomic_write_text, read_json
 from .logs import add_from_log_arguments, from_log_main
 from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
-from .synth.regimes import CALIBRATION_FILE, RegimeSpec
+from .synth.regimes import CALIBRATION_FILE, RegimeSpec, load_calibrated
 from .validation import check_positive_int, check_rng
 
 __all__ = [
@@ -1037,10 +1037,12 @@ def _within(value: float, target: float, tol: float = TOLERANCE) -> bool:
 
 
 def _load(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
+    if not Path(path).exists():
         return {}
+    data = read_json(path, "calibration file")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a calibration file holds a JSON object")
+    return data
 
 
 def _git_commit() -> str | None:
@@ -1459,7 +1461,13 @@ def _main(args: argparse.Namespace) -> int:
     if args.contexts is not None and args.contexts < 1:
         raise ValueError(f"--contexts must be >= 1; got {args.contexts}")
     if args.table:
-        print(calibration_table(_load(args.file)))
+        data = _load(args.file)
+        load_calibrated(args.file)  # every entry's knobs make a RegimeSpec (else named)
+        try:
+            print(calibration_table(data))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{args.file}: not a calibration file written by this command "
+                             f"({type(exc).__name__}: {exc})") from None
     elif args.check:
         check(args.regimes, contexts=CHECK_CONTEXTS if args.contexts is None else args.contexts,
               path=args.file, seed=args.seed)

@@ -4,7 +4,8 @@ options, written once.
 Every ``python -m`` entry point of the package builds its parser with :class:`OneLineParser`
 (an argument error is one line naming the option, without the usage block; ``--help`` shows
 everything) and runs its body through :func:`run`, which turns a ``ValueError`` or ``OSError``
-into one line on stderr and exit status 2 — unless ``--debug`` asks for the traceback.
+into one line on stderr and exit status 2 (a ``MemoryError`` too) — unless ``--debug`` asks
+for the traceback.
 
 Values are checked when they are parsed: the ``type=`` callables :func:`positive_int`,
 :func:`nonnegative_int`, :func:`positive_float`, :func:`temperature` and
@@ -57,6 +58,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace,
         if getattr(args, "debug", False):
             raise
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        if getattr(args, "debug", False):
+            raise
+        print(f"{parser.prog}: error: out of memory (a file's contents within the readers' "
+              "limits, docs/traces.md 'What the readers guarantee', still did not fit; lower "
+              "them or free memory)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)

@@ -61,6 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .files import read_json
 from .validation import check_positive_int
 
 __all__ = [
@@ -848,15 +849,13 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
 def load_cost_model(path: str | Path) -> LatencyModel:
     """Read a latency file (JSON) written by :meth:`to_dict` / ``real_models.profile``."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"path: no latency file at {str(p)!r}")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"path: {str(p)!r} is not valid JSON ({exc})") from None
+    data = read_json(p, "latency file")
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a latency file holds a JSON object; this one holds "
+                         f"{type(data).__name__}")
     try:
         return cost_model_from_dict(data)
-    except ValueError as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise ValueError(f"{p}: {exc}") from None
 
 

@@ -15,7 +15,6 @@ documentation page (:func:`results_page`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from .calibrate import (
 from .cli import OneLineParser
 from .families import FAMILIES, Claim, all_claims
 from .families.render import cost_label, missing
+from .files import read_json, read_text
 from .stats import t_quantile
 
 __all__ = ["findings_lines", "findings_section", "results_page", "summary_markdown",
@@ -439,8 +439,10 @@ def results_page(run_dir: Path, page: Path) -> str:
     path relative to the page. Returns the text written.
     """
     run_dir, page = Path(run_dir), Path(page)
-    record = json.loads((run_dir / "run.json").read_text())
-    summary = (run_dir / "summary.md").read_text().splitlines()
+    record = read_json(run_dir / "run.json", "run record")
+    if not isinstance(record, dict):
+        raise ValueError(f"{run_dir / 'run.json'}: not a JSON object")
+    summary = read_text(run_dir / "summary.md", "summary").splitlines()
     rel = Path(os.path.relpath(run_dir, page.parent)).as_posix()
     argv = [str(a) for a in record.get("command") or []]
     if argv and Path(argv[0]).name == "sweep.py":

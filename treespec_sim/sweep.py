@@ -68,7 +68,6 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -94,7 +93,7 @@ from .families import (
 )
 from .families.base import trace_for, trace_sha256
 from .families.render import cost_label, missing
-from .files import atomic_write_text, default_file_mode
+from .files import atomic_write_text, default_file_mode, read_json, read_toml
 from .report import findings_lines, summary_markdown, write_figures
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
@@ -297,12 +296,7 @@ def load_config(path: str | Path, *, trace: str | None = None) -> Plan:
     """Read and validate a TOML grid file (see :func:`plan_from_dict`); ``trace`` replaces its
     ``trace`` key (``--trace FILE``)."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"--config: no such file {str(p)!r}")
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"--config: {p} is not valid TOML ({exc})") from None
+    data = read_toml(p, "--config")
     if trace is not None:
         data["trace"] = str(trace)
     return plan_from_dict(data, source=str(p))
@@ -743,10 +737,12 @@ def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
     record_path = out / "run.json"
     if record_path.is_file():
         try:
-            record = json.loads(record_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"--out: {out} holds an unreadable run record {record_path} "
-                             f"({exc}); name a new folder") from None
+            record = read_json(record_path, "run record")
+            if not isinstance(record, dict):
+                raise ValueError(f"{record_path}: not a JSON object")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--out: {out} holds an unreadable run record ({exc}); name a "
+                             "new folder") from None
         what = (f"a finished run (preset {record.get('preset')!r}, {record.get('cells')} "
                 f"cells, started {record.get('started', '?')})")
         recorded = record.get("plan")
@@ -796,7 +792,7 @@ def _earlier_runs(previous: dict | None) -> list[dict]:
 def _load_cell(path: Path) -> list[dict] | None:
     """A saved cell's rows, or None (with a warning, the file set aside) if it is corrupted."""
     try:
-        rows = json.loads(path.read_text())
+        rows = read_json(path, "cell file")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError("not a list of rows")
         return rows
