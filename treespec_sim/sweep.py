@@ -92,7 +92,7 @@ from .families import (
     trace_grids,
     trace_regime,
 )
-from .families.base import trace_for, trace_sha256
+from .families.base import smoke_test, trace_for, trace_sha256
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode
 from .report import findings_lines, summary_markdown, write_figures
@@ -934,6 +934,9 @@ def _csv_value(v: object) -> object:
 def print_findings(claims: Sequence[Claim]) -> None:
     """The findings, one line per claim (as ``summary.md`` opens), on the console."""
     if claims:
+        smoke = smoke_test(claims)
+        if smoke:
+            print(smoke.replace("**", ""))
         print("Findings (95% intervals; details in summary.md):")
         for line in findings_lines(claims, markdown=False):
             print(line)

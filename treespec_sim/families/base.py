@@ -50,13 +50,15 @@ from ..stats import LEVEL, mean_ci, throughput
 from ..trace import load as load_trace
 from ..validation import check_temperature
 
-__all__ = ["CALIBRATED", "COLUMNS", "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim",
-           "Family", "FigureSpec", "RunSettings", "WorldShare", "as_tuple", "check_budgets",
-           "check_regimes", "check_rounds", "check_temperatures", "check_trace_budget",
-           "check_trace_temperatures", "check_worlds", "headline",
-           "is_trace", "paper_regimes", "pick_regimes", "shares", "throughput_columns",
-           "trace_for", "trace_regime", "trace_sha256", "unit_ci", "world_for",
-           "world_shares"]
+__all__ = ["CALIBRATED", "COLUMNS", "MIN_UNITS", "NO_VERDICT", "SYNTHETIC",
+           "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange", "Family",
+           "FigureSpec", "Judgement", "RunSettings", "WorldShare", "as_tuple",
+           "check_budgets", "check_regimes", "check_rounds", "check_temperatures",
+           "check_trace_budget", "check_trace_temperatures", "check_worlds",
+           "deciding_cost", "format_number", "headline", "interval_units", "is_trace",
+           "judge", "paper_regimes", "pick_regimes", "seconds_per_unit", "shares",
+           "smoke_test", "throughput_columns", "trace_for", "trace_regime",
+           "trace_sha256", "unit_ci", "world_for", "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
@@ -344,8 +346,156 @@ def check_cost_models(names: Sequence[str], family: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- claims
-#: The verdicts a claim can have.
-VERDICTS = ("holds", "does not hold", "undecided")
+#: The verdicts a claim can have: its 95% interval lies inside the claimed range (``holds``),
+#: entirely outside it (``does not hold``), across an edge (``undecided``), or the cell rests
+#: on fewer than :data:`MIN_UNITS` independent units (``no verdict``: a smoke test).
+VERDICTS = ("holds", "does not hold", "undecided", "no verdict")
+#: The verdict of a cell (or a run) below :data:`MIN_UNITS`.
+NO_VERDICT = "no verdict"
+#: The fewest independent units (fresh contexts, decoded sequences, a trace's recorded
+#: prompts) a cell's interval must rest on for a verdict. Below it a t-interval or a percentile
+#: bootstrap is too unreliable to judge a claim by: the run is a smoke test, and its numbers
+#: are reported without verdicts (the quick preset, a trace of a few prompts).
+MIN_UNITS = 30
+#: Beyond this multiple of a cell's units, "≈ N would decide it" is not worth printing as a
+#: number: the estimate sits too close to an edge of the claimed range to decide by sampling.
+_DECIDE_CAP = 1000
+
+
+def _edge(x: float, unit: str = "") -> str:
+    """An edge of a claimed range: ``"+4.2%"`` for a ``"%..."`` unit, else ``"0"``."""
+    return f"{x:+.1f}%" if unit.startswith("%") else f"{x:g}"
+
+
+def format_number(x: float, unit: str) -> str:
+    """A claim's number as the findings print it: ``"+5.2%"`` for a ``"%..."`` unit, else
+    ``"+0.45"``."""
+    if math.isinf(x):
+        return ("+" if x > 0 else "−") + "∞"
+    return f"{x:+.1f}%" if unit.startswith("%") else f"{x:+.2f}"
+
+
+@dataclass(frozen=True)
+class ClaimedRange:
+    """The set a claim says its number lies in: ``[low, high]``, either end may be infinite.
+
+    ``ClaimedRange(low=0, strict=True)``: ``> 0`` (a beats b); ``ClaimedRange(low=0)``:
+    ``>= 0``; ``ClaimedRange(4.2, 8.5)``: a published range; ``ClaimedRange(0, 0)``: exactly 0.
+    ``strict`` makes the finite ends open.
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.low, int | float) and isinstance(self.high, int | float)
+                and self.low <= self.high) or math.isnan(self.low) or math.isnan(self.high):
+            raise ValueError(f"a claimed range needs low <= high; got [{self.low}, "
+                             f"{self.high}]")
+        if self.strict and self.low == self.high:
+            raise ValueError("a strict (open) claimed range needs low < high")
+
+    def inside(self, low: float, high: float) -> bool:
+        """Whether the interval ``[low, high]`` lies inside the range."""
+        if self.strict:
+            return self.low < low and high < self.high
+        return self.low <= low and high <= self.high
+
+    def outside(self, low: float, high: float) -> bool:
+        """Whether the interval ``[low, high]`` lies entirely outside the range."""
+        if self.strict:
+            return high <= self.low or low >= self.high
+        return high < self.low or low > self.high
+
+    def text(self, unit: str = "") -> str:
+        """``"> 0"``, ``">= -1.0%"``, ``"[+4.2%, +8.5%]"``, ``"= 0"``."""
+        f = functools.partial(_edge, unit=unit)
+        if self.low == self.high:
+            return f"= {f(self.low)}"
+        if math.isinf(self.high):
+            return f"{'>' if self.strict else '>='} {f(self.low)}"
+        if math.isinf(self.low):
+            return f"{'<' if self.strict else '<='} {f(self.high)}"
+        return f"{'(' if self.strict else '['}{f(self.low)}, {f(self.high)}" \
+               f"{')' if self.strict else ']'}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What :func:`judge` says of an interval: the verdict, why, and (undecided) how many
+    units would decide it (``inf``: no number would; ``0``: decided or not judged)."""
+
+    verdict: str
+    reason: str = ""
+    needed: float = 0.0
+
+
+def judge(estimate: float, low: float, high: float, claimed: ClaimedRange, *,
+          units: int | None = None, unit_name: str = "contexts", unit: str = "") -> Judgement:
+    """THE verdict rule of treespec, for every claim.
+
+    *holds* only when the 95% interval ``[low, high]`` lies inside the claimed range (for a
+    one-sided claim: beyond its threshold); *does not hold* only when it lies entirely outside;
+    *undecided* otherwise. An undecided verdict says about how many units would decide it: a
+    half-width shrinks as ``1/sqrt(n)``, so with the estimate where it is, the interval clears
+    an edge at distance ``d`` from the estimate, whose side of the interval now reaches ``h``
+    past the estimate, at ``n (h / d)^2`` units (the largest such over the edges to clear).
+    Below :data:`MIN_UNITS` units there is no verdict (a smoke test).
+
+    Parameters
+    ----------
+    estimate, low, high : float
+        The measured number and its 95% interval.
+    claimed : ClaimedRange
+        The claim's range.
+    units : int, optional
+        The independent units the interval rests on (contexts, decoded sequences, prompts);
+        None: not known (no "would decide" count, and no minimum applied).
+    unit_name : str
+        What a unit is, in the reason (``"contexts"``, ``"decoded sequences"``,
+        ``"prompts"``).
+    unit : str
+        The number's unit (``"%"`` formats the edges as percentages).
+
+    Returns
+    -------
+    Judgement
+    """
+    if units is not None and units < MIN_UNITS:
+        return Judgement(NO_VERDICT, f"smoke test: {units} {unit_name}, below the {MIN_UNITS} "
+                                     "a verdict needs")
+    if claimed.inside(low, high):
+        return Judgement("holds")
+    if claimed.outside(low, high):
+        side = "below" if high <= claimed.low else "above"
+        return Judgement("does not hold", f"the interval lies entirely {side} the claimed range "
+                                          f"({claimed.text(unit)})")
+    # the edges the interval must clear, each with the half-width on its side
+    if claimed.low < estimate < claimed.high or (
+            not claimed.strict and claimed.low <= estimate <= claimed.high):
+        # to hold: clear every edge it crosses
+        edges = [(estimate - claimed.low, estimate - low)] if low <= claimed.low else []
+        if high >= claimed.high:
+            edges.append((claimed.high - estimate, high - estimate))
+    elif estimate <= claimed.low:  # to not hold: clear the near edge from below
+        edges = [(claimed.low - estimate, high - estimate)]
+    else:
+        edges = [(estimate - claimed.high, estimate - low)]
+    crossed = " and ".join(_edge(x, unit) for x in dict.fromkeys((claimed.low, claimed.high))
+                           if low <= x <= high and math.isfinite(x))
+    head = f"the interval crosses {crossed}" if crossed else "the interval meets an edge"
+    if units is None:
+        return Judgement("undecided", head, math.inf)
+    ratios = [(h / d) ** 2 if d > 0 else math.inf for d, h in edges]
+    need = max(ratios, default=math.inf) * units
+    if not math.isfinite(need) or need > _DECIDE_CAP * units:
+        return Judgement("undecided", f"{head} on {units:,} {unit_name}; the estimate lies too "
+                                      "close to that edge for sampling to decide it",
+                         math.inf)
+    need = max(units + 1, math.ceil(need))
+    return Judgement("undecided", f"{head} on {units:,} {unit_name}; ≈ {need:,} would "
+                                  "decide it", float(need))
 
 
 @dataclass(frozen=True)
@@ -361,8 +511,7 @@ class Claim:
     unit : str
         What the number counts, e.g. ``"tokens per round"`` or ``"%"``.
     verdict : str
-        One of :data:`VERDICTS`: the interval shows the claim (``holds``), contradicts it
-        (``does not hold``), or neither (``undecided``).
+        One of :data:`VERDICTS`, by :func:`judge` (:meth:`judged` builds a claim so).
     reason : str
         Why the verdict is what it is, when the number alone does not say (e.g. a number that
         contradicts the claim's label by design); for a headline, where else it was measured.
@@ -373,6 +522,14 @@ class Claim:
         Where the number comes from (``"math500, T = 0"``).
     family : str
         The family that measured it.
+    units, unit_name : int, str
+        The independent units the interval rests on and what they are (0: not known).
+    needed : float
+        For an undecided claim, the units that would decide it (``inf``: none would; 0: not
+        undecided, or not known).
+    seconds_per_unit : float
+        What one unit cost in this run (the cell's wall clock over its units; 0: not known),
+        so that a headline can say what deciding its undecided cells would cost.
     """
 
     text: str
@@ -385,6 +542,10 @@ class Claim:
     page: str = ""
     scope: str = ""
     family: str = ""
+    units: int = 0
+    unit_name: str = "contexts"
+    needed: float = 0.0
+    seconds_per_unit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -398,19 +559,114 @@ class Claim:
             raise ValueError(f"the interval [{self.low}, {self.high}] must hold the estimate "
                              f"{self.estimate}")
 
+    @classmethod
+    def judged(cls, text: str, estimate: float, low: float, high: float, unit: str,
+               claimed: ClaimedRange, *, units: int | None = None,
+               unit_name: str = "contexts", reason: str = "", **kw) -> Claim:
+        """A claim whose verdict is :func:`judge`'s on its interval; ``reason`` is put before
+        the rule's own (e.g. why a claim reads as it does)."""
+        j = judge(estimate, low, high, claimed, units=units, unit_name=unit_name, unit=unit)
+        why = "; ".join(x for x in (reason, j.reason) if x)
+        return cls(text, estimate, low, high, unit, j.verdict, reason=why,
+                   units=units or 0, unit_name=unit_name, needed=j.needed, **kw)
+
+
+def _number_or_none(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def interval_units(row: Mapping) -> tuple[int, str]:
+    """``(n, what)``: the independent units a row's intervals rest on -- a trace's recorded
+    prompts (``trace_units``), decoded sequences (``sequences``), else its paired contexts
+    (``diff_contexts``) or contexts (``rounds``)."""
+    for key, what in (("trace_units", "recorded prompts"), ("sequences", "decoded sequences"),
+                      ("diff_contexts", "contexts"), ("rounds", "contexts")):
+        v = _number_or_none(row.get(key))
+        if v is not None:
+            return int(v), what
+    return 0, "contexts"
+
+
+def seconds_per_unit(rows: Sequence[Mapping], row: Mapping, units: int) -> float:
+    """What one unit of ``row``'s cell cost in its run: the cell's wall clock (the ``wall_s``
+    of every row of the same ``cell``) over ``units`` (0 when not known)."""
+    cell = row.get("cell")
+    if not cell or not units:
+        return 0.0
+    wall = sum(_number_or_none(r.get("wall_s")) or 0.0 for r in rows if r.get("cell") == cell)
+    return wall / units
+
+
+def smoke_test(claims: Sequence[Claim]) -> str:
+    """The banner of a run too small for verdicts (empty when every claim has one): how many
+    claims rest on fewer than :data:`MIN_UNITS` units a cell."""
+    small = [c for c in claims if c.verdict == NO_VERDICT]
+    if not small:
+        return ""
+    fewest = min((c for c in small if c.units), key=lambda c: c.units, default=None)
+    n = f" (as few as {fewest.units} {fewest.unit_name})" if fewest else ""
+    return (f"**Smoke test, not a result.** {len(small)} of {len(claims)} claims rest on fewer "
+            f"than {MIN_UNITS} independent units a cell{n}, the minimum a verdict needs: "
+            "their numbers are reported without verdicts. Run the `paper` preset (or more "
+            "rounds, or a trace of at least "
+            f"{MIN_UNITS} prompts) for verdicts.")
+
 
 #: Order of verdicts from the weakest support of a claim to the strongest.
-_RANK = {"does not hold": 0, "undecided": 1, "holds": 2}
+_RANK = {"does not hold": 0, "undecided": 1, NO_VERDICT: 1, "holds": 2}
+
+
+def _cost_text(seconds: float) -> str:
+    """``"≈ 40 s"``, ``"≈ 12 min"``, ``"≈ 3.5 h"`` of one worker's time."""
+    if seconds < 120:
+        return f"≈ {seconds:.0f} s"
+    if seconds < 7200:
+        return f"≈ {seconds / 60:.0f} min"
+    return f"≈ {seconds / 3600:.1f} h"
+
+
+def deciding_cost(evidence: Sequence[Claim]) -> str:
+    """What deciding the undecided cells of ``evidence`` would take: ``"deciding the 2
+    undecided cells would take ≈ 140 and ≈ 2,300 contexts (now 33; ≈ 3 min of one worker at
+    this run's pace)"``; what no number of units decides is said so. Empty if none is
+    undecided."""
+    open_ = [c for c in evidence if c.verdict == "undecided"]
+    if not open_:
+        return ""
+    finite = sorted((c for c in open_ if math.isfinite(c.needed) and c.needed > 0),
+                    key=lambda c: c.needed)
+    never = len(open_) - len(finite)
+    parts = []
+    if finite:
+        name = finite[0].unit_name
+        now = "/".join(sorted({f"{c.units:,}" for c in finite if c.units}))
+        nums = [f"≈ {int(c.needed):,}" for c in finite]
+        shown = nums[0] if len(nums) == 1 else (f"{nums[0]} to {nums[-1]}")
+        extra = sum(max(0.0, c.needed - c.units) * c.seconds_per_unit for c in finite)
+        cost = (f"; {_cost_text(extra)} more of one worker at this run's pace" if extra > 0
+                else "")
+        parts.append(f"deciding {'it' if len(open_) == 1 else f'{len(finite)} of them'} "
+                     f"would take {shown} {name} a cell (now {now or '?'}{cost})")
+    if never:
+        parts.append(f"{never} {'sits' if never == 1 else 'sit'} too close to an edge for "
+                     "sampling to decide")
+    return "; ".join(parts)
 
 
 def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], float],
              page: str = "", cells: str = "cells", reason: str = "") -> Claim | None:
     """One claim from its per-cell evidence: the weakest cell's number, the verdict of all.
 
-    The verdict is ``holds`` when every cell holds, ``does not hold`` when any cell does not,
-    else ``undecided``. The number shown is the weakest cell's (lowest verdict, then the least
-    ``margin``: how far the cell's interval lies on the claim's side), so a headline that holds
-    is the least favourable cell, and one that does not hold shows a cell where it fails.
+    The verdict is ``does not hold`` when any cell does not hold, else ``no verdict`` when a
+    cell has none (a smoke test), ``holds`` when every cell holds, else ``undecided``. The
+    number shown is the weakest cell's (lowest verdict, then the least ``margin``: how far the
+    cell's interval lies on the claim's side), so a headline that holds is the least
+    favourable cell, and one that does not hold shows a cell where it fails. An undecided
+    headline says what deciding its undecided cells would take (:func:`deciding_cost`).
 
     Parameters
     ----------
@@ -433,6 +689,7 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
     counts = {v: sum(c.verdict == v for c in evidence) for v in VERDICTS}
     n = len(evidence)
     verdict = ("does not hold" if counts["does not hold"] else
+               NO_VERDICT if counts[NO_VERDICT] else
                "holds" if counts["holds"] == n else "undecided")
     tally = ", ".join(f"{v} in {counts[v]}" for v in VERDICTS if counts[v]) + f" of {n} {cells}"
     shown = f"shown: {'the weakest, ' if n > 1 else ''}{weakest.scope}" + (
@@ -442,9 +699,13 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
     if 0 < counts["does not hold"] <= miss:
         # a few contrary cells among many can be chance: say how many intervals would miss
         parts.append(f"by chance alone about {miss:.1f} of {n} {100 * LEVEL:g}% intervals miss")
+    if verdict == "undecided":
+        parts.append(deciding_cost(evidence))
     return Claim(text, weakest.estimate, weakest.low, weakest.high, weakest.unit, verdict,
                  reason="; ".join(p for p in parts if p), page=page or weakest.page,
-                 scope=weakest.scope, family=weakest.family)
+                 scope=weakest.scope, family=weakest.family, units=weakest.units,
+                 unit_name=weakest.unit_name, needed=weakest.needed,
+                 seconds_per_unit=weakest.seconds_per_unit)
 
 
 # ---------------------------------------------------------------------------------- protocol

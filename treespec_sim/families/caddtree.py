@@ -53,8 +53,11 @@ from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
 from .base import (
+    MIN_UNITS,
+    NO_VERDICT,
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
     RunSettings,
     as_tuple,
@@ -66,9 +69,12 @@ from .base import (
     check_trace_temperatures,
     check_worlds,
     headline,
+    interval_units,
     is_trace,
+    judge,
     paper_regimes,
     pick_regimes,
+    seconds_per_unit,
     shares,
     world_for,
 )
@@ -413,9 +419,11 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
                            context_length=g.context_length, seed=settings.seed)
         rows += result_rows(results, temperature=cell.temperature,
                             max_budget=g.max_budget, rounds=rounds)
-    if is_trace(cell.regime):
-        for r in rows:
-            r["trace_units"] = len(np.unique(curves.sequence))
+    sequences = len(np.unique(curves.sequence))
+    for r in rows:
+        r["sequences"] = sequences  # the units of its intervals
+        if is_trace(cell.regime):
+            r["trace_units"] = sequences
     return rows
 
 
@@ -472,7 +480,7 @@ def tables(rows: list[dict]) -> list[str]:
            "exhaustive vs oracle | long-run vs oracle |",
            "|---|---|---|---|---|---|---|---|---|"]
     keys = dict.fromkeys((r["regime"], r["temperature"], r["cost_model"]) for r in rows)
-    wins = total = 0
+    tally: dict[str, int] = {}
     for regime, t, cm in keys:
         rr = {r["method"]: r for r in rows if (r["regime"], r["temperature"], r["cost_model"])
               == (regime, t, cm) and r["method"] != "ddtree"}
@@ -480,8 +488,10 @@ def tables(rows: list[dict]) -> list[str]:
                                                  "ddtree-oracle"))
         if not (cad and orc):
             continue
-        total += 1
-        wins += cad["rel_ci_high"] >= 1.0
+        v = judge(*(100 * (cad[k] - 1) for k in ("rel_to_baseline", "rel_ci_low",
+                                                  "rel_ci_high")),
+                  CLAIMED, units=interval_units(cad)[0] or None).verdict
+        tally[v] = tally.get(v, 0) + 1
         out.append(
             f"| {regime} | {t:g} | {cost_label(cm)} | {orc['tree_size_mean']:.0f} | "
             f"{cad['tree_size_mean']:.0f} | {pct(cad['rel_to_baseline'])} "
@@ -489,8 +499,16 @@ def tables(rows: list[dict]) -> list[str]:
             f"{between_worlds(cad, prefix='rel', pct=True)} | "
             + (f"{pct(exh['rel_to_baseline'])} | " if exh else "— | ")
             + (f"{pct(lr['rel_to_baseline'])} |" if lr else "— |"))
-    out += ["", f"CaDDTree matches (pooled CI reaches 0%) or beats the oracle budget in {wins} "
-                f"of {total} (regime, T, cost model) cells.", ""]
+    total = sum(tally.values())
+    if tally.get(NO_VERDICT):
+        close = (f"No verdicts: a cell needs {MIN_UNITS} decoded sequences (a smoke test).")
+    else:
+        close = (f"CaDDTree matches (the pooled interval at or above −{MATCH_TOLERANCE:g}%) or "
+                 f"beats the oracle budget in {tally.get('holds', 0)} of {total} (regime, T, "
+                 f"cost model) cells; falls behind it (the interval below −"
+                 f"{MATCH_TOLERANCE:g}%) in {tally.get('does not hold', 0)}; undecided in "
+                 f"{tally.get('undecided', 0)}.")
+    out += ["", close, ""]
     return out
 
 
@@ -569,28 +587,39 @@ figures = {
 
 # ----------------------------------------------------------------------------------- claims
 #: The claim (CaDDTree's: its per-round budget is as good as the best fixed one).
-CLAIM = "CaDDTree's throughput matches DDTree at the oracle budget"
+#: How far below the oracle budget's throughput "matches" reaches, in percent: CaDDTree's
+#: paper claims it "matches or surpasses DDTree with oracle budget selection", and a claim of
+#: matching needs a stated tolerance for an interval to lie inside.
+MATCH_TOLERANCE = 1.0
+CLAIM = (f"CaDDTree's throughput matches (within {MATCH_TOLERANCE:g}%) or beats DDTree at the "
+         "oracle budget")
+#: The claimed range of CaDDTree's throughput ratio to the oracle budget, minus 1, in percent.
+CLAIMED = ClaimedRange(-MATCH_TOLERANCE)
 THEORY_PAGE = "[caddtree.md §3–4](docs/theory/caddtree.md#4-where-it-stops-holding)"
 
 
 def claims(rows: list[dict]) -> list[Claim]:
-    """CaDDTree vs the oracle budget in every (regime, T, cost model): holds where the pooled
-    interval of the throughput ratio reaches 0% or above, does not hold where it lies below;
-    the headline shows the weakest cell (the lowest upper bound)."""
+    """CaDDTree vs the oracle budget in every (regime, T, cost model): its throughput ratio to
+    the oracle budget, minus 1, at least :data:`MATCH_TOLERANCE` percent below 0 ("matches or
+    surpasses"), read off the pooled paired-bootstrap interval by :func:`judge`; the headline
+    shows the weakest cell (the lowest lower bound)."""
     evidence = []
     for r in rows:
         if r["method"] != "caddtree":
             continue
         est, lo, hi = (100 * (float(r[k]) - 1) for k in ("rel_to_baseline", "rel_ci_low",
                                                             "rel_ci_high"))
-        verdict = "holds" if hi >= 0 else "does not hold"
+        n, what = interval_units(r)
         # a percentile interval may miss its point estimate on few rounds: widen it to hold it
-        evidence.append(Claim(CLAIM, est, min(lo, est), max(hi, est), "% throughput", verdict,
-                              scope=f"{r['regime']}, T = {float(r['temperature']):g}, "
-                                    f"{r['cost_model']}",
-                              page=THEORY_PAGE, family=name))
-    one = headline(CLAIM, evidence, margin=lambda c: c.high, cells="(regime, T, cost model) "
-                   "cells", reason="matches: the paired bootstrap interval reaches 0% or above")
+        evidence.append(Claim.judged(CLAIM, est, min(lo, est), max(hi, est), "% throughput",
+                                     CLAIMED, units=n or None, unit_name=what,
+                                     scope=f"{r['regime']}, T = {float(r['temperature']):g}, "
+                                           f"{r['cost_model']}",
+                                     page=THEORY_PAGE, family=name,
+                                     seconds_per_unit=seconds_per_unit(rows, r, n)))
+    one = headline(CLAIM, evidence, margin=lambda c: c.low, cells="(regime, T, cost model) "
+                   "cells", reason=f"matches: the paired bootstrap interval of the ratio lies "
+                   f"at or above −{MATCH_TOLERANCE:g}%")
     return [one] if one else []
 
 

@@ -30,6 +30,7 @@ from ..verify import MATCHING_RULES, RULES
 from .base import (
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
     RunSettings,
     as_tuple,
@@ -41,9 +42,11 @@ from .base import (
     check_trace_temperatures,
     check_worlds,
     headline,
+    interval_units,
     is_trace,
     paper_regimes,
     pick_regimes,
+    seconds_per_unit,
     shares,
     throughput_columns,
     unit_ci,
@@ -593,6 +596,8 @@ figures = {
 #: The claim, as the DDTree paper states it (tokens per round, one drafter, any budget).
 CLAIM = "DDTree's tree (B = {b}) accepts more tokens per round than the chain"
 THEORY_PAGE = "[ddtree_surrogate.md](docs/theory/ddtree_surrogate.md#statements)"
+#: What the claim says of DDTree's E[tau] minus the chain's: more than 0.
+CLAIMED = ClaimedRange(0.0, strict=True)
 
 
 def _difference(dd: dict, chain: dict) -> tuple[float, float, float, bool]:
@@ -615,7 +620,8 @@ def _difference(dd: dict, chain: dict) -> tuple[float, float, float, bool]:
 
 def claims(rows: list[dict]) -> list[Claim]:
     """DDTree at B = 64 (the grid's largest budget below it if 64 is absent) vs the chain, in
-    every (regime, T): one headline claim, the weakest cell's paired difference shown."""
+    every (regime, T): one headline claim (``> 0`` tokens per round, :func:`judge`), the
+    weakest cell's paired difference shown."""
     budgets = sorted({int(r["budget"]) for r in rows if r["method"] == "ddtree"})
     if not budgets:
         return []
@@ -629,10 +635,12 @@ def claims(rows: list[dict]) -> list[Claim]:
             continue
         d, lo, hi, paired = _difference(dd, chain)
         all_paired &= paired
-        verdict = "holds" if lo > 0 else "does not hold" if hi < 0 else "undecided"
-        evidence.append(Claim(CLAIM.format(b=b), d, lo, hi, "tokens per round", verdict,
-                              scope=f"{regime}, T = {float(t):g}", page=THEORY_PAGE,
-                              family=name))
+        n, what = min(interval_units(r) for r in ((dd,) if paired else (dd, chain)))
+        evidence.append(Claim.judged(CLAIM.format(b=b), d, lo, hi, "tokens per round",
+                                     CLAIMED, units=n or None, unit_name=what,
+                                     scope=f"{regime}, T = {float(t):g}", page=THEORY_PAGE,
+                                     family=name,
+                                     seconds_per_unit=seconds_per_unit(rows, dd, n)))
     reason = ("paired 95% t-intervals over shared contexts" if all_paired
               else "unpaired 95% intervals (rows without paired differences), conservative")
     one = headline(CLAIM.format(b=b), evidence, margin=lambda c: c.low, cells="(regime, T) cells",

@@ -19,7 +19,7 @@ from ..plot import figure_legend
 
 __all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
            "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
-           "missing", "notes", "pct", "pooled", "save_figure", "verdict_text", "worlds_label"]
+           "missing", "notes", "pct", "pooled", "save_figure", "verdict_cell", "worlds_label"]
 
 
 def pct(x: float) -> str:
@@ -65,23 +65,18 @@ PAGE_NOTES = {
 }
 
 
-def verdict_text(sign: int, low: float, high: float, page: str, n: int | None = None) -> str:
-    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not.
-
-    An interval that spans 0 says so, and, given the ``n`` contexts it rests on, about how many
-    would decide a difference of the size observed: the half-width shrinks as ``1/sqrt(n)``,
-    so ``n (half-width / |mid|)^2``.
-    """
-    if (low > 0 if sign > 0 else high < 0):
+def verdict_cell(j, page: str) -> str:
+    """A table's verdict column from a :class:`~treespec_sim.families.base.Judgement` (``None``:
+    no claim reads the row, ``"—"``): the verdict, its reason and, when the claim does not
+    hold or is undecided, the page that discusses it."""
+    if j is None:
+        return "—"
+    if j.verdict == "holds":
         return "holds"
-    if (high < 0 if sign > 0 else low > 0):
-        return f"**reversed**, see {page}"
-    mid, half = (low + high) / 2, (high - low) / 2
-    if n and mid != 0:
-        need = math.ceil(n * (half / abs(mid)) ** 2)
-        return (f"undecided: CI spans 0 on {n} contexts; ≈ {need:,} would decide a difference "
-                f"this size, see {page}")
-    return f"undecided: CI spans 0, see {page}"
+    if j.verdict == "no verdict":
+        return f"no verdict ({j.reason})"
+    head = "**does not hold**" if j.verdict == "does not hold" else "undecided"
+    return f"{head}: {j.reason}, see {page}" if j.reason else f"{head}, see {page}"
 
 
 def notes(lines: Sequence[str]) -> list[str]:

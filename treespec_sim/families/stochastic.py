@@ -50,9 +50,12 @@ from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
 from ..tree import DraftTree
 from .base import (
+    NO_VERDICT,
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
+    Judgement,
     RunSettings,
     as_tuple,
     check_budgets,
@@ -61,8 +64,10 @@ from .base import (
     check_temperatures,
     check_worlds,
     headline,
+    judge,
     paper_regimes,
     pick_regimes,
+    seconds_per_unit,
     shares,
     world_for,
 )
@@ -71,7 +76,7 @@ from .render import (
     UNIVER_PAGE,
     figure_legend,
     notes,
-    verdict_text,
+    verdict_cell,
     worlds_label,
 )
 
@@ -335,37 +340,52 @@ class PairedDifference:
     contexts: int
     worlds: tuple[float, ...] = ()
     between: MeanCI | None = None
+    #: What one context of the cell cost in its run (:func:`seconds_per_unit`; 0: not known).
+    seconds_per_unit: float = 0.0
 
     @property
     def scope(self) -> str:
         """The cell, as the findings name it (``"math500, drafter corrected, T = 0"``)."""
         return f"{self.regime}, drafter {self.drafter}, T = {self.temperature:g}"
 
-    def verdict(self) -> tuple[str, str]:
-        """``(verdict, reason)``: the claim's verdict (:data:`~treespec_sim.families.VERDICTS`)
-        on the pooled interval, and why (empty when the interval says all)."""
+    @property
+    def claimed(self) -> ClaimedRange | None:
+        """The claimed range of ``a - b`` (None: no claim)."""
+        return _claimed(self.claim.sign)
+
+    def judgement(self) -> Judgement:
+        """The claim's verdict on the pooled interval by the one rule (:func:`judge`), its
+        reason saying what the interval alone does not: a difference of exactly 0, a contrary
+        result by design, or one that holds pooled but not between worlds."""
         d, sign = self.pooled, self.claim.sign
-        if sign == 0:
-            if d.low == d.high == 0.0:
-                return "holds", "exactly 0: the same tree on every context"
-            if d.low <= 0.0 <= d.high:
-                return "holds", "the interval contains 0"
-            if DRAFTER_VARIANTS.get(self.drafter, {}).get("correction_quality", 0.0) > 0:
-                return "does not hold", (
-                    f"by design: with the `{self.drafter}` drafter Tsubame's T = 0 tree is the "
-                    "top-k of the corrected proposals, a better deterministic tree than "
-                    "DDTree's on the marginals; with marginal proposals (drafter `none`) the "
-                    "difference is exactly 0")
-            return "does not hold", "the interval excludes 0"
-        text = verdict_text(sign, d.low, d.high, self.claim.page, self.contexts)
-        if text == "holds":
-            if self.between is not None and verdict_text(
-                    sign, self.between.low, self.between.high, self.claim.page) != "holds":
-                return "holds", "pooled; not shown between worlds"
-            return "holds", ""
-        if text.startswith("**reversed**"):
-            return "does not hold", "reversed"
-        return "undecided", text.removeprefix("undecided: ").split(", see ")[0]
+        j = judge(d.mean, d.low, d.high, self.claimed, units=self.contexts)
+        extra = ""
+        if j.verdict == "holds" and sign == 0:
+            extra = "exactly 0: the same tree on every context"
+        elif j.verdict == "holds" and self.between is not None and not self.claimed.inside(
+                self.between.low, self.between.high):
+            extra = "pooled; not shown between worlds"
+        elif (j.verdict == "does not hold" and sign == 0
+              and DRAFTER_VARIANTS.get(self.drafter, {}).get("correction_quality", 0.0) > 0):
+            extra = (f"by design: with the `{self.drafter}` drafter Tsubame's T = 0 tree is the "
+                     "top-k of the corrected proposals, a better deterministic tree than "
+                     "DDTree's on the marginals; with marginal proposals (drafter `none`) the "
+                     "difference is exactly 0")
+        return replace(j, reason="; ".join(x for x in (extra, j.reason) if x))
+
+    def verdict(self) -> tuple[str, str]:
+        """``(verdict, reason)`` of :meth:`judgement`."""
+        j = self.judgement()
+        return j.verdict, j.reason
+
+
+def _claimed(sign: int | None) -> ClaimedRange | None:
+    """A :class:`PairClaim` sign as the claimed range of ``a - b``: ``= 0``, ``> 0``, ``< 0``."""
+    if sign is None:
+        return None
+    if sign == 0:
+        return ClaimedRange(0.0, 0.0)
+    return ClaimedRange(0.0, strict=True) if sign > 0 else ClaimedRange(high=0.0, strict=True)
 
 
 def paired_differences(rows: Sequence[dict], budget: int) -> list[PairedDifference]:
@@ -389,9 +409,11 @@ def paired_differences(rows: Sequence[dict], budget: int) -> list[PairedDifferen
             worlds = (tuple(float(x) for x in np.subtract(wa, wb))
                       if wa and wb and len(wa) == len(wb) else ())
             between = world_ci(worlds) if len(worlds) >= 2 else None
+            n = len(ra["taus"])
+            cost = (seconds_per_unit(rows, ra, n)
+                    + (seconds_per_unit(rows, rb, n) if ra.get("cell") != rb.get("cell") else 0))
             out.append(PairedDifference(claim, regime, drafter, float(t), d,
-                                        d.mean / rb["tau_mean"], len(ra["taus"]), worlds,
-                                        between))
+                                        d.mean / rb["tau_mean"], n, worlds, between, cost))
     return out
 
 
@@ -411,16 +433,13 @@ def _verdict_cell(p: PairedDifference) -> str:
     sign = p.claim.sign
     if sign is None or not p.claim.applies(p.temperature):
         return "— | —"
-    verdict, reason = p.verdict()
     claimed = "a = b" if sign == 0 else "a > b" if sign > 0 else "a < b"
-    if verdict == "holds":
-        text = ("holds pooled; not shown between worlds" if reason.startswith("pooled")
-                else "holds, also between worlds" if p.between is not None and sign != 0
-                else "holds" if not reason or sign != 0 else f"holds ({reason})")
-    elif sign == 0:
-        text = f"**does not hold**: {reason}, see {p.claim.page}"
-    else:
-        text = verdict_text(sign, p.pooled.low, p.pooled.high, p.claim.page, p.contexts)
+    j = p.judgement()
+    if j.verdict != "holds":
+        return f"{claimed} | {verdict_cell(j, p.claim.page)}"
+    text = ("holds pooled; not shown between worlds" if j.reason.startswith("pooled")
+            else "holds, also between worlds" if p.between is not None and sign != 0
+            else f"holds ({j.reason})" if j.reason else "holds")
     return f"{claimed} | {text}"
 
 
@@ -476,10 +495,12 @@ def claims(rows: list[dict]) -> list[Claim]:
         for p in diffs:
             if p.claim is not claim or not claim.applies(p.temperature):
                 continue
-            verdict, reason = p.verdict()
+            j = p.judgement()
             evidence.append(Claim(claim.statement, p.pooled.mean, p.pooled.low, p.pooled.high,
-                                  "tokens per round", verdict, reason=reason, page=claim.page,
-                                  scope=p.scope, family=name))
+                                  "tokens per round", j.verdict, reason=j.reason,
+                                  page=claim.page, scope=p.scope, family=name,
+                                  units=p.contexts, needed=j.needed,
+                                  seconds_per_unit=p.seconds_per_unit))
         one = headline(claim.statement, evidence, margin=_margin(claim.sign),
                        cells="(regime, drafter, T) cells")
         if one is not None:
@@ -660,7 +681,7 @@ class StochasticMapGrid:
     correction_qualities: tuple[float, ...] = (0.8, 0.95)
     temperature: float = 1.0
     budget: int = 64
-    rounds: int = 20
+    rounds: int = 30
     worlds: int = 2
 
     def __post_init__(self) -> None:
@@ -828,6 +849,8 @@ class MapPoint:
     ddtree_tau: float
     chain_tau: float
     tsubame_tau: float
+    #: The shared contexts the paired intervals rest on.
+    contexts: int = 0
 
     @property
     def ddtree_behind(self) -> bool:
@@ -871,7 +894,7 @@ def map_points(rows: Sequence[dict]) -> list[MapPoint]:
                                 float(dd["target_entropy"]), mean_ci(d - s), mean_ci(ts - d),
                                 mean_ci(ts - s), marg["tau_mean"] / am["tau_mean"],
                                 tree["tau_mean"] / am["tau_mean"], dd["tau_mean"],
-                                sc["tau_mean"], tree["tau_mean"]))
+                                sc["tau_mean"], tree["tau_mean"], int(d.size)))
     return sorted(out, key=lambda p: (p.regime, p.kappa, -p.entropy, p.t_q))
 
 
@@ -961,41 +984,73 @@ def map_tables(rows: Sequence[dict]) -> list[str]:
     return [*out, ""]
 
 
-#: The map's claims: (statement, test of a point, the number shown, what the number is).
+def _beats(ci: MeanCI, contexts: int) -> Judgement:
+    """:func:`judge` of a paired difference against ``> 0``."""
+    return judge(ci.mean, ci.low, ci.high, ClaimedRange(0.0, strict=True), units=contexts)
+
+
+def _both(a: Judgement, b: Judgement) -> Judgement:
+    """Two claims at once: holds when both hold, does not hold when either does not, no verdict
+    when either has none, else undecided (the larger count of units deciding it)."""
+    vs = (a.verdict, b.verdict)
+    if "does not hold" in vs:
+        return next(j for j in (a, b) if j.verdict == "does not hold")
+    if NO_VERDICT in vs:
+        return next(j for j in (a, b) if j.verdict == NO_VERDICT)
+    if vs == ("holds", "holds"):
+        return a
+    return max((j for j in (a, b) if j.verdict == "undecided"), key=lambda j: j.needed)
+
+
+#: The map's claims: (statement, its verdict at a point by :func:`judge`, the number shown,
+#: what the number is).
 MAP_CLAIMS = (
     ("At T = 1 a deterministic tree (DDTree) falls behind the sampled chain in some settings "
-     "(Tsubame's abstract; DFlash PR #169)", lambda p: p.ddtree_behind,
+     "(Tsubame's abstract; DFlash PR #169)",
+     lambda p: _beats(MeanCI(-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
+                      p.contexts),
      lambda p: (-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
      "sampled chain − DDTree"),
     ("At T = 1 Tsubame-RRSw beats both DDTree and the sampled chain (it keeps the tree's "
-     "structure and gains sampling's acceptance)", lambda p: p.tsubame_best,
+     "structure and gains sampling's acceptance)",
+     lambda p: _both(_beats(p.vs_ddtree, p.contexts), _beats(p.vs_chain, p.contexts)),
      lambda p: (p.vs_ddtree.mean, p.vs_ddtree.low, p.vs_ddtree.high), "Tsubame − DDTree"),
 )
 
 
 def map_claims(rows: Sequence[dict]) -> list[Claim]:
     """One claim per :data:`MAP_CLAIMS`: the existential claims of the abstract ("in some
-    settings"), with the points where each is shown listed in the reason (the number: the
-    point with the largest margin). ``holds`` when more points show it than one-sided 2.5%
-    tails of 95% intervals would by chance alone (``0.025 n`` of ``n``), ``undecided`` when
-    some but not more do, ``does not hold`` when none does."""
+    settings"), each point judged by the one rule (:func:`judge`), the points where it holds
+    listed in the reason (the number: the point with the largest margin). ``holds`` when it
+    holds at more points than one-sided 2.5% tails of 95% intervals would by chance alone
+    (``0.025 n`` of ``n``), ``does not hold`` when it does not hold at any point, ``no
+    verdict`` at fewer than :data:`~treespec_sim.families.base.MIN_UNITS` contexts a point,
+    else ``undecided``."""
     pts = map_points(rows)
     if not pts:
         return []
     out = []
     chance = 0.025 * len(pts)
-    for text, test, number, what in MAP_CLAIMS:
-        where = [p for p in pts if test(p)]
+    for text, rule, number, what in MAP_CLAIMS:
+        judged = [(p, rule(p)) for p in pts]
+        where = [p for p, j in judged if j.verdict == "holds"]
         best = max(where or pts, key=lambda p: number(p)[1])
         est, lo, hi = number(best)
-        verdict = ("holds" if len(where) > chance else "undecided" if where else
-                   "does not hold")
-        note = ("" if verdict == "holds" else
-                f"; by chance alone about {chance:.1f} of {len(pts)} points would show it")
+        if any(j.verdict == NO_VERDICT for _, j in judged):
+            verdict, note = NO_VERDICT, f"; {next(j.reason for _, j in judged if j.reason)}"
+        elif len(where) > chance:
+            verdict, note = "holds", ""
+        elif all(j.verdict == "does not hold" for _, j in judged):
+            verdict, note = "does not hold", "; it does not hold at any point"
+        else:
+            verdict = "undecided"
+            note = f"; by chance alone about {chance:.1f} of {len(pts)} points would show it"
         reason = (f"in {len(where)} of {len(pts)} map points{note}: "
-                  f"{_map_region_text(pts, test)}; shown ({what}): {best.scope}")
+                  f"{_map_region_text(pts, lambda p, rule=rule: rule(p).verdict == 'holds')}; "
+                  f"shown ({what}): {best.scope}")
         out.append(Claim(text, est, lo, hi, "tokens per round", verdict, reason=reason,
-                         page=MAP_PAGE, scope=f"regime map, {best.scope}", family=name))
+                         page=MAP_PAGE, scope=f"regime map, {best.scope}", family=name,
+                         units=best.contexts))
     return out
 
 
