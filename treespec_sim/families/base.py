@@ -48,7 +48,7 @@ from .. import synth
 from ..cost import get_cost_model, round_time
 from ..stats import LEVEL, mean_ci, throughput
 from ..trace import load as load_trace
-from ..validation import check_temperature
+from ..validation import check_budget, check_temperature
 
 __all__ = ["CALIBRATED", "COLUMNS", "MIN_UNITS", "NO_VERDICT", "SYNTHETIC",
            "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange", "Family",
@@ -96,18 +96,18 @@ def pick_regimes(regimes: tuple[str, ...], wanted: Sequence[str]) -> tuple[str, 
 
 # ---------------------------------------------------------------------------------- cells
 def as_tuple(x, cast, key: str) -> tuple:
-    """``x`` (one value or a list) as a tuple of ``cast`` values; a bad value names ``key``."""
+    """``x`` (one value or a list) as a tuple, each value checked and converted by ``cast``:
+    ``str`` (a string, else ``ValueError`` naming ``key``) or a check of
+    :mod:`treespec_sim.validation` called as ``cast(value, key)`` (``check_budget``,
+    ``check_temperature``, ...), so that a config's list refuses what the API refuses, with
+    the same message (``"ddtree.budgets must be a positive integer; got 16.7"``)."""
     items = tuple(x) if isinstance(x, list | tuple) else (x,)
-    out = []
-    for v in items:
-        if cast in (int, float) and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise ValueError(f"{key}: {v!r} is not a number")
-        if cast is int and isinstance(v, float) and not v.is_integer():
-            raise ValueError(f"{key}: {v!r} is not an integer")
-        if cast is str and not isinstance(v, str):
-            raise ValueError(f"{key}: {v!r} is not a string")
-        out.append(cast(v))
-    return tuple(out)
+    if cast is str:
+        for v in items:
+            if not isinstance(v, str):
+                raise ValueError(f"{key}: {v!r} is not a string")
+        return items
+    return tuple(cast(v, key) for v in items)
 
 
 @dataclass(frozen=True)
@@ -165,9 +165,12 @@ def check_worlds(worlds: int, rounds: int, family: str) -> None:
 
 
 def check_budgets(budgets: tuple[int, ...], family: str) -> None:
-    """At least one budget, every one a positive integer."""
-    if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets):
-        raise ValueError(f"{family}.budgets must be positive integers; got {budgets!r}")
+    """At least one budget, every one a positive integer
+    (:func:`~treespec_sim.validation.check_budget`, its message)."""
+    if not budgets:
+        raise ValueError(f"{family}.budgets must name at least one budget")
+    for b in budgets:
+        check_budget(b, f"{family}.budgets")
 
 
 # ---------------------------------------------------------------------------------- worlds

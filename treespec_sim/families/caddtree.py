@@ -52,6 +52,7 @@ from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, get_cost_model, round_t
 from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
+from ..validation import check_temperature
 from .base import (
     MIN_UNITS,
     NO_VERDICT,
@@ -141,7 +142,8 @@ class CaDDTreeGrid:
     context_length: float = 1024.0
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("temperatures", float), ("cost_models", str)):
+        for name, cast in (("regimes", str), ("temperatures", check_temperature),
+                           ("cost_models", str)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)

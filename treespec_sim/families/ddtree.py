@@ -26,6 +26,7 @@ from ..cost import get_cost_model
 from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
 from ..stats import mean_ci, world_columns
+from ..validation import check_budget, check_temperature
 from ..verify import MATCHING_RULES, RULES
 from .base import (
     Cell,
@@ -124,8 +125,8 @@ class DDTreeGrid:
                 or self.max_rounds < 0 or (self.max_rounds and self.max_rounds < self.rounds)):
             raise ValueError(f"ddtree.max_rounds must be 0 or an integer >= rounds "
                              f"({self.rounds}); got {self.max_rounds!r}")
-        for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
-                           ("temperatures", float)):
+        for name, cast in (("regimes", str), ("methods", str), ("budgets", check_budget),
+                           ("temperatures", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)

@@ -49,6 +49,7 @@ from ..policies.sampled import marginal_proposal, sampled_chain
 from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
 from ..tree import DraftTree
+from ..validation import check_budget, check_temperature
 from .base import (
     NO_VERDICT,
     Cell,
@@ -153,8 +154,9 @@ class StochasticGrid:
     vocab: int = 0
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
-                           ("budgets", int), ("methods", str)):
+        for name, cast in (("regimes", str), ("drafters", str),
+                           ("temperatures", check_temperature), ("budgets", check_budget),
+                           ("methods", str)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
@@ -685,8 +687,9 @@ class StochasticMapGrid:
     worlds: int = 2
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("logit_scales", float),
-                           ("proposal_temperatures", float), ("correction_qualities", float)):
+        for name, cast in (("regimes", str), ("logit_scales", check_temperature),
+                           ("proposal_temperatures", check_temperature),
+                           ("correction_qualities", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
@@ -696,7 +699,7 @@ class StochasticMapGrid:
         for k in self.correction_qualities:
             if not 0.0 < k <= 1.0:
                 raise ValueError(f"stochastic.correction_qualities must be in (0, 1]; got {k!r}")
-        check_budgets((self.budget,), self.family)
+        object.__setattr__(self, "budget", check_budget(self.budget, f"{self.family}.budget"))
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
 

@@ -33,6 +33,7 @@ from ..engine import run_round
 from ..methods import METHODS
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
+from ..validation import check_temperature
 from ..verify import MATCHING_RULES
 from .base import (
     Cell,
@@ -121,7 +122,7 @@ class VerifierGrid:
     worlds: int = 3
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
+        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
