@@ -295,6 +295,21 @@ class Round:
         return cls(str(method), "follow", t, Draft(tree), log_q, None, depth_limit, None,
                    None if cost_s is None else float(cost_s), {}, e)
 
+    def __repr__(self) -> str:
+        """A line a person reads: the method, rule, temperature, tree, the marginals' shape
+        (never their values), the exact and sampled tokens and the modelled cost."""
+        shape = getattr(self.log_q, "shape", None)
+        lq = "None" if self.log_q is None else f"{type(self.log_q).__name__}{tuple(shape or ())}"
+        try:
+            tau = f"{self.expected_tau:.4g}"
+        except ValueError:  # no rows and no edges to compute it from
+            tau = "?"
+        sampled = "" if self.outcome is None else f", sampled_tau={self.outcome.tau}"
+        cost = "" if self.cost_s is None else f", cost_s={self.cost_s:.4g}"
+        return (f"Round(method={self.method!r}, rule={self.rule!r}, "
+                f"temperature={self.temperature:g}, tree={self.tree!r}, log_q={lq}, "
+                f"expected_tau={tau}{sampled}{cost})")
+
     # ------------------------------------------------------------------ the draft
     @property
     def tree(self) -> DraftTree:

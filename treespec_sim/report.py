@@ -230,6 +230,13 @@ def _fidelity_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict]:
 def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
     """``"63 contexts per ddtree cell"``, or, for a precision target, the range the cells used."""
     unit = FAMILIES[family].grid.unit
+    if plan.get("max_rounds") and not plan.get("precision"):
+        used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family
+                       and not r.get("map")})
+        span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
+        return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then one second "
+                "stage where deciding a claim of the cell takes more and fits under "
+                f"{plan['max_rounds']}; each row's `rounds` says how many)")
     if not plan.get("precision"):
         return f"{plan['rounds']} {unit} per {family} cell"
     used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family})
@@ -417,8 +424,9 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
                        f"{e.get('started', '?')}" for e in record.get("earlier_runs", []))
              + ". Every throughput (tok/s) is modelled, "
              "not measured: E[τ] / (C_d + C_v(B + 1)), drafting plus one verification pass "
-             "over B + 1 tokens, timed by a latency preset of `treespec_sim.cost`; each table "
-             "names its preset and whether it was measured or is an estimate (this run's "
+             "over B + 1 tokens, timed by a latency model of `treespec_sim.cost` (a preset, a "
+             "latency file, or on a trace its own recorded timings, `recorded`); each table "
+             "names its model and whether it was measured or is an estimate (this run's "
              f"default: `{default}`{kind}). Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
     smoke = smoke_test(all_claims(rows))

@@ -200,7 +200,7 @@ ADDERS = {
 
 
 @pytest.mark.parametrize("option,argv,message", [
-    ("--seed", ["--seed", "-1"], "must be >= 0; got -1"),
+    ("--seed", ["--seed", "-1"], "must be a non-negative integer; got -1"),
     ("--threads", ["--threads", "0"], "must be a positive integer; got 0"),
     ("--prompts", ["--prompts", "-3"], "must be a positive integer; got -3"),
     ("--new-tokens", ["--new-tokens", "0"], "must be a positive integer; got 0"),

@@ -391,8 +391,10 @@ def test_resume_of_a_finished_run_computes_only_the_new_cells(tmp_path, monkeypa
 @pytest.mark.parametrize("change, named", [
     ({"rounds": 8}, "ddtree.rounds 6 -> 8"),
     ({"worlds": 2}, "ddtree.worlds 3 -> 2"),
-    ({"budgets": (2, 4, 8)}, "ddtree.budgets [2, 4] -> [2, 4, 8]"),  # every cell holds them all
-    ({"regimes": ("tiny",)}, """ddtree.regimes ["tiny", "small"] -> ["tiny"]"""),  # drops one
+    ({"budgets": (2, 4, 8)}, "ddtree.budgets adds 8 ([2, 4] -> [2, 4, 8]): every ddtree cell "
+                             "holds all its budgets, so each finished one would change"),
+    ({"regimes": ("tiny",)}, """ddtree.regimes drops small (["tiny", "small"] -> ["tiny"]): """
+                             "the finished cells of the dropped regimes would be lost"),
     ({"regimes": ("tiny", "small", "low-entropy"), "rounds": 8}, "ddtree.rounds 6 -> 8"),
 ])
 def test_resume_refuses_a_change_to_finished_cells_naming_it(tmp_path, monkeypatch, change,
@@ -405,6 +407,7 @@ def test_resume_refuses_a_change_to_finished_cells_naming_it(tmp_path, monkeypat
         run_plan(Plan((dataclasses.replace(grid, **change),)), tmp_path, resume=True,
                  progress=False, plot=False)
     assert named in str(exc.value) and "would change or drop its finished cells" in str(exc.value)
+    assert "\n" not in str(exc.value)
     assert "ddtree.regimes" not in str(exc.value) or "regimes" in named  # only the culprit
     assert ran == [] and before == {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 

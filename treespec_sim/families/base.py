@@ -45,19 +45,20 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .. import synth
-from ..cost import get_cost_model, round_time
+from ..cost import PiecewiseLinearCost, fit_monotone_convex, get_cost_model, round_time
 from ..stats import LEVEL, mean_ci, throughput
 from ..trace import load as load_trace
 from ..validation import check_budget, check_temperature
 
-__all__ = ["CALIBRATED", "COLUMNS", "MIN_UNITS", "NO_VERDICT", "SYNTHETIC",
-           "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange", "Family",
-           "FigureSpec", "Judgement", "RunSettings", "WorldShare", "as_tuple",
-           "check_budgets", "check_regimes", "check_rounds", "check_temperatures",
+__all__ = ["CALIBRATED", "COLUMNS", "DECIDE_MARGIN", "MIN_UNITS", "NO_VERDICT",
+           "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange",
+           "Family", "FigureSpec", "Judgement", "RunSettings", "WorldShare", "as_tuple",
+           "check_budgets", "check_max_rounds", "check_regimes", "check_rounds",
+           "check_temperatures",
            "check_trace_budget", "check_trace_temperatures", "check_worlds",
            "deciding_cost", "format_number", "headline", "interval_units", "is_trace",
-           "judge", "paper_regimes", "pick_regimes", "seconds_per_unit", "shares",
-           "smoke_test", "throughput_columns", "trace_for", "trace_regime",
+           "judge", "paper_regimes", "pick_regimes", "second_stage", "seconds_per_unit",
+           "shares", "smoke_test", "throughput_columns", "trace_for", "trace_regime",
            "trace_sha256", "unit_ci", "world_for", "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
@@ -162,6 +163,14 @@ def check_worlds(worlds: int, rounds: int, family: str) -> None:
     if rounds < worlds:
         raise ValueError(f"{family}.worlds must be at most {family}.rounds (every world needs "
                          f"a context); got worlds={worlds}, rounds={rounds}")
+
+
+def check_max_rounds(max_rounds: int, rounds: int, family: str) -> None:
+    """``max_rounds`` 0 (no adaptive contexts) or an integer ``>= rounds`` (the pilot)."""
+    if (isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0
+            or (max_rounds and max_rounds < rounds)):
+        raise ValueError(f"{family}.max_rounds must be 0 or an integer >= rounds ({rounds}); "
+                         f"got {max_rounds!r}")
 
 
 def check_budgets(budgets: tuple[int, ...], family: str) -> None:
@@ -319,6 +328,10 @@ class RunSettings:
     trace: str = ""
     trace_sha256: str = ""
 
+    def cost(self, name: str):
+        """The latency model ``name`` (:func:`cost_model`, with this sweep's trace)."""
+        return cost_model(name, self.trace)
+
     def trace_backend(self, regime: str):
         """The trace a cell of ``regime`` runs on (``ValueError`` if the sweep has none or
         another one)."""
@@ -331,6 +344,57 @@ class RunSettings:
         return trace_for(self.trace)
 
 
+#: The cost model name of a trace's own recorded timings (:func:`recorded_cost`): what a sweep
+#: on a trace prices its throughput with by default.
+RECORDED_COST = "recorded"
+
+
+def recorded_cost(tr):
+    """The latency model of a trace's recorded timings: the models and machine the trace was
+    recorded on (``docs/traces.md``), not a preset's.
+
+    Every recorded round measured its drafter pass (``draft_s``) and one verification forward
+    of its superset tree (``verify_s`` over ``tree_size + 1`` query tokens), and of its sampled
+    tree where one was recorded. The median seconds at each recorded query-token count, fitted
+    by a non-decreasing convex sequence (:func:`treespec_sim.cost.fit_monotone_convex`), are
+    the knots of a :class:`~treespec_sim.cost.PiecewiseLinearCost` (linear between them; past
+    them it extends and says so, :class:`~treespec_sim.cost.ExtrapolationWarning`); the
+    drafter's cost is the median ``draft_s``. Measured, not an estimate, but interpolated
+    between the few tree sizes a decode records.
+    """
+    a = tr.arrays
+    n = [np.asarray(a["tree_size"], dtype=np.float64) + 1]
+    t = [np.asarray(a["verify_s"], dtype=np.float64)]
+    if "s_verify_s" in a and "s_size" in a:
+        n.append(np.asarray(a["s_size"], dtype=np.float64) + 1)
+        t.append(np.asarray(a["s_verify_s"], dtype=np.float64))
+    tokens, seconds = np.concatenate(n), np.concatenate(t)
+    knots = np.unique(tokens)
+    medians = np.array([float(np.median(seconds[tokens == k])) for k in knots])
+    h = tr.header
+    models = h.get("models") or {}
+    where = f"{h.get('device', '?')}, {models.get('target', '?')} + {models.get('drafter', '?')}"
+    return PiecewiseLinearCost(
+        tuple(knots), tuple(fit_monotone_convex(knots, medians)),
+        float(np.median(a["draft_s"])), name=RECORDED_COST,
+        provenance=(f"the trace's recorded timings ({where}; {len(a['draft_s'])} rounds, "
+                    f"query tokens {int(knots[0])}..{int(knots[-1])}, linear between the "
+                    "recorded sizes)"),
+        estimate=False)
+
+
+def cost_model(name: str, trace: str = ""):
+    """The latency model ``name``: :data:`RECORDED_COST` is the sweep's trace's own timings
+    (:func:`recorded_cost`; ``ValueError`` without a trace), anything else
+    :func:`treespec_sim.cost.get_cost_model`'s."""
+    if name == RECORDED_COST:
+        if not trace:
+            raise ValueError(f"cost model {RECORDED_COST!r} is a trace's recorded timings; "
+                             "this sweep has no trace (give --trace FILE)")
+        return recorded_cost(trace_for(trace))
+    return get_cost_model(name)
+
+
 def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:
     """The throughput columns of a row: modelled round time, tokens/s, speedup over AR."""
     seconds = np.asarray(round_time(cost, sizes), dtype=np.float64)
@@ -340,8 +404,11 @@ def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str
 
 
 def check_cost_models(names: Sequence[str], family: str) -> None:
-    """Every name a latency preset or file :func:`treespec_sim.cost.get_cost_model` reads."""
+    """Every name a latency preset or file :func:`treespec_sim.cost.get_cost_model` reads, or
+    :data:`RECORDED_COST` (a trace's timings: checked against the plan's trace)."""
     for c in names:
+        if c == RECORDED_COST:
+            continue
         try:
             get_cost_model(c)
         except ValueError as exc:
@@ -572,6 +639,31 @@ class Claim:
         why = "; ".join(x for x in (reason, j.reason) if x)
         return cls(text, estimate, low, high, unit, j.verdict, reason=why,
                    units=units or 0, unit_name=unit_name, needed=j.needed, **kw)
+
+
+#: How far past the pilot's estimate of the units that decide a claim a second stage goes
+#: (that estimate rests on the pilot's interval, itself uncertain).
+DECIDE_MARGIN = 1.25
+
+
+def second_stage(judgements: Sequence[Judgement], units: int, cap: int) -> int:
+    """How many units to add to a cell's pilot of ``units`` so that its undecided claims get
+    decided, within ``cap`` units in all (0: none to add).
+
+    The adaptive design of the ``stochastic`` and ``verifiers`` families (a pilot, then at most
+    this one second stage, the verdict read on all units): every claim :func:`judge` left
+    undecided whose "would decide it" count is finite and at most ``cap`` asks for that many
+    (times :data:`DECIDE_MARGIN`); the largest such ask, capped, is the cell's new size. Claims
+    that would need more than ``cap`` -- or that no number decides -- ask for nothing, so the
+    run's time goes where it can decide something. The stopping size depends on the pilot's
+    estimate and interval (a two-stage design): the final interval is the usual one over all
+    units, not adjusted for the choice, so its coverage is close to but not exactly 95%.
+    """
+    asks = [j.needed for j in judgements
+            if j.verdict == "undecided" and math.isfinite(j.needed) and j.needed <= cap]
+    if not asks or units >= cap:
+        return 0
+    return max(0, min(cap, math.ceil(DECIDE_MARGIN * max(asks))) - units)
 
 
 def _number_or_none(x) -> float | None:

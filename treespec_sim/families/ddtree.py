@@ -22,7 +22,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
 from ..stats import mean_ci, world_columns
@@ -216,7 +215,7 @@ def _rows(cell: Cell, tally: dict, depth: int, settings: RunSettings,
     prompts) groups the contexts into the units of the intervals (None: every context is
     one)."""
     g: DDTreeGrid = cell.grid
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     rows = []
     chain = tally.get(("chain", 0))
     for (m, b), t in tally.items():
@@ -420,7 +419,8 @@ def tables(rows: list[dict]) -> list[str]:
                              f"{r['tau_ci_high']:.2f}]" if r else "—")
             best = max(dd.values(), key=lambda r: r["throughput_tok_s"], default=None)
             cells.append(f"{best['budget']} ({best['throughput_tok_s']:.0f}, "
-                         f"{cost_label(best['cost_model'])})" if best else "—")
+                         f"{cost_label(best['cost_model'], on_trace=is_trace(regime))})" if best
+                         else "—")
             out.append(f"| {regime} | " + " | ".join(cells) + " |")
             if any(r.get("tau_world_means") for r in rr):
                 means = (chain or {}).get("tau_world_means")

@@ -16,10 +16,12 @@ import numpy as np
 
 from ..cost import get_cost_model
 from ..plot import figure_legend
+from .base import RECORDED_COST
 
 __all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
            "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
-           "missing", "notes", "pct", "pooled", "save_figure", "verdict_cell", "worlds_label"]
+           "missing", "notes", "padded_limits", "pct", "pooled", "save_figure", "verdict_cell",
+           "worlds_label"]
 
 
 def pct(x: float) -> str:
@@ -27,15 +29,23 @@ def pct(x: float) -> str:
     return f"{100 * (x - 1):+.1f}%"
 
 
-def cost_label(name: str) -> str:
+def cost_label(name: str, *, on_trace: bool = False) -> str:
     """``"a800-qwen3-8b (measured)"`` or ``"h200-qwen3-8b (estimate)"``: every table and figure
     that prices latency says whether its model was measured (``LatencyModel.estimate``; the
-    provenance is in ``run.json``). A name no model answers to is returned as it is."""
+    provenance is in ``run.json``). A trace's own timings read ``"recorded (measured on the
+    trace's machine)"``; a preset pricing a trace's rows (``on_trace``) says it is another
+    machine's, so that its tokens/s is not read as the recorded models' speed. A name no model
+    answers to is returned as it is."""
+    if name == RECORDED_COST:
+        return f"{name} (measured on the trace's machine)"
     try:
         estimate = bool(get_cost_model(name).estimate)
     except (ValueError, OSError):
         return name
-    return f"{name} ({'estimate' if estimate else 'measured'})"
+    kind = "estimate" if estimate else "measured"
+    if on_trace:
+        return f"{name} ({kind} for another machine and model, not the trace's)"
+    return f"{name} ({kind})"
 
 
 # Pages that explain a result which does not go the way a paper (or our own theory) says.
@@ -205,6 +215,21 @@ def budget_axis(ax, budgets: Sequence[int]) -> None:
     ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("budget B (draft nodes)")
+
+
+def padded_limits(ax, values: Sequence[float], *, floor: float | None = None,
+                  pad: float = 0.08) -> None:
+    """Vertical limits that hold every value of ``values`` (drawn points, interval ends, 0 for
+    a reference line) with ``pad`` of the span to spare on both sides, so that no line sits on
+    a panel's edge; ``floor`` cuts the range from below (what lies lower leaves the panel)."""
+    vals = [float(v) for v in values if finite(v)]
+    if floor is not None:
+        vals = [max(v, floor) for v in vals]
+    if not vals:
+        return
+    lo, hi = min(vals), max(vals)
+    span = hi - lo or max(abs(hi), 1.0)
+    ax.set_ylim(lo - pad * span, hi + pad * span)
 
 
 def save_figure(fig, path: Path) -> None:

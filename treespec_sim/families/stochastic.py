@@ -33,6 +33,7 @@ Every round is one :func:`treespec_sim.engine.run_round` (``python -m treespec_s
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,7 +42,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import run_round, run_rounds
 from ..methods import get_method, uses_budget
 from ..policies import tsubame
@@ -60,6 +60,7 @@ from .base import (
     RunSettings,
     as_tuple,
     check_budgets,
+    check_max_rounds,
     check_regimes,
     check_rounds,
     check_temperatures,
@@ -68,6 +69,7 @@ from .base import (
     judge,
     paper_regimes,
     pick_regimes,
+    second_stage,
     seconds_per_unit,
     shares,
     world_for,
@@ -89,6 +91,7 @@ __all__ = [
     "MAP_METHODS",
     "MAP_PRESET_NOTE",
     "STYLES",
+    "CellRuns",
     "MapPoint",
     "PairClaim",
     "PairedDifference",
@@ -114,7 +117,6 @@ __all__ = [
     "presets",
     "run",
     "run_map",
-    "run_methods",
     "tables",
 ]
 
@@ -135,11 +137,13 @@ DEFAULT_METHODS = ("chain", "ddtree", "sampled-chain", "sampled-chain-corrected"
 
 @dataclass(frozen=True)
 class StochasticGrid:
-    """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T, B)."""
+    """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T),
+    every method and budget of it on the same contexts (its paired differences are the
+    family's claims, so one cell holds both sides of each)."""
 
     family: ClassVar[str] = "stochastic"
     #: The lists each cell takes one value of (a resumed run may gain values of these).
-    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "drafters", "temperatures", "budgets")
+    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "drafters", "temperatures")
     #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
     unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
@@ -152,6 +156,10 @@ class StochasticGrid:
     worlds: int = 3
     #: Vocabulary cap of the drafter-variant worlds (0: none, the regime's own V).
     vocab: int = 0
+    #: Cap on a cell's contexts for deciding its claims (``0``: exactly ``rounds``). With a
+    #: cap, ``rounds`` is the pilot and one second stage adds what deciding the cell's
+    #: undecided claims takes, where that fits under the cap (:func:`run`).
+    max_rounds: int = 0
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("drafters", str),
@@ -173,20 +181,21 @@ class StochasticGrid:
         check_budgets(self.budgets, self.family)
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
+        check_max_rounds(self.max_rounds, self.rounds, self.family)
         if not isinstance(self.vocab, int) or self.vocab < 0:
             raise ValueError(f"stochastic.vocab must be an integer >= 0 (0: no cap); "
                              f"got {self.vocab!r}")
 
     def cells(self) -> list[Cell]:
-        fixed = any(not uses_budget(m) for m in self.methods)
-        out = []
-        for r in self.regimes:
-            for d in self.drafters:
-                for t in self.temperatures:
-                    if fixed:
-                        out.append(Cell(self, r, t, 0, d))
-                    out.extend(Cell(self, r, t, b, d) for b in self.budgets)
-        return out
+        """One cell per (regime, drafter, T) (its budget: the grid's largest)."""
+        return [Cell(self, r, t, max(self.budgets), d) for r in self.regimes
+                for d in self.drafters for t in self.temperatures]
+
+    def labels(self) -> list[tuple[str, int]]:
+        """``(method, budget)`` of every row of a cell: the methods without a budget (budget
+        0), then every budget's methods with one."""
+        return ([(m, 0) for m in self.methods if not uses_budget(m)]
+                + [(m, b) for b in self.budgets for m in self.methods if uses_budget(m)])
 
 
 #: The family's grid class (the registry's ``grid``).
@@ -194,74 +203,117 @@ grid = StochasticGrid
 
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
-    """The cell's methods (those with a budget, or those without when ``cell.budget`` is 0) on
-    the same contexts of every world (:func:`run_methods`)."""
+    """Every method and budget of the cell on the same contexts of every world
+    (:class:`CellRuns`); with the grid's ``max_rounds``, the ``rounds`` are a pilot and one
+    second stage adds the contexts that deciding the cell's undecided claims takes, up to
+    ``max_rounds`` (:func:`~treespec_sim.families.base.second_stage`)."""
     if isinstance(cell.grid, StochasticMapGrid):
         return run_map(cell, settings)
     g: StochasticGrid = cell.grid
-    methods = tuple(m for m in g.methods
-                    if uses_budget(m) == (cell.budget > 0))
     parts = shares(cell, settings)
-    return run_methods(
-        [world_for(cell.regime, s.seed, g.vocab or None, cell.option) for s in parts],
-        seeds=[s.seed for s in parts], rounds=[s.rounds for s in parts], regime=cell.regime,
-        drafter=cell.option, temperature=cell.temperature, budget=cell.budget, methods=methods,
-        cost_name=settings.cost_model)
+    runs = CellRuns([world_for(cell.regime, s.seed, g.vocab or None, cell.option)
+                     for s in parts], seeds=[s.seed for s in parts], regime=cell.regime,
+                    drafter=cell.option, temperature=cell.temperature, labels=g.labels(),
+                    cost=settings.cost(settings.cost_model))
+    runs.extend([s.rounds for s in parts])
+    if g.max_rounds:
+        b = 64 if 64 in g.budgets else min(g.budgets)
+        more = second_stage(runs.judgements(b), runs.contexts, g.max_rounds)
+        if more:
+            runs.extend([math.ceil(more / len(parts))] * len(parts))
+    return runs.rows(settings.cost_model)
 
 
+class CellRuns:
+    """Every ``(method, budget)`` label of one (regime, drafter, T) cell on the same contexts,
+    world by world, extendable: :meth:`extend` continues every world's context stream and
+    every label's draw stream, so a cell of ``n`` contexts is the first ``n`` of a larger one.
 
-
-def run_methods(worlds: Sequence, *, seeds: Sequence[int], rounds: Sequence[int], regime: str,
-             drafter: str, temperature: float, budget: int, methods: tuple[str, ...],
-             cost_name: str) -> list[dict]:
-    """Every method on the same contexts, one :func:`run_round` each; one row per method.
-
-    World ``i`` (``worlds[i]``, seed ``seeds[i]``) gives ``rounds[i]`` contexts; the row pools
-    them (``tau_mean`` and its t-interval over every context, throughput over every round) and
-    adds the between-world columns (:func:`treespec_sim.stats.world_columns`). ``taus`` holds
-    the per-context exact E[tau], world after world, for paired comparisons.
+    World ``i`` (``worlds[i]``, seed ``seeds[i]``) draws its contexts from
+    ``default_rng([seed, crc32("regime|drafter|T"), 0])`` (the same for every method and
+    budget: differences between methods are paired) and a label's draws from
+    ``default_rng([seed, crc32("regime|drafter|T|budget|method")])`` (budget 0 for the
+    methods without one).
     """
-    if not (len(worlds) == len(seeds) == len(rounds) >= 1):
-        raise ValueError(f"worlds, seeds and rounds must have the same length >= 1; got "
-                         f"{len(worlds)}, {len(seeds)}, {len(rounds)}")
-    cost = get_cost_model(cost_name)
-    # contexts depend on (regime, drafter, T) and the world's seed only: every method and
-    # budget sees the same ones, so differences between methods are paired
-    ctx_key = f"{regime}|{drafter}|{temperature!r}"
-    key = f"{ctx_key}|{budget}"
-    contexts = []
-    for world, seed, n in zip(worlds, seeds, rounds, strict=True):
-        rng_ctx = np.random.default_rng([seed, zlib.crc32(ctx_key.encode()), 0])
-        contexts.append([world.sample_context(rng_ctx) for _ in range(n)])
-    ar_seconds = float(cost.verify_cost(1))
-    depth = worlds[0].depth
-    rows = []
-    for method in methods:
-        sized = uses_budget(method)
-        per_world = []
-        for world, seed, cs in zip(worlds, seeds, contexts, strict=True):
-            rng = np.random.default_rng([seed, zlib.crc32(f"{key}|{method}".encode())])
-            per_world.append([seq[0] for seq in run_rounds(
-                world, contexts=cs, rng=rng, method=method,
-                budget=budget if sized else None, temperature=temperature, sample=False,
-                cost=cost, record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))])
-        per = [p for part in per_world for p in part]
-        taus = np.array([p[0] for p in per])
-        sizes = np.array([p[1] for p in per], dtype=np.float64)
-        seconds = np.array([p[2] for p in per])
-        ci = mean_ci(taus)
-        thr = throughput(taus, seconds)
-        rows.append({
-            "regime": regime, "drafter": drafter, "method": method, "verifier": per[0][3],
-            "temperature": temperature, "budget": budget if sized else depth,
-            "cost_model": cost_name, "rounds": int(sum(rounds)), "seed": seeds[0],
-            "tau_mean": ci.mean, "tau_ci_low": ci.low, "tau_ci_high": ci.high,
-            **world_columns([float(np.mean([p[0] for p in part])) for part in per_world]),
-            "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
-            "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
-            "taus": taus.tolist(),
-        })
-    return rows
+
+    def __init__(self, worlds: Sequence, *, seeds: Sequence[int], regime: str, drafter: str,
+                 temperature: float, labels: Sequence[tuple[str, int]], cost) -> None:
+        if not (len(worlds) == len(seeds) >= 1):
+            raise ValueError(f"worlds and seeds must have the same length >= 1; got "
+                             f"{len(worlds)}, {len(seeds)}")
+        self.worlds, self.seeds, self.labels = list(worlds), list(seeds), list(labels)
+        self.regime, self.drafter, self.temperature, self.cost = (regime, drafter,
+                                                                  temperature, cost)
+        key = f"{regime}|{drafter}|{temperature!r}"
+        self._ctx_rngs = [np.random.default_rng([s, zlib.crc32(key.encode()), 0])
+                          for s in seeds]
+        self._rngs = {(m, b): [np.random.default_rng([s, zlib.crc32(f"{key}|{b}|{m}".encode())])
+                               for s in seeds] for m, b in self.labels}
+        # per label, per world: (exact tau, tree size, modelled seconds, rule) of each context
+        self.records = {lab: [[] for _ in worlds] for lab in self.labels}
+
+    @property
+    def contexts(self) -> int:
+        """Contexts so far, over every world."""
+        first = self.records[self.labels[0]]
+        return sum(len(w) for w in first)
+
+    def extend(self, more: Sequence[int]) -> None:
+        """``more[i]`` new contexts of world ``i``, every label run on them."""
+        for i, (world, n) in enumerate(zip(self.worlds, more, strict=True)):
+            contexts = [world.sample_context(self._ctx_rngs[i]) for _ in range(n)]
+            for m, b in self.labels:
+                self.records[(m, b)][i] += [seq[0] for seq in run_rounds(
+                    world, contexts=contexts, rng=self._rngs[(m, b)][i], method=m,
+                    budget=b or None, temperature=self.temperature, sample=False,
+                    cost=self.cost,
+                    record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))]
+
+    def taus(self, label: tuple[str, int]) -> np.ndarray:
+        """A label's exact E[tau] per context, world after world."""
+        return np.array([p[0] for part in self.records[label] for p in part])
+
+    def judgements(self, budget: int) -> list[Judgement]:
+        """:func:`judge` of every claim of :data:`CLAIMS` stated at this cell's temperature,
+        on the paired differences at ``budget`` (chains at their own length)."""
+        have = {m: (m, b) for m, b in self.labels if b in (0, budget)}
+        out = []
+        for claim in CLAIMS:
+            if (claim.sign is None or not claim.applies(self.temperature)
+                    or claim.label.endswith("T = 0") != (self.temperature == 0.0)
+                    or claim.a not in have or claim.b not in have):
+                continue
+            d = mean_ci(self.taus(have[claim.a]) - self.taus(have[claim.b]))
+            out.append(judge(d.mean, d.low, d.high, _claimed(claim.sign), units=self.contexts))
+        return out
+
+    def rows(self, cost_name: str) -> list[dict]:
+        """One row per label: the pooled mean and t-interval over every context, the
+        between-world columns, throughput over every round and ``taus`` (per context, world
+        after world, for paired comparisons)."""
+        ar_seconds = float(self.cost.verify_cost(1))
+        depth = self.worlds[0].depth
+        rows = []
+        for m, b in self.labels:
+            per_world = self.records[(m, b)]
+            per = [p for part in per_world for p in part]
+            taus = np.array([p[0] for p in per])
+            sizes = np.array([p[1] for p in per], dtype=np.float64)
+            seconds = np.array([p[2] for p in per])
+            ci = mean_ci(taus)
+            thr = throughput(taus, seconds)
+            rows.append({
+                "regime": self.regime, "drafter": self.drafter, "method": m,
+                "verifier": per[0][3], "temperature": self.temperature,
+                "budget": b or depth, "cost_model": cost_name, "rounds": int(taus.size),
+                "seed": self.seeds[0], "tau_mean": ci.mean, "tau_ci_low": ci.low,
+                "tau_ci_high": ci.high,
+                **world_columns([float(np.mean([p[0] for p in part])) for part in per_world]),
+                "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
+                "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
+                "taus": taus.tolist(),
+            })
+        return rows
 
 
 def _at_budget(row: dict, budget: int) -> bool:
@@ -516,8 +568,11 @@ def preset(which: str) -> StochasticGrid | None:
     regimes = paper_regimes()
     three = pick_regimes(regimes, ("math500", "mt-bench", "alpaca"))
     if which == "paper":
+        # a pilot of 33 contexts a cell, then one second stage where deciding a claim takes
+        # more, up to 300 (the cap sized so that `make sweep` stays near 5 minutes on 2
+        # workers; the summary says what the claims left undecided would cost)
         return StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
-                              budgets=(64,), rounds=33, worlds=3, vocab=0)
+                              budgets=(64,), rounds=33, worlds=3, vocab=0, max_rounds=300)
     if which == "quick":
         return StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=9,
                               worlds=3)
@@ -570,7 +625,9 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = N
     panels = list(dict.fromkeys((r["regime"], r["drafter"]) for r in at)) or [("—", "—")]
     cols = min(3, len(panels))
     nrows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows + 1.0),
+    # at least 9 inches wide: the legend (up to nine methods and a long title) below one or
+    # two panels would otherwise be as large as the panels themselves
+    fig, axes = plt.subplots(nrows, cols, figsize=(max(4.6 * cols, 9.0), 3.6 * nrows + 1.0),
                              squeeze=False, layout="constrained")
     temps = sorted({r["temperature"] for r in at})
     step = 0.012 * max(1.0, (temps[-1] - temps[0]) / 0.5) if temps else 0.0
@@ -756,7 +813,7 @@ def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
     factor = float(cell.option.removeprefix("alpha_x"))
     alpha = get_regime(cell.regime).logit_scale * factor
     parts = shares(cell, settings)
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     t, b = cell.temperature, cell.budget
     key = f"map|{cell.regime}|{factor!r}|{t!r}|{b}"
     kappas = g.correction_qualities

@@ -21,6 +21,7 @@ Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/unive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import run_round
 from ..methods import METHODS
 from ..policies import k_ary_shape
@@ -42,6 +42,7 @@ from .base import (
     FigureSpec,
     RunSettings,
     as_tuple,
+    check_max_rounds,
     check_regimes,
     check_rounds,
     check_temperatures,
@@ -52,6 +53,7 @@ from .base import (
     judge,
     paper_regimes,
     pick_regimes,
+    second_stage,
     seconds_per_unit,
     shares,
     throughput_columns,
@@ -120,6 +122,10 @@ class VerifierGrid:
     rounds: int = 48
     #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
     worlds: int = 3
+    #: Cap on a cell's contexts for deciding its claims (``0``: exactly ``rounds``). With a
+    #: cap, ``rounds`` is the pilot and one second stage adds what deciding the cell's
+    #: undecided claims takes, where that fits under the cap (:func:`measure`).
+    max_rounds: int = 0
 
     def __post_init__(self) -> None:
         for name, cast in (("regimes", str), ("shapes", str), ("temperatures", check_temperature)):
@@ -129,6 +135,7 @@ class VerifierGrid:
         check_temperatures(self.temperatures, self.family, positive=True)
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
+        check_max_rounds(self.max_rounds, self.rounds, self.family)
         for s in self.shapes:
             try:
                 parse_tree(s)
@@ -293,7 +300,8 @@ def arm_lengths(world, *, tree: TreeSpec, temperature: float, rounds: int,
 
 
 def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequence[int],
-            seeds: Sequence[int], temperature: float = 1.0, boot: int = 2000) -> GainResult:
+            seeds: Sequence[int], temperature: float = 1.0, boot: int = 2000,
+            max_rounds: int = 0) -> GainResult:
     """Every arm on ``rounds[i]`` contexts of ``worlds[i]``, pooled over the worlds.
 
     ``tree`` is a :class:`TreeSpec` or its text (``"2x5"``, ``"tsubame64"``); arms without a
@@ -302,6 +310,12 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     World ``i``'s contexts and draws come from ``default_rng(seeds[i] + 1)`` (so a world is
     the same as a one-world measurement with its seed); the bootstrap, over the pooled
     contexts, from ``default_rng(seeds[0] + 2)``.
+
+    With ``max_rounds`` (``0``: the ``rounds`` alone) the ``rounds`` are a pilot: where it
+    leaves the family's claims (:data:`CLAIMS`) undecided, one second stage adds contexts to
+    every world (its streams continued, the same number each) up to what deciding them takes,
+    at most ``max_rounds`` in all (:func:`~treespec_sim.families.base.second_stage`); the
+    result is over every context.
     """
     if not (len(worlds) == len(rounds) == len(seeds) >= 1):
         raise ValueError(f"worlds, rounds and seeds must have the same length >= 1; got "
@@ -309,11 +323,35 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     if sum(rounds) < 2:
         raise ValueError(f"rounds must add up to >= 2; got {list(rounds)}")
     spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree)
-    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n,
-                         rng=np.random.default_rng(s + 1))
-             for w, n, s in zip(worlds, rounds, seeds, strict=True)]
-    return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
-                        budget=spec.nodes, temperature=temperature, seed=seeds[0], boot=boot)
+    streams = [np.random.default_rng(s + 1) for s in seeds]  # continued by a second stage
+    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n, rng=r)
+             for w, n, r in zip(worlds, rounds, streams, strict=True)]
+
+    def result() -> GainResult:
+        return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
+                            budget=spec.nodes, temperature=temperature, seed=seeds[0],
+                            boot=boot)
+
+    res = result()
+    more = second_stage(claim_judgements(res), res.rounds, max_rounds) if max_rounds else 0
+    if more:
+        each = math.ceil(more / len(worlds))
+        parts = [np.concatenate([p, arm_lengths(w, tree=spec, temperature=temperature,
+                                                rounds=each, rng=r)])
+                 for p, w, r in zip(parts, worlds, streams, strict=True)]
+        res = result()
+    return res
+
+
+def claim_judgements(res: GainResult) -> list:
+    """:func:`judge` of each claim of :data:`CLAIMS` on a cell's pooled gains (percent, the
+    interval widened to hold its estimate, as the claims read it)."""
+    out = []
+    for verifier, (_, claimed) in CLAIMS.items():
+        if verifier in res.gain:
+            est, lo, hi = (100 * x for x in res.gain[verifier])
+            out.append(judge(est, min(lo, est), max(hi, est), claimed, units=res.rounds))
+    return out
 
 
 def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regime: str,
@@ -373,7 +411,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         res = measure([world_for(cell.regime, s.seed) for s in parts],
                       regime=cell.regime, tree=tree,
                       temperature=cell.temperature, rounds=[s.rounds for s in parts],
-                      seeds=[s.seed for s in parts])
+                      seeds=[s.seed for s in parts], max_rounds=cell.grid.max_rounds)
         name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
                 else f"tsubame-rrsw[B={tree.budget}]")
         arms = ARMS
@@ -381,7 +419,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         extra = {}
     rows = []
     # every rule verifies the same tree (one size): modelled tokens/s = E[tau] / D(size)
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     for label, method, rule in arms:
         if label not in res.mean:           # no such arm on this tree (Greedy drafts)
             continue
@@ -503,8 +541,10 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     """Gain in exact E[τ] over RRSw on the same sampled trees, with paired interval bars.
 
     One panel per regime (two columns when the panels are narrow), in it one group per (T,
-    tree) and one bar per arm that the tree has (Tsubame trees have no Greedy-draft arm); the
-    band is UniVer's published gain (:data:`CLAIM_RANGE`). All panels share the gain axis.
+    tree) and one bar per rule that the tree has (every rule of the table: Traversal and the
+    three UniVer rules on the same sampled trees, and the fixed-order rule on Greedy drafts,
+    hatched; Tsubame trees have no Greedy-draft arm); the band is UniVer's published gain
+    (:data:`CLAIM_RANGE`). All panels share the gain axis.
     """
     import matplotlib.pyplot as plt
 
@@ -517,8 +557,11 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     nrows = -(-len(regimes) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(cols * (1.5 * per + 1.6), 2.9 * nrows + 1.2),
                              squeeze=False, sharey=True, layout="constrained")
+    # every rule of the table but the baseline: the fixed-order reconstruction on the sampled
+    # trees too (it can fall far behind RRSw there), and on Greedy drafts of k-ary shapes
     arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
             ("univer-guided", False, "UniVer (value-guided)"),
+            ("univer-fixed", False, "fixed-order UniVer (same sampled trees)"),
             ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
     width = 0.8 / len(arms)
     low, high = CLAIM_RANGE
@@ -539,7 +582,8 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
                 los.append(max(0.0, y - 100 * (r["rel_ci_low"] - 1)))
                 his.append(max(0.0, 100 * (r["rel_ci_high"] - 1) - y))
             if xs:
-                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}")
+                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}",
+                       hatch="//" if greedy else None)
         ax.axhspan(low, high, color="gray", alpha=0.15,
                    label=f"UniVer's reported +{low:g}–{high:g}%")
         ax.axhline(0, color="black", lw=0.8)
@@ -641,9 +685,11 @@ def preset(which: str) -> VerifierGrid | None:
     if which == "paper":
         # UniVer where its paper measured it (balanced binary depth 5) and on the trees a
         # tree drafter builds (Tsubame at B = 64), at T = 0.6 and 1
+        # a pilot of 36 contexts, then one second stage where deciding a claim takes more,
+        # up to 300 (sized for `make sweep` near 5 minutes on 2 workers)
         return VerifierGrid(pick_regimes(regimes, ("math500", "mt-bench", "alpaca")),
                             shapes=("2x5", "tsubame64"), temperatures=(0.6, 1.0), rounds=36,
-                            worlds=3)
+                            worlds=3, max_rounds=300)
     if which == "quick":
         return VerifierGrid(("small",), shapes=("2x2", "tsubame8"), rounds=9, worlds=3)
     if which == name:
