@@ -28,6 +28,7 @@ from .calibrate import (
     DERIVED_WEIGHT,
     TOLERANCE,
     calibration_rows,
+    published_band,
     table1_targets,
 )
 from .cli import OneLineParser
@@ -35,7 +36,6 @@ from .families import FAMILIES, Claim, all_claims
 from .families.base import (
     MIN_UNITS,
     NO_VERDICT,
-    ClaimedRange,
     interval_units,
     judge,
     smoke_test,
@@ -112,7 +112,7 @@ def findings_section(rows: Sequence[dict]) -> list[str]:
             "One line per claim: the verdict, the claim, the measured number with its 95% "
             "interval (pooled over the worlds of a regime; the families' tables below give "
             "every cell and the between-world intervals) and unit, why, and the page that "
-            "discusses it. One rule decides every verdict (`treespec_sim.families.base.judge`): "
+            "discusses it. One rule decides every verdict (`treespec_sim.verdicts.judge`): "
             "a claim *holds* in a cell only when the interval lies inside the claimed range (or "
             "beyond a one-sided claim's threshold), *does not hold* only when it lies entirely "
             "outside, and is *undecided* otherwise, with about how many contexts would decide "
@@ -163,8 +163,7 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
             if t["published"]:
                 # the one verdict rule: within the tolerance when the interval lies inside it
                 v = judge(r["tau_mean"], r["tau_ci_low"], r["tau_ci_high"],
-                          ClaimedRange(t["value"] * (1 - TOLERANCE), t["value"] * (1 + TOLERANCE)),
-                          units=interval_units(r)[0] or None).verdict
+                          published_band(t["value"]), units=interval_units(r)[0] or None).verdict
                 verdicts[v] = verdicts.get(v, 0) + 1
                 widest = max(widest, half)
                 if v != "holds":

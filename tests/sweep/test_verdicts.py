@@ -6,16 +6,9 @@ import math
 
 import pytest
 
-from treespec_sim.families.base import (
-    MIN_UNITS,
-    NO_VERDICT,
-    Claim,
-    ClaimedRange,
-    deciding_cost,
-    headline,
-    judge,
-    smoke_test,
-)
+from treespec_sim.calibrate import published_verdict
+from treespec_sim.families.base import Claim, deciding_cost, headline, smoke_test
+from treespec_sim.verdicts import MIN_UNITS, NO_VERDICT, ClaimedRange, judge, second_stage
 
 RANGE = ClaimedRange(4.2, 8.5)          # a published two-sided range (UniVer's, in %)
 ABOVE = ClaimedRange(0.0, strict=True)  # "a beats b": a - b > 0
@@ -119,3 +112,23 @@ def test_headlines_count_cells_and_say_what_deciding_would_cost():
     banner = smoke_test([cells[0], small])
     assert banner.startswith("**Smoke test, not a result.** 1 of 2 claims")
     assert "as few as 9 contexts" in banner and smoke_test(cells) == ""
+
+
+def test_a_published_cell_is_reproduced_only_when_its_interval_is_inside_the_band():
+    # the calibration's cells (treespec_sim.calibrate.TOLERANCE = 5%) by the same rule
+    assert published_verdict(10.0, 9.8, 10.2, 10.0) == "yes"
+    assert published_verdict(9.6, 9.4, 9.8, 10.0) == "undecided"   # -4%, the interval past -5%
+    assert published_verdict(9.0, 8.8, 9.2, 10.0) == "NO"
+
+
+def test_the_second_stage_asks_for_what_decides_a_claim_within_the_cap():
+    holds = judge(1.0, 0.5, 1.5, ClaimedRange(0.0, strict=True), units=40)
+    close = judge(0.5, -0.1, 1.1, ClaimedRange(0.0, strict=True), units=40)   # ≈ 58 decide
+    far = judge(0.05, -0.5, 0.6, ClaimedRange(0.0, strict=True), units=40)    # thousands
+    assert second_stage([holds], 40, 300) == 0
+    assert second_stage([holds, close], 40, 300) == math.ceil(1.25 * close.needed) - 40
+    assert second_stage([far], 40, 300) == 0             # beyond the cap: nothing asked
+    assert second_stage([close, far], 40, 300) == math.ceil(1.25 * close.needed) - 40
+    assert second_stage([close], 40, 60) == 20           # within the cap, the ask capped
+    assert second_stage([close], 40, 50) == 0            # needs more than the cap allows
+    assert second_stage([close], 300, 300) == 0

@@ -206,7 +206,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
     """Every method and budget of the cell on the same contexts of every world
     (:class:`CellRuns`); with the grid's ``max_rounds``, the ``rounds`` are a pilot and one
     second stage adds the contexts that deciding the cell's undecided claims takes, up to
-    ``max_rounds`` (:func:`~treespec_sim.families.base.second_stage`)."""
+    ``max_rounds`` (:func:`~treespec_sim.verdicts.second_stage`)."""
     if isinstance(cell.grid, StochasticMapGrid):
         return run_map(cell, settings)
     g: StochasticGrid = cell.grid
@@ -1084,7 +1084,7 @@ def map_claims(rows: Sequence[dict]) -> list[Claim]:
     listed in the reason (the number: the point with the largest margin). ``holds`` when it
     holds at more points than one-sided 2.5% tails of 95% intervals would by chance alone
     (``0.025 n`` of ``n``), ``does not hold`` when it does not hold at any point, ``no
-    verdict`` at fewer than :data:`~treespec_sim.families.base.MIN_UNITS` contexts a point,
+    verdict`` at fewer than :data:`~treespec_sim.verdicts.MIN_UNITS` contexts a point,
     else ``undecided``."""
     pts = map_points(rows)
     if not pts:

@@ -314,7 +314,7 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     With ``max_rounds`` (``0``: the ``rounds`` alone) the ``rounds`` are a pilot: where it
     leaves the family's claims (:data:`CLAIMS`) undecided, one second stage adds contexts to
     every world (its streams continued, the same number each) up to what deciding them takes,
-    at most ``max_rounds`` in all (:func:`~treespec_sim.families.base.second_stage`); the
+    at most ``max_rounds`` in all (:func:`~treespec_sim.verdicts.second_stage`); the
     result is over every context.
     """
     if not (len(worlds) == len(rounds) == len(seeds) >= 1):
