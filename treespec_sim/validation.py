@@ -254,14 +254,19 @@ def check_real(value, name: str, *, minimum: float = 0.0, strict: bool = False) 
     return x
 
 
-#: What a draft tree has (:class:`treespec_sim.tree.DraftTree`, which this module sits below).
-_TREE_ATTRS = ("parent", "token", "depth", "n_nodes", "child_lists")
+#: What a draft tree has (:class:`treespec_sim.tree.DraftTree`, which this module sits below):
+#: its arrays, and the properties its class defines (looked up on the class: asking an
+#: instance would compute them, and this check runs on every round).
+_TREE_FIELDS = ("parent", "token", "depth")
+_TREE_PROPERTIES = ("n_nodes", "child_lists", "levels")
 
 
 def check_tree(tree, name: str = "tree"):
     """A draft tree (a :class:`~treespec_sim.tree.DraftTree`, read by its attributes: this
     module is below the tree's), returned as it is."""
-    if not all(hasattr(tree, a) for a in _TREE_ATTRS):
+    cls = type(tree)
+    if not (all(hasattr(cls, a) for a in _TREE_PROPERTIES)
+            and all(hasattr(tree, a) for a in _TREE_FIELDS)):
         raise ValueError(f"{name} must be a DraftTree (treespec_sim.DraftTree.from_parents); "
                          f"got {type(tree).__name__}")
     return tree
