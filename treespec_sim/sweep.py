@@ -204,7 +204,7 @@ def trace_plan(path: str, *, seed: int = 0, cost_model: str = RECORDED_COST) -> 
 #: after import); each family's grid in a preset is the family's (its ``preset``).
 PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     "paper": ("all four families on the calibrated regimes, 3 worlds per regime, V = 32768 "
-              "(the default; <= 5 min on 2 cores with --workers 2)",
+              "(the default; about 5 min on 2 cores with --workers 2)",
               functools.partial(_all, "paper")),
     "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
               functools.partial(_all, "quick")),
