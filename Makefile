@@ -9,7 +9,7 @@ TORCH_CPU ?= torch==2.13.0
 
 .PHONY: sweep test install install-test lint bench proofs clean validate bench-real profile
 
-$(VENV)/.stamp-core: pyproject.toml setup.py treespec_sim/cworld.c treespec_sim/cworld_norms.h treespec_sim/radix_sort.h
+$(VENV)/.stamp-core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e .
 	touch $@

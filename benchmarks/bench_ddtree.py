@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from proofs_check.reference import ddtree_torch_reference
-from treespec_sim import compiled
+from treespec_sim import machine
 from treespec_sim.cli import (
     OneLineParser,
     add_budgets,
@@ -121,7 +121,7 @@ def main(argv=None) -> list[dict]:
         return rows
     print(f"ddtree (checks on) vs DDTree's builder and one exp+sum pass; L={args.depth}, "
           f"V={args.vocab}, median of {args.repeats}, interleaved; "
-          f"{compiled.cpu_description()}")
+          f"{machine.cpu_description()}")
     print(f"{'marginals':>9} {'dtype':>7} {'B':>5} {'fast ms':>8} {'ref ms':>7} {'exp ms':>7} "
           f"{'ref/fast':>8} {'fast/exp':>8} {'same':>5} {'depth':>5}")
     for r in rows:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim import compiled
+from treespec_sim import machine
 from treespec_sim.cli import OneLineParser, add_json_flag, positive_int
 from treespec_sim.engine import run_round
 from treespec_sim.families import DDTreeGrid, world_for
@@ -109,14 +109,7 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     builds the ``B = 512`` tree once and reads both at the six budgets of
     :data:`NESTED_BUDGETS`. Per-topic tables are warmed first (built once per process).
 
-    Each case also runs with the drafter's numpy path (``compiled.world_kernel = None``: the
-    same floats, tests/sim/test_cworld.py) in blocks interleaved with the compiled ones, so
-    ``vs_numpy`` is a ratio measured in the same run: 50 compiled rounds, then 10 numpy ones,
-    and the first 5 compiled rounds after a numpy block are not timed (the numpy path's large
-    temporaries evict the per-topic tables from the caches; timing those rounds would charge
-    the compiled path for the comparison itself).
-
-    After each compiled block, the drafter's class chain alone (``world.draft_lazy`` on 10
+    After each block of 50 rounds, the drafter's class chain alone (``world.draft_lazy`` on 10
     further fresh contexts, drawn from their own generator so the rounds' stream is the same)
     is timed: ``chain_ms`` is a fresh context's chain ``h_1..h_L`` (14 sparse products at
     ``V = 32768``, the floats the simulator defines), and ``chain_bound_rounds_per_s`` the rate
@@ -125,7 +118,6 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     """
     world = make_world(regime, seed=seed)
     world.warm((0.0, 1.0))
-    built = compiled.world_kernel
     out = []
     for name in FRESH_TARGETS:
         rng = np.random.default_rng(seed)
@@ -149,44 +141,28 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
 
         for _ in range(min(20, rounds)):
             one()
-        wall = {True: 0.0, False: 0.0}
-        cpu = {True: 0.0, False: 0.0}
-        done = {True: 0, False: 0}
-        paths = (True, False) if built is not None else (True,)
-        block = {True: 50, False: 10}
+        wall = cpu = 0.0
+        done = 0
         chain_rng = np.random.default_rng([seed, 1])
         chain_s, chain_n = 0.0, 0
-        try:
-            while done[True] < rounds:
-                for fast in paths:
-                    compiled.world_kernel = built if fast else None
-                    if fast and done[False]:
-                        for _ in range(5):   # refill the caches the numpy block evicted
-                            one()
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    for _ in range(block[fast]):
-                        one()
-                    wall[fast] += time.perf_counter() - t0
-                    # CPU time too: on a shared machine the wall clock counts other processes
-                    cpu[fast] += time.process_time() - c0
-                    done[fast] += block[fast]
-                    if fast:
-                        for ctx in [world.sample_context(chain_rng) for _ in range(10)]:
-                            t0 = time.perf_counter()
-                            world.draft_lazy(ctx)
-                            chain_s += time.perf_counter() - t0
-                        chain_n += 10
-        finally:
-            compiled.world_kernel = built
-        rate = done[True] / wall[True]
-        row = {"case": name, "rounds_per_s": rate, "cpu_rounds_per_s": done[True] / cpu[True],
-               "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name],
-               "chain_ms": 1e3 * chain_s / chain_n, "chain_share": rate * chain_s / chain_n,
-               "chain_bound_rounds_per_s": chain_n / chain_s}
-        if built is not None:
-            row["numpy_drafter_rounds_per_s"] = done[False] / wall[False]
-            row["vs_numpy"] = (done[True] / cpu[True]) / (done[False] / cpu[False])
-        out.append(row)
+        while done < rounds:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(50):
+                one()
+            wall += time.perf_counter() - t0
+            # CPU time too: on a shared machine the wall clock counts other processes
+            cpu += time.process_time() - c0
+            done += 50
+            for ctx in [world.sample_context(chain_rng) for _ in range(10)]:
+                t0 = time.perf_counter()
+                world.draft_lazy(ctx)
+                chain_s += time.perf_counter() - t0
+            chain_n += 10
+        rate = done / wall
+        out.append({"case": name, "rounds_per_s": rate, "cpu_rounds_per_s": done / cpu,
+                    "target": FRESH_TARGETS[name], "of_target": rate / FRESH_TARGETS[name],
+                    "chain_ms": 1e3 * chain_s / chain_n, "chain_share": rate * chain_s / chain_n,
+                    "chain_bound_rounds_per_s": chain_n / chain_s})
     return out
 
 
@@ -261,23 +237,17 @@ def main(argv=None) -> dict:
 
 
 def _kernels() -> str:
-    """The compiled paths this run used: the vector path and the chain's measured kernel."""
-    kern = compiled.world_kernel
-    if kern is None:
-        return f"{compiled.cpu_description()}; numpy drafter (treespec_sim.cworld not built)"
-    return (f"{compiled.cpu_description()}; vector path {kern.simd()}, "
-            f"chain kernel {kern.chain_kernel()}")
+    """The CPU this run measured on."""
+    return machine.cpu_description()
 
 
 def _print_fresh(regime: str, fresh: list[dict]) -> None:
     print(f"fresh contexts of make_world({regime!r}), exact E[tau] + exits "
           f"(targets: docs/performance.md; {_kernels()}):")
     for r in fresh:
-        vs = (f"; numpy drafter {r['numpy_drafter_rounds_per_s']:.1f}/s, compiled "
-              f"{r['vs_numpy']:.2f}x per CPU second" if "vs_numpy" in r else "")
         print(f"  {r['case']:32s} {r['rounds_per_s']:8.1f} rounds/s  target "
               f"{r['target']:6.0f}  ({r['of_target']:.2f}x of target; "
-              f"{r['cpu_rounds_per_s']:.1f} per CPU second{vs})")
+              f"{r['cpu_rounds_per_s']:.1f} per CPU second)")
         print(f"  {'':32s} the chain alone {r['chain_ms']:.3f} ms a fresh context "
               f"({100 * r['chain_share']:.0f}% of a round): at most "
               f"{r['chain_bound_rounds_per_s']:.0f} rounds/s if the rest were free")

@@ -8,9 +8,10 @@ config outside the supported DFlash layout, and a drafter that does not fit the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from treespec_sim.files import read_json
 
 from ._deps import require
 from .drafter import (
@@ -83,10 +84,10 @@ class Bundle:
 def _read_json(path: Path, what: str) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{what} directory {path.parent} is missing {path.name}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, what)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
 
 
 def _hub_snapshot(path: Path, what: str) -> Path:

@@ -4,7 +4,8 @@ options, written once.
 Every ``python -m`` entry point of the package builds its parser with :class:`OneLineParser`
 (an argument error is one line naming the option, without the usage block; ``--help`` shows
 everything) and runs its body through :func:`run`, which turns a ``ValueError`` or ``OSError``
-into one line on stderr and exit status 2 — unless ``--debug`` asks for the traceback.
+into one line on stderr and exit status 2 (a ``MemoryError`` too) — unless ``--debug`` asks
+for the traceback.
 
 Values are checked when they are parsed: the ``type=`` callables :func:`positive_int`,
 :func:`nonnegative_int`, :func:`positive_float`, :func:`temperature` and
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .validation import check_budget, check_positive_int, check_temperature
+from .validation import check_nonnegative_int, check_positive_int, check_temperature
 
 __all__ = ["DEVICE_HELP", "OneLineParser", "add_budgets", "add_checkpoints", "add_debug",
            "add_device", "add_dtype", "add_json_flag", "add_new_tokens", "add_out",
@@ -57,6 +58,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace,
         if getattr(args, "debug", False):
             raise
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        if getattr(args, "debug", False):
+            raise
+        print(f"{parser.prog}: error: out of memory (a file's contents within the readers' "
+              "limits, docs/traces.md 'What the readers guarantee', still did not fit; lower "
+              "them or free memory)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
@@ -97,8 +105,9 @@ def positive_int(text: str) -> int:
 
 
 def nonnegative_int(text: str) -> int:
-    """``type=``: an integer ``>= 0`` (:func:`~treespec_sim.validation.check_budget`)."""
-    return _checked(check_budget, _number(text, int))
+    """``type=``: an integer ``>= 0``
+    (:func:`~treespec_sim.validation.check_nonnegative_int`)."""
+    return _checked(check_nonnegative_int, _number(text, int))
 
 
 def positive_float(text: str) -> float:

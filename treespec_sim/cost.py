@@ -61,6 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .files import read_json
 from .validation import check_positive_int
 
 __all__ = [
@@ -848,15 +849,13 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
 def load_cost_model(path: str | Path) -> LatencyModel:
     """Read a latency file (JSON) written by :meth:`to_dict` / ``real_models.profile``."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"path: no latency file at {str(p)!r}")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"path: {str(p)!r} is not valid JSON ({exc})") from None
+    data = read_json(p, "latency file")
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a latency file holds a JSON object; this one holds "
+                         f"{type(data).__name__}")
     try:
         return cost_model_from_dict(data)
-    except ValueError as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise ValueError(f"{p}: {exc}") from None
 
 
@@ -912,6 +911,9 @@ def get_cost_model(name_or_path: str | Path | LatencyModel) -> LatencyModel:
     """
     if isinstance(name_or_path, LatencyModel) and not isinstance(name_or_path, str | Path):
         return name_or_path
+    if not isinstance(name_or_path, str | Path):
+        raise ValueError(f"name_or_path must be a preset name, a latency file's path or a "
+                         f"latency model; got {type(name_or_path).__name__} {name_or_path!r}")
     key = str(name_or_path)
     if key in PRESETS:
         return PRESETS[key]()

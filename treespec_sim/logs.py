@@ -37,7 +37,12 @@ Command line::
 
     python -m treespec_sim.logs show FILE
     python -m treespec_sim.logs compare FILE --regime math500 --out runs/cmp
-    python -m treespec_sim.logs fit FILE --base math500 --out fitted.json
+    python -m treespec_sim.logs fit FILE --base math500 --fit-out fitted.json
+
+The log's method key and its decode's temperature are ``--log-method`` and
+``--log-temperature`` in every command that reads a log (``compare``, ``fit`` and
+``python -m treespec_sim.calibrate --from-log``); ``compare`` and ``fit`` also take them as
+``--method`` and ``--temperature``.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ import pickle
 import re
 import sys
 import zipfile
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +66,16 @@ import numpy as np
 
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run_subcommand, temperature
 from .engine import run_round
-from .files import atomic_write_text
+from .files import (
+    MAX_LINE_BYTES,
+    MAX_LOG_BYTES,
+    atomic_write_text,
+    error_text,
+    human_bytes,
+    open_zip,
+    over_limit,
+    parse_json,
+)
 from .stats import MeanCI, mean_ci
 from .synth import REGIMES, RegimeSpec, make_world
 from .synth.regimes import load_calibrated
@@ -105,6 +120,7 @@ class _StorageType:
 
 @dataclass(frozen=True)
 class _Storage:
+    key: str
     data: np.ndarray
 
 
@@ -114,46 +130,55 @@ def _bfloat16(raw: bytes) -> np.ndarray:
     return u.view(np.float32)
 
 
-def _rebuild_tensor(storage: _Storage, offset: int, size: Sequence[int], stride: Sequence[int],
-                    *_ignored: Any) -> np.ndarray:
-    """A tensor as a NumPy array (a copy of its strided view of the storage)."""
-    flat = storage.data
-    if not size:
-        return flat[offset].copy()
-    item = flat.itemsize
-    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=tuple(size),
-                                           strides=tuple(int(s) * item for s in stride))
-    return np.array(view)
-
-
 def _ordered_dict(*args: Any) -> dict:
     return dict(*args)
 
 
-#: The only globals a log may name, and what each becomes (everything else is refused).
+#: The only globals a log may name, and what each becomes (everything else is refused); the
+#: tensor rebuilders are the unpickler's own checked method (:meth:`_RestrictedUnpickler.tensor`).
 _ALLOWED = {
     ("types", "SimpleNamespace"): Record,
     ("collections", "OrderedDict"): _ordered_dict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
     ("builtins", "complex"): complex,
 }
+_REBUILDERS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor")}
+
+
+def _index(value: Any, what: str) -> int:
+    """A non-negative integer from a pickle (bools and floats refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise pickle.UnpicklingError(f"{what} {value!r:.40} is not a non-negative integer")
+    return value
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
     """Plain containers only: the globals of :data:`_ALLOWED` and ``torch.<dtype>Storage``
-    markers; tensors' storages come from the zip (``persistent_load``)."""
+    markers; tensors' storages come from the zip (``persistent_load``), each tensor is checked
+    against its storage before it is built, and everything built counts against
+    :data:`~treespec_sim.files.MAX_LOG_BYTES`."""
 
     def __init__(self, file: io.BytesIO, archive: zipfile.ZipFile, prefix: str) -> None:
         super().__init__(file)
         self._archive = archive
         self._prefix = prefix
+        self._budget = MAX_LOG_BYTES.get()
+        self._used = file.getbuffer().nbytes
+        self._storages: dict[str, _Storage] = {}
+
+    def _spend(self, nbytes: int, what: str) -> None:
+        self._used += nbytes
+        if self._used > self._budget:
+            raise pickle.UnpicklingError(
+                f"{what} would bring the log's contents to {human_bytes(self._used)}, above "
+                f"the {human_bytes(self._budget)} allowed ({MAX_LOG_BYTES.env} raises it)")
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
+        if (module, name) in _REBUILDERS:
+            return self.tensor
         if module == "torch" and name in _STORAGES:
             return _StorageType(name)
         raise pickle.UnpicklingError(f"refuses the global {module}.{name} (a log holds plain "
@@ -161,13 +186,63 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> _Storage:
         if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"
-                and isinstance(pid[1], _StorageType)):
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str | int)):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.60}")
-        kind, key, numel = pid[1].name, str(pid[2]), int(pid[4])
-        raw = self._archive.read(f"{self._prefix}/data/{key}")
+        kind, key = pid[1].name, str(pid[2])
+        numel = _index(pid[4], f"storage {key!r}: element count")
+        if key in self._storages:
+            return self._storages[key]
         dtype = _STORAGES[kind]
+        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        name = f"{self._prefix}/data/{key}" if self._prefix else f"data/{key}"
+        try:
+            info = self._archive.getinfo(name)
+        except KeyError:
+            raise pickle.UnpicklingError(f"storage {key!r} is not in the archive") from None
+        if info.file_size < numel * itemsize:
+            raise pickle.UnpicklingError(
+                f"storage {key!r} declares {numel} elements of {itemsize} bytes but holds "
+                f"{info.file_size} bytes")
+        self._spend(numel * itemsize * (2 if dtype == "bfloat16" else 1), f"storage {key!r}")
+        with self._archive.open(info) as f:
+            raw = f.read(numel * itemsize)
+        if len(raw) < numel * itemsize:
+            raise pickle.UnpicklingError(f"storage {key!r} is truncated")
         data = _bfloat16(raw) if dtype == "bfloat16" else np.frombuffer(raw, dtype=dtype)
-        return _Storage(data[:numel])
+        storage = _Storage(key, data)
+        self._storages[key] = storage
+        return storage
+
+    def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, *_ignored: Any
+               ) -> np.ndarray:
+        """A tensor as a NumPy array (a copy of its strided view of the storage), built only
+        after its offset, sizes and strides are checked to stay inside the storage."""
+        if not isinstance(storage, _Storage):
+            raise pickle.UnpicklingError("a tensor without a storage")
+        what = f"tensor over storage {storage.key!r}"
+        offset = _index(offset, f"{what}: offset")
+        if not isinstance(size, tuple | list) or not isinstance(stride, tuple | list) or (
+                len(size) != len(stride)) or len(size) > 32:
+            raise pickle.UnpicklingError(f"{what}: size {size!r:.60} and stride "
+                                         f"{stride!r:.60} are not index tuples of one length")
+        size = tuple(_index(s, f"{what}: size") for s in size)
+        stride = tuple(_index(s, f"{what}: stride") for s in stride)
+        numel = math.prod(size)
+        n = storage.data.size
+        last = offset + sum((s - 1) * st for s, st in zip(size, stride, strict=True)
+                            ) if numel else offset - 1
+        if last >= n or offset > n:
+            raise pickle.UnpicklingError(
+                f"{what}: offset {offset}, size {size!r:.60}, stride {stride!r:.60} reach "
+                f"element {max(last, offset)} of a storage of {n}")
+        self._spend(numel * storage.data.itemsize, f"{what} of {numel} elements")
+        if not size:
+            return storage.data[offset].copy()
+        item = storage.data.itemsize
+        view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size,
+                                               strides=tuple(s * item for s in stride),
+                                               writeable=False)
+        return np.array(view)
 
 
 def load_torch_save(path: Path | str) -> Any:
@@ -187,25 +262,29 @@ def load_torch_save(path: Path | str) -> Any:
     Raises
     ------
     ValueError
-        Naming the file: not a zip-format ``torch.save`` file, or a pickle that names any other
-        global (it is refused, never run).
+        Naming the file: not a zip-format ``torch.save`` file; a pickle that names any other
+        global (it is refused, never run); a tensor whose offset, sizes or strides leave its
+        storage; contents above :data:`~treespec_sim.files.MAX_LOG_BYTES` (the pickle, its
+        storages and its tensors together, checked before each is allocated).
     """
     path = Path(path)
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise ValueError(f"{path}: not a zip-format torch.save file ({exc})") from None
+    archive = open_zip(path, "log")
     with archive:
         pkl = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
         if not pkl:
             raise ValueError(f"{path}: a zip without data.pkl is not a torch.save file")
         prefix = pkl[0].rsplit("/", 1)[0] if "/" in pkl[0] else ""
+        info = archive.getinfo(pkl[0])
+        if info.file_size > MAX_LOG_BYTES.get():
+            raise over_limit(path, "its pickle", info.file_size, MAX_LOG_BYTES)
         try:
-            return _RestrictedUnpickler(io.BytesIO(archive.read(pkl[0])), archive,
-                                        prefix).load()
+            with archive.open(info) as f:
+                blob = f.read(info.file_size)
+            return _RestrictedUnpickler(io.BytesIO(blob), archive, prefix).load()
         except (pickle.UnpicklingError, EOFError, KeyError, AttributeError, TypeError,
-                ValueError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
+                ValueError, IndexError, OverflowError, RecursionError, UnicodeDecodeError,
+                zipfile.BadZipFile, zlib.error, OSError) as exc:
+            raise ValueError(f"{path}: {error_text(exc)}") from None
 
 
 # ----------------------------------------------------------------------------- logs
@@ -274,7 +353,12 @@ class AcceptanceLog:
 
 
 def _lengths(values: Any, where: str) -> np.ndarray:
-    arr = np.asarray(values.tolist() if isinstance(values, np.ndarray) else list(values))
+    if not isinstance(values, np.ndarray | list | tuple):
+        raise ValueError(f"{where}: acceptance lengths must be a list of integers")
+    try:
+        arr = np.asarray(values.tolist() if isinstance(values, np.ndarray) else list(values))
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"{where}: acceptance lengths must be a list of integers") from None
     if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.number)):
         raise ValueError(f"{where}: acceptance lengths must be a list of integers")
     if arr.size and (np.any(arr != np.round(arr)) or arr.min() < 1):
@@ -332,37 +416,52 @@ def _benchmark_logs(obj: Any, path: Path) -> list[AcceptanceLog]:
     return out
 
 
+def _lines(path: Path) -> Iterator[str]:
+    """A text file's lines, each at most :data:`~treespec_sim.files.MAX_LINE_BYTES` long and
+    UTF-8, read one at a time (a log may be larger than memory)."""
+    cap = MAX_LINE_BYTES.get()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(iter(lambda: f.readline(cap + 1), b"")):
+            if len(raw) > cap:
+                raise over_limit(path, f"line {n + 1}", len(raw), MAX_LINE_BYTES)
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}: line {n + 1} is not UTF-8 text (byte {exc.start})"
+                                 ) from None
+
+
 def _jsonl_logs(path: Path) -> list[AcceptanceLog]:
     lengths, sequence, sizes, temps = [], [], [], set()
-    has_sizes = True
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {n + 1} is not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}: line {n + 1} is not a JSON object")
-            key = next((k for k in ("accept_lengths", "acceptance_lengths") if k in rec), None)
-            if key is None:
-                raise ValueError(f"{path}: line {n + 1} has no accept_lengths (a JetSpec "
-                                 "response line)")
-            lens = _lengths(rec[key], f"{path}: line {n + 1}")
-            mean = rec.get("accept_len_mean")
-            if mean is not None and lens.size and abs(float(mean) - lens.mean()) > 1e-6:
-                raise ValueError(f"{path}: line {n + 1}: accept_len_mean {mean} is not the mean "
-                                 f"of its {key} ({lens.mean():.6g})")
-            lengths.append(lens)
-            sequence.append(np.full(lens.size, int(rec.get("sample", n)), dtype=np.int64))
-            ts = rec.get("tree_sizes")
-            if ts is None or len(ts) != lens.size:
-                has_sizes = False
-            else:
-                sizes.append(np.asarray(ts, dtype=np.int64))
-            if "temperature" in rec:
-                temps.add(float(rec["temperature"]))
+    has_sizes, total = True, 0
+    for n, line in enumerate(_lines(path)):
+        if not line.strip():
+            continue
+        rec = parse_json(line, f"{path}: line {n + 1}")
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: line {n + 1} is not a JSON object")
+        key = next((k for k in ("accept_lengths", "acceptance_lengths") if k in rec), None)
+        if key is None:
+            raise ValueError(f"{path}: line {n + 1} has no accept_lengths (a JetSpec "
+                             "response line)")
+        lens = _lengths(rec[key], f"{path}: line {n + 1}")
+        total += lens.size
+        if 16 * total > MAX_LOG_BYTES.get():
+            raise over_limit(path, f"the acceptance lengths up to line {n + 1}", 16 * total,
+                             MAX_LOG_BYTES)
+        mean = rec.get("accept_len_mean")
+        if mean is not None and lens.size and abs(float(mean) - lens.mean()) > 1e-6:
+            raise ValueError(f"{path}: line {n + 1}: accept_len_mean {mean} is not the mean "
+                             f"of its {key} ({lens.mean():.6g})")
+        lengths.append(lens)
+        sequence.append(np.full(lens.size, int(rec.get("sample", n)), dtype=np.int64))
+        ts = rec.get("tree_sizes")
+        if ts is None or len(ts) != lens.size:
+            has_sizes = False
+        else:
+            sizes.append(np.asarray(ts, dtype=np.int64))
+        if "temperature" in rec:
+            temps.add(float(rec["temperature"]))
     if not lengths:
         raise ValueError(f"{path}: no response lines")
     if len(temps) > 1:
@@ -385,14 +484,20 @@ def read_logs(path: Path | str) -> tuple[AcceptanceLog, ...]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"log file {path} does not exist")
-    if zipfile.is_zipfile(path):
-        logs = _benchmark_logs(load_torch_save(path), path)
-    else:
-        head = path.read_bytes()[:256].lstrip()
-        if not head.startswith(b"{"):
-            raise ValueError(f"{path}: neither a torch.save file (benchmark.py --save-path) nor "
-                             "a JSON-lines file (JetSpec)")
-        logs = _jsonl_logs(path)
+    try:
+        if zipfile.is_zipfile(path):
+            logs = _benchmark_logs(load_torch_save(path), path)
+        else:
+            with open(path, "rb") as f:
+                head = f.read(256).lstrip()
+            if not head.startswith(b"{"):
+                raise ValueError(f"{path}: neither a torch.save file (benchmark.py "
+                                 "--save-path) nor a JSON-lines file (JetSpec)")
+            logs = _jsonl_logs(path)
+    except (TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
+        # a field of an unexpected type deep in a well-formed file
+        raise ValueError(f"{path}: malformed log ({type(exc).__name__}: {error_text(exc)})"
+                         ) from None
     if not logs:
         raise ValueError(f"{path}: no rounds")
     return tuple(logs)
@@ -891,6 +996,20 @@ def write_fit(path: Path | str, fit: LogFit) -> Path:
 
 
 # ----------------------------------------------------------------------------- CLI
+def add_log_arguments(ap: argparse.ArgumentParser, *, short: bool, what: str) -> None:
+    """``--log-method KEY`` and ``--log-temperature T`` (with ``short``, also spelled
+    ``--method`` and ``--temperature``): the same names in every command that reads a log;
+    ``what`` starts their help (``"with --from-log: "``)."""
+    ap.add_argument("--log-method", *(["--method"] if short else []), dest="log_method",
+                    metavar="KEY", default=None,
+                    help=f"{what}the log's method key (default: its largest DDTree budget, "
+                         "else caddtree, else dflash; `show` lists them)")
+    ap.add_argument("--log-temperature", *(["--temperature"] if short else []),
+                    dest="log_temperature", type=temperature, default=None, metavar="T",
+                    help=f"{what}the decode's temperature where the log does not say "
+                         "(default 0)")
+
+
 def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = True) -> None:
     """The options of a fit to a log (``python -m treespec_sim.calibrate --from-log FILE`` and,
     the file positional, ``python -m treespec_sim.logs fit FILE``)."""
@@ -900,12 +1019,8 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                              "(benchmark.py --save-path .pt, CaDDTree tree traces, JetSpec "
                              ".jsonl; docs/traces.md, 'Public logs') instead of the published "
                              "cells (default: none, the published cells)")
-    ap.add_argument("--log-method", metavar="KEY", default=None,
-                    help="with --from-log: the log's method key (default: its largest DDTree "
-                         "budget, else caddtree, else dflash)")
-    ap.add_argument("--log-temperature", type=temperature, default=None, metavar="T",
-                    help="with --from-log: the decode's temperature where the log does not say "
-                         "(default 0)")
+    add_log_arguments(ap, short=not file_option,
+                      what="with --from-log: " if file_option else "")
     ap.add_argument("--base", metavar="REGIME", default=None,
                     help="with --from-log: the regime whose other knobs are kept (default: "
                          "math500 if calibrated, else mid-entropy)")
@@ -922,6 +1037,17 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                          "%(default)s, a fast world)")
 
 
+def _log_temperature(log, given: float | None) -> float:
+    """The decode's temperature: the log's, else ``--log-temperature``, else 0; a given one
+    that contradicts the log's is refused (naming both)."""
+    if log.temperature is None:
+        return 0.0 if given is None else given
+    if given is not None and given != log.temperature:
+        raise ValueError(f"--log-temperature {given:g}: the log records T = "
+                         f"{log.temperature:g} (give none, or that one)")
+    return log.temperature
+
+
 def _default_base() -> str:
     return "math500" if "math500" in REGIMES else "mid-entropy"
 
@@ -931,7 +1057,7 @@ def from_log_main(args: argparse.Namespace, *, contexts: int | None = None,
     """Fit a regime to ``args.from_log`` and write it (the ``--from-log`` dispatch)."""
     log = read_log(args.from_log, args.log_method)
     method, budget, rule = guess_method(log)
-    t = log.temperature if log.temperature is not None else (args.log_temperature or 0.0)
+    t = _log_temperature(log, args.log_temperature)
     base = resolve_regime(args.base or _default_base())
     depth = log.depth if log.depth is not None else max(base.depth, log.max_tau - 1)
     fit = fit_log(log, base=base, method=method, budget=budget, temperature=t, rule=rule,
@@ -963,11 +1089,9 @@ def build_parser() -> OneLineParser:
     c.add_argument("file")
     c.add_argument("--regime", required=True,
                    help="a regime name or a fitted regime's .json file (required)")
-    c.add_argument("--method", default=None, help="the log's method key (default: see show)")
+    add_log_arguments(c, short=True, what="")
     c.add_argument("--budget", type=positive_int, default=None,
                    help="the regime's tree budget (default: the one the log's method names)")
-    c.add_argument("--temperature", type=temperature, default=None,
-                   help="the regime's temperature (default: the log's, else 0)")
     c.add_argument("--contexts", type=positive_int, default=128,
                    help="regime contexts (default: %(default)s)")
     c.add_argument("--vocab", type=positive_int, default=None,
@@ -1003,10 +1127,10 @@ def _show(path: str) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-    log = read_log(args.file, args.method)
+    log = read_log(args.file, args.log_method)
     method, budget, rule = guess_method(log)
     budget = args.budget or budget
-    t = args.temperature if args.temperature is not None else (log.temperature or 0.0)
+    t = _log_temperature(log, args.log_temperature)
     spec = resolve_regime(args.regime)
     depth = log.depth if log.depth is not None else max(spec.depth, log.max_tau - 1)
     dist = regime_distribution(spec, method=method, budget=budget, temperature=t, rule=rule,

@@ -10,9 +10,11 @@ single-threaded order, the same floats on every machine.
 
 :func:`fixed_log`, :func:`fixed_exp` and :func:`lane_sum8` are treespec's own ``log``, ``exp``
 and sum, written as a fixed sequence of IEEE operations (no library call whose last bits a
-platform may choose), so that a compiled kernel can compute the same floats in one pass: the
-synthetic drafter's per-depth normalisers (``treespec_sim/cworld.c``, ``class_norms``;
-``docs/performance.md``, "The normalisers"). Measured within 2 ulps of numpy's exp and log.
+platform may choose): the synthetic drafter's per-depth normalisers and correction proposal
+give the same floats on every CPU. Measured within 2 ulps of numpy's exp and log.
+
+:func:`stable_argsort` is numpy's stable argsort by a numba-compiled radix sort
+(:func:`argsort_keys`; ``O(m)`` passes), also the DDTree builder's sort.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ __all__ = ["NORM_CUT", "argsort_keys", "dot", "fixed_exp", "fixed_log", "lane_su
            "sort_pairs", "stable_argsort"]
 
 #: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
-#: largest (``ClassLogMarginals._norms``; ``cworld.c``'s ``FIXED_NORM_CUT``): at most
+#: largest (``ClassLogMarginals._norms``): at most
 #: ``V / m`` of them, each ``<= m e^-64``, together under ``3e-23`` of a sum that is ``>= 1``.
 NORM_CUT = 64.0
 
-# The constants of fixed_exp / fixed_log; treespec_sim/cworld.c holds the same (hex) values.
+# The constants of fixed_exp / fixed_log.
 #: 1 / k!, k = 0..13: exp(r) on |r| <= ln(2) / 2 (truncation < 5e-18)
 _EXP_C = tuple(1.0 / math.factorial(k) for k in range(14))
 #: 2 / (2k + 1), k = 1..10: log(1 + f) = 2 atanh(s) = 2 s + s z sum_k c_k z^(k-1), z = s^2
@@ -59,10 +61,9 @@ def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> float:
 
 
 def _estrin(x: np.ndarray, c: tuple[float, ...]) -> np.ndarray:
-    """``sum_k c[k] x^k`` in Estrin's scheme (cworld.c: FIXED_EXP_POLY / FIXED_LOG_POLY, the same
-    operations): pairs ``c[2i] + c[2i+1] x``, then pairs of those with ``x^2``, ``x^4``, ``x^8``
-    -- a few dependent steps instead of Horner's ``len(c) - 1``, so a vector loop is not bound
-    by their latency. ``len(c)`` must be 10 or 14."""
+    """``sum_k c[k] x^k`` in Estrin's scheme: pairs ``c[2i] + c[2i+1] x``, then pairs of those
+    with ``x^2``, ``x^4``, ``x^8`` (one fixed order of roundings). ``len(c)`` must be 10 or
+    14."""
     x2 = x * x
     x4 = x2 * x2
     x8 = x4 * x4
@@ -119,8 +120,7 @@ def fixed_log(v: np.ndarray) -> np.ndarray:
 def lane_sum8(x: np.ndarray) -> np.ndarray:
     """Sums of the last axis of ``x`` (float64 ``(..., n)``) in eight lanes: entry ``c`` goes to
     lane ``c % 8``, each lane adds in index order, and the lanes combine as
-    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`` -- the order of a compiled loop with
-    eight accumulators, whatever its vector width."""
+    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``: one fixed order of roundings."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     pad = (-n) % 8

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,18 @@ from typing import Any
 
 import numpy as np
 
-from .files import atomic_path
+from .files import (
+    MAX_TRACE_BYTES,
+    NpyMember,
+    atomic_path,
+    check_file,
+    human_bytes,
+    npz_members,
+    open_zip,
+    over_limit,
+    parse_json,
+    read_npz_member,
+)
 from .marginals import LazyLogMarginals
 from .methods import get_method
 from .paths import LogQ
@@ -44,9 +56,11 @@ from .proposal import ProposalRows
 from .rows import same_tree
 from .tree import DraftTree
 from .validation import check_rng, check_temperature
+from .verify import MATCHING_RULES
 
-__all__ = ["FORMAT", "TopKLogMarginals", "Trace", "TraceContext", "TraceRows", "expected_bytes",
-           "load", "read", "rows_from_logits", "superset", "write"]
+__all__ = ["FORMAT", "TopKLogMarginals", "Trace", "TraceContext", "TraceRows", "array_bounds",
+           "check_arrays", "expected_bytes", "load", "read", "rows_from_logits", "superset",
+           "write"]
 
 #: The format name and version written in every trace's header (``docs/traces.md``).
 FORMAT = "treespec-trace/1"
@@ -634,23 +648,229 @@ def write(path: Path | str, header: Mapping[str, Any], arrays: Mapping[str, np.n
 
 
 def read(path: Path | str) -> tuple[dict, dict[str, np.ndarray]]:
-    """The header and the arrays of a trace file (no pickles are loaded)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"trace file {path} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not a trace file ({exc})") from None
-    if "header" not in arrays:
-        raise ValueError(f"{path}: not a trace file (no header)")
-    header = json.loads(arrays.pop("header").tobytes().decode())
-    if header.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {header.get('format')!r} is not {FORMAT!r}")
+    """The header and the arrays of a trace file, checked before and after they are read.
+
+    Nothing is decompressed before every member's declared shape and dtype have been checked
+    against what the trace's own header justifies (:func:`array_bounds`) and their total
+    against :data:`~treespec_sim.files.MAX_TRACE_BYTES`; after reading, the arrays' offsets,
+    sizes and token ids are checked against each other (:func:`check_arrays`). No pickle is
+    ever loaded. A recorder's checkpoint (``FILE.part``: arrays ``r<i>.<key>``) is checked
+    against the limit and for plain number types only.
+
+    Returns
+    -------
+    header : dict
+    arrays : dict of str to ndarray
+        Read-only.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file: not a zip archive, a member that is not a plain array, a
+        damaged member, a header that is not a trace's, a shape or dtype the header does not
+        justify, sizes above the limit, arrays inconsistent with each other.
+    """
+    path = check_file(path, "trace")
+    archive = open_zip(path, "trace")
+    with archive:
+        try:
+            members = npz_members(archive, path)
+        except ValueError as exc:
+            raise ValueError(f"{path}: not a trace file ({exc})") from None
+        header = _read_header(archive, members, path)
+        checkpoint = any(_CHECKPOINT.fullmatch(k) for k in members)
+        bounds = None if checkpoint else array_bounds(header, path)
+        total = 0
+        for m in members.values():
+            if m.name == "header":
+                continue
+            if bounds is not None:
+                _check_member(m, bounds, path)
+            total += m.nbytes
+        if total > MAX_TRACE_BYTES.get():
+            raise over_limit(path, "its arrays", total, MAX_TRACE_BYTES)
+        arrays = {k: read_npz_member(archive, m, path) for k, m in members.items()
+                  if k != "header"}
+    if not checkpoint:
+        check_arrays(header, arrays, path)
     for v in arrays.values():
         v.flags.writeable = False
     return header, arrays
+
+
+#: A recorder's checkpoint member (``real_models.record``): round ``i``'s array ``key``.
+_CHECKPOINT = re.compile(r"r\d+\..+")
+#: The largest JSON header a trace may carry.
+_MAX_HEADER_BYTES = 1 << 20
+
+
+def _read_header(archive, members: Mapping[str, NpyMember], path: Path) -> dict:
+    m = members.get("header")
+    if m is None:
+        raise ValueError(f"{path}: not a trace file (no header)")
+    if m.dtype != np.uint8 or len(m.shape) != 1 or m.nbytes > _MAX_HEADER_BYTES:
+        raise ValueError(f"{path}: not a trace file (its header is {m.dtype} {m.shape}, not "
+                         f"JSON bytes of at most {human_bytes(_MAX_HEADER_BYTES)})")
+    header = parse_json(read_npz_member(archive, m, path).tobytes(), f"{path}: header")
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a trace file (its header is not a JSON object)")
+    if header.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r:.60} is not {FORMAT!r}")
+    return header
+
+
+def _header_int(header: Mapping, key: str, path: Path, *, low: int = 0) -> int:
+    obj: Any = header
+    for part in key.split("."):
+        obj = obj.get(part) if isinstance(obj, Mapping) else None
+    if isinstance(obj, bool) or not isinstance(obj, int) or obj < low:
+        raise ValueError(f"{path}: header {key} = {obj!r:.40} is not an integer >= {low}")
+    return obj
+
+
+def array_bounds(header: Mapping, path: Path | str = "trace") -> dict[str, tuple[str, tuple]]:
+    """Every array a trace with this header may hold: its kind (``"i"`` integer, ``"f"``
+    float) and its largest shape, from the header's ``L``, ``V``, ``prompts`` and settings
+    (``docs/traces.md``, "Arrays").
+
+    Raises
+    ------
+    ValueError
+        A header field that is missing or not a valid number (named).
+    """
+    path = Path(path)
+    s = header.get("settings")
+    if not isinstance(s, Mapping):
+        raise ValueError(f"{path}: header has no settings object")
+    L, V = _header_int(header, "L", path, low=1), _header_int(header, "V", path, low=1)
+    prompts = _header_int(header, "prompts", path)
+    rounds = _header_int(header, "settings.rounds", path)
+    b_max = _header_int(header, "settings.b_max", path, low=1)
+    k = _header_int(header, "settings.top_k", path)
+    kt = _header_int(header, "settings.target_top_k", path)
+    prompt_tokens = _header_int(header, "settings.prompt_tokens", path)
+    temps = s.get("temperatures")
+    if not (isinstance(temps, list) and 0 < len(temps) <= 64 and all(
+            isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
+            and t >= 0 for t in temps)):
+        raise ValueError(f"{path}: header settings.temperatures = {temps!r:.60} is not a list "
+                         "of finite temperatures >= 0")
+    sampled = s.get("sampled")
+    if sampled is not None:
+        t = sampled.get("temperature") if isinstance(sampled, Mapping) else None
+        if not (isinstance(sampled, Mapping) and isinstance(sampled.get("method"), str)
+                and sampled.get("scheme") in MATCHING_RULES and isinstance(t, int | float)
+                and not isinstance(t, bool) and math.isfinite(t) and t >= 0):
+            raise ValueError(f"{path}: header settings.sampled = {sampled!r:.80} is not null "
+                             "or {method, budget, temperature, rule, scheme} with a known "
+                             f"scheme ({', '.join(MATCHING_RULES)})")
+    R = prompts * rounds
+    N = 2 * b_max + L + 1  # superset(): DDTree's b_max, <= L chain and <= b_max dynamic nodes
+    C = R * (prompt_tokens + rounds * (L + 1))
+    out: dict[str, tuple[str, tuple]] = {
+        "ctx_offsets": ("i", (R + 1,)), "ctx_tokens": ("i", (C,)), "prompt": ("i", (R,)),
+        "round": ("i", (R,)), "tree_size": ("i", (R,)), "tree_parent": ("i", (R, N)),
+        "tree_token": ("i", (R, N)), "outcome_path": ("i", (R, L)),
+        "outcome_bonus": ("i", (R,)), "draft_s": ("f", (R,)), "verify_s": ("f", (R,))}
+    if k:
+        out.update(q_top_tokens=("i", (R, L, k)), q_top_logp=("f", (R, L, k)),
+                   q_rest_logp=("f", (R, L)))
+    else:
+        out["log_q"] = ("f", (R, L, V))
+    if kt:
+        out["target_argmax"] = ("i", (R, N))
+        for j, t in enumerate(temps):
+            if t > 0:
+                out.update({f"edge_t{j}": ("f", (R, N)), f"p_top_tokens_t{j}": ("i", (R, N, kt)),
+                            f"p_top_probs_t{j}": ("f", (R, N, kt)), f"p_rest_t{j}": ("f", (R, N))})
+    else:
+        out["target_logits"] = ("f", (R, N, V))
+    if sampled is not None:
+        S = _header_int(header, "settings.sampled.budget", path, low=1) + 1
+        out.update(s_size=("i", (R,)), s_parent=("i", (R, S)), s_token=("i", (R, S)),
+                   s_row_of=("i", (R, S)), s_law_offsets=("i", (R + 1,)),
+                   # a law per node with children, or per depth (a drafter's marginal)
+                   s_laws=("f", (R * (S + L), V)), s_target_logits=("f", (R, S, V)),
+                   s_verify_s=("f", (R,)))
+    return out
+
+
+def _check_member(m: NpyMember, bounds: Mapping[str, tuple[str, tuple]], path: Path) -> None:
+    if m.name not in bounds:
+        raise ValueError(f"{path}: array {m.name!r} is not one a trace with this header holds")
+    kind, most = bounds[m.name]
+    if m.dtype.kind not in ("iu" if kind == "i" else "f") or m.dtype.itemsize > 8:
+        raise ValueError(f"{path}: array {m.name!r} has dtype {m.dtype}, not the "
+                         f"{'integer' if kind == 'i' else 'float'} type of docs/traces.md")
+    if len(m.shape) != len(most) or any(a > b for a, b in zip(m.shape, most, strict=True)):
+        raise ValueError(f"{path}: array {m.name!r} has shape {m.shape}; the header justifies "
+                         f"at most {most}")
+
+
+def check_arrays(header: Mapping, arrays: Mapping[str, np.ndarray], path: Path | str = "trace"
+                 ) -> None:
+    """The arrays of a trace checked against each other: one row per round, offsets that
+    index inside what they offset, tree sizes inside their arrays, token ids inside the
+    vocabulary (so no replay indexes outside an array)."""
+    path = Path(path)
+    V, L = int(header["V"]), int(header["L"])
+    missing = [k for k in ("ctx_offsets", "ctx_tokens", "prompt", "tree_size", "tree_parent",
+                           "tree_token") if k not in arrays]
+    if missing:
+        raise ValueError(f"{path}: incomplete trace: no {missing[0]!r}")
+    R = arrays["prompt"].shape[0]
+
+    def fail(name: str, what: str) -> ValueError:
+        return ValueError(f"{path}: array {name!r} {what}")
+
+    for name, a in arrays.items():
+        if name not in ("ctx_offsets", "ctx_tokens", "s_law_offsets", "s_laws") and (
+                a.shape[0] != R):
+            raise fail(name, f"has {a.shape[0]} rows for {R} rounds")
+        if a.dtype.kind == "f" and name not in ("log_q", "q_top_logp", "q_rest_logp",
+                                                "target_logits", "s_target_logits") and (
+                not np.isfinite(a).all()):
+            raise fail(name, "holds a NaN or infinite value")
+
+    def offsets(name: str, total: int) -> np.ndarray:
+        off = arrays[name]
+        if off.shape != (R + 1,) or (R + 1 and (off[0] != 0 or off[-1] != total)) or np.any(
+                np.diff(off) < 0):
+            raise fail(name, f"is not {R + 1} non-decreasing offsets from 0 to {total}")
+        return off
+
+    def within(name: str, low: int, high: int) -> None:
+        a = arrays.get(name)
+        if a is not None and a.size and (a.min() < low or a.max() >= high):
+            raise fail(name, f"holds values outside [{low}, {high})")
+
+    offsets("ctx_offsets", arrays["ctx_tokens"].size)
+    if R and np.any(np.diff(arrays["ctx_offsets"]) < 1):
+        raise fail("ctx_offsets", "gives a round an empty context")
+    within("ctx_tokens", 0, V)
+    within("tree_size", 0, arrays["tree_parent"].shape[1])
+    for name in ("tree_token", "target_argmax", "outcome_bonus", "s_token", "q_top_tokens",
+                 *(k for k in arrays if k.startswith("p_top_tokens_t"))):
+        within(name, -1, V)
+    within("tree_parent", -2, arrays["tree_parent"].shape[1])
+    within("outcome_path", -1, arrays["tree_parent"].shape[1])
+    if "outcome_path" in arrays and arrays["outcome_path"].shape[1] != L:
+        raise fail("outcome_path", f"has {arrays['outcome_path'].shape[1]} columns, not L = {L}")
+    for name in ("log_q", "q_top_tokens", "q_top_logp", "q_rest_logp"):
+        if name in arrays and arrays[name].shape[1] != L:
+            raise fail(name, f"has {arrays[name].shape[1]} depths, not L = {L}")
+    for name in ("log_q", "target_logits", "s_laws", "s_target_logits"):
+        if name in arrays and arrays[name].shape[-1] != V:
+            raise fail(name, f"has {arrays[name].shape[-1]} columns, not V = {V}")
+    if "s_size" in arrays:
+        S = arrays["s_parent"].shape[1]
+        within("s_size", 0, S)
+        within("s_parent", -2, S)
+        laws = offsets("s_law_offsets", arrays["s_laws"].shape[0])
+        row_of = arrays["s_row_of"]
+        lo, hi = laws[:-1, None], laws[1:, None]
+        if np.any((row_of != -1) & ((row_of < lo) | (row_of >= hi))):
+            raise fail("s_row_of", "points outside its round's proposal laws")
 
 
 def load(path: Path | str) -> Trace:

@@ -21,7 +21,7 @@ from real_models.profile import CPU_TINY, device_identity
 from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
 from real_models.validate import load_prompts
 from treespec_sim import DraftTree, engine, trace
-from treespec_sim.cost import get_cost_model
+from treespec_sim.cost import get_cost_model, record_extrapolation
 from treespec_sim.rows import same_tree
 from treespec_sim.verify.outcome import Outcome
 
@@ -62,6 +62,7 @@ def _record(bundle, tmp_path, name: str, settings: RecordSettings) -> trace.Trac
     recs = record(bundle, prompts, settings)
     header = {"models": {"target": "tiny-target", "drafter": "tiny-drafter"}, "device": "cpu",
               "dtype": "float32", "L": int(bundle.depth), "V": int(bundle.vocab_size),
+              "prompts": len(prompts),
               "settings": settings.as_dict()}
     path = trace.write(tmp_path / name, header,
                        pack(recs, settings, L=int(bundle.depth), V=int(bundle.vocab_size)))
@@ -268,7 +269,7 @@ def test_refusals_name_what_is_missing(recorded, recorded_topk):
 def test_the_file_round_trips_and_sizes_are_bounded(recorded, tmp_path):
     assert recorded.header["format"] == trace.FORMAT
     assert [c.index for c in recorded.contexts] == list(range(len(recorded)))
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(ValueError, match="no such file"):
         trace.load(tmp_path / "nope.npz")
     broken = dict(recorded.arrays)
     del broken["ctx_offsets"]
@@ -395,5 +396,7 @@ def test_the_docs_example_runs_as_written(monkeypatch):
     code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     monkeypatch.chdir(ROOT)
     ns: dict = {}
-    exec(compile(code, "traces.md", "exec"), ns)
+    with record_extrapolation() as log:  # every price inside the profile's measured range
+        exec(compile(code, "traces.md", "exec"), ns)
+    assert log.records() == []
     assert 1.0 < ns["rnd"].expected_tau <= ns["tr"].depth + 1

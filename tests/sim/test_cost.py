@@ -111,7 +111,7 @@ def test_bad_models_and_files(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         load_cost_model(bad)
-    with pytest.raises(ValueError, match="no latency file"):
+    with pytest.raises(ValueError, match="latency file: no such file"):
         load_cost_model(tmp_path / "missing.json")
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"node_counts": [1, 2], "context_lengths": [0],

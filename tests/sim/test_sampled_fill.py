@@ -27,7 +27,7 @@ from scipy import stats
 import treespec_sim.policies.sampled as sampled
 from proofs_check.enumerate import extend_law, max_law_gap, target_law
 from proofs_check.sampled import enumerate_trees, round_law
-from treespec_sim import DraftTree, compiled
+from treespec_sim import DraftTree
 from treespec_sim.engine import run_round
 from treespec_sim.policies import tsubame
 from treespec_sim.policies.draft import ProposalRows
@@ -123,9 +123,6 @@ class _SubtractsMass(sampled._Remaining):
 
 @pytest.mark.parametrize("buggy", [_ForgetsDrawn, _WholeMassTarget])
 def test_the_same_check_rejects_buggy_samplers(monkeypatch, buggy):
-    # the buggy variants are of the Python loop; the compiled loop draws the Python loop's
-    # tokens (tests/sim/test_cworld.py, test_draws_without_replacement_equal_the_python_loop)
-    monkeypatch.setattr(compiled, "world_kernel", None)
     monkeypatch.setattr(sampled, "_Remaining", buggy)
     assert _draw_pvalue(Q7, 3, "without_replacement", 30000, seed=3) < FALSE_ALARM
 

@@ -12,7 +12,6 @@ import itertools
 import numpy as np
 import pytest
 
-from treespec_sim import compiled
 from treespec_sim.synth import make_world
 from treespec_sim.synth.regimes import RegimeSpec, drafter_variant, get_regime
 
@@ -110,19 +109,6 @@ def test_a_hard_miss_puts_the_right_token_out_of_reach(spec):
         shares.append(out / n)
     assert shares[0] == 0.0
     assert 0.15 < shares[1] < 0.45
-
-
-def test_hard_miss_world_compiled_chain_equals_numpy():
-    if compiled.world_kernel is None:
-        pytest.skip("treespec_sim.cworld is not built")
-    w = make_world(dataclasses.replace(get_regime("math500"), hard_miss=0.1), seed=3,
-                   vocab_size=4096)
-    dr = w.drafter
-    for topic in (0, 5):
-        tab = dr._class_table(topic)
-        for tok in (1, 77, 4000):
-            h = dr._chain(tab, tok)
-            assert np.array_equal(h, np.stack(list(dr._class_h(tab, tok))))
 
 
 def test_hard_miss_validation_and_overrides():

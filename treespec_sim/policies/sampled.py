@@ -46,11 +46,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import compiled
 from ..marginals import LazyLogMarginals
 from ..paths import LogQ
 from ..tree import DraftTree
-from ..validation import check_budget, check_root_token, check_temperature
+from ..validation import (
+    check_budget,
+    check_flag,
+    check_rng,
+    check_root_token,
+    check_temperature,
+    check_tree,
+)
 from ..verify import SCHEMES
 from .draft import MATCHING_RULES, Draft, ProposalRows
 
@@ -233,12 +239,6 @@ def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generato
             left.remove(x)
         return np.append(held, left.draw(rng.random())).astype(np.int64)
     out = np.empty(k, dtype=np.int64)
-    kern = compiled.world_kernel
-    if kern is not None and law.q.dtype == np.float64 and law.q.flags.c_contiguous:
-        # the loop below in C (cworld.c, draw_without_replacement: the same tokens)
-        kern.draw_without_replacement(law.q, law.block, law.block_mass, law.block_cdf,
-                                      rng.random(k), out)
-        return out
     for n, u in enumerate(rng.random(k).tolist()):
         out[n] = x = left.draw(u)
         if n + 1 < k:
@@ -250,6 +250,7 @@ def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generato
 def k_ary_shape(width: int, depth: int, root_token: int = -1) -> DraftTree:
     """Full ``width``-ary tree of the given depth (``width + width^2 + ...`` nodes), tokens 0."""
     width, depth = check_budget(width, "width"), check_budget(depth, "depth")
+    root_token = check_root_token(root_token)
     parent = [-1]
     frontier = [0]
     for _ in range(depth):
@@ -454,11 +455,15 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
         target temperature it is to be verified at.
     """
-    if scheme not in SAMPLING_SCHEMES:
+    check_tree(shape, "shape")
+    if not isinstance(scheme, str) or scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
-    t = float(temperature)
-    if not (t >= 0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
+    check_rng(rng)
+    if not callable(proposal):
+        raise ValueError(f"proposal must be a callable (depth, parent_token) -> (V,) law, e.g. "
+                         f"marginal_proposal(log_q); got {type(proposal).__name__}")
+    t = check_temperature(temperature)
+    check_flag(cap_to_support, "cap_to_support")
     # the temperature the laws are tempered to for the draws (the target's by default)
     t_draw = t if proposal_temperature is None or t == 0.0 else \
         check_temperature(proposal_temperature, "proposal_temperature", positive=True)
@@ -545,20 +550,7 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
 
 def _prepared(row, *, normalise: bool) -> tuple[PreparedLaw, tuple[float, float]]:
     """``PreparedLaw.of(tempered(row, 1.0) if normalise else row)`` (read-only) and its
-    ``(min, sum)``. The compiled kernel computes all of it in two passes over ``row``
-    (``cworld.c``, ``prepare_law``: numpy's floats, its pairwise sums); numpy otherwise."""
-    kern = compiled.world_kernel
-    if kern is not None and isinstance(row, np.ndarray) and row.dtype == np.float64 and \
-            row.ndim == 1 and row.size and row.flags.c_contiguous:
-        block = math.isqrt(row.size - 1) + 1
-        q = np.empty(row.size) if normalise else row
-        mass = np.empty(-(-row.size // block))
-        q_min, q_sum = kern.prepare_law(row, normalise, block, q if normalise else None, mass)
-        cdf = np.cumsum(mass)
-        if not (cdf[-1] > 0 and math.isfinite(cdf[-1])):
-            raise ValueError(f"a law needs a finite positive total mass; got {cdf[-1]!r}")
-        q.flags.writeable = False
-        return PreparedLaw(q, block, mass, cdf), (q_min, q_sum)
+    ``(min, sum)``."""
     q = tempered(row, 1.0) if normalise else row
     q.flags.writeable = False
     law = PreparedLaw.of(q)

@@ -58,7 +58,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .. import compiled
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
 from ..numerics import NORM_CUT, dot, fixed_exp, fixed_log, lane_sum8
 from .kernel import SparseBoostKernel
@@ -76,8 +75,6 @@ class _ClassTable:
     gt: sp.csc_matrix       # G^T, G[c, sc_cj] = pi_c gamma_cj
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
-    #: G^T for compiled.world_kernel.chain_step (sliced ELL, the same sums), None without it
-    sell: object | None = None
 
 _KERNEL_CACHE = 64      # drafter kernels (one per topic), O(V s) floats each
 _MARGINAL_CACHE = 8     # (L, V) marginal stacks; a round asks for the same context repeatedly
@@ -151,7 +148,6 @@ class BlockDiffusionDrafter:
             members = classes[0]
             self._cls_of = np.empty(members.size, dtype=np.int64)
             self._cls_of[members] = np.arange(members.shape[0])[:, None]
-            self._cls_of32 = self._cls_of.astype(np.int32)  # shared_law's narrower copy
         self._class_tables: OrderedDict[int, _ClassTable] = OrderedDict()
         self._kernels: OrderedDict[int, SparseBoostKernel] = OrderedDict()
         self._marginals: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
@@ -275,29 +271,12 @@ class BlockDiffusionDrafter:
             np.multiply(tab.w_cls, row, out=nu)
 
     def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
-        """``h_1..h_L`` float64 (L, V / m).
-
-        The compiled path (``compiled.world_kernel.chain_rest``: every depth in one call) gives
-        :meth:`_class_h`'s floats: the same sums in the same order, the dots ``nu . pi`` too
-        (tests/sim/test_cworld.py). The chain comes first, then the rows' norms and top lists
-        (ClassLogMarginals): working on each row between the products evicts G^T from cache
-        (and the class maxima are not written here: with them G^T no longer stays in L2).
-        """
+        """``h_1..h_L`` float64 (L, V / m) (:meth:`_class_h`'s rows). The chain comes first,
+        then the rows' norms and top lists (ClassLogMarginals)."""
         n = tab.pi.shape[0]
         h = np.empty((self.depth, n))
-        kern = compiled.world_kernel
-        if kern is None or tab.sell is None:
-            for d, row in enumerate(self._class_h(tab, last_token)):
-                h[d] = row
-            return h
-        gt = tab.gt
-        c0 = int(self._cls_of[last_token])
-        lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]           # depth 1 as in _class_h
-        row = h[0]
-        row.fill(0.0)
-        row[gt.indices[lo:hi]] = gt.data[lo:hi]
-        row += tab.pi[c0]
-        kern.chain_rest(tab.sell, tab.pi, tab.w_cls * row, self.eta, h)
+        for d, row in enumerate(self._class_h(tab, last_token)):
+            h[d] = row
         return h
 
     def _class_table(self, topic: int) -> _ClassTable:
@@ -331,15 +310,8 @@ class BlockDiffusionDrafter:
         # Slots with boost 0 store gamma = 0; a product adds +0.0 for them, which never
         # changes a sum of non-negative terms, so dropping them is exact (and saves ~7%).
         g.eliminate_zeros()
-        sell = None
-        if compiled.world_kernel is not None:
-            # rows of G^T = columns of G, each in increasing column order: csc_matvec's order
-            gt_rows = g.tocsc()
-            sell = compiled.world_kernel.sell_new(gt_rows.indptr.astype(np.int64),
-                                                  gt_rows.indices.astype(np.int32),
-                                                  gt_rows.data, w_cls)
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
-                          w_max=w[members].max(axis=1), log_w=log_w, sell=sell)
+                          w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
             self._class_tables.popitem(last=False)
@@ -452,13 +424,6 @@ class BlockDiffusionDrafter:
             self._conditional_shared.move_to_end(key)
         scale = kappa * (1.0 - j) * (1.0 - eta)
         a = int(parent_token)
-        kern = compiled.world_kernel
-        if kern is not None:
-            # the same roundings in one pass (cworld.c, conditional_row)
-            w, pi, succ, corr = k.row_factors(a)
-            out = np.empty(self.vocab_size)
-            kern.conditional_row(w, scale * pi, shared, succ, scale * corr, out)
-            return out
         out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
         out += shared
         if k.n_successors:
@@ -476,7 +441,6 @@ class BlockDiffusionDrafter:
         ``s_d(b) = exp(beta_d (log h_d[c(b)] + log w[b]) - m_d) / Z_d`` (``beta_d != 1``),
         ``s_d(b) = w[b] h_d[c(b)]`` (``beta_d = 1``).
 
-        This is the definition (``cworld.shared_law`` computes the same floats in one pass):
         ``log``/``exp`` are treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
         :func:`~treespec_sim.numerics.fixed_exp`), ``(1 - kappa) (1 - j) / Z_d`` is one factor,
         and ``m_d``, ``Z_d`` are :class:`ClassLogMarginals`' norms, so no pass over the
@@ -497,15 +461,6 @@ class BlockDiffusionDrafter:
             a = a / float(norm_z[d])
         floor = j / self.vocab_size
         out = np.empty(self.vocab_size)
-        kern = compiled.world_kernel
-        if kern is not None:
-            # with the norms' kept classes, only their tokens are formed where the rest of
-            # the row provably rounds to floor (cworld.c, shared_law; the same floats)
-            kept = None if lazy._cand is None or beta == 1.0 else \
-                lazy._cand[d, :int(lazy._counts[d])]
-            kern.shared_law(h, self._cls_of32, tab.w, tab.log_w, beta, m, a, floor, u, c1, out,
-                            *((kept, self._classes[0]) if kept is not None else ()))
-            return out
         if beta != 1.0:
             x = fixed_log(h)[self._cls_of]
             x += tab.log_w
@@ -627,9 +582,6 @@ class ClassLogMarginals(LazyLogMarginals):
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
-        # (L, V / m) int32, (L,): the classes _norms' compiled sum kept, per row (or None)
-        self._cand: np.ndarray | None = None
-        self._counts: np.ndarray | None = None
         self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
         self._norm_z: np.ndarray | None = None  # (L,) Z_d
         self._factors: dict[tuple[str, bytes], tuple] = {}  # _row_factors, per row set
@@ -637,8 +589,7 @@ class ClassLogMarginals(LazyLogMarginals):
     # -------------------------------------------------------------- per-row quantities
     def _class_max(self) -> np.ndarray:
         """``w_max[c] h_d[c]`` for every row: the largest ``mu`` of every class (rounding is
-        monotone), float64 (L, V / m), computed once. The compiled kernel never needs it: its
-        norms and top lists form these products as they read ``h``."""
+        monotone), float64 (L, V / m), computed once."""
         if self._vmax is None:
             self._vmax = self._h * self._w_max
         return self._vmax
@@ -656,28 +607,15 @@ class ClassLogMarginals(LazyLogMarginals):
         ``3e-23`` of ``Z_d >= 1`` -- far below its rounding. ``log``, ``exp`` and the sum are
         treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
         :func:`~treespec_sim.numerics.fixed_exp`, :func:`~treespec_sim.numerics.lane_sum8`):
-        the compiled kernel reads ``h`` twice per row and takes the logarithms of the few
-        classes above the cut only; numpy computes the same floats without it
-        (``docs/performance.md``, "The normalisers").
+        fixed sequences of IEEE operations, the same floats on every CPU.
         """
         if self._norm_z is None:
             L = self.shape[0]
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
-            kern = compiled.world_kernel
-            cand = None if kern is None else np.empty(self._h.shape, dtype=np.int32)
-            counts = None if kern is None else np.empty(L, dtype=np.int64)
-            if kern is not None and kern.class_norms(self._h, self._w_max, self._beta,
-                                                     self._sums, m, z, cand, counts):
-                # each sharpened row's classes above the cut (column order): a superset of its
-                # top lists' classes, which _top_rows selects from (counts -1: not sharpened)
-                self._cand, self._counts = cand, counts
-            else:
-                m.fill(np.nan)
-                z.fill(np.nan)
-                for d in np.flatnonzero(self._sharp).tolist():
-                    m[d], z[d] = _norm_row(self._class_max()[d], float(self._beta[d]),
-                                           self._sums[d])
+            for d in np.flatnonzero(self._sharp).tolist():
+                m[d], z[d] = _norm_row(self._class_max()[d], float(self._beta[d]),
+                                       self._sums[d])
             self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
@@ -821,59 +759,35 @@ class ClassLogMarginals(LazyLogMarginals):
         if rows is None:
             rows = np.arange(self.shape[0])
         done = np.zeros(rows.size, dtype=bool)
-        kern = compiled.world_kernel
-        picked = None
-        if kern is not None:
-            # the kernel reads h and forms the class maxima h * w_max itself (numpy's
-            # products); in a sharpened row, only at the classes the norms kept
-            self._norms()
-            kept = (None, None) if self._cand is None else \
-                (pick(self._cand), pick(self._counts))
-            picked = _select_compiled(kern, pick(self._h), k, self._w_max, *kept)
-        if picked is not None:
-            exact, idx, v_out = picked
-            pos = np.flatnonzero(exact)
-            if pos.size == 0:
-                return done
-            if pos.size < rows.size:
-                idx, v_out = idx[pos], v_out[pos]
-        else:
-            v = pick(self._class_max())
-            thr, v_out, cand_r, cand_c = _kth_pair(v, k)
-            exact = v_out < thr                      # exactly k classes reach the k-th maximum
-            if not exact.any():
-                return done
-            keep = v[cand_r, cand_c] >= thr[cand_r]
-            if not exact.all():
-                keep &= exact[cand_r]
-            pos = np.flatnonzero(exact)
-            idx = cand_c[keep].reshape(pos.size, k)  # the k best classes of each exact row
-            v_out = v_out[pos]
+        v = pick(self._class_max())
+        thr, v_out, cand_r, cand_c = _kth_pair(v, k)
+        exact = v_out < thr                          # exactly k classes reach the k-th maximum
+        if not exact.any():
+            return done
+        keep = v[cand_r, cand_c] >= thr[cand_r]
+        if not exact.all():
+            keep &= exact[cand_r]
+        pos = np.flatnonzero(exact)
+        idx = cand_c[keep].reshape(pos.size, k)      # the k best classes of each exact row
+        v_out = v_out[pos]
         sub = rows[pos]
         n = sub.size
         # the candidates' mu and, in the last column, the best outside class maximum: one
         # pass of the (element-wise) map to log q for both
         mu = np.empty((n, k * m + 1))
-        if kern is not None:
-            toks = np.empty((n, k * m), dtype=np.int64)
-            kern.candidates(self._h, sub, idx, self._members, self._w, v_out, toks, mu)
-        else:
-            toks = self._members[idx].reshape(n, k * m)
-            hv = self._h[sub[:, None], idx]
-            np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
-                        out=mu[:, :k * m].reshape(n, k, m))
-            mu[:, -1] = v_out
+        toks = self._members[idx].reshape(n, k * m)
+        hv = self._h[sub[:, None], idx]
+        np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
+                    out=mu[:, :k * m].reshape(n, k, m))
+        mu[:, -1] = v_out
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
         vals = np.ascontiguousarray(both[:, :-1])
-        every = n == rows.size                       # rank straight into the outputs
-        toks, vals = (_rank_rows(toks, vals, k) if kern is None else
-                      _rank_compiled(toks, vals, k, *((toks_out, vals_out) if every else ())))
+        toks, vals = _rank_rows(toks, vals, k)
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
-        if not every or kern is None:
-            toks_out[pos[sure]], vals_out[pos[sure]] = toks[sure], vals[sure]
+        toks_out[pos[sure]], vals_out[pos[sure]] = toks[sure], vals[sure]
         done[pos[sure]] = True
         if not sure.all():
             for i in np.flatnonzero(~sure).tolist():
@@ -900,16 +814,9 @@ class ClassLogMarginals(LazyLogMarginals):
         m = self._members.shape[1]
         floor = self._floor[row]
         bar = 0.25 * np.spacing(floor)
-        classes = None                          # every class; else the norms' kept classes
         if self._sharp[row]:
             norm_m, norm_z = self._norms()
-            # A class the norms left out has beta log v - m < -64 (up to ulps), so its mass
-            # is below 1.6e-28 (Z >= 1): it cannot reach a bar above 1e-27, and only the kept
-            # classes (a few percent, in column order) need their mass formed.
-            if self._counts is not None and self._counts[row] >= 0 and bar > 1e-27:
-                classes = self._cand[row, :self._counts[row]]
-            v = (self._h[row] * self._w_max if classes is None
-                 else self._h[row][classes] * self._w_max[classes])  # _class_max's floats
+            v = self._h[row] * self._w_max      # _class_max's floats
             with np.errstate(divide="ignore"):
                 mass = np.log(v)
             mass *= self._beta[row]
@@ -919,8 +826,6 @@ class ClassLogMarginals(LazyLogMarginals):
         else:
             mass = self._h[row] * self._w_max
         cls = np.flatnonzero(self._keep[row] * mass >= bar)
-        if classes is not None:
-            cls = classes[cls]
         if not floor > 0.0 or cls.size * m > self.shape[1] // 8:
             return None
         toks = self._members[cls].ravel()
@@ -991,7 +896,7 @@ class ClassLogMarginals(LazyLogMarginals):
 
 def _norm_row(v: np.ndarray, beta: float, sums: np.ndarray) -> tuple[float, float]:
     """``(m, Z)`` of one sharpened row from its class maxima ``v`` (ClassLogMarginals._norms:
-    the definition, and the compiled kernel's floats)."""
+    the definition)."""
     with np.errstate(invalid="ignore"):
         v_max = v.max()
         m = beta * float(fixed_log(np.array([v_max]))[0])
@@ -1002,46 +907,6 @@ def _norm_row(v: np.ndarray, beta: float, sums: np.ndarray) -> tuple[float, floa
         x -= m
         terms[keep] = fixed_exp(x) * sums[keep]
     return m, float(lane_sum8(terms))
-
-
-def _select_compiled(kern, h: np.ndarray, k: int, w_max: np.ndarray | None = None,
-                     given: np.ndarray | None = None, counts: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`_kth_pair`'s answer for ClassLogMarginals._top_rows from the compiled kernel, on
-    the class maxima ``v = h * w_max`` of rows ``h`` (formed by the kernel, numpy's products;
-    ``w_max=None``: on the rows ``h`` themselves):
-    ``(exact, idx, v_out)`` -- which rows have exactly ``k`` entries at or above their ``k``-th
-    largest, those entries' columns in increasing order (rows of ``idx``; junk elsewhere), and
-    each row's ``(k + 1)``-th largest. None if a row holds a NaN (numpy's path orders those).
-    ``given``/``counts``: per row, columns that hold every entry at or above some value, in
-    column order (``_norms``' kept classes); a row with more than ``k`` is read only there."""
-    n = h.shape[0]
-    thr, v_out = np.empty(n), np.empty(n)
-    idx = np.empty((n, k), dtype=np.int64)
-    if given is not None:
-        given, counts = np.ascontiguousarray(given), np.ascontiguousarray(counts)
-    flags = np.frombuffer(kern.select_top(np.ascontiguousarray(h), k, thr, v_out, idx, w_max,
-                                          given, counts), dtype=np.uint8)
-    if (flags == 2).any():
-        return None
-    return flags == 1, idx, v_out
-
-
-def _rank_compiled(toks: np.ndarray, vals: np.ndarray, k: int,
-                   toks_k: np.ndarray | None = None, vals_k: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_rank_rows` in the compiled kernel (the same pairs: the ``k`` best by decreasing
-    value, ties to the smaller token), into ``toks_k``/``vals_k`` (``(n, k)``, C-contiguous;
-    new arrays if None); rows with a NaN take :func:`_rank_rows`."""
-    n = vals.shape[0]
-    if toks_k is None or vals_k is None:
-        toks_k, vals_k = np.empty((n, k), dtype=np.int64), np.empty((n, k))
-    ok = np.frombuffer(compiled.world_kernel.rank_top(toks, vals, k, toks_k, vals_k),
-                       dtype=np.uint8)
-    bad = np.flatnonzero(ok == 0)
-    if bad.size:
-        toks_k[bad], vals_k[bad] = _rank_rows(toks[bad], vals[bad], k)
-    return toks_k, vals_k
 
 
 def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

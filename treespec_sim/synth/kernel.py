@@ -35,7 +35,6 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .. import compiled
 from ..numerics import dot
 from ..validation import check_temperature
 
@@ -268,15 +267,7 @@ class SparseBoostKernel:
         idx = as_token_array(a, self.vocab_size, "a")
         if idx.ndim != 0:
             raise ValueError(f"a must be a single token id; got shape {idx.shape}")
-        kern = compiled.world_kernel
-        if kern is None or self.greedy:
-            return self.rows(idx[None])[0]
-        # rows()'s floats in one pass (cworld.c, conditional_row): mass * w, then the
-        # successors' corrections
-        w, pi, succ, corr = self.row_factors(int(idx))
-        out = np.empty(self.vocab_size)
-        kern.conditional_row(w, pi, None, succ, corr, out)
-        return out
+        return self.rows(idx[None])[0]
 
     def row_factors(self, a: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:
         """``(w, pi_a, succ[a], c[a])``: :meth:`row` ``a`` is ``w * pi_a`` with ``c[a]`` added at
@@ -324,17 +315,6 @@ class SparseBoostKernel:
         were made): an array, the same floats."""
         if self.greedy:
             return (self._argmax_table()[a] == b).astype(np.float64)
-        kern = compiled.world_kernel
-        cls = self._row_class if self._reps is not None else None
-        if (kern is not None and a.ndim == 1 and a.dtype == b.dtype == np.int64
-                and a.flags.c_contiguous and b.flags.c_contiguous and self.succ.flags.c_contiguous
-                and (cls is None or (cls.dtype == np.int64 and cls.flags.c_contiguous))):
-            # the same floats in one pass (cworld.c, edge_probs): a row's successors are
-            # distinct, so the sum below has one term or none
-            out = np.empty(a.shape[0])
-            kern.edge_probs(self._base_mass, self._base_law, self.succ, self._corr_rows, cls,
-                            a, b, out)
-            return out
         out = self._base_mass[a] * self._base_law[b]
         if self.n_successors:
             hit = self.succ[a] == b[..., None]                          # (..., s)

@@ -22,11 +22,12 @@ Calibrated regimes
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields, replace
 from numbers import Integral, Real
 from pathlib import Path
+
+from ..files import read_json
 
 __all__ = ["CALIBRATION_FILE", "DRAFTER_VARIANTS", "REGIMES", "RegimeSpec", "drafter_variant",
            "get_regime", "load_calibrated"]
@@ -272,20 +273,17 @@ def load_calibrated(path: Path | str = CALIBRATION_FILE) -> dict[str, RegimeSpec
     ValueError
         The file is not valid JSON or an entry's knobs do not make a valid :class:`RegimeSpec`.
     """
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    if not Path(path).exists():
         return {}
-    try:
-        data = json.loads(text)
-        entries = data["regimes"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"calibration file {path} is malformed: {exc}") from None
+    data = read_json(path, "calibration file")
+    entries = data.get("regimes") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise ValueError(f"calibration file {path} is malformed: no 'regimes' object")
     out: dict[str, RegimeSpec] = {}
     for name, entry in entries.items():
         try:
             spec = RegimeSpec(**entry["knobs"])
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"calibration file {path}: regime {name!r} has bad knobs: "
                              f"{exc}") from None
         if spec.name != name:

@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .. import compiled
 from .._sampling import sample_categorical
 from ..proposal import ProposalRows
 from ..rows import TargetOracle
@@ -133,33 +132,10 @@ def _coin(scale: float, inner: Iterator[Opportunity]) -> Iterator[Opportunity]:
 _POINT = object()
 
 
-class _Factored:
-    """A node's target row not built: ``w * pi``, then ``corr`` added at the tokens ``succ``
-    (``MarkovTargetOracle.row_factors``; the dense row's floats). The traversal's first
-    residual step at the node reads it so (``cworld.residual_factored``); only a traversal
-    step with the compiled kernel is given one (never the point-mass or numpy branch)."""
-
-    __slots__ = ("corr", "pi", "succ", "w")
-
-    def __init__(self, w: np.ndarray, pi: float, succ: np.ndarray, corr: np.ndarray) -> None:
-        self.w, self.pi, self.succ, self.corr = w, pi, succ, corr
-
-    @property
-    def size(self) -> int:
-        return int(self.w.size)
-
-    def __getitem__(self, x: int) -> float:
-        value = float(self.w[x]) * self.pi
-        hit = np.flatnonzero(self.succ == x)
-        return value + float(self.corr[hit[0]]) if hit.size else value
-
-
 class _Scaled:
     """A traversal trial proposal ``left / total`` not built yet: calling it writes it into
     ``out`` (``np.divide``) and returns it -- or returns ``left`` itself when that is the law
-    ``q`` and ``total`` is exactly 1 -- and :func:`opportunities_with` hands ``left`` and
-    ``total`` to the compiled residual step instead (the same quotients, formed as it reads
-    them)."""
+    ``q`` and ``total`` is exactly 1."""
 
     __slots__ = ("left", "out", "total", "whole")
 
@@ -270,32 +246,17 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     else:
         raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
     laws = laws and _bonus
-    kern = compiled.world_kernel  # the residual step in one pass (None: numpy's lines)
     # each law's sum, as the builder computed it (read-only laws): saves a pass per node
     stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
     sizes = _subtree_sizes(tree)
     paths = [(), *tree.paths()]
     scratch: list[np.ndarray] = []  # [rho, mu, diff], taken on first use
 
-    # exact E[tau] through the compiled residual: a node whose step is traversal without the
-    # chooser reading its row (the traversal rule; univer where some child is not a leaf or
-    # there is one) has its row read in factored form by the first residual step, never built
-    factors_of = getattr(oracle, "row_factors", None) if kern is not None and not _bonus \
-        else None
-    always_traversal = choose is CHOOSERS["traversal"]
-    safe = choose is CHOOSERS["univer"]
-
     def visit(v: int, s: float, r) -> Iterator[Opportunity]:
         kids = tree.children(v)
         if not kids.size:  # a leaf's row is its bonus law only: read it when asked for
             yield v, s, r if laws else None
             return
-        if r is None and factors_of is not None and (
-                always_traversal or (safe and (kids.size < 2 or int(sizes[kids].max()) > 1))):
-            f = factors_of(v)
-            if f is not None:
-                yield from run(v, s, _Factored(*f), kids, "traversal")
-                return
         r = np.asarray(oracle.row(v), np.float64) if r is None else r
         view = NodeView(v, paths[v], s, r, proposal[v], tuple(int(sizes[c]) for c in kids))
         chosen = choose(view)
@@ -318,15 +279,12 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
             scratch.extend(_take(r.size) for _ in range(3))
         rho_buf, mu, diff = scratch
         own = None  # this node's residual array (r is the caller's until the first update)
-        # r is r / r_div: after a compiled residual step the division is left to the next
-        # step's reads (the same quotients; exact E[tau] never needs the array itself)
-        r_div = 1.0
         try:
             n_left = kids.size
             for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf, q_sum):
                 n_left -= 1
                 child, x = int(kids[pos]), int(tokens[pos])
-                mu_x = s * (r[x] / r_div if r_div != 1.0 else r[x])
+                mu_x = s * r[x]
                 s_child = 1.0 if mu_x >= rho_x else mu_x / rho_x
                 if s_child > 0.0:
                     yield from visit(child, s_child,
@@ -335,9 +293,6 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     return  # a visit with s = 1 is never deleted: nothing after is reachable
                 if own is None:
                     own = np.empty(r.size) if _bonus else _take(r.size)
-                if r_div != 1.0 and (rho is _POINT or kern is None):
-                    r = np.divide(r, r_div, out=r)  # r is own here
-                    r_div = 1.0
                 if rho is _POINT:
                     # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
                     # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
@@ -346,22 +301,6 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     resid[x] = 0.0
                     z_mass = float(resid.sum())
                     r_mass = float(1.0 - mu_x)
-                elif kern is not None and (isinstance(r, _Factored) or (
-                        r.dtype == np.float64 and r.flags.c_contiguous)):
-                    # the lines below in one pass (cworld.c, residual: the same floats)
-                    if isinstance(rho, _Scaled):
-                        base, div = rho.left, rho.total
-                    else:
-                        base, div = (rho() if callable(rho) else rho), 1.0
-                    base = np.ascontiguousarray(base)
-                    if isinstance(r, _Factored):
-                        z_mass, r_mass = kern.residual_factored(r.w, r.pi, r.succ, r.corr, s,
-                                                                base, div, own)
-                    else:
-                        z_mass, r_mass = kern.residual(r, r_div, s, base, div, own)
-                    resid = own
-                    if z_mass <= _ZERO_MASS and v != 0:
-                        return  # v is deleted for sure (below), whatever R is
                 else:
                     if callable(rho):
                         rho = rho()
@@ -383,11 +322,9 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                     if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
                         raise FloatingPointError("root residual vanished while reachable")
                     return  # no target mass left at v: v is deleted for sure
-                if _bonus or (n_left and kern is None):
+                if _bonus or n_left:
                     # the last residual is read only as v's bonus law
-                    r, r_div = np.divide(resid, z_mass, out=own), 1.0
-                elif n_left:
-                    r, r_div = resid, z_mass
+                    r = np.divide(resid, z_mass, out=own)
                 s = 1.0 if v == 0 else scale_update(z_mass, r_mass, rho_x)
             yield v, s, r if _bonus else None
         finally:
