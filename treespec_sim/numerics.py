@@ -8,8 +8,8 @@ for waking the threads -- on a busy machine up to milliseconds (``docs/performan
 threads"). :func:`dot` is numpy's own pairwise sum of the products instead: one
 single-threaded order, the same floats on every machine.
 
-:func:`fixed_log`, :func:`fixed_exp` and :func:`lane_sum8` are treespec's own ``log``, ``exp``
-and sum, written as a fixed sequence of IEEE operations (no library call whose last bits a
+:func:`fixed_log` and :func:`fixed_exp` (and their scalar forms) are treespec's own ``log`` and
+``exp``, written as a fixed sequence of IEEE operations (no library call whose last bits a
 platform may choose): the synthetic drafter's per-depth normalisers and correction proposal
 give the same floats on every CPU. Measured within 2 ulps of numpy's exp and log.
 
@@ -24,19 +24,20 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["NORM_CUT", "argsort_keys", "dot", "fixed_exp", "fixed_log", "lane_sum8", "order_keys",
-           "sort_pairs", "stable_argsort"]
+__all__ = ["NORM_CUT", "argsort_keys", "dot", "fixed_exp", "fixed_exp1", "fixed_log", "fixed_log1",
+           "order_keys", "sort_pairs", "stable_argsort"]
 
 #: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
 #: largest (``ClassLogMarginals._norms``): at most
 #: ``V / m`` of them, each ``<= m e^-64``, together under ``3e-23`` of a sum that is ``>= 1``.
 NORM_CUT = 64.0
 
-# The constants of fixed_exp / fixed_log.
-#: 1 / k!, k = 0..13: exp(r) on |r| <= ln(2) / 2 (truncation < 5e-18)
-_EXP_C = tuple(1.0 / math.factorial(k) for k in range(14))
-#: 2 / (2k + 1), k = 1..10: log(1 + f) = 2 atanh(s) = 2 s + s z sum_k c_k z^(k-1), z = s^2
-_LOG_C = tuple(2.0 / (2 * k + 1) for k in range(1, 11))
+# The constants of fixed_exp / fixed_log, as module globals (numba freezes them at compile).
+# 1 / k!, k = 0..13: exp(r) on |r| <= ln(2) / 2 (truncation < 5e-18)
+(_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12,
+ _E13) = (1.0 / math.factorial(k) for k in range(14))
+# 2 / (2k + 1), k = 1..10: log(1 + f) = 2 atanh(s) = 2 s + s z sum_k c_k z^(k-1), z = s^2
+_L0, _L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8, _L9 = (2.0 / (2 * k + 1) for k in range(1, 11))
 _LN2_HI = 6.93147180369123816490e-01   # its low 32 bits are zero: n * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.44269504088896338700e+00
@@ -60,39 +61,80 @@ def dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> float:
     return float(np.add.reduce(np.multiply(a, b, out=out)))
 
 
-def _estrin(x: np.ndarray, c: tuple[float, ...]) -> np.ndarray:
-    """``sum_k c[k] x^k`` in Estrin's scheme: pairs ``c[2i] + c[2i+1] x``, then pairs of those
-    with ``x^2``, ``x^4``, ``x^8`` (one fixed order of roundings). ``len(c)`` must be 10 or
-    14."""
-    x2 = x * x
-    x4 = x2 * x2
-    x8 = x4 * x4
-    a = [c[2 * i] + x * c[2 * i + 1] for i in range(len(c) // 2)]
-    b0 = a[0] + a[1] * x2
-    b1 = a[2] + a[3] * x2
-    d0 = b0 + b1 * x4
-    if len(c) == 10:
-        return d0 + a[4] * x8
-    b2 = a[4] + a[5] * x2
-    d1 = b2 + a[6] * x4
-    return d0 + d1 * x8
+@njit(cache=True)
+def fixed_exp1(x: float) -> float:
+    """:func:`fixed_exp` of one float64 (``0`` at ``-inf``, NaN for NaN)."""
+    if x == -math.inf:
+        return 0.0
+    t = x * _INV_LN2
+    n = (t + _MAGIC) - _MAGIC
+    r = (x - n * _LN2_HI) - n * _LN2_LO
+    # exp(r), degree 13, Estrin's scheme (the order of every rounding is this text's)
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    a0 = _E0 + r * _E1
+    a1 = _E2 + r * _E3
+    a2 = _E4 + r * _E5
+    a3 = _E6 + r * _E7
+    a4 = _E8 + r * _E9
+    a5 = _E10 + r * _E11
+    a6 = _E12 + r * _E13
+    d0 = (a0 + a1 * r2) + (a2 + a3 * r2) * r4
+    d1 = (a4 + a5 * r2) + a6 * r4
+    p = d0 + d1 * r8
+    k = 0 if n != n else int(min(max(n, -2000.0), 2000.0))
+    return math.ldexp(p, k)
+
+
+@njit(cache=True)
+def fixed_log1(v: float) -> float:
+    """:func:`fixed_log` of one float64 (``-inf`` at 0)."""
+    if v == 0.0:
+        return -math.inf
+    m, e = math.frexp(v)
+    ef = float(e)
+    if m < _SQRT_HALF:
+        m = m + m
+        ef = ef - 1.0
+    f = m - 1.0
+    s = f / (f + 2.0)
+    z = s * s
+    # sum_k 2 z^k / (2k + 3), k = 0..9, Estrin's scheme
+    z2 = z * z
+    z4 = z2 * z2
+    z8 = z4 * z4
+    a0 = _L0 + z * _L1
+    a1 = _L2 + z * _L3
+    a2 = _L4 + z * _L5
+    a3 = _L6 + z * _L7
+    a4 = _L8 + z * _L9
+    q = ((a0 + a1 * z2) + (a2 + a3 * z2) * z4) + a4 * z8
+    return ef * _LN2_HI + ((s + s) + s * (z * q) + ef * _LN2_LO)
+
+
+@njit(cache=True)
+def _exp_all(x, out):
+    for i in range(x.size):
+        out[i] = fixed_exp1(x[i])
+
+
+@njit(cache=True)
+def _log_all(v, out):
+    for i in range(v.size):
+        out[i] = fixed_log1(v[i])
 
 
 def fixed_exp(x: np.ndarray) -> np.ndarray:
     """``exp(x)`` for float64 ``x <= 709`` (or ``-inf``), within 2 ulps of ``np.exp``: a new array.
 
     ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two parts (Cody-Waite), ``exp(r)`` by its
-    degree-13 Taylor polynomial (Estrin's scheme), then ``ldexp(p, n)``.
+    degree-13 Taylor polynomial (Estrin's scheme), then ``ldexp(p, n)``, exact
+    (:func:`fixed_exp1`, numba-compiled, no fused multiply-add).
     """
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):   # x = -inf: r is NaN, the result 0 (set below)
-        t = x * _INV_LN2
-        n = (t + _MAGIC) - _MAGIC
-        r = (x - n * _LN2_HI) - n * _LN2_LO
-        p = _estrin(r, _EXP_C)
-        k = np.clip(np.nan_to_num(n, nan=0.0), -2000.0, 2000.0).astype(np.int64)
-    out = np.ldexp(p, k)
-    out[x == -np.inf] = 0.0
+    out = np.empty(x.shape)
+    _exp_all(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
     return out
 
 
@@ -101,36 +143,13 @@ def fixed_log(v: np.ndarray) -> np.ndarray:
     array.
 
     ``v = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` (``frexp``, exact), ``s = (m - 1) / (m +
-    1)``, ``log m = 2 atanh(s)`` by ten terms of its series, plus ``e ln 2`` in two parts.
+    1)``, ``log m = 2 atanh(s)`` by ten terms of its series, plus ``e ln 2`` in two parts
+    (:func:`fixed_log1`).
     """
     v = np.asarray(v, dtype=np.float64)
-    m, e = np.frexp(v)
-    low = m < _SQRT_HALF
-    m = np.where(low, m + m, m)
-    ef = (e - low).astype(np.float64)
-    f = m - 1.0
-    s = f / (f + 2.0)
-    z = s * s
-    q = _estrin(z, _LOG_C)
-    out = ef * _LN2_HI + ((s + s) + s * (z * q) + ef * _LN2_LO)
-    out[v == 0.0] = -np.inf
+    out = np.empty(v.shape)
+    _log_all(np.ascontiguousarray(v).reshape(-1), out.reshape(-1))
     return out
-
-
-def lane_sum8(x: np.ndarray) -> np.ndarray:
-    """Sums of the last axis of ``x`` (float64 ``(..., n)``) in eight lanes: entry ``c`` goes to
-    lane ``c % 8``, each lane adds in index order, and the lanes combine as
-    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``: one fixed order of roundings."""
-    x = np.asarray(x, dtype=np.float64)
-    n = x.shape[-1]
-    pad = (-n) % 8
-    if pad:
-        x = np.concatenate([x, np.zeros((*x.shape[:-1], pad))], axis=-1)
-    if x.shape[-1] == 0:
-        return np.zeros(x.shape[:-1])
-    lanes = np.cumsum(x.reshape(*x.shape[:-1], -1, 8), axis=-2)[..., -1, :]
-    return (((lanes[..., 0] + lanes[..., 1]) + (lanes[..., 2] + lanes[..., 3]))
-            + ((lanes[..., 4] + lanes[..., 5]) + (lanes[..., 6] + lanes[..., 7])))
 
 
 # ----------------------------------------------------------------------------- sorting

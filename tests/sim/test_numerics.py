@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from treespec_sim.numerics import dot, fixed_exp, fixed_log, lane_sum8
+from treespec_sim.numerics import dot, fixed_exp, fixed_log
 
 SCRIPT = """
 import numpy as np
@@ -96,17 +96,3 @@ def test_fixed_log_is_within_a_few_ulps_of_numpys_log():
     got = fixed_log(edge)
     assert got[0] == -np.inf and got[3] == 0.0
     assert _ulps(got[[1, 2, 4]], np.log(edge[[1, 2, 4]])).max() <= 3.0
-
-
-def test_lane_sum8_adds_eight_lanes_in_order():
-    rng = np.random.default_rng(3)
-    for n in (0, 1, 7, 8, 9, 63, 8192, 8195):
-        x = rng.random((3, n)) * np.exp(rng.uniform(-40, 40, (3, n)))
-        got = lane_sum8(x)
-        for row, g in zip(x, got, strict=True):
-            lanes = [0.0] * 8
-            for c, val in enumerate(row.tolist()):
-                lanes[c % 8] = lanes[c % 8] + val
-            want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
-                ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-            assert g == want

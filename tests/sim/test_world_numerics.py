@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from treespec_sim import numerics
-from treespec_sim.synth import drafter as drafter_mod
+from treespec_sim.numerics import fixed_exp1, fixed_log1
+from treespec_sim.synth.class_kernels import norm_row
 
 
 def test_norms_leave_out_only_terms_below_the_cut():
@@ -17,7 +18,7 @@ def test_norms_leave_out_only_terms_below_the_cut():
     v[17] = 1.0
     sums = 1.0 + 3.0 * rng.random(n)
     for beta in (0.5, 1.3, 3.0):
-        m, z = drafter_mod._norm_row(v, beta, sums)
+        m, z = norm_row(v, np.ones(n), beta, sums)
         x = beta * np.log(v)
         assert m == pytest.approx(x.max(), abs=1e-13)
         full = np.exp(x - x.max()) @ sums
@@ -42,3 +43,23 @@ def test_stable_argsort_is_numpys_stable_argsort():
         assert np.array_equal(got, np.argsort(keys, kind="stable")), keys.size
     with pytest.raises(ValueError, match=r"keys\[2\] is NaN"):
         numerics.stable_argsort(np.array([1.0, 0.0, np.nan]))
+
+
+def test_norms_sum_in_eight_lanes_in_class_order():
+    # the order that makes Z the same float on every CPU, spelled out in Python
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 8, 9, 63, 4099):
+        h = rng.random(n) * np.exp(rng.uniform(-40, 0, n))
+        w_max = rng.random(n)
+        sums = 1.0 + rng.random(n)
+        for beta in (0.7, 2.0):
+            v = (h * w_max).tolist()
+            m = beta * fixed_log1(max(v))
+            cut = max(v) * fixed_exp1(-(64.0 / beta))
+            lanes = [0.0] * 8
+            for c, x in enumerate(v):
+                if x >= cut:
+                    lanes[c % 8] += fixed_exp1(fixed_log1(x) * beta - m) * float(sums[c])
+            want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+                ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+            assert norm_row(h, w_max, beta, sums) == (m, want)

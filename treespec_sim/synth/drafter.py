@@ -59,7 +59,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from ..numerics import NORM_CUT, dot, fixed_exp, fixed_log, lane_sum8
+from ..numerics import dot, fixed_exp, fixed_log
+from .class_kernels import class_norms, rows_times
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -72,7 +73,10 @@ class _ClassTable:
     pi: np.ndarray          # (V/m,) weight of w in a row of each class
     w: np.ndarray           # (V,) softmax(base / calibration)
     w_cls: np.ndarray       # (V/m,) class sums of w
-    gt: sp.csc_matrix       # G^T, G[c, sc_cj] = pi_c gamma_cj
+    g: sp.csr_matrix        # G[c, sc_cj] = pi_c gamma_cj
+    gt: sp.csr_matrix       # G^T, each row in column order
+    gt_indptr: np.ndarray   # its indptr and indices as int64 (a compiled gather reads them
+    gt_indices: np.ndarray  # without widening each int32)
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
 
@@ -244,8 +248,9 @@ class BlockDiffusionDrafter:
         """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring), float64 (V / m,).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
-        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One CSC product per depth (``G^T nu``:
-        every entry sums its terms in column order, whatever else changes here) and one dot
+        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One sparse product per depth (``G^T nu``,
+        :func:`~treespec_sim.synth.class_kernels.rows_times`: every entry sums its terms in
+        column order) and one dot
         (:func:`~treespec_sim.numerics.dot`: the products, then numpy's pairwise sum -- not
         BLAS's order, which changes with the library and its threads). A generator, so that
         a consumer works on each row while it is still in cache.
@@ -254,14 +259,15 @@ class BlockDiffusionDrafter:
         c0 = int(self._cls_of[last_token])
         # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
         # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
-        lo, hi = gt.indptr[c0], gt.indptr[c0 + 1]
+        lo, hi = tab.g.indptr[c0], tab.g.indptr[c0 + 1]    # row c0 of G: column c0 of G^T
         row = np.zeros(tab.pi.shape[0])
-        row[gt.indices[lo:hi]] = gt.data[lo:hi]
+        row[tab.g.indices[lo:hi]] = tab.g.data[lo:hi]
         row += tab.pi[c0]
         yield row
         nu = tab.w_cls * row
         for d in range(1, self.depth):
-            row = gt @ nu
+            row = np.empty(nu.size)
+            rows_times(tab.gt_indptr, tab.gt_indices, gt.data, nu, row)
             row += dot(nu, tab.pi)  # a fixed order on every machine and BLAS
             eta = self.eta[d]
             if eta:
@@ -310,7 +316,11 @@ class BlockDiffusionDrafter:
         # Slots with boost 0 store gamma = 0; a product adds +0.0 for them, which never
         # changes a sum of non-negative terms, so dropping them is exact (and saves ~7%).
         g.eliminate_zeros()
-        tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, gt=g.T,
+        gt = g.T.tocsr()
+        gt.sort_indices()
+        tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, g=g, gt=gt,
+                          gt_indptr=gt.indptr.astype(np.int64),
+                          gt_indices=gt.indices.astype(np.int64),
                           w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
@@ -606,16 +616,15 @@ class ClassLogMarginals(LazyLogMarginals):
         percent of a row): each term left out is below ``m e^-64``, all of them together under
         ``3e-23`` of ``Z_d >= 1`` -- far below its rounding. ``log``, ``exp`` and the sum are
         treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
-        :func:`~treespec_sim.numerics.fixed_exp`, :func:`~treespec_sim.numerics.lane_sum8`):
-        fixed sequences of IEEE operations, the same floats on every CPU.
+        :func:`~treespec_sim.numerics.fixed_exp`, eight lanes:
+        :func:`~treespec_sim.synth.class_kernels.norm_row`): fixed sequences of IEEE
+        operations, the same floats on every CPU.
         """
         if self._norm_z is None:
             L = self.shape[0]
             m = np.full(L, np.nan)
             z = np.full(L, np.nan)
-            for d in np.flatnonzero(self._sharp).tolist():
-                m[d], z[d] = _norm_row(self._class_max()[d], float(self._beta[d]),
-                                       self._sums[d])
+            class_norms(self._h, self._w_max, self._beta, self._sums, m, z)
             self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
@@ -892,21 +901,6 @@ class ClassLogMarginals(LazyLogMarginals):
             np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
             self._from_mu_rows(out[row][None, :], np.array([row]))
         return out
-
-
-def _norm_row(v: np.ndarray, beta: float, sums: np.ndarray) -> tuple[float, float]:
-    """``(m, Z)`` of one sharpened row from its class maxima ``v`` (ClassLogMarginals._norms:
-    the definition)."""
-    with np.errstate(invalid="ignore"):
-        v_max = v.max()
-        m = beta * float(fixed_log(np.array([v_max]))[0])
-        cut = v_max * float(fixed_exp(np.array([-(NORM_CUT / beta)]))[0])
-        terms = np.zeros(v.size)
-        keep = np.flatnonzero(v >= cut)
-        x = fixed_log(v[keep]) * beta
-        x -= m
-        terms[keep] = fixed_exp(x) * sums[keep]
-    return m, float(lane_sum8(terms))
 
 
 def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
