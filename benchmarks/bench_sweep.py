@@ -114,7 +114,7 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     is timed: ``chain_ms`` is a fresh context's chain ``h_1..h_L`` (14 sparse products at
     ``V = 32768``, the floats the simulator defines), and ``chain_bound_rounds_per_s`` the rate
     a round could reach if everything else in it were free -- the ceiling on these targets
-    on this CPU (docs/performance.md, "Where a fresh DDTree round's floor lies").
+    on this CPU (docs/performance.md, "Where a fresh round's time goes").
     """
     world = make_world(regime, seed=seed)
     world.warm((0.0, 1.0))

@@ -4,9 +4,9 @@ count or the CPU.
 OpenBLAS splits a dot product of more than 10,000 entries across its threads and adds the
 partial sums, so ``np.dot`` of two ``V = 32768`` rows gives last bits that change with
 ``OPENBLAS_NUM_THREADS`` (measured: 1 thread against 2 differ by an ulp), and every call pays
-for waking the threads -- on a busy machine up to milliseconds (``docs/performance.md``, "BLAS
-threads"). :func:`dot` is numpy's own pairwise sum of the products instead: one
-single-threaded order, the same floats on every machine.
+for waking the threads -- on a busy machine up to milliseconds. :func:`dot` is numpy's own
+pairwise sum of the products instead: one single-threaded order, the same floats on every
+machine.
 
 :func:`fixed_log` and :func:`fixed_exp` (and their scalar forms) are treespec's own ``log`` and
 ``exp``, written as a fixed sequence of IEEE operations (no library call whose last bits a

@@ -91,7 +91,7 @@ def _reference_conditional(world, ctx, depth: int, parent: int) -> np.ndarray:
     """q̂ = (1 - kappa) q_d + kappa ((1 - j) ((1 - eta) Q[a] + eta u) + j / V), term by term,
     with q_d = (1 - j) s_d + j / V and the sharpened marginal s_d from the class chain and the
     row's norms: exp(beta (log h[c(b)] + log w[b]) - m) / Z (treespec's own log and exp), or
-    w[b] h[c(b)] where beta = 1 (docs/performance.md, "The correction proposal's shared part")."""
+    w[b] h[c(b)] where beta = 1."""
     drafter = world.drafter
     d = depth - 1
     j, eta, kappa = drafter.junk[d], drafter.eta[d], drafter.correction_quality

@@ -168,9 +168,9 @@ def _build_ranked(log_q: LazyLogMarginals, budget: int
     so the last one's score ``t`` bounds the ``B``-th best score from below, and a row whose
     ``k``-th value is below ``t - P_d`` (``P_d`` the best score of a depth-``d`` parent) holds
     no further token of the tree. Rows that fail the test are read further (4x longer lists)
-    and the pops redone, until none does; the tree is then the one over the full lists
-    (``docs/performance.md``, "The ranked builder"). On calibrated worlds the tree rarely
-    needs more than a dozen tokens of any row, even at ``B = 1024``.
+    and the pops redone, until none does; the tree is then the one over the full lists. On
+    calibrated worlds the tree rarely needs more than a dozen tokens of any row, even at
+    ``B = 1024``.
     """
     L, V = log_q.shape
     k = min(budget, V)

@@ -454,8 +454,7 @@ class BlockDiffusionDrafter:
         ``log``/``exp`` are treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
         :func:`~treespec_sim.numerics.fixed_exp`), ``(1 - kappa) (1 - j) / Z_d`` is one factor,
         and ``m_d``, ``Z_d`` are :class:`ClassLogMarginals`' norms, so no pass over the
-        vocabulary looks for a maximum or a sum (``docs/performance.md``, "The correction
-        proposal's shared part"). ``s_d`` sums to 1 up to rounding; the sampled fill
+        vocabulary looks for a maximum or a sum. ``s_d`` sums to 1 up to rounding; the sampled fill
         normalises every law it draws from.
         """
         lazy = self.lazy_log_marginals(topic, last_token)
