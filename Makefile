@@ -7,7 +7,7 @@ ARGS    ?=
 # unpinned so GPU users get their CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: sweep test install install-test lint bench proofs clean validate bench-real profile
+.PHONY: sweep test test-nojit install install-test lint bench proofs clean validate bench-real profile
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ sweep: $(VENV)/.stamp-core
 test: $(VENV)/.stamp-test
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q $(ARGS)
 	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate --quick
+
+## The compiled modules' tests with numba off (the same source as Python): the small cases only.
+test-nojit: $(VENV)/.stamp-test
+	NUMBA_DISABLE_JIT=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q \
+		tests/sim/test_world_numerics.py tests/sim/test_numerics.py tests/sim/test_tree.py \
+		tests/sim/test_ddtree.py -k "not scale and not million and not torch and not peaked"
 
 ## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
 validate: $(VENV)/.stamp-test
