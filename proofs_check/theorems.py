@@ -32,6 +32,7 @@ from treespec_sim import DraftTree
 from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, expected_length
+from treespec_sim.verify.block import block_round_law
 from treespec_sim.verify.traversal import emission_weights, opportunities, traversal_round_law
 from treespec_sim.verify.univer import (
     CHOOSERS,
@@ -42,7 +43,6 @@ from treespec_sim.verify.univer import (
 )
 
 from . import budget, ot, tsubame
-from .block import block_round_law
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
 from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
 from .sampled import mean_length, round_law, target_law_from, two_level_shape
@@ -338,7 +338,7 @@ def _chains_are_block(rng, size):
         drafts = rng.dirichlet(np.full(vocab, 0.5), size=gamma)
         x = [int(rng.choice(vocab, p=drafts[i])) for i in range(gamma)]
         tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
-        prop = np.vstack([drafts, np.full((1, vocab), 1.0 / vocab)])
+        prop = np.vstack([drafts, np.full((1, vocab), np.nan)])
         ref = block_round_law(x, target, drafts)
         for step in STEP_RULES:
             got = RULES[step].round_law(tree, ArrayOracle(target, tree), prop)
@@ -382,7 +382,7 @@ def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
     root_row[0] = s
     root_row[1:] = (1.0 - s) / (vocab - 1)
     rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
-    prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
+    prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, np.nan)] * k)
 
     opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer-fixed")
     return sum(w * values[tokens[v - 2]] for v, w, _ in emission_weights(opps) if v >= 2)

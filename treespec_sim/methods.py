@@ -11,13 +11,13 @@ the real-model decoder read only this table.
 ======================================  ==================  ===================================
 method                                  tokens              lossless rules (T > 0)
 ======================================  ==================  ===================================
-``chain``                               argmax per depth    follow, tev
-``ddtree``                              best-first top-B    follow, tev
-``dynamic``                             EAGLE-2-like beam   follow, tev
-``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev
-``longrun``                             DDTree prefix       follow, tev
-``sampled-chain``                       i.i.d. marginal     rrs
-``sampled-chain-corrected``             i.i.d. correction   rrs
+``chain``                               argmax per depth    follow, tev, sample-match
+``ddtree``                              best-first top-B    follow, tev, sample-match
+``dynamic``                             EAGLE-2-like beam   follow, tev, sample-match
+``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev, sample-match
+``longrun``                             DDTree prefix       follow, tev, sample-match
+``sampled-chain``                       i.i.d. marginal     rrs, block
+``sampled-chain-corrected``             i.i.d. correction   rrs, block
 ``tsubame``                             DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
 ``tsubame-rrs``                         i.i.d. fill         rrs
 ``tsubame-rrsw`` / ``-univer``          fill w/o replacem.  rrsw, traversal, univer[-*]
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -67,26 +67,44 @@ from .policies.sampled import (
 )
 from .tree import DraftTree
 from .validation import check_temperature
-from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE
+from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, VerifierRule, on_register
 
-__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
+__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource", "check_temperature",
            "get_method", "lossless_rules", "method_names", "no_conditional_message", "register",
            "resolve_rule", "rules_for", "uses_budget"]
 
 
 
-def rules_for(scheme: str, *, default: str | None = None) -> tuple[str, ...]:
-    """The rules exact for ``scheme``'s draws, read off the one rule table
+def rules_for(scheme: str, *, default: str | None = None, chains: bool = False
+              ) -> tuple[str, ...]:
+    """The lossless rules exact for ``scheme``'s draws, read off the one rule table
     (:data:`treespec_sim.verify.RULES`) in its order, with ``default`` moved first.
 
     ``scheme`` is a drawing scheme (:data:`~treespec_sim.verify.SCHEMES`) or ``"by-rule"``
     (every sampled-tree rule: the builder draws with :data:`SCHEME_FOR_RULE` of the rule).
+    Rules exact for chains only (``"block"``) are included only with ``chains=True`` (a
+    method that drafts chains).
     """
     rules = tuple(SCHEME_FOR_RULE) if scheme == "by-rule" else MATCHING_RULES.get(scheme, ())
+    if not chains:
+        rules = tuple(r for r in rules if not RULES[r].chains_only)
     if not rules or (default is not None and default not in rules):
         raise ValueError(f"no rule {default!r} for scheme {scheme!r}; rules for it: "
                          f"{', '.join(rules) or 'none'}")
     return rules if default is None else (default, *(r for r in rules if r != default))
+
+
+@dataclass(frozen=True)
+class RuleSource:
+    """Where a method's lossless rules are read from: :func:`rules_for` of these arguments,
+    re-read whenever a rule is registered (:func:`treespec_sim.verify.register_rule`)."""
+
+    scheme: str
+    default: str | None = None
+    chains: bool = False
+
+    def rules(self) -> tuple[str, ...]:
+        return rules_for(self.scheme, default=self.default, chains=self.chains)
 
 
 @dataclass(frozen=True)
@@ -153,8 +171,10 @@ class Method:
     name : str
     build : callable
         ``build(request: DraftRequest) -> Draft``.
-    rules : tuple of str
+    rules : tuple of str or RuleSource
         Rules that are lossless for the method's draws at ``T > 0``; the first is the default.
+        A :class:`RuleSource` is read off the rule table (kept in :attr:`rules_from`, and read
+        again when a rule is registered); ``rules`` is then the tuple it gives.
     scheme : str
         ``"deterministic"``, a sampling scheme, or ``"by-rule"`` (:data:`SCHEME_FOR_RULE`).
     uses_budget : bool
@@ -175,7 +195,7 @@ class Method:
 
     name: str
     build: Callable[[DraftRequest], Draft]
-    rules: tuple[str, ...]
+    rules: tuple[str, ...] | RuleSource
     scheme: str = "deterministic"
     uses_budget: bool = True
     nested: bool = False
@@ -184,6 +204,12 @@ class Method:
     needs_conditional: bool = False
     needs_positive_temperature: bool = False
     description: str = ""
+    rules_from: RuleSource | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rules, RuleSource):
+            object.__setattr__(self, "rules_from", self.rules)
+            object.__setattr__(self, "rules", self.rules.rules())
 
     @property
     def sampled(self) -> bool:
@@ -195,7 +221,7 @@ class Method:
         :func:`resolve_rule`, the builders (via :meth:`Draft.check_rule`) and the sweep read."""
         if temperature == 0.0 and self.sampled:
             # T -> 0 limit of every sampled draw: the top-k tokens, a deterministic tree
-            return () if self.needs_positive_temperature else _DET
+            return () if self.needs_positive_temperature else rules_for("deterministic")
         return self.rules
 
 
@@ -316,10 +342,11 @@ def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
 
 
 # ----------------------------------------------------------------------------- the table
-_DET = rules_for("deterministic")
-_SAMPLED = rules_for("by-rule", default="rrsw")
-_IID = rules_for("iid")
-_WO = rules_for("without_replacement")
+_DET = RuleSource("deterministic")
+_SAMPLED = RuleSource("by-rule", default="rrsw")
+_IID = RuleSource("iid")
+_WO = RuleSource("without_replacement")
+_CHAIN = RuleSource("iid", chains=True)
 
 #: The registry: method name -> :class:`Method`.
 METHODS: dict[str, Method] = {}
@@ -355,9 +382,9 @@ for _m in (
            needs_cost=True, description="argmax of theta over 0..budget"),
     Method("longrun", _cost_aware(longrun_tree, "longrun"), _DET, needs_cost=True,
            description="Dinkelbach's long-run rule (options: lam)"),
-    Method("sampled-chain", _build_sampled_chain(False), _IID, scheme="iid",
+    Method("sampled-chain", _build_sampled_chain(False), _CHAIN, scheme="iid",
            uses_budget=False, description="chain of marginal draws"),
-    Method("sampled-chain-corrected", _build_sampled_chain(True), _IID, scheme="iid",
+    Method("sampled-chain-corrected", _build_sampled_chain(True), _CHAIN, scheme="iid",
            uses_budget=False, needs_conditional=True,
            description="chain of draws given the sampled parent"),
     Method("tsubame", _build_tsubame("ddtree", None, "tsubame"), _SAMPLED, scheme="by-rule",
@@ -369,7 +396,7 @@ for _m in (
            _WO, scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement"),
     Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement", "tsubame-univer"),
-           rules_for("without_replacement", default="univer"),
+           RuleSource("without_replacement", default="univer"),
            scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement, UniVer"),
     Method("tsubame-rrsw-tempered-plan",
@@ -381,11 +408,22 @@ for _m in (
     Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
            _WO, scheme="without_replacement", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree filled without replacement from the tempered marginals"),
-    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), rules_for("greedy"),
+    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), RuleSource("greedy"),
            scheme="greedy", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree: top W-1 tokens and one draw"),
 ):
     register(_m)
+
+
+def _rules_registered(_rule: VerifierRule) -> None:
+    """A rule was registered: re-read the rules of every method whose rules come from the
+    table (:attr:`Method.rules_from`)."""
+    for name, m in list(METHODS.items()):
+        if m.rules_from is not None:
+            METHODS[name] = replace(m, rules=m.rules_from)
+
+
+on_register(_rules_registered)
 
 
 def method_names() -> tuple[str, ...]:
