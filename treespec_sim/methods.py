@@ -69,9 +69,9 @@ from .tree import DraftTree
 from .validation import check_temperature
 from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, VerifierRule, on_register
 
-__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource", "check_temperature",
-           "get_method", "lossless_rules", "method_names", "no_conditional_message", "register",
-           "resolve_rule", "rules_for", "uses_budget"]
+__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource",
+           "check_temperature", "get_method", "lossless_rules", "method_names",
+           "no_conditional_message", "register", "resolve_rule", "rules_for", "uses_budget"]
 
 
 
