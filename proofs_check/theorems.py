@@ -44,7 +44,7 @@ from treespec_sim.verify.univer import (
 
 from . import budget, ot, tsubame
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
-from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
+from .enumerate import ROUND_LAWS, extend_law, max_law_gap
 from .sampled import mean_length, round_law, target_law_from, two_level_shape
 from .switch import oracle_chooser, oracle_value, rule_value
 from .tree_lp import (
@@ -187,11 +187,17 @@ def _package(rule: str):
     return lambda tree, rows, prop: law(tree, ArrayOracle(rows, tree), prop)
 
 
-def _sampled_lossless(rule: str, scheme: str, vocab: int = 3):
+#: Chains (one child per node) for the chain-only rule and variants (block verification).
+CHAIN_SHAPES = {f"chain of {g}": _shape(list(range(-1, g))) for g in (1, 2, 3, 4)}
+
+
+def _sampled_lossless(rule: str, scheme: str, vocab: int = 3, shapes=None):
+    shapes = SHAPES if shapes is None else shapes
+
     def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
         n, worst = 0, 0.0
         for _ in range(size):
-            for shape in SHAPES.values():
+            for shape in shapes.values():
                 world = RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0, 3.0])),
                                     zeros=bool(rng.random() < 0.3))
                 worst = max(worst, _lossless_gap(world, shape, scheme, _package(rule)))
@@ -205,8 +211,9 @@ def _caught(name: str, vocab: int = 3):
 
     def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
         n, worst = 0, 0.0
+        shapes = CHAIN_SHAPES if variant.chains_only else SHAPES
         for _ in range(max(1, size // 2)):
-            for shape in SHAPES.values():
+            for shape in shapes.values():
                 if variant.scheme in ("tempered", "post_hoc", "top_k") and shape.size == 0:
                     continue
                 world = RandomWorld(rng, vocab, alpha=1.0)
@@ -240,7 +247,7 @@ def _deterministic_trees(rng: np.random.Generator, size: int, vocab: int = 3):
 
 
 def _deterministic_lossless(law_name: str):
-    law_fn = {"follow": follow_round_law_bruteforce, "tev": exit_round_law}[law_name]
+    law_fn = ROUND_LAWS[law_name]
 
     def run(rng, size):
         n, worst = 0, 0.0
@@ -258,7 +265,7 @@ def _coverage_bound(rng, size):
     n, worst = 0, 0.0
     for tree, rows, _ in _deterministic_trees(rng, 6 * size):
         bound = 1.0 + coverage(tree, rows)
-        for rule in ("follow", "tev"):
+        for rule in MATCHING_RULES["deterministic"]:
             worst = max(worst, expected_length(tree, rows, rule=rule) - bound)
         n += 1
     return n, worst
@@ -717,9 +724,15 @@ CHECKS: list[Check] = [
           _deterministic_lossless("follow")),
     Check("lossless[tev]", "theorem", EXACT_TOL,
           "TEV (exit law + residual bonus) emits the target's law", _deterministic_lossless("tev")),
+    Check("lossless[sample-match]", "theorem", EXACT_TOL,
+          "SGLang's target-only sample-and-match (thresholds 1) emits the target's law on "
+          "deterministic trees", _deterministic_lossless("sample-match")),
     Check("coverage_bound", "theorem", EXACT_TOL,
-          "E[tau] <= 1 + C_p for follow and tev on deterministic trees (saturated)",
-          _coverage_bound),
+          "E[tau] <= 1 + C_p for follow, tev and sample-match on deterministic trees "
+          "(saturated)", _coverage_bound),
+    Check("lossless[block]", "theorem", EXACT_TOL,
+          "block verification on drafted chains (gamma = 1..4) emits the target's law",
+          _sampled_lossless("block", "iid", vocab=3, shapes=CHAIN_SHAPES)),
     *[Check(f"lossless[{rule}]", "theorem", EXACT_TOL,
             f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES "
             "(one level k=2/3, chain, 2x2, deep-first, deep-second, link + deep-second, "
