@@ -54,6 +54,7 @@ from .tree_lp import (
     global_optimum,
     set_law,
 )
+from .worlds import RandomWorld, SmallSupportWorld
 
 __all__ = ["CHECKS", "Check", "CheckResult", "run_checks"]
 
@@ -95,53 +96,6 @@ class Check:
         passed = bool(worst > self.tolerance if exceed else worst <= self.tolerance)
         return CheckResult(self.theorem, self.kind, n, float(worst), self.tolerance, passed,
                            time.perf_counter() - start)
-
-
-# ----------------------------------------------------------------------------- worlds
-class RandomWorld:
-    """Target and draft next-token laws after every prefix, drawn lazily and cached.
-
-    ``p ~ Dirichlet(alpha)``; ``q = (1 - mix) p + mix * Dirichlet(alpha)``, so the drafter is
-    informative but wrong; with ``zeros`` some target entries are exactly 0.
-    """
-
-    def __init__(self, rng: np.random.Generator, vocab: int, alpha: float = 1.0,
-                 mix: float = 0.5, zeros: bool = False):
-        self.rng, self.vocab, self.alpha, self.mix, self.zeros = rng, vocab, alpha, mix, zeros
-        self._p: dict[tuple[int, ...], np.ndarray] = {}
-        self._q: dict[tuple[int, ...], np.ndarray] = {}
-
-    def p(self, path: tuple[int, ...]) -> np.ndarray:
-        if path not in self._p:
-            row = self.rng.dirichlet(np.full(self.vocab, self.alpha))
-            if self.zeros and self.vocab > 2 and self.rng.random() < 0.5:
-                row[self.rng.integers(self.vocab)] = 0.0
-                row = row / row.sum()
-            self._p[path] = row
-        return self._p[path]
-
-    def q(self, path: tuple[int, ...]) -> np.ndarray:
-        if path not in self._q:
-            noise = self.rng.dirichlet(np.full(self.vocab, self.alpha))
-            self._q[path] = (1 - self.mix) * self.p(path) + self.mix * noise
-        return self._q[path]
-
-
-class SmallSupportWorld(RandomWorld):
-    """A :class:`RandomWorld` whose draft rows below the root put mass on ``support`` tokens
-    only, so that deep binary shapes can be enumerated tree by tree."""
-
-    def __init__(self, rng: np.random.Generator, vocab: int, support: int = 2, **kw):
-        super().__init__(rng, vocab, **kw)
-        self.support = support
-
-    def q(self, path: tuple[int, ...]) -> np.ndarray:
-        if path and path not in self._q:
-            row = super().q(path).copy()
-            drop = self.rng.choice(self.vocab, size=self.vocab - self.support, replace=False)
-            row[drop] = 0.0
-            self._q[path] = row / row.sum()
-        return super().q(path)
 
 
 def _shape(parent: list[int]) -> DraftTree:
