@@ -418,6 +418,37 @@ class VerifierReport:
             return max(self.cases, key=lambda c: c.gap)
         return min(self.cases, key=lambda c: (c.p_value, -c.tv))
 
+    def to_json(self) -> dict:
+        """The report as plain JSON types (laws as lists; the prefix laws of the worst case
+        only, as its five most-off prefixes)."""
+        def num(x: float) -> float | None:
+            return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+        def case(c: CaseReport) -> dict:
+            return {"index": c.index, "label": c.label, "vocab": c.vocab,
+                    "shape": list(c.shape), "target_root": c.target_root.tolist(),
+                    "proposal_root": c.proposal_root.tolist(),
+                    "first_token_law": c.first_token_law.tolist(), "tv": c.tv,
+                    "tv_low": c.tv_low, "tv_high": c.tv_high, "p_value": num(c.p_value),
+                    "p_first": num(c.p_first), "p_prefix": num(c.p_prefix),
+                    "prefix": c.prefix, "sequences": c.sequences, "decoded": c.decoded,
+                    "rounds": c.rounds, "gap": num(c.gap)}
+
+        worst = self.worst
+        pw = self.power
+        return {
+            "scheme": self.scheme, "mode": self.mode, "lossless": self.lossless,
+            "level": self.level, "family_p": num(self.family_p), "pooled_p": num(self.pooled_p),
+            "seed": self.seed, "rounds": self.rounds, "seconds": self.seconds,
+            "power": None if pw is None else {
+                "tv": pw.tv, "pooled": pw.pooled, "single_case_tv": pw.single_case_tv,
+                "planted_found": pw.planted_found, "planted_p": num(pw.planted_p)},
+            "cases": [case(c) for c in self.cases],
+            "worst": {**case(worst), "most_off_prefixes": [
+                {"prefix": list(k), "observed": o, "expected": e}
+                for k, o, e in worst.worst_strings()]},
+        }
+
     def summary(self) -> str:
         """A few lines for a terminal."""
         head = ("no evidence of loss" if self.lossless else "LOSS FOUND")
