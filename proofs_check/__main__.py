@@ -27,7 +27,14 @@ from pathlib import Path
 
 from treespec_sim.cli import OneLineParser, add_debug, add_json_flag, add_seed, positive_int, run
 
-from .checker import DEFAULT_CASES, DEFAULT_ROUNDS, SCHEMES, check_verifier
+from .checker import (
+    DEFAULT_CASES,
+    DEFAULT_ROUNDS,
+    SCHEMES,
+    check_verifier,
+    rule_law,
+    rule_sampler,
+)
 from .theorems import CHECKS, run_checks
 
 
@@ -69,9 +76,12 @@ def build_verifier_parser() -> argparse.ArgumentParser:
                     "worlds many times, sequences are decoded on for several rounds, and the "
                     "law of the committed tokens is tested against the target's exact law.",
         epilog="exit status: 0 no loss found, 1 loss found (worst case printed), 2 bad input")
-    parser.add_argument("target", metavar="MODULE:FUNCTION",
+    parser.add_argument("target", metavar="MODULE:FUNCTION", nargs="?",
                         help="a module path (pkg.mod) or a .py file, and the sampler "
                              "fn(tree, target_rows, proposal, rng) -> tokens in it")
+    parser.add_argument("--rule", metavar="NAME", default=None,
+                        help="check a rule of treespec's rule table instead (e.g. univer, "
+                             "sample-match, block, sibling-ratio)")
     parser.add_argument("--scheme", required=True, choices=SCHEMES,
                         help="how the trees' tokens are chosen: top-k (deterministic), i.i.d. "
                              "draws, draws without replacement in node order, or a chain")
@@ -143,7 +153,12 @@ def _guarded(fn, name: str):
 
 
 def _verifier_main(args: argparse.Namespace) -> int:
-    fn = _guarded(load_function(args.target), args.target)
+    if (args.target is None) == (args.rule is None):
+        raise ValueError("give MODULE:FUNCTION or --rule NAME (one of them)")
+    if args.rule is not None:
+        fn = rule_law(args.rule) if args.exact else rule_sampler(args.rule)
+    else:
+        fn = _guarded(load_function(args.target), args.target)
     if args.exact:
         report = check_verifier(law=fn, scheme=args.scheme, cases=args.cases, seed=args.seed)
     else:

@@ -78,7 +78,7 @@ from treespec_sim import DraftTree
 from treespec_sim.policies.sampled import PreparedLaw, draw_children
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.stats import gof_power, gof_test, pooled_gof, tv_interval
-from treespec_sim.verify import RULES, Outcome, verify
+from treespec_sim.verify import RULES, Outcome, VerifierRule, register_rule, verify
 
 from .buggy import BUGGY_VARIANTS, BuggyVariant
 from .enumerate import ROUND_LAWS, extend_law, max_law_gap
@@ -87,8 +87,8 @@ from .worlds import SeededWorld
 
 __all__ = ["DEFAULT_CASES", "DEFAULT_ROUNDS", "EXACT_TOL", "LEVEL", "PLANTED_TV", "SCHEMES",
            "Case", "CaseReport", "Power", "VerifierOutputError", "VerifierReport", "catalogue",
-           "check_verifier", "law_sampler", "make_cases", "plant_loss", "rule_law",
-           "rule_sampler"]
+           "check_rule", "check_verifier", "law_sampler", "make_cases", "plant_loss",
+           "register_checked_rule", "rule_law", "rule_sampler"]
 
 #: The drawing schemes a verifier can be checked on.
 SCHEMES = ("deterministic", "iid", "without_replacement", "chain")
@@ -748,3 +748,67 @@ def catalogue() -> dict[str, tuple[str, BuggyVariant]]:
         if v.scheme in to_checker:
             out[name] = ("chain" if v.chains_only else to_checker[v.scheme], v)
     return out
+
+
+# ----------------------------------------------------------------------------- registration
+def _checker_schemes(rule: VerifierRule) -> tuple[str, ...]:
+    """The checker's schemes for a rule's drawing schemes (a chain-only rule: ``"chain"``;
+    Greedy drafts have no checker scheme)."""
+    if rule.chains_only:
+        return ("chain",)
+    return tuple(s for s in rule.schemes if s in SCHEMES)
+
+
+def _spec_sampler(rule: VerifierRule) -> Sampler:
+    def sample(tree, target_rows, proposal, rng):
+        oracle = ArrayOracle(target_rows, tree)
+        return rule.sample(tree, oracle, rng, proposal if rule.needs_proposal else None)
+    return sample
+
+
+def _spec_law(rule: VerifierRule) -> LawFn:
+    def law(tree, target_rows, proposal):
+        return rule.round_law(tree, ArrayOracle(target_rows, tree),
+                              proposal if rule.needs_proposal else None)
+    return law
+
+
+def check_rule(rule: VerifierRule, *, exact: bool | None = None, rounds: int = DEFAULT_ROUNDS,
+               seed: int = 0) -> dict[str, VerifierReport]:
+    """:func:`check_verifier` of a rule-table entry on each of its schemes the checker knows:
+    exact mode when the rule has a ``round_law`` (unless ``exact=False``), else sampled."""
+    if not isinstance(rule, VerifierRule):
+        raise ValueError(f"rule must be a VerifierRule; got {type(rule).__name__}")
+    schemes = _checker_schemes(rule)
+    if not schemes:
+        raise ValueError(f"rule {rule.name!r}: none of its schemes {rule.schemes} can be "
+                         f"checked (the checker's schemes: {', '.join(SCHEMES)})")
+    use_exact = rule.round_law is not None if exact is None else bool(exact)
+    if use_exact and rule.round_law is None:
+        raise ValueError(f"rule {rule.name!r} has no round_law for the exact check")
+    return {s: (check_verifier(law=_spec_law(rule), scheme=s, seed=seed) if use_exact else
+                check_verifier(_spec_sampler(rule), scheme=s, rounds=rounds, seed=seed))
+            for s in schemes}
+
+
+def register_checked_rule(rule: VerifierRule, *, exact: bool | None = None,
+                          rounds: int = DEFAULT_ROUNDS, seed: int = 0, replace: bool = False
+                          ) -> dict[str, VerifierReport]:
+    """Check ``rule`` (:func:`check_rule`), then add it to the one rule table
+    (:func:`treespec_sim.verify.register_rule`): the methods whose rules are read off the table
+    and the ``verifiers`` family's arms then include it.
+
+    A rule marked lossless that the check finds lossy is refused (``ValueError`` with the worst
+    case); a rule marked lossy is registered as such whatever the check says (it is measured,
+    never run, and its bias is reported). Returns the reports, by scheme.
+    """
+    reports = check_rule(rule, exact=exact, rounds=rounds, seed=seed)
+    if rule.lossless:
+        bad = {s: r for s, r in reports.items() if not r.lossless}
+        if bad:
+            scheme, rep = next(iter(bad.items()))
+            raise ValueError(f"rule {rule.name!r} is marked lossless but the check found a "
+                             f"loss on {scheme!r} draws; not registered (mark it lossless="
+                             f"False to measure it):\n{rep.summary()}")
+    register_rule(rule, replace=replace)
+    return reports

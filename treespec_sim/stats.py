@@ -345,7 +345,7 @@ def tv_interval(counts, probs, *, level: float = LEVEL) -> tuple[float, float, f
 
 
 def gof_power(n: float, tv: float, df: int, alpha: float) -> float:
-    """The least power of :func:`gof_test` at size ``alpha`` against any departure of total
+    r"""The least power of :func:`gof_test` at size ``alpha`` against any departure of total
     variation at least ``tv``, with ``n`` draws (noncentral chi-square, noncentrality
     :math:`4 n\,\mathrm{tv}^2`; asymptotic, as the test's own p-value)."""
     from scipy import stats
