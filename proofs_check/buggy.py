@@ -220,7 +220,7 @@ BUGGY_VARIANTS: dict[str, BuggyVariant] = {v.name: v for v in [
     BuggyVariant("univer_chooser_peeks", "without_replacement", _univer_chooser_peeks,
                  "a step chooser that reads the node's drafted children (reverse iff the "
                  "second draw has more target mass)"),
-    # what engines and ports ship (shared/research/engines.md)
+    # what engines and ports ship (docs/check_your_verifier.md, "The catalogue")
     BuggyVariant("sibling_order_ratio", "top_k", _package_law("sibling-ratio"),
                  "min(1, p/q) per child in sibling order on top-k children, bonus from "
                  "norm((p - q)+) (warpfront/hipfire PR #483)"),
