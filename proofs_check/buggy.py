@@ -172,7 +172,8 @@ class BuggyVariant:
     """A drafting scheme paired with a verifier law that does not match it.
 
     ``chains_only``: the law verifies chains (every node at most one child), and is checked on
-    chain shapes only.
+    chain shapes only. ``shipped``: a rule an engine or a port shipped (the rest are the
+    pitfalls of the verification theory).
     """
 
     name: str
@@ -180,6 +181,7 @@ class BuggyVariant:
     law: LawFn
     description: str
     chains_only: bool = False
+    shipped: bool = False
 
 
 #: Every known-buggy variant, by name.
@@ -223,25 +225,33 @@ BUGGY_VARIANTS: dict[str, BuggyVariant] = {v.name: v for v in [
     # what engines and ports ship (docs/check_your_verifier.md, "The catalogue")
     BuggyVariant("sibling_order_ratio", "top_k", _package_law("sibling-ratio"),
                  "min(1, p/q) per child in sibling order on top-k children, bonus from "
-                 "norm((p - q)+) (warpfront/hipfire PR #483)"),
-    BuggyVariant("sample_match_acc_below_1", "top_k", _package_law("sample-match[acc=0.7]"),
-                 "SGLang sample-and-match with --speculative-accept-threshold-acc 0.7"),
+                 "norm((p - q)+) (warpfront/hipfire PR #483)",
+                 shipped=True),
+    BuggyVariant("sample_match_acc_below_1", "top_k",
+                 _package_law("sample-match[acc=0.7]"),
+                 "SGLang sample-and-match with --speculative-accept-threshold-acc 0.7",
+                 shipped=True),
     BuggyVariant("sample_match_single_below_1", "top_k",
                  _package_law("sample-match[single=0.5]"),
-                 "SGLang sample-and-match with --speculative-accept-threshold-single 0.5"),
+                 "SGLang sample-and-match with --speculative-accept-threshold-single 0.5",
+                 shipped=True),
     BuggyVariant("sample_match_on_iid_draws", "iid", _package_law("sample-match"),
                  "sample-and-match on i.i.d. draws (a duplicate sibling counted twice in the "
-                 "running target sum)"),
+                 "running target sum)",
+                 shipped=True),
     BuggyVariant("block_first_failure", "iid",
                  lambda t, r, q: _block_variant_law(t, r, q, first_failure=True),
                  "block verification stopped at the first failing index instead of taking the "
-                 "largest passing one (vllm-ascend PR #11985 review)", chains_only=True),
+                 "largest passing one (vllm-ascend PR #11985 review)",
+                 chains_only=True, shipped=True),
     BuggyVariant("block_tokenwise_residual", "iid",
                  lambda t, r, q: _block_variant_law(t, r, q, tokenwise_residual=True),
                  "block verification with the bonus from the token-wise residual "
-                 "norm((P - q)+) (vllm-ascend #7807)", chains_only=True),
+                 "norm((P - q)+) (vllm-ascend #7807)",
+                 chains_only=True, shipped=True),
     BuggyVariant("hf_ensemble_weight_0.5", "iid",
                  lambda t, r, q: ensemble_tokenwise_law(t, r, q, weight=0.5),
                  "token-wise chain verification with assistant_ensemble_weight = 0.5 "
-                 "(Hugging Face transformers, DIVERSE): lossy by design", chains_only=True),
+                 "(Hugging Face transformers, DIVERSE): lossy by design",
+                 chains_only=True, shipped=True),
 ]}
