@@ -830,7 +830,7 @@ ENGINE_SHAPES = ("ddtree64", "tsubame64", "chain")
 def engines_preset() -> VerifierGrid:
     """``--preset verifiers-engines``: every rule, the engines' included, on DDTree, Tsubame
     and chain trees of every calibrated regime at ``T = 1``."""
-    return VerifierGrid(paper_regimes(), shapes=ENGINE_SHAPES, temperatures=(1.0,), rounds=120,
+    return VerifierGrid(paper_regimes(), shapes=ENGINE_SHAPES, temperatures=(1.0,), rounds=600,
                         worlds=3)
 
 
