@@ -37,7 +37,12 @@ Command line::
 
     python -m treespec_sim.logs show FILE
     python -m treespec_sim.logs compare FILE --regime math500 --out runs/cmp
-    python -m treespec_sim.logs fit FILE --base math500 --out fitted.json
+    python -m treespec_sim.logs fit FILE --base math500 --fit-out fitted.json
+
+The log's method key and its decode's temperature are ``--log-method`` and
+``--log-temperature`` in every command that reads a log (``compare``, ``fit`` and
+``python -m treespec_sim.calibrate --from-log``); ``compare`` and ``fit`` also take them as
+``--method`` and ``--temperature``.
 """
 
 from __future__ import annotations
@@ -991,6 +996,20 @@ def write_fit(path: Path | str, fit: LogFit) -> Path:
 
 
 # ----------------------------------------------------------------------------- CLI
+def add_log_arguments(ap: argparse.ArgumentParser, *, short: bool, what: str) -> None:
+    """``--log-method KEY`` and ``--log-temperature T`` (with ``short``, also spelled
+    ``--method`` and ``--temperature``): the same names in every command that reads a log;
+    ``what`` starts their help (``"with --from-log: "``)."""
+    ap.add_argument("--log-method", *(["--method"] if short else []), dest="log_method",
+                    metavar="KEY", default=None,
+                    help=f"{what}the log's method key (default: its largest DDTree budget, "
+                         "else caddtree, else dflash; `show` lists them)")
+    ap.add_argument("--log-temperature", *(["--temperature"] if short else []),
+                    dest="log_temperature", type=temperature, default=None, metavar="T",
+                    help=f"{what}the decode's temperature where the log does not say "
+                         "(default 0)")
+
+
 def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = True) -> None:
     """The options of a fit to a log (``python -m treespec_sim.calibrate --from-log FILE`` and,
     the file positional, ``python -m treespec_sim.logs fit FILE``)."""
@@ -1000,12 +1019,8 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                              "(benchmark.py --save-path .pt, CaDDTree tree traces, JetSpec "
                              ".jsonl; docs/traces.md, 'Public logs') instead of the published "
                              "cells (default: none, the published cells)")
-    ap.add_argument("--log-method", metavar="KEY", default=None,
-                    help="with --from-log: the log's method key (default: its largest DDTree "
-                         "budget, else caddtree, else dflash)")
-    ap.add_argument("--log-temperature", type=temperature, default=None, metavar="T",
-                    help="with --from-log: the decode's temperature where the log does not say "
-                         "(default 0)")
+    add_log_arguments(ap, short=not file_option,
+                      what="with --from-log: " if file_option else "")
     ap.add_argument("--base", metavar="REGIME", default=None,
                     help="with --from-log: the regime whose other knobs are kept (default: "
                          "math500 if calibrated, else mid-entropy)")
@@ -1022,6 +1037,17 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                          "%(default)s, a fast world)")
 
 
+def _log_temperature(log, given: float | None) -> float:
+    """The decode's temperature: the log's, else ``--log-temperature``, else 0; a given one
+    that contradicts the log's is refused (naming both)."""
+    if log.temperature is None:
+        return 0.0 if given is None else given
+    if given is not None and given != log.temperature:
+        raise ValueError(f"--log-temperature {given:g}: the log records T = "
+                         f"{log.temperature:g} (give none, or that one)")
+    return log.temperature
+
+
 def _default_base() -> str:
     return "math500" if "math500" in REGIMES else "mid-entropy"
 
@@ -1031,7 +1057,7 @@ def from_log_main(args: argparse.Namespace, *, contexts: int | None = None,
     """Fit a regime to ``args.from_log`` and write it (the ``--from-log`` dispatch)."""
     log = read_log(args.from_log, args.log_method)
     method, budget, rule = guess_method(log)
-    t = log.temperature if log.temperature is not None else (args.log_temperature or 0.0)
+    t = _log_temperature(log, args.log_temperature)
     base = resolve_regime(args.base or _default_base())
     depth = log.depth if log.depth is not None else max(base.depth, log.max_tau - 1)
     fit = fit_log(log, base=base, method=method, budget=budget, temperature=t, rule=rule,
@@ -1063,11 +1089,9 @@ def build_parser() -> OneLineParser:
     c.add_argument("file")
     c.add_argument("--regime", required=True,
                    help="a regime name or a fitted regime's .json file (required)")
-    c.add_argument("--method", default=None, help="the log's method key (default: see show)")
+    add_log_arguments(c, short=True, what="")
     c.add_argument("--budget", type=positive_int, default=None,
                    help="the regime's tree budget (default: the one the log's method names)")
-    c.add_argument("--temperature", type=temperature, default=None,
-                   help="the regime's temperature (default: the log's, else 0)")
     c.add_argument("--contexts", type=positive_int, default=128,
                    help="regime contexts (default: %(default)s)")
     c.add_argument("--vocab", type=positive_int, default=None,
@@ -1103,10 +1127,10 @@ def _show(path: str) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-    log = read_log(args.file, args.method)
+    log = read_log(args.file, args.log_method)
     method, budget, rule = guess_method(log)
     budget = args.budget or budget
-    t = args.temperature if args.temperature is not None else (log.temperature or 0.0)
+    t = _log_temperature(log, args.log_temperature)
     spec = resolve_regime(args.regime)
     depth = log.depth if log.depth is not None else max(spec.depth, log.max_tau - 1)
     dist = regime_distribution(spec, method=method, budget=budget, temperature=t, rule=rule,

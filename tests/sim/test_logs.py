@@ -250,3 +250,31 @@ def test_the_logs_fit_command_writes_the_fitted_regime(tmp_path, capsys):
     spec = logs.resolve_regime(str(out))
     assert spec.depth == 15 and spec.vocab_size == 8  # the log's block depth, the fit's V
     assert "wrote" in capsys.readouterr().out
+
+
+def test_every_command_that_reads_a_log_takes_the_same_option_names():
+    """--log-method and --log-temperature in logs compare, logs fit and calibrate --from-log;
+    compare and fit also take --method and --temperature (issue 42)."""
+    from treespec_sim.calibrate import build_parser as calibrate_parser
+
+    compare = logs.build_parser().parse_args(["compare", "f", "--regime", "r", "--log-method",
+                                              "dflash", "--log-temperature", "1"])
+    short = logs.build_parser().parse_args(["compare", "f", "--regime", "r", "--method",
+                                            "dflash", "--temperature", "1"])
+    fit = logs.build_parser().parse_args(["fit", "f", "--method", "dflash", "--temperature",
+                                          "1", "--fit-out", "x.json"])
+    cal = calibrate_parser().parse_args(["--from-log", "f", "--log-method", "dflash",
+                                         "--log-temperature", "1"])
+    for args in (compare, short, fit, cal):
+        assert (args.log_method, args.log_temperature) == ("dflash", 1.0)
+    assert "--fit-out" in logs.__doc__ and "--base math500 --out" not in logs.__doc__
+
+
+def test_a_temperature_that_contradicts_the_log_is_refused(capsys):
+    log = logs.read_log(FIX / "ddtree_benchmark.pt", None)
+    if log.temperature is None:
+        pytest.skip("the fixture does not record its temperature")
+    other = 1.0 if log.temperature == 0.0 else 0.0
+    assert logs.main(["compare", str(FIX / "ddtree_benchmark.pt"), "--regime", "small",
+                      "--contexts", "4", "--log-temperature", str(other)]) == 2
+    assert "the log records T =" in capsys.readouterr().err
