@@ -30,7 +30,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from ..engine import run_round
-from ..methods import METHODS, lossless_rules, rules_for
+from ..methods import METHODS, get_method, lossless_rules, rules_for
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
 from ..validation import check_temperature
@@ -379,7 +379,10 @@ def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
         for j, arm in enumerate(arms):
             method = _method_of(tree, arm)
             rule = arm.rule if arm.lossless else lossless_rules(method, temperature)[0]
-            key = (method, SCHEME_FOR_RULE.get(rule, ""))
+            # one tree per drawing scheme: a by-rule method draws by its rule's scheme, any
+            # other draws one tree for all its rules (block shares RRS's chain: paired)
+            scheme = get_method(method)[0].scheme
+            key = (method, SCHEME_FOR_RULE[rule] if scheme == "by-rule" else scheme)
             if key not in drafted:
                 drafted[key] = run_round(world, ctx, method=method, budget=budget, rule=rule,
                                          temperature=temperature, rng=rng, sample=False)
@@ -895,7 +898,7 @@ ENGINE_SHAPES = ("ddtree64", "tsubame64", "chain")
 def engines_preset() -> VerifierGrid:
     """``--preset verifiers-engines``: every rule, the engines' included, on DDTree, Tsubame
     and chain trees of every calibrated regime at ``T = 1``."""
-    return VerifierGrid(paper_regimes(), shapes=ENGINE_SHAPES, temperatures=(1.0,), rounds=600,
+    return VerifierGrid(paper_regimes(), shapes=ENGINE_SHAPES, temperatures=(1.0,), rounds=300,
                         worlds=3)
 
 
