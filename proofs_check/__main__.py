@@ -23,9 +23,9 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from treespec_sim.cli import OneLineParser, add_debug, add_json_flag, add_seed, positive_int, run
+from treespec_sim.files import check_file
 
 from .checker import (
     DEFAULT_CASES,
@@ -108,9 +108,7 @@ def load_function(target: str):
         raise ValueError(f"expected MODULE:FUNCTION (e.g. my_verifier.py:verify); got "
                          f"{target!r}")
     if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
-        path = Path(module_name)
-        if not path.is_file():
-            raise ValueError(f"no such file: {module_name}")
+        path = check_file(module_name, "verifier module")
         spec = importlib.util.spec_from_file_location(f"_checked_{path.stem}", path)
         if spec is None or spec.loader is None:
             raise ValueError(f"cannot load {module_name} as a Python module")

@@ -78,6 +78,12 @@ from treespec_sim import DraftTree
 from treespec_sim.policies.sampled import PreparedLaw, draw_children
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.stats import gof_power, gof_test, pooled_gof, tv_interval
+from treespec_sim.validation import (
+    check_flag,
+    check_nonnegative_int,
+    check_positive_int,
+    check_real,
+)
 from treespec_sim.verify import RULES, Outcome, VerifierRule, register_rule, verify
 
 from .buggy import BUGGY_VARIANTS, BuggyVariant
@@ -608,12 +614,11 @@ def check_verifier(fn: Sampler | None = None, *, scheme: str, law: LawFn | None 
     _check_scheme(scheme)
     if (fn is None) == (law is None):
         raise ValueError("pass exactly one of fn (a sampler) and law (an exact round law)")
-    for name, value in (("rounds", rounds), ("cases", cases)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
-    if not 0 < level < 1:
+    rounds = check_positive_int(rounds, "rounds")
+    cases = check_positive_int(cases, "cases")
+    seed = check_nonnegative_int(seed, "seed")
+    planted = check_flag(planted, "planted")
+    if check_real(level, "level", strict=True) >= 1:
         raise ValueError(f"level must be in (0, 1); got {level!r}")
     start = time.perf_counter()
     if law is not None:
