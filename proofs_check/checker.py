@@ -93,8 +93,8 @@ from .worlds import SeededWorld
 
 __all__ = ["DEFAULT_CASES", "DEFAULT_ROUNDS", "EXACT_TOL", "LEVEL", "PLANTED_TV", "SCHEMES",
            "Case", "CaseReport", "Power", "VerifierOutputError", "VerifierReport", "catalogue",
-           "check_rule", "check_verifier", "law_sampler", "make_cases", "plant_loss",
-           "register_checked_rule", "rule_law", "rule_sampler"]
+           "check_rule", "check_verifier", "draft_round", "law_sampler", "make_cases",
+           "plant_loss", "register_checked_rule", "rule_law", "rule_sampler"]
 
 #: The drawing schemes a verifier can be checked on.
 SCHEMES = ("deterministic", "iid", "without_replacement", "chain")
@@ -210,8 +210,8 @@ def make_cases(scheme: str, *, cases: int = DEFAULT_CASES, seed: int = 0,
     return out
 
 
-def _draft(case: Case, scheme: str, context: tuple[int, ...], rng: np.random.Generator
-           ) -> tuple[DraftTree, np.ndarray, np.ndarray]:
+def draft_round(case: Case, scheme: str, context: tuple[int, ...], rng: np.random.Generator
+                ) -> tuple[DraftTree, np.ndarray, np.ndarray]:
     """One round's tree of the case's shape at ``context``: ``(tree, target rows, proposal
     rows)``, the proposal NaN at leaves.
 
@@ -522,10 +522,10 @@ def _sampled_case(fn: Sampler, case: Case, scheme: str, rounds: int, seed: int
         while len(context) < goal:
             if scheme == "deterministic":
                 if context not in cache:
-                    cache[context] = _draft(case, scheme, context, rng)
+                    cache[context] = draft_round(case, scheme, context, rng)
                 tree, rows, prop = cache[context]
             else:
-                tree, rows, prop = _draft(case, scheme, context, rng)
+                tree, rows, prop = draft_round(case, scheme, context, rng)
             out = fn(tree, rows.copy(), prop.copy(), rng)
             context = context + _tokens(out, tree, vocab, case)
             calls += 1
