@@ -41,13 +41,21 @@ def test_bring_your_own_drafter_and_target_runs_as_written(capsys):
 
 def test_result_page_configs_load_and_match_their_runs():
     """The committed per-family configs are valid and are the ones their pages were run with."""
-    for name, family in (("stochastic", "stochastic"), ("verifiers", "verifiers")):
+    for name, family in (("stochastic", "stochastic"), ("verifiers", "verifiers"),
+                         ("verifiers_engines", "verifiers")):
         plan = load_config(DOCS / "results" / f"{name}.toml")
         assert [g.family for g in plan.grids] == [family]
         recorded = json.loads((DOCS / "results" / name / "run.json").read_text())["plan"]
         assert recorded[family] == plan.to_dict()[family]
         assert recorded[family]["worlds"] >= 3
 
+
+
+def test_the_engines_preset_is_its_committed_config():
+    """``--preset verifiers-engines`` runs the grid of docs/results/verifiers_engines.toml."""
+    from treespec_sim.families.verifiers import engines_preset
+
+    assert load_config(DOCS / "results" / "verifiers_engines.toml").grids == (engines_preset(),)
 
 # ------------------------------------------------------------------ tables that a command produces
 # Issue 22 item 8: every table in the docs that a command produces names that command, and the
