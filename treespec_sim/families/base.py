@@ -81,7 +81,8 @@ COLUMNS = (
     "lost_uncovered", "lost_budget", "lost_depth_cap",
     "rel_to_baseline", "rel_ci_low", "rel_ci_high", "rel_world_means", "rel_world_ci_low",
     "rel_world_ci_high", "baseline", "rel_traversal", "rel_traversal_ci_low",
-    "rel_traversal_ci_high", "diff_to_baseline", "diff_ci_low", "diff_ci_high",
+    "rel_traversal_ci_high", "lossless", "first_token_tv", "first_token_tv_ci_low",
+    "first_token_tv_ci_high", "diff_to_baseline", "diff_ci_low", "diff_ci_high",
     "diff_contexts", "wall_s",
 )
 
