@@ -642,10 +642,12 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
 # ---------------------------------------------------------------------------------- protocol
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure of a family: its title (on the results page) and how to draw it."""
+    """One figure of a family: its title (on the results page), how to draw it, and which
+    runs have it (``applies(rows)``; default: every run with rows of the family)."""
 
     title: str
     draw: Callable[[list[dict], Path], None]
+    applies: Callable[[list[dict]], bool] = bool
 
 
 @runtime_checkable

@@ -76,6 +76,7 @@ from .render import interval_label as render_interval
 __all__ = [
     "ARMS",
     "CLAIM_RANGE",
+    "ENGINE_BARS",
     "Arm",
     "GainResult",
     "TreeSpec",
@@ -89,11 +90,13 @@ __all__ = [
     "engines_preset",
     "figures",
     "grid",
+    "has_engine_rows",
     "interval_label",
     "is_lossless",
     "measure",
     "name",
     "parse_tree",
+    "plot_engine_rules",
     "plot_verifier_gains",
     "preset",
     "preset_note",
@@ -726,6 +729,8 @@ def _tree_label(method: str) -> str:
         return f"recorded {method.split()[1].split('[')[0]} {inner}"
     if method.startswith("tsubame"):
         return f"Tsubame {inner}"
+    if method.startswith("sampled-ddtree"):
+        return f"DDTree shape, drawn {inner}"
     return inner.replace("x", " wide × ") + " deep"
 
 
@@ -801,8 +806,78 @@ def interval_label(rows: list[dict]) -> str:
     return render_interval(rows, "percentile-bootstrap interval", VerifierGrid.unit)
 
 
+#: The bars of :func:`plot_engine_rules`: (row method prefix, rule, legend label), by tree.
+ENGINE_BARS = (
+    ("ddtree[", "follow", "DDTree tree: follow = tev = sample-match"),
+    ("ddtree[", "sample-match[acc=0.7]", "DDTree tree: SGLang acc = 0.7"),
+    ("ddtree[", "sample-match[single=0.5]", "DDTree tree: SGLang single = 0.5"),
+    ("ddtree[", "sibling-ratio", "DDTree tree: sibling-order min(1, p/q)"),
+    ("sampled-ddtree[", "rrsw", "DDTree shape drawn: RRSw"),
+    ("sampled-ddtree[", "univer", "DDTree shape drawn: UniVer"),
+    ("tsubame-rrsw[", "rrsw", "Tsubame: RRSw"),
+    ("tsubame-rrsw[", "univer", "Tsubame: UniVer"),
+    ("sampled-chain-corrected", "rrs", "drafter's chain: token-wise RRS"),
+    ("sampled-chain-corrected", "block", "drafter's chain: block"),
+)
+
+
+def has_engine_rows(rows: list[dict]) -> bool:
+    """Whether a run has DDTree or chain cells (the trees only the engines' preset runs)."""
+    return any(str(r["method"]).startswith(("ddtree[", "sampled-chain-corrected"))
+               for r in rows)
+
+
+def plot_engine_rules(rows: list[dict], path: Path) -> None:
+    """E[τ] of the rules a DDTree port chooses between, per regime, with 95% t-interval bars.
+
+    One panel per regime, one bar per :data:`ENGINE_BARS` entry the run has; a lossy rule's
+    bar is hatched and labelled with its first-token TV (its E[τ] is apparent).
+    """
+    import matplotlib.pyplot as plt
+
+    regimes = list(dict.fromkeys(r["regime"] for r in rows if has_engine_rows([r])))
+    cols = 1 if len(regimes) == 1 else 2
+    nrows = -(-len(regimes) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.2 * cols, 2.6 * nrows + 1.6),
+                             squeeze=False, layout="constrained")
+    # one hue per tree, the first rule of a pair lighter
+    colors = ("C0", "C3", "C3", "C3", "#fdbf6f", "C1", "#98df8a", "C2", "#c7c7c7", "C7")
+    for ax, regime in zip(axes.flat, regimes, strict=False):
+        for j, (prefix, rule, label) in enumerate(ENGINE_BARS):
+            hit = [r for r in rows if r["regime"] == regime and r["verifier"] == rule
+                   and str(r["method"]).startswith(prefix)]
+            if not hit:
+                continue
+            r = hit[0]
+            y, lo, hi = (float(r[k]) for k in ("tau_mean", "tau_ci_low", "tau_ci_high"))
+            lossy = not is_lossless(r)
+            ax.bar(j, y, 0.8, yerr=[[y - lo], [hi - y]], capsize=2, color=colors[j],
+                   alpha=0.45 if lossy else 0.9, hatch="//" if lossy else None,
+                   edgecolor="black" if lossy else None, label=label)
+            if lossy:
+                ax.annotate(f"TV {float(r['first_token_tv']):.2f}", (j, hi), ha="center",
+                            va="bottom", fontsize=6.5)
+        ax.set_xticks([])
+        ax.set_title(regime, fontsize=10)
+        ax.set_ylabel("E[τ] (lossy: apparent)")
+        ax.set_ylim(0, None)
+        ax.margins(y=0.12)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(regimes):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure_legend(fig, handles, labels, max_cols=2,
+                  title=f"T = 1, B = 64; hatched: lossy (E[τ] apparent, first-token TV above "
+                        f"the bar); bars: 95% t-interval over {interval_units(rows[0])[0]} "
+                        "contexts")
+    save_figure(fig, path)
+
+
 #: File name -> figure.
-figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains)}
+figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains),
+           "engine_rules.png": FigureSpec("the rules a DDTree port chooses between at T > 0 "
+                                          "(E[τ]; lossy rules hatched, with their bias)",
+                                          plot_engine_rules, has_engine_rows)}
 
 
 # ----------------------------------------------------------------------------------- claims
