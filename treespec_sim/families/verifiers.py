@@ -14,6 +14,14 @@ the per-world means give the between-world ones (:meth:`GainResult.world_ratios`
 Each fill is one :func:`treespec_sim.engine.run_round` with method ``sampled-tree[WxD]``,
 ``greedy-tree[WxD]`` or ``tsubame-rrsw`` (``python -m treespec_sim.sweep --preset verifiers``).
 
+The trees an engine's DDTree port verifies (``"ddtreeB"``, ``"chain"``; ``--preset
+verifiers-engines``) add the engines' rules: DDTree's own deterministic tree under every rule
+for deterministic trees, lossless (``follow``, ``tev``, SGLang's ``sample-match``) and lossy
+(SGLang's thresholds below 1, the sibling-order ratio rule: apparent E[τ] and first-token
+bias, never in a claim), DDTree's shape filled by draws, and the drafter's chain under
+token-wise RRS and block verification. The arms of every tree are read off the rule table
+(:func:`arms_for`).
+
 UniVer (Weng, Hu & Yairi 2026) reports +4.2-8.5% acceptance length over RRSw. Gains of the UniVer
 rules over Traversal on the same trees are reported too (``GainResult.gain_vs_traversal``).
 Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/univer.md``).
@@ -519,8 +527,9 @@ def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regi
 
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
-    """Every arm of :data:`ARMS` on the same trees of every world (:func:`measure`); one row
-    per arm, gains relative to RRSw (and to Traversal for the UniVer rules). On a trace, the
+    """Every arm of :func:`arms_for` on the same trees of every world (:func:`measure`); one
+    row per arm, gains relative to the tree's baseline (RRSw; RRS on chains), and to Traversal
+    for the UniVer rules; lossy arms with their first-token bias. On a trace, the
     recorded sampled tree of every recorded round under every rule lossless for its draws
     (:func:`measure_trace`)."""
     tree = parse_tree(cell.option)
