@@ -85,6 +85,7 @@ __all__ = [
     "ARMS",
     "CLAIM_RANGE",
     "ENGINE_BARS",
+    "SIDE_STREAM",
     "Arm",
     "GainResult",
     "TreeSpec",
@@ -361,13 +362,19 @@ def _method_of(tree: TreeSpec, arm: Arm) -> str:
     return f"{arm.method}[{tree.width}x{tree.depth}]" if tree.kind == "k-ary" else arm.method
 
 
+#: Methods whose trees draw from a child stream of a cell's generator (``rng.spawn``), not
+#: the generator itself: arms added to a kind of tree that had results before them.
+SIDE_STREAM = ("tsubame-rrs",)
+
+
 def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Per-round exact :math:`E[\tau]`, first-token bias and tree size of every arm of
     :func:`arms_for` on ``rounds`` fresh contexts of ``world``.
 
     Arms of one method share one drafted tree per round (a rule-driven fill, one per drawing
-    scheme); a lossy arm is measured on the tree its method drafts for its first lossless rule
+    scheme; the methods of :data:`SIDE_STREAM` draw from a child stream of ``rng``); a lossy
+    arm is measured on the tree its method drafts for its first lossless rule
     (:meth:`~treespec_sim.engine.Round.lossy_facts`: apparent E[τ], first-token TV).
 
     Returns
@@ -384,6 +391,9 @@ def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
     bias = np.zeros((rounds, len(arms)))
     sizes = np.zeros((rounds, len(arms)))
     budget = tree.budget if tree.kind in ("tsubame", "ddtree") else None
+    # Tsubame's i.i.d. fill draws from a stream of its own, so that adding its arm left the
+    # contexts and trees of the other arms (and their numbers) as they were
+    side = rng.spawn(1)[0]
     for i in range(rounds):
         ctx = world.sample_context(rng)
         drafted = {}
@@ -395,8 +405,9 @@ def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
             scheme = get_method(method)[0].scheme
             key = (method, SCHEME_FOR_RULE[rule] if scheme == "by-rule" else scheme)
             if key not in drafted:
+                draws = side if method in SIDE_STREAM else rng
                 drafted[key] = run_round(world, ctx, method=method, budget=budget, rule=rule,
-                                         temperature=temperature, rng=rng, sample=False)
+                                         temperature=temperature, rng=draws, sample=False)
             rnd = drafted[key]
             sizes[i, j] = rnd.tree.size
             if arm.lossless:
