@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treespec_sim import cost, logs, trace
+from treespec_sim import acceptance, cost, trace
 from treespec_sim.files import LIMITS, MAX_TRACE_BYTES, parse_bytes
 from treespec_sim.sweep import load_config, main
 from treespec_sim.synth.regimes import load_calibrated
@@ -350,7 +350,7 @@ def _calibration_cases(d: Path) -> dict[str, Path]:
 def _cli(reader: str, path: Path, out: Path) -> list[str]:
     py = [sys.executable, "-m"]
     if reader in ("pt", "jsonl"):
-        return [*py, "treespec_sim.logs", "show", str(path)]
+        return [*py, "treespec_sim.acceptance", "show", str(path)]
     if reader == "trace":
         return [*py, "treespec_sim.sweep", "--trace", str(path), "--out", str(out)]
     if reader == "latency":
@@ -435,7 +435,7 @@ def test_the_bombs_are_refused_for_their_size_not_for_running_out_of_memory(craf
     for name in ("pt-zero-stride-bomb", "pt-compressed-storage-bomb"):
         monkeypatch.setenv("TREESPEC_MAX_LOG_BYTES", "64M")
         with pytest.raises(ValueError, match="TREESPEC_MAX_LOG_BYTES raises it"):
-            logs.read_logs(crafted[name][1])
+            acceptance.read_logs(crafted[name][1])
     monkeypatch.setenv("TREESPEC_MAX_TRACE_BYTES", "64M")
     for name in ("trace-header-claims-huge", "trace-compressed-bomb"):
         with pytest.raises(ValueError, match="set TREESPEC_MAX_TRACE_BYTES to raise it"):
@@ -477,8 +477,8 @@ def _calibration_read(path):
 
 #: reader -> (a valid file, the API call)
 _READERS = {
-    "pt": (FIX / "ddtree_benchmark.pt", logs.read_logs),
-    "jsonl": (FIX / "jetspec_accum_logp.jsonl", logs.read_logs),
+    "pt": (FIX / "ddtree_benchmark.pt", acceptance.read_logs),
+    "jsonl": (FIX / "jetspec_accum_logp.jsonl", acceptance.read_logs),
     "trace": (SHIPPED_TRACE, trace.load),
     "latency": (ROOT / "real_models" / "profiles" / "cpu_tiny.json", cost.load_cost_model),
     "config": (ROOT / "docs" / "results" / "verifiers.toml", load_config),

@@ -22,7 +22,7 @@ from treespec_sim.validation import check_budget, check_positive_int, check_temp
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
-              "treespec_sim.logs",
+              "treespec_sim.acceptance",
               "proofs_check.__main__", "bench_caddtree", "bench_sampled_fill", "bench_sweep",
               "bench_verification", "bench_verifiers")
 #: Every entry point and its ``prog`` (the benchmarks as scripts, the rest with ``-m``).
@@ -30,7 +30,7 @@ ENTRY_POINTS = {
     "treespec_sim.sweep": "python -m treespec_sim.sweep",
     "treespec_sim.calibrate": "python -m treespec_sim.calibrate",
     "treespec_sim.report": "python -m treespec_sim.report",
-    "treespec_sim.logs": "python -m treespec_sim.logs",
+    "treespec_sim.acceptance": "python -m treespec_sim.acceptance",
     "proofs_check.__main__": "python -m proofs_check",
     "real_models.validate": "python -m real_models.validate",
     "real_models.profile": "python -m real_models.profile",

@@ -35,9 +35,9 @@ between the two CDFs, minimised by Nelder-Mead on common random numbers), not on
 
 Command line::
 
-    python -m treespec_sim.logs show FILE
-    python -m treespec_sim.logs compare FILE --regime math500 --out runs/cmp
-    python -m treespec_sim.logs fit FILE --base math500 --out fitted.json
+    python -m treespec_sim.acceptance show FILE
+    python -m treespec_sim.acceptance compare FILE --regime math500 --out runs/cmp
+    python -m treespec_sim.acceptance fit FILE --base math500 --out fitted.json
 """
 
 from __future__ import annotations
@@ -993,7 +993,7 @@ def write_fit(path: Path | str, fit: LogFit) -> Path:
 # ----------------------------------------------------------------------------- CLI
 def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = True) -> None:
     """The options of a fit to a log (``python -m treespec_sim.calibrate --from-log FILE`` and,
-    the file positional, ``python -m treespec_sim.logs fit FILE``)."""
+    the file positional, ``python -m treespec_sim.acceptance fit FILE``)."""
     if file_option:
         ap.add_argument("--from-log", metavar="FILE", default=None,
                         help="fit a regime to a public log's acceptance-length histogram "
@@ -1050,8 +1050,8 @@ def from_log_main(args: argparse.Namespace, *, contexts: int | None = None,
 
 
 def build_parser() -> OneLineParser:
-    """The parser of ``python -m treespec_sim.logs``."""
-    ap = OneLineParser(prog="python -m treespec_sim.logs",
+    """The parser of ``python -m treespec_sim.acceptance``."""
+    ap = OneLineParser(prog="python -m treespec_sim.acceptance",
                        description="Read public per-round logs (DDTree/TEV/CaDDTree "
                                    "benchmark.py --save-path, JetSpec jsonl), compare their "
                                    "acceptance-length histogram with a regime's, fit a regime.")
@@ -1135,7 +1135,7 @@ def _body(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m treespec_sim.logs show|compare|fit``."""
+    """``python -m treespec_sim.acceptance show|compare|fit``."""
     return run_subcommand(build_parser(), argv, _body)
 
 

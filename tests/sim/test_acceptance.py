@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treespec_sim import engine, logs, synth
+from treespec_sim import acceptance, engine, synth
 from treespec_sim.calibrate import main as calibrate_main
 from treespec_sim.stats import mean_ci
 
@@ -26,7 +26,7 @@ EXPECTED = json.loads((FIX / "expected.json").read_text())
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_fixture_reads_back_the_lengths_written(name):
     exp = EXPECTED[name]
-    got = {lg.method: lg for lg in logs.read_logs(FIX / name)}
+    got = {lg.method: lg for lg in acceptance.read_logs(FIX / name)}
     assert set(got) == set(exp["methods"])
     for method, per_response in exp["methods"].items():
         lg = got[method]
@@ -46,7 +46,7 @@ def test_every_fixture_reads_back_the_lengths_written(name):
 
 
 def test_the_mean_interval_is_over_responses():
-    lg = logs.read_log(FIX / "ddtree_benchmark.pt", "dflash")
+    lg = acceptance.read_log(FIX / "ddtree_benchmark.pt", "dflash")
     per = EXPECTED["ddtree_benchmark.pt"]["methods"]["dflash"]
     ci = mean_ci([np.asarray(r, dtype=float) for r in per])
     m = lg.mean()
@@ -55,24 +55,24 @@ def test_the_mean_interval_is_over_responses():
 
 
 def test_the_default_method_is_the_speculative_one_and_names_are_checked():
-    assert logs.read_log(FIX / "ddtree_benchmark.pt").method == "ddtree_tb64"
-    assert logs.read_log(FIX / "caddtree_traces.pt").method == "caddtree"
+    assert acceptance.read_log(FIX / "ddtree_benchmark.pt").method == "ddtree_tb64"
+    assert acceptance.read_log(FIX / "caddtree_traces.pt").method == "caddtree"
     with pytest.raises(ValueError, match=r"method 'tb9' is not in .*: baseline, dflash, "
                                          "ddtree_tb64"):
-        logs.read_log(FIX / "ddtree_benchmark.pt", "tb9")
-    assert logs.guess_method(logs.read_log(FIX / "ddtree_benchmark.pt")) == ("ddtree", 64,
+        acceptance.read_log(FIX / "ddtree_benchmark.pt", "tb9")
+    assert acceptance.guess_method(acceptance.read_log(FIX / "ddtree_benchmark.pt")) == ("ddtree", 64,
                                                                                "follow")
-    assert logs.guess_method(logs.read_log(FIX / "ddtree_benchmark.pt", "dflash"))[0] == "chain"
-    assert logs.guess_method(logs.read_log(FIX / "caddtree_traces.pt"))[:2] == ("caddtree", 1024)
+    assert acceptance.guess_method(acceptance.read_log(FIX / "ddtree_benchmark.pt", "dflash"))[0] == "chain"
+    assert acceptance.guess_method(acceptance.read_log(FIX / "caddtree_traces.pt"))[:2] == ("caddtree", 1024)
     with pytest.raises(ValueError, match="autoregressive"):
-        logs.guess_method(logs.read_log(FIX / "ddtree_benchmark.pt", "baseline"))
+        acceptance.guess_method(acceptance.read_log(FIX / "ddtree_benchmark.pt", "baseline"))
 
 
 def test_a_pickle_that_names_another_global_is_refused_and_never_run(tmp_path, monkeypatch):
     ran = []
     monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
     with pytest.raises(ValueError, match=r"refuses the global (posix|os|nt)\.system"):
-        logs.read_logs(FIX / "malicious.pt")
+        acceptance.read_logs(FIX / "malicious.pt")
     assert ran == []
 
     buf = pickle.dumps({"responses": [{"dflash": collections.Counter(a=1)}]}, protocol=2)
@@ -80,7 +80,7 @@ def test_a_pickle_that_names_another_global_is_refused_and_never_run(tmp_path, m
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("other/data.pkl", buf)
     with pytest.raises(ValueError, match=r"refuses the global collections\.Counter"):
-        logs.read_logs(path)
+        acceptance.read_logs(path)
 
 
 @pytest.mark.parametrize("text, match", [
@@ -95,17 +95,17 @@ def test_malformed_logs_are_refused_naming_the_line(tmp_path, text, match):
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(ValueError, match=match):
-        logs.read_logs(path)
+        acceptance.read_logs(path)
 
 
 def test_a_missing_file_and_a_zip_without_a_pickle_are_named(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
-        logs.read_logs(tmp_path / "none.pt")
+        acceptance.read_logs(tmp_path / "none.pt")
     path = tmp_path / "empty.pt"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("x/version", "3")
     with pytest.raises(ValueError, match=r"without data\.pkl"):
-        logs.read_logs(path)
+        acceptance.read_logs(path)
 
 
 def test_tensors_read_as_torch_wrote_them(tmp_path):
@@ -117,9 +117,9 @@ def test_tensors_read_as_torch_wrote_them(tmp_path):
     c = torch.tensor([[0.1, 0.2]], dtype=torch.float32)
     path = tmp_path / "t.pt"
     torch.save({"x": SimpleNamespace(a=a, b=b, c=c, n=3)}, path)
-    got = logs.load_torch_save(path)
+    got = acceptance.load_torch_save(path)
     rec = got["x"]
-    assert isinstance(rec, logs.Record) and rec.n == 3
+    assert isinstance(rec, acceptance.Record) and rec.n == 3
     assert np.array_equal(rec.a, a.numpy())
     assert np.array_equal(rec.b, b.float().numpy())
     assert np.array_equal(rec.c, c.numpy())
@@ -128,7 +128,7 @@ def test_tensors_read_as_torch_wrote_them(tmp_path):
 def test_the_regime_law_is_exact_per_context():
     """Under follow, a context's law is its exit mass by depth: it sums to 1 and its mean is
     the round's exact E[tau]; the distribution averages them over the contexts drawn."""
-    dist = logs.regime_distribution("small", method="ddtree", budget=6, temperature=1.0,
+    dist = acceptance.regime_distribution("small", method="ddtree", budget=6, temperature=1.0,
                                     contexts=12, worlds=2, seed=3)
     assert dist.probs.shape == (synth.REGIMES["small"].depth + 1,)
     assert dist.probs.sum() == pytest.approx(1.0)
@@ -146,18 +146,18 @@ def test_the_regime_law_is_exact_per_context():
 
 
 def test_compare_reports_distances_that_are_zero_against_itself():
-    lg = logs.read_log(FIX / "ddtree_benchmark.pt", "dflash")
-    dist = logs.regime_distribution("small", method="chain", budget=None, contexts=8, seed=0,
+    lg = acceptance.read_log(FIX / "ddtree_benchmark.pt", "dflash")
+    dist = acceptance.regime_distribution("small", method="chain", budget=None, contexts=8, seed=0,
                                     depth=15)
-    c = logs.compare(lg, dist)
+    c = acceptance.compare(lg, dist)
     p, q = c.log_probs, c.model_probs
     assert c.tv == pytest.approx(0.5 * np.abs(p - q).sum())
     assert c.ks == pytest.approx(np.abs(np.cumsum(p) - np.cumsum(q)).max())
-    same = logs.Distribution("self", lg.probs(), lg.lengths.astype(float), lg.sequence,
+    same = acceptance.Distribution("self", lg.probs(), lg.lengths.astype(float), lg.sequence,
                              "chain", None, 0.0)
-    zero = logs.compare(lg, same)
+    zero = acceptance.compare(lg, same)
     assert zero.tv == zero.ks == zero.cvm == 0.0
-    text = logs.compare_markdown(c)
+    text = acceptance.compare_markdown(c)
     assert "| τ (tokens per round) |" in text and f"{c.tv:.3f}" in text
 
 
@@ -167,22 +167,22 @@ def test_the_fit_moves_the_histogram_toward_the_log_and_writes_a_readable_regime
     base = synth.REGIMES["small"]
     truth = synth.RegimeSpec(**{**base.__dict__, "name": "truth", "mismatch": 0.45,
                                 "degradation": 0.9})
-    target = logs.regime_distribution(truth, method="chain", budget=None, contexts=24, seed=11)
-    fit = logs.fit_log(target, base="small", method="chain", budget=None, temperature=0.0,
+    target = acceptance.regime_distribution(truth, method="chain", budget=None, contexts=24, seed=11)
+    fit = acceptance.fit_log(target, base="small", method="chain", budget=None, temperature=0.0,
                        knobs=("mismatch", "degradation"), contexts=24, seed=11, max_evals=25)
     assert fit.comparison.cvm < fit.start_cvm
     assert fit.evals <= 25
     # the objective is the squared CDF gap of the fitted law, recomputed here
     gap = np.cumsum(fit.comparison.log_probs) - np.cumsum(fit.comparison.model_probs)
     assert fit.comparison.cvm == pytest.approx(float((gap ** 2).sum()))
-    path = logs.write_fit(tmp_path / "fit.json", fit)
-    spec = logs.resolve_regime(str(path))
+    path = acceptance.write_fit(tmp_path / "fit.json", fit)
+    spec = acceptance.resolve_regime(str(path))
     assert spec.mismatch == pytest.approx(fit.knobs["mismatch"])
-    again = logs.regime_distribution(str(path), method="chain", budget=None, contexts=24,
+    again = acceptance.regime_distribution(str(path), method="chain", budget=None, contexts=24,
                                      seed=11)
     assert again.probs == pytest.approx(fit.comparison.model_probs[: again.probs.size])
     with pytest.raises(ValueError, match="knobs: 'nonsense' is not a fittable knob"):
-        logs.fit_log(target, base="small", method="chain", budget=None, temperature=0.0,
+        acceptance.fit_log(target, base="small", method="chain", budget=None, temperature=0.0,
                      knobs=("nonsense",))
 
 
@@ -203,18 +203,18 @@ def test_calibrate_from_log_fits_and_writes(tmp_path, capsys):
 
 def test_the_logs_command_compares_and_draws(tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert logs.main(["compare", str(FIX / "caddtree_traces.pt"), "--method", "dflash",
+    assert acceptance.main(["compare", str(FIX / "caddtree_traces.pt"), "--method", "dflash",
                       "--regime", "small", "--contexts", "6", "--out", str(out)]) == 0
     for f in ("compare.md", "compare.json", "compare.png"):
         assert (out / f).is_file()
-    assert logs.main(["show", str(FIX / "ddtree_benchmark.pt")]) == 0
+    assert acceptance.main(["show", str(FIX / "ddtree_benchmark.pt")]) == 0
     assert "ddtree_tb64: benchmark, 21 rounds, 3 responses" in capsys.readouterr().out
-    assert logs.main(["compare", str(FIX / "ddtree_benchmark.pt"), "--regime", "nowhere"]) == 2
+    assert acceptance.main(["compare", str(FIX / "ddtree_benchmark.pt"), "--regime", "nowhere"]) == 2
     assert "unknown regime 'nowhere'" in capsys.readouterr().err
 
 
 def test_every_option_of_the_logs_command_says_its_default():
-    top = logs.build_parser()
+    top = acceptance.build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     for parser in subs.choices.values():
         text = parser.format_help()
@@ -228,7 +228,7 @@ def test_every_option_of_the_logs_command_says_its_default():
 
 
 def test_another_rule_keeps_exact_means_and_samples_the_histogram():
-    dist = logs.regime_distribution("small", method="ddtree", budget=6, temperature=1.0,
+    dist = acceptance.regime_distribution("small", method="ddtree", budget=6, temperature=1.0,
                                     rule="tev", contexts=10, seed=2)
     assert dist.probs.sum() == pytest.approx(1.0)
     # one sampled outcome per context: every row of the law was one-hot, so 10 * probs counts
@@ -244,9 +244,9 @@ def test_another_rule_keeps_exact_means_and_samples_the_histogram():
 
 def test_the_logs_fit_command_writes_the_fitted_regime(tmp_path, capsys):
     out = tmp_path / "f.json"
-    assert logs.main(["fit", str(FIX / "ddtree_benchmark.pt"), "--log-method", "dflash",
+    assert acceptance.main(["fit", str(FIX / "ddtree_benchmark.pt"), "--log-method", "dflash",
                       "--base", "small", "--vocab", "8", "--contexts", "6", "--max-evals", "3",
                       "--fit-knobs", "degradation", "--fit-out", str(out)]) == 0
-    spec = logs.resolve_regime(str(out))
+    spec = acceptance.resolve_regime(str(out))
     assert spec.depth == 15 and spec.vocab_size == 8  # the log's block depth, the fit's V
     assert "wrote" in capsys.readouterr().out
