@@ -1,567 +1,214 @@
-r"""Public per-round logs: read their acceptance lengths, hold them against a regime, fit one.
+r"""Acceptance logs: hold them against a regime, fit one, and predict another tree's gain.
 
-The public speculative-decoding tools keep, per decoded round, how many tokens the round
-committed, but not the probabilities a trace keeps (``docs/traces.md``); what they keep is
-enough to compare a run's *acceptance-length histogram* with a regime's, and to fit a regime
-to it. The formats read here (``docs/traces.md``, "Public logs", documents each field;
-fixtures written from them under ``tests/fixtures/logs/``):
+An engine or a research tool keeps, per decoded round (or per request, or per logging window),
+how many tokens the rounds committed; :mod:`treespec_sim.acceptance_readers` reads them in the
+formats people have (vLLM's and SGLang's metrics, Spec-Bench, AIPerf, the DDTree/TEV/CaDDTree
+and JetSpec logs) into :class:`AcceptanceLog` values that say what the log determines and what
+it does not. This module answers the questions a log is read for:
 
-``benchmark.py --save-path FILE.pt`` (DDTree, TEV, CaDDTree's ``benchmark_caddtree.py``)
-    A ``torch.save`` of ``{"responses": [{method_key: result, ...}, ...], "block_size": ...,
-    "args": {...}}``, each result a ``types.SimpleNamespace`` with ``acceptance_lengths`` (the
-    tokens each round committed, the bonus token counted: ``1 ..`` block size), timings and
-    token ids; method keys ``baseline`` (autoregressive), ``dflash`` (the chain),
-    ``ddtree_tb<B>`` (DDTree at budget ``B``), ``caddtree``.
-CaDDTree's ``--save-tree-traces``
-    The same file, its ``caddtree`` results with ``round_trees``: per round ``budget``,
-    ``accepted_indices`` (the root first), ``node_token_ids``, ``node_depths``, ``parents``.
-JetSpec's ``.jsonl``
-    One JSON object per response: ``accept_lengths`` (or ``acceptance_lengths``), optionally
-    ``tree_sizes`` per round, ``sample``, ``num_tokens``, ``decode_time_s``, ...
+* **how close is a regime** (:func:`regime_distribution`, :func:`compare`): a regime's exact
+  acceptance-length law for what the log drafted, beside the log's (total variation, the largest
+  CDF gap, the means with their intervals);
+* **which regime is it** (:func:`fit_log`): a regime's knobs fitted to the log's whole law (or
+  its mean, where that is all it holds), with the distance it reached and a warning above
+  :data:`FIT_WARN_TV` / :data:`FIT_WARN_CDF_GAP`;
+* **what would another tree give** (:func:`predict`): the tokens per round (and per second,
+  under a latency model) of DDTree at ``B`` or CaDDTree, with an interval that includes what the
+  log cannot identify. A chain's log fixes the chain's law, not how much mass the drafter's
+  second and third candidates hold -- the part a tree recovers. Each calibrated regime is one
+  structure of drafter and target; refitted to the log through a near-miss knob
+  (``variant_noise``: misses whose right token is a sibling, which a tree recovers) or a
+  hard-miss knob (``hard_miss``: misses no tree recovers), each structure consistent with the
+  log gives one prediction, and the interval spans them (with each one's between-world
+  interval): the log's silence, made visible.
 
-A ``torch.save`` file is a zip holding a pickle; it is read by a *restricted* unpickler
-(:func:`load_torch_save`) that maps the few class names these files use to plain containers
-(``SimpleNamespace`` to :class:`Record`, tensors to NumPy arrays, ``OrderedDict`` to ``dict``)
-and refuses every other global, so no code in a file is ever run; torch is not needed.
+What the log does not say must be given: the decode's temperature (``temperature``; the
+worlds' target is tempered by it) and the drafter's kind (``drafter``): the worlds model a
+*block-diffusion* drafter's per-depth marginals; an *autoregressive* drafter (EAGLE, an MTP
+head) is modelled by the same world's drafter asked for its conditionals (``correction_quality
+= 1``), its chain the greedy chain of those (method ``ar-chain``) and "DDTree at ``B``" DDTree's
+best-first rule on its conditional path scores (``ar-ddtree``, an EAGLE-2-style tree).
 
-:func:`regime_distribution` is a regime's exact acceptance-length law for the log's method:
-under rule ``follow`` a round's accepted path ends at depth ``d`` with the exit mass at depth
-``d`` (:attr:`treespec_sim.engine.Round.exits`), so ``P(tau = d + 1)`` is exact per context and
-its mean over contexts is the regime's histogram (no sampling). :func:`compare` sets the two
-side by side (total variation, the largest CDF gap, the means with their intervals), and
-:func:`fit_log` fits a regime's knobs to the log's whole histogram (a Cramér-von Mises distance
-between the two CDFs, minimised by Nelder-Mead on common random numbers), not only its mean;
-``python -m treespec_sim.calibrate --from-log FILE`` runs it.
+Under rule ``follow`` a round's accepted path ends at depth ``d`` with the exit mass at depth
+``d`` (:attr:`treespec_sim.engine.Round.exits`), so a regime's law is exact per context and its
+mean over contexts is the regime's histogram (no sampling).
 
-Command line::
+Command line (``docs/engine_logs.md``)::
 
-    python -m treespec_sim.acceptance show FILE
-    python -m treespec_sim.acceptance compare FILE --regime math500 --out runs/cmp
-    python -m treespec_sim.acceptance fit FILE --base math500 --out fitted.json
+    python -m treespec_sim.acceptance show LOG
+    python -m treespec_sim.acceptance compare LOG --temperature 0 --drafter autoregressive \
+           --predict ddtree --budget 64 [--cost-model h200-qwen3-8b] [--json]
+    python -m treespec_sim.acceptance compare LOG --regime math500 --out runs/cmp
+    python -m treespec_sim.acceptance fit LOG --temperature 0 --drafter block-diffusion \
+           --fit-out fitted.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import math
-import pickle
 import re
 import sys
-import zipfile
-import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .cli import OneLineParser, add_debug, add_seed, positive_int, run_subcommand, temperature
-from .engine import run_round
-from .files import (
-    MAX_LINE_BYTES,
-    MAX_LOG_BYTES,
-    atomic_write_text,
-    error_text,
-    human_bytes,
-    open_zip,
-    over_limit,
-    parse_json,
+from .acceptance_readers import (
+    DEFAULT_WIDTH,
+    FORMATS,
+    AcceptanceLog,
+    read_log,
+    read_logs,
 )
-from .stats import MeanCI, mean_ci
-from .synth import REGIMES, RegimeSpec, make_world
-from .synth.regimes import load_calibrated
+from .cli import (
+    OneLineParser,
+    add_debug,
+    add_json_flag,
+    add_seed,
+    positive_int,
+    run_subcommand,
+    temperature,
+)
+from .cost import get_cost_model
+from .engine import run_round
+from .files import atomic_write_text
+from .policies import chain
+from .stats import MeanCI, mean_ci, world_ci
+from .synth import REGIMES, RegimeSpec, make_world, resolve_regime
+from .torch_save import Record, load_torch_save
 from .validation import check_positive_int, check_rng, check_temperature
 
-__all__ = ["AcceptanceLog", "Comparison", "Distribution", "LogFit", "Record", "compare",
-           "compare_markdown", "fit_log", "guess_method", "load_torch_save", "main",
-           "plot_comparison", "read_log", "read_logs", "regime_distribution", "resolve_regime",
-           "trace_distribution", "write_fit"]
+__all__ = ["DEFAULT_WIDTH", "DRAFTERS", "FIT_WARN_CDF_GAP", "FIT_WARN_TV", "FORMATS",
+           "PREDICT_KNOBS", "AcceptanceLog", "Candidate", "Comparison", "Distribution",
+           "Drafted", "LogFit", "Prediction", "Record", "WorldSet", "chain_prefix", "compare",
+           "compare_markdown", "drafter_spec", "fit_log", "guess_method", "load_torch_save",
+           "main", "plot_comparison", "predict", "prediction_markdown", "read_log", "read_logs",
+           "regime_distribution", "resolve_regime", "trace_distribution", "write_fit"]
+
+#: The drafters a log can come from, and the knobs that make a regime's drafter of that kind.
+DRAFTERS = {"block-diffusion": {}, "autoregressive": {"correction_quality": 1.0}}
+#: A fit farther from the log than this total variation, or ...
+FIT_WARN_TV = 0.05
+#: ... than this largest gap between the two CDFs, is flagged (and, in :func:`predict`, a
+#: structure that cannot come this close is not consistent with the log).
+FIT_WARN_CDF_GAP = 0.05
+#: A mean-only log: a structure is consistent when its mean is this close (relative), or
+#: within the log's interval.
+MEAN_TOLERANCE = 0.02
+#: The knobs :func:`predict` moves to make each structure reproduce the log: near misses (a
+#: tree recovers them) and hard misses (no tree does), with their search ranges.
+PREDICT_KNOBS = {"variant_noise": (0.0, 3.0), "hard_miss": (0.0, 0.5)}
 
 
-# ----------------------------------------------------------------------------- unpickling
-class Record:
-    """A plain attribute container: what a ``types.SimpleNamespace`` of a log becomes.
-
-    Its attributes are the namespace's (read them as ``rec.acceptance_lengths``, or
-    :meth:`as_dict`); it runs no code of the file that held it.
-    """
-
-    def __init__(self, **kw: Any) -> None:
-        self.__dict__.update(kw)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def __repr__(self) -> str:
-        return f"Record({', '.join(sorted(self.__dict__))})"
+def drafter_spec(spec: RegimeSpec, drafter: str) -> RegimeSpec:
+    """``spec`` with the drafter knobs of ``drafter`` (:data:`DRAFTERS`)."""
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter: {drafter!r} is not one of {', '.join(DRAFTERS)}")
+    return dataclasses.replace(spec, **DRAFTERS[drafter]) if DRAFTERS[drafter] else spec
 
 
-#: ``torch.<Name>Storage`` -> the NumPy dtype of its elements (``bfloat16``: see
-#: :func:`_bfloat16`).
-_STORAGES = {"DoubleStorage": np.float64, "FloatStorage": np.float32,
-             "HalfStorage": np.float16, "BFloat16Storage": "bfloat16",
-             "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
-             "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
+def chain_prefix(log_q, budget: int | None, *, root_token: int = -1):
+    """The DFlash chain's first ``budget`` positions (an engine drafting ``k < L`` tokens from
+    a block-diffusion drafter): :func:`treespec_sim.policies.chain` with ``length=budget``."""
+    return chain(log_q, budget, root_token=root_token)
 
 
+# ----------------------------------------------------------------------------- what was drafted
 @dataclass(frozen=True)
-class _StorageType:
-    name: str
-
-
-@dataclass(frozen=True)
-class _Storage:
-    key: str
-    data: np.ndarray
-
-
-def _bfloat16(raw: bytes) -> np.ndarray:
-    """bfloat16 bytes as float32 (the upper half of a float32's bits)."""
-    u = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-    return u.view(np.float32)
-
-
-def _ordered_dict(*args: Any) -> dict:
-    return dict(*args)
-
-
-#: The only globals a log may name, and what each becomes (everything else is refused); the
-#: tensor rebuilders are the unpickler's own checked method (:meth:`_RestrictedUnpickler.tensor`).
-_ALLOWED = {
-    ("types", "SimpleNamespace"): Record,
-    ("collections", "OrderedDict"): _ordered_dict,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("builtins", "complex"): complex,
-}
-_REBUILDERS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor")}
-
-
-def _index(value: Any, what: str) -> int:
-    """A non-negative integer from a pickle (bools and floats refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise pickle.UnpicklingError(f"{what} {value!r:.40} is not a non-negative integer")
-    return value
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Plain containers only: the globals of :data:`_ALLOWED` and ``torch.<dtype>Storage``
-    markers; tensors' storages come from the zip (``persistent_load``), each tensor is checked
-    against its storage before it is built, and everything built counts against
-    :data:`~treespec_sim.files.MAX_LOG_BYTES`."""
-
-    def __init__(self, file: io.BytesIO, archive: zipfile.ZipFile, prefix: str) -> None:
-        super().__init__(file)
-        self._archive = archive
-        self._prefix = prefix
-        self._budget = MAX_LOG_BYTES.get()
-        self._used = file.getbuffer().nbytes
-        self._storages: dict[str, _Storage] = {}
-
-    def _spend(self, nbytes: int, what: str) -> None:
-        self._used += nbytes
-        if self._used > self._budget:
-            raise pickle.UnpicklingError(
-                f"{what} would bring the log's contents to {human_bytes(self._used)}, above "
-                f"the {human_bytes(self._budget)} allowed ({MAX_LOG_BYTES.env} raises it)")
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return _ALLOWED[(module, name)]
-        if (module, name) in _REBUILDERS:
-            return self.tensor
-        if module == "torch" and name in _STORAGES:
-            return _StorageType(name)
-        raise pickle.UnpicklingError(f"refuses the global {module}.{name} (a log holds plain "
-                                     "containers, numbers and tensors only)")
-
-    def persistent_load(self, pid: Any) -> _Storage:
-        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"
-                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str | int)):
-            raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.60}")
-        kind, key = pid[1].name, str(pid[2])
-        numel = _index(pid[4], f"storage {key!r}: element count")
-        if key in self._storages:
-            return self._storages[key]
-        dtype = _STORAGES[kind]
-        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
-        name = f"{self._prefix}/data/{key}" if self._prefix else f"data/{key}"
-        try:
-            info = self._archive.getinfo(name)
-        except KeyError:
-            raise pickle.UnpicklingError(f"storage {key!r} is not in the archive") from None
-        if info.file_size < numel * itemsize:
-            raise pickle.UnpicklingError(
-                f"storage {key!r} declares {numel} elements of {itemsize} bytes but holds "
-                f"{info.file_size} bytes")
-        self._spend(numel * itemsize * (2 if dtype == "bfloat16" else 1), f"storage {key!r}")
-        with self._archive.open(info) as f:
-            raw = f.read(numel * itemsize)
-        if len(raw) < numel * itemsize:
-            raise pickle.UnpicklingError(f"storage {key!r} is truncated")
-        data = _bfloat16(raw) if dtype == "bfloat16" else np.frombuffer(raw, dtype=dtype)
-        storage = _Storage(key, data)
-        self._storages[key] = storage
-        return storage
-
-    def tensor(self, storage: Any, offset: Any, size: Any, stride: Any, *_ignored: Any
-               ) -> np.ndarray:
-        """A tensor as a NumPy array (a copy of its strided view of the storage), built only
-        after its offset, sizes and strides are checked to stay inside the storage."""
-        if not isinstance(storage, _Storage):
-            raise pickle.UnpicklingError("a tensor without a storage")
-        what = f"tensor over storage {storage.key!r}"
-        offset = _index(offset, f"{what}: offset")
-        if not isinstance(size, tuple | list) or not isinstance(stride, tuple | list) or (
-                len(size) != len(stride)) or len(size) > 32:
-            raise pickle.UnpicklingError(f"{what}: size {size!r:.60} and stride "
-                                         f"{stride!r:.60} are not index tuples of one length")
-        size = tuple(_index(s, f"{what}: size") for s in size)
-        stride = tuple(_index(s, f"{what}: stride") for s in stride)
-        numel = math.prod(size)
-        n = storage.data.size
-        last = offset + sum((s - 1) * st for s, st in zip(size, stride, strict=True)
-                            ) if numel else offset - 1
-        if last >= n or offset > n:
-            raise pickle.UnpicklingError(
-                f"{what}: offset {offset}, size {size!r:.60}, stride {stride!r:.60} reach "
-                f"element {max(last, offset)} of a storage of {n}")
-        self._spend(numel * storage.data.itemsize, f"{what} of {numel} elements")
-        if not size:
-            return storage.data[offset].copy()
-        item = storage.data.itemsize
-        view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size,
-                                               strides=tuple(s * item for s in stride),
-                                               writeable=False)
-        return np.array(view)
-
-
-def load_torch_save(path: Path | str) -> Any:
-    """The object a ``torch.save`` file holds, as plain containers, without torch.
-
-    Parameters
-    ----------
-    path : path
-        A zip-format ``torch.save`` file (torch >= 1.6).
-
-    Returns
-    -------
-    object
-        Dicts, lists, numbers, strings, :class:`Record` (for ``types.SimpleNamespace``) and
-        NumPy arrays (for tensors).
-
-    Raises
-    ------
-    ValueError
-        Naming the file: not a zip-format ``torch.save`` file; a pickle that names any other
-        global (it is refused, never run); a tensor whose offset, sizes or strides leave its
-        storage; contents above :data:`~treespec_sim.files.MAX_LOG_BYTES` (the pickle, its
-        storages and its tensors together, checked before each is allocated).
-    """
-    path = Path(path)
-    archive = open_zip(path, "log")
-    with archive:
-        pkl = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-        if not pkl:
-            raise ValueError(f"{path}: a zip without data.pkl is not a torch.save file")
-        prefix = pkl[0].rsplit("/", 1)[0] if "/" in pkl[0] else ""
-        info = archive.getinfo(pkl[0])
-        if info.file_size > MAX_LOG_BYTES.get():
-            raise over_limit(path, "its pickle", info.file_size, MAX_LOG_BYTES)
-        try:
-            with archive.open(info) as f:
-                blob = f.read(info.file_size)
-            return _RestrictedUnpickler(io.BytesIO(blob), archive, prefix).load()
-        except (pickle.UnpicklingError, EOFError, KeyError, AttributeError, TypeError,
-                ValueError, IndexError, OverflowError, RecursionError, UnicodeDecodeError,
-                zipfile.BadZipFile, zlib.error, OSError) as exc:
-            raise ValueError(f"{path}: {error_text(exc)}") from None
-
-
-# ----------------------------------------------------------------------------- logs
-@dataclass(frozen=True)
-class AcceptanceLog:
-    r"""One method's per-round acceptance lengths from a public log.
+class Drafted:
+    """What a log's rounds drafted, as treespec runs it: the regime reproduces this.
 
     Attributes
     ----------
-    path : str
-        The file.
-    source : str
-        ``"benchmark"`` (a ``benchmark.py --save-path`` file), ``"caddtree-traces"`` (one with
-        CaDDTree's ``round_trees``) or ``"jetspec"`` (a JetSpec ``.jsonl``).
     method : str
-        The log's method key (``"ddtree_tb64"``, ``"dflash"``, the jsonl's file stem, ...).
-    lengths : ndarray int64 (n,)
-        Tokens committed per round, the bonus token counted (``tau >= 1``), in file order.
-    sequence : ndarray int64 (n,)
-        The response (decoded sequence) of each round: the unit of the intervals.
-    budgets : ndarray int64 (n,) or None
-        Per-round tree budget (CaDDTree's traces) or tree size (JetSpec's ``tree_sizes``).
-    temperature : float or None
-        The decode's temperature where the log says (``args.temperature``).
-    depth : int or None
-        The drafter's block depth ``L`` where the log says (``block_size - 1``).
-    meta : dict
-        Other settings the log holds (its ``args``, attention implementations, ...).
+        ``"chain"``, ``"ddtree"`` or ``"caddtree"``.
+    budget : int or None
+        DDTree's budget, CaDDTree's maximum, a chain's length (``None``: the drafter's ``L``).
+    rule : str
+        The verification rule (``follow``; ``tev`` where the log names TEV).
+    drafter : str
+        ``"block-diffusion"`` or ``"autoregressive"`` (:data:`DRAFTERS`).
     """
 
-    path: str
-    source: str
     method: str
-    lengths: np.ndarray
-    sequence: np.ndarray
-    budgets: np.ndarray | None = None
-    temperature: float | None = None
-    depth: int | None = None
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    budget: int | None = None
+    rule: str = "follow"
+    drafter: str = "block-diffusion"
+
+    def __post_init__(self) -> None:
+        if self.method not in ("chain", "ddtree", "caddtree"):
+            raise ValueError(f"drafted: method {self.method!r} is not chain, ddtree or caddtree")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter: {self.drafter!r} is not one of {', '.join(DRAFTERS)}")
+        if self.budget is not None:
+            check_positive_int(self.budget, "drafted budget")
+        if self.method != "chain" and self.budget is None:
+            raise ValueError(f"drafted: {self.method} needs a budget")
 
     @property
-    def rounds(self) -> int:
-        return int(self.lengths.size)
+    def label(self) -> str:
+        b = "" if self.budget is None else f"@{self.budget}"
+        return f"{self.method}{b}" + (" (autoregressive)" if self.drafter == "autoregressive"
+                                      else "")
 
-    @property
-    def responses(self) -> int:
-        return int(np.unique(self.sequence).size)
+    def run_args(self) -> tuple[str | Callable, int | None]:
+        """``(method, budget)`` for :func:`~treespec_sim.engine.run_round`."""
+        ar = self.drafter == "autoregressive"
+        if self.method == "chain":
+            if ar:
+                return "ar-chain", self.budget
+            return ("chain", None) if self.budget is None else (chain_prefix, self.budget)
+        if self.method == "ddtree":
+            return ("ar-ddtree" if ar else "ddtree"), self.budget
+        if ar:
+            raise ValueError("caddtree stops DDTree's pop order of a block-diffusion drafter by "
+                             "its surrogate; it is not defined here for an autoregressive "
+                             "drafter (predict ddtree at a budget instead)")
+        return "caddtree", self.budget
 
-    @property
-    def max_tau(self) -> int:
-        return int(self.lengths.max())
-
-    def probs(self, max_tau: int | None = None) -> np.ndarray:
-        """The acceptance-length histogram as fractions of rounds, ``(max_tau,)``: entry
-        ``k - 1`` is the share of rounds that committed ``k`` tokens."""
-        m = self.max_tau if max_tau is None else int(max_tau)
-        if m < self.max_tau:
-            raise ValueError(f"max_tau = {m} is below the log's longest round {self.max_tau}")
-        return np.bincount(self.lengths - 1, minlength=m).astype(np.float64) / self.rounds
-
-    def mean(self) -> MeanCI:
-        """Mean tokens per round with its 95% t-interval over responses (a response's rounds
-        are one unit: :func:`treespec_sim.stats.mean_ci`)."""
-        return mean_ci([self.lengths[self.sequence == s].astype(np.float64)
-                        for s in dict.fromkeys(self.sequence.tolist())])
-
-
-def _lengths(values: Any, where: str) -> np.ndarray:
-    if not isinstance(values, np.ndarray | list | tuple):
-        raise ValueError(f"{where}: acceptance lengths must be a list of integers")
-    try:
-        arr = np.asarray(values.tolist() if isinstance(values, np.ndarray) else list(values))
-    except (ValueError, TypeError, OverflowError):
-        raise ValueError(f"{where}: acceptance lengths must be a list of integers") from None
-    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.number)):
-        raise ValueError(f"{where}: acceptance lengths must be a list of integers")
-    if arr.size and (np.any(arr != np.round(arr)) or arr.min() < 1):
-        bad = int(np.flatnonzero((arr != np.round(arr)) | (arr < 1))[0])
-        raise ValueError(f"{where}: round {bad} has acceptance length {arr[bad].item()!r} (an "
-                         "integer >= 1: tokens committed, the bonus counted)")
-    return arr.astype(np.int64)
+    @classmethod
+    def parse(cls, text: str, drafter: str = "block-diffusion") -> Drafted:
+        """``"chain"``, ``"chain@3"``, ``"ddtree@64"``, ``"caddtree@1024"``."""
+        m = re.fullmatch(r"(chain|ddtree|caddtree)(?:@(\d+))?", str(text).strip())
+        if not m:
+            raise ValueError(f"drafted: {text!r} is not chain, chain@K, ddtree@B or caddtree@B")
+        return cls(m.group(1), int(m.group(2)) if m.group(2) else None, "follow", drafter)
 
 
-def _benchmark_logs(obj: Any, path: Path) -> list[AcceptanceLog]:
-    if not isinstance(obj, dict) or not isinstance(obj.get("responses"), list):
-        raise ValueError(f"{path}: a benchmark.py --save-path file holds a dict with "
-                         "'responses' (a list); this one does not")
-    args = obj.get("args") if isinstance(obj.get("args"), dict) else {}
-    t = args.get("temperature")
-    block = obj.get("block_size", args.get("block_size"))
-    depth = int(block) - 1 if isinstance(block, int) and block >= 2 else None
-    per: dict[str, dict[str, list]] = {}
-    for i, response in enumerate(obj["responses"]):
-        if not isinstance(response, dict):
-            raise ValueError(f"{path}: responses[{i}] is not a dict of method results")
-        for key, res in response.items():
-            where = f"{path}: responses[{i}][{key!r}]"
-            if not isinstance(res, Record) or not hasattr(res, "acceptance_lengths"):
-                raise ValueError(f"{where} has no acceptance_lengths")
-            lens = _lengths(res.acceptance_lengths, where)
-            d = per.setdefault(key, {"lengths": [], "sequence": [], "budgets": [],
-                                     "traces": False})
-            trees = getattr(res, "round_trees", None)
-            if trees:
-                if len(trees) != lens.size:
-                    raise ValueError(f"{where}: {len(trees)} round_trees for {lens.size} rounds")
-                for r, tree in enumerate(trees):
-                    acc = tree.get("accepted_indices") if isinstance(tree, dict) else None
-                    if acc is None or "budget" not in tree:
-                        raise ValueError(f"{where}: round_trees[{r}] lacks budget or "
-                                         "accepted_indices")
-                    if len(acc) != int(lens[r]):
-                        raise ValueError(f"{where}: round {r} accepted {len(acc)} nodes (root "
-                                         f"included) but its acceptance length is {lens[r]}")
-                    d["budgets"].append(int(tree["budget"]))
-                d["traces"] = True
-            d["lengths"].append(lens)
-            d["sequence"].append(np.full(lens.size, i, dtype=np.int64))
-    meta = {k: v for k, v in obj.items() if k != "responses" and not isinstance(v, np.ndarray)}
-    out = []
-    for key, d in per.items():
-        lengths = np.concatenate(d["lengths"])
-        if not lengths.size:
-            continue
-        budgets = np.asarray(d["budgets"], dtype=np.int64) if d["traces"] else None
-        out.append(AcceptanceLog(str(path), "caddtree-traces" if d["traces"] else "benchmark",
-                                 key, lengths, np.concatenate(d["sequence"]), budgets,
-                                 None if t is None else float(t), depth, meta))
-    return out
-
-
-def _lines(path: Path) -> Iterator[str]:
-    """A text file's lines, each at most :data:`~treespec_sim.files.MAX_LINE_BYTES` long and
-    UTF-8, read one at a time (a log may be larger than memory)."""
-    cap = MAX_LINE_BYTES.get()
-    with open(path, "rb") as f:
-        for n, raw in enumerate(iter(lambda: f.readline(cap + 1), b"")):
-            if len(raw) > cap:
-                raise over_limit(path, f"line {n + 1}", len(raw), MAX_LINE_BYTES)
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}: line {n + 1} is not UTF-8 text (byte {exc.start})"
-                                 ) from None
-
-
-def _jsonl_logs(path: Path) -> list[AcceptanceLog]:
-    lengths, sequence, sizes, temps = [], [], [], set()
-    has_sizes, total = True, 0
-    for n, line in enumerate(_lines(path)):
-        if not line.strip():
-            continue
-        rec = parse_json(line, f"{path}: line {n + 1}")
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: line {n + 1} is not a JSON object")
-        key = next((k for k in ("accept_lengths", "acceptance_lengths") if k in rec), None)
-        if key is None:
-            raise ValueError(f"{path}: line {n + 1} has no accept_lengths (a JetSpec "
-                             "response line)")
-        lens = _lengths(rec[key], f"{path}: line {n + 1}")
-        total += lens.size
-        if 16 * total > MAX_LOG_BYTES.get():
-            raise over_limit(path, f"the acceptance lengths up to line {n + 1}", 16 * total,
-                             MAX_LOG_BYTES)
-        mean = rec.get("accept_len_mean")
-        if mean is not None and lens.size and abs(float(mean) - lens.mean()) > 1e-6:
-            raise ValueError(f"{path}: line {n + 1}: accept_len_mean {mean} is not the mean "
-                             f"of its {key} ({lens.mean():.6g})")
-        lengths.append(lens)
-        sequence.append(np.full(lens.size, int(rec.get("sample", n)), dtype=np.int64))
-        ts = rec.get("tree_sizes")
-        if ts is None or len(ts) != lens.size:
-            has_sizes = False
-        else:
-            sizes.append(np.asarray(ts, dtype=np.int64))
-        if "temperature" in rec:
-            temps.add(float(rec["temperature"]))
-    if not lengths:
-        raise ValueError(f"{path}: no response lines")
-    if len(temps) > 1:
-        raise ValueError(f"{path}: responses at several temperatures {sorted(temps)}")
-    return [AcceptanceLog(str(path), "jetspec", path.stem, np.concatenate(lengths),
-                          np.concatenate(sequence),
-                          np.concatenate(sizes) if has_sizes and sizes else None,
-                          temps.pop() if temps else None, None, {})]
-
-
-def read_logs(path: Path | str) -> tuple[AcceptanceLog, ...]:
-    """Every method's acceptance lengths in a public log (format detected from the content).
-
-    Raises
-    ------
-    ValueError
-        Naming the file: missing, not one of the formats, or malformed (which response, which
-        round).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"log file {path} does not exist")
-    try:
-        if zipfile.is_zipfile(path):
-            logs = _benchmark_logs(load_torch_save(path), path)
-        else:
-            with open(path, "rb") as f:
-                head = f.read(256).lstrip()
-            if not head.startswith(b"{"):
-                raise ValueError(f"{path}: neither a torch.save file (benchmark.py "
-                                 "--save-path) nor a JSON-lines file (JetSpec)")
-            logs = _jsonl_logs(path)
-    except (TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
-        # a field of an unexpected type deep in a well-formed file
-        raise ValueError(f"{path}: malformed log ({type(exc).__name__}: {error_text(exc)})"
-                         ) from None
-    if not logs:
-        raise ValueError(f"{path}: no rounds")
-    return tuple(logs)
-
-
-def read_log(path: Path | str, method: str | None = None) -> AcceptanceLog:
-    """One method of a log: ``method``, or the only one, or the last speculative one (the
-    largest DDTree budget, else ``caddtree``, else ``dflash``); ``baseline`` (autoregressive)
-    is never the default."""
-    logs = {lg.method: lg for lg in read_logs(path)}
-    if method is not None:
-        if method not in logs:
-            raise ValueError(f"method {method!r} is not in {path}; its methods: "
-                             f"{', '.join(logs)}")
-        return logs[method]
-    spec = [k for k in logs if k != "baseline"] or list(logs)
-    trees = sorted((k for k in spec if re.fullmatch(r".*tb(\d+)", k)),
-                   key=lambda k: int(re.fullmatch(r".*tb(\d+)", k).group(1)))
-    for pick in (trees[-1:] if trees else []) + [k for k in ("caddtree", "dflash") if k in spec]:
-        return logs[pick]
-    return logs[spec[-1]]
-
-
-def guess_method(log: AcceptanceLog) -> tuple[str, int | None, str]:
-    """The treespec ``(method, budget, rule)`` a log's method key names.
+def guess_method(log: AcceptanceLog, drafter: str = "block-diffusion") -> Drafted:
+    """What a log's rounds drafted (:class:`Drafted`), from its method key and format.
 
     ``dflash`` -> the chain; ``..tb<B>`` -> DDTree at ``B`` (rule ``tev`` when the key names
     TEV); ``caddtree`` -> CaDDTree at the log's ``max_tree_budget``; a JetSpec tree log ->
-    DDTree at its median tree size (JetSpec's own builder differs: an approximation, overridable),
-    one without tree sizes -> the chain. ``ValueError`` for the autoregressive ``baseline``.
+    DDTree at its median tree size (JetSpec's own builder differs: an approximation,
+    overridable); an engine's log (vLLM, SGLang, AIPerf, Spec-Bench) -> a chain of the log's
+    width (vLLM verifies chains; SGLang and Spec-Bench do not say: ``--drafted`` overrides).
+    ``ValueError`` for the autoregressive ``baseline``.
     """
     key = log.method
     rule = "tev" if "tev" in key.lower() else "follow"
     if key == "baseline":
         raise ValueError("method 'baseline' is autoregressive decoding (every round commits 1 "
                          "token); name a speculative method of the log")
-    m = re.fullmatch(r".*tb(\d+)", key)
-    if m:
-        return "ddtree", int(m.group(1)), rule
-    if key.startswith("dflash"):
-        return "chain", None, rule
-    if key.startswith("caddtree"):
-        args = log.meta.get("args") or {}
-        return "caddtree", int(args.get("max_tree_budget", 1024)), rule
-    if log.budgets is not None:
-        return "ddtree", int(np.median(log.budgets)), rule
-    return "chain", None, rule
+    if log.source in ("benchmark", "caddtree-traces", "jetspec"):
+        m = re.fullmatch(r".*tb(\d+)", key)
+        if m:
+            return Drafted("ddtree", int(m.group(1)), rule, drafter)
+        if key.startswith("caddtree"):
+            args = log.meta.get("args") or {}
+            return Drafted("caddtree", int(args.get("max_tree_budget", 1024)), rule, drafter)
+        if log.budgets is not None and key != "dflash":
+            return Drafted("ddtree", max(1, int(np.median(log.budgets))), rule, drafter)
+        return Drafted("chain", None, rule, drafter)
+    return Drafted("chain", log.width, "follow", drafter)
 
 
-# ----------------------------------------------------------------------------- regimes
-def resolve_regime(regime: str | RegimeSpec) -> RegimeSpec:
-    """A regime by name (:data:`treespec_sim.synth.REGIMES`), a :class:`RegimeSpec`, or a
-    fitted regime's file (:func:`write_fit`, ``FILE.json``)."""
-    if isinstance(regime, RegimeSpec):
-        return regime
-    if isinstance(regime, str) and regime in REGIMES:
-        return REGIMES[regime]
-    if isinstance(regime, str) and regime.endswith(".json"):
-        if not Path(regime).is_file():
-            raise ValueError(f"regime: no such file {regime!r}")
-        specs = load_calibrated(regime)
-        if len(specs) != 1:
-            raise ValueError(f"regime: {regime} holds {len(specs)} regimes; name one file per "
-                             "fitted regime")
-        return next(iter(specs.values()))
-    raise ValueError(f"regime: unknown regime {regime!r}; known regimes: "
-                     f"{', '.join(sorted(REGIMES))}, or a fitted regime's .json file")
-
-
+# ----------------------------------------------------------------------------- regimes' laws
 @dataclass(frozen=True)
 class Distribution:
     """A model's acceptance-length law for one method: exact per context, averaged.
@@ -578,6 +225,10 @@ class Distribution:
         The unit of each context for intervals (its own index, or a trace's prompt).
     method, budget, temperature, rule
         What was run.
+    world : ndarray int64 (n,) or None
+        The world of each context (synthetic regimes), for between-world intervals.
+    seconds : ndarray float64 (n,) or None
+        Each round's modelled seconds under a latency model (when one was given).
     """
 
     label: str
@@ -588,9 +239,24 @@ class Distribution:
     budget: int | None
     temperature: float
     rule: str = "follow"
+    world: np.ndarray | None = None
+    seconds: np.ndarray | None = None
 
     def mean(self) -> MeanCI:
         return mean_ci([self.taus[self.units == u] for u in dict.fromkeys(self.units.tolist())])
+
+    def world_means(self) -> np.ndarray:
+        """Mean ``tau`` of each world, float64 ``(k,)``."""
+        if self.world is None:
+            raise ValueError(f"{self.label}: no worlds (a trace's law)")
+        return np.array([self.taus[self.world == w].mean() for w in np.unique(self.world)])
+
+    def world_throughputs(self) -> np.ndarray:
+        """Tokens per second of each world, ``sum tau / sum seconds`` (renewal-reward)."""
+        if self.seconds is None or self.world is None:
+            raise ValueError(f"{self.label}: no latency model was given")
+        return np.array([self.taus[self.world == w].sum() / self.seconds[self.world == w].sum()
+                         for w in np.unique(self.world)])
 
 
 def _round_probs(rnd, depth: int, rule: str) -> np.ndarray:
@@ -601,62 +267,146 @@ def _round_probs(rnd, depth: int, rule: str) -> np.ndarray:
     return out
 
 
-def _contexts_law(backend, contexts, *, method: str, budget: int | None, temperature: float,
-                  rule: str, rng: np.random.Generator, cost) -> tuple[np.ndarray, np.ndarray]:
+def _contexts_law(backend, contexts, *, method, budget: int | None, temperature: float,
+                  rule: str, rng: np.random.Generator, cost
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     depth = int(backend.depth)
-    probs, taus = [], []
+    probs, taus, secs = [], [], []
     for ctx in contexts:
         rnd = run_round(backend, ctx, method=method, budget=budget, rule=rule,
                         temperature=temperature, rng=rng, sample=rule != "follow", cost=cost)
         probs.append(_round_probs(rnd, depth, rule))
         taus.append(float(rnd.expected_tau))  # exact under every rule
-    return np.array(probs), np.array(taus)
+        secs.append(rnd.cost_s)
+    return np.array(probs), np.array(taus), (None if cost is None else np.array(secs))
 
 
-def regime_distribution(regime: str | RegimeSpec, *, method: str = "ddtree",
+#: The knobs of a regime's drafter: a trial that moves only these keeps the target (and its
+#: contexts). ``hard_miss`` renames drafter successor slots (:mod:`treespec_sim.synth.world`).
+_DRAFTER_KNOBS = frozenset({"name", "description", "mismatch", "boost_noise", "topic_awareness",
+                            "calibration", "degradation", "junk", "correction_quality",
+                            "variant_noise", "depth_sharpening", "hard_miss"})
+
+
+def _same_target(a: RegimeSpec, b: RegimeSpec) -> bool:
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a)
+               if f.name not in _DRAFTER_KNOBS)
+
+
+class WorldSet:
+    """A regime's worlds and their contexts, fixed for every trial of drafter knobs.
+
+    ``contexts`` fresh contexts split over ``worlds`` worlds (seeds ``seed + i``, contexts from
+    ``default_rng([seed + i, stream])``). A trial spec whose target is the regime's (only
+    drafter knobs moved, ``hard_miss`` among them) is built on the same seeds, shares the
+    reference worlds' target kernels and runs on the same contexts: common random numbers, and
+    the per-topic target tables built once. A trial that moves a target knob
+    (``logit_scale``, ``sharpness``, ...) gets its own worlds and contexts drawn from its own
+    target on the same seeds and streams.
+
+    Parameters
+    ----------
+    spec : RegimeSpec
+    contexts, worlds, seed : int
+    vocab_size, depth : int, optional
+        Override ``V`` (a smaller world is faster) and ``L``.
+    stream : int
+        The context stream (17: :func:`regime_distribution`'s; another gives fresh contexts on
+        the same worlds).
+    """
+
+    def __init__(self, spec: RegimeSpec, *, contexts: int = 128, worlds: int = 2,
+                 seed: int = 0, vocab_size: int | None = None, depth: int | None = None,
+                 stream: int = 17) -> None:
+        n = check_positive_int(contexts, "contexts")
+        k = check_positive_int(worlds, "worlds")
+        if n < k:
+            raise ValueError(f"contexts ({n}) must be at least worlds ({k})")
+        self.spec = spec
+        self.seed = int(seed)
+        self.vocab_size, self.depth, self.stream = vocab_size, depth, stream
+        self.ref, self.contexts, self.states = [], [], []
+        for i in range(k):
+            w = make_world(spec, seed=self.seed + i, vocab_size=vocab_size, depth=depth)
+            rng = np.random.default_rng([self.seed + i, stream])
+            m = n // k + (i < n % k)
+            self.contexts.append([w.sample_context(rng) for _ in range(m)])
+            self.states.append(rng.bit_generator.state)
+            self.ref.append(w)
+
+    def law(self, trial: RegimeSpec | None = None, *, method: str | Callable = "ddtree",
+            budget: int | None = 64, temperature: float = 0.0, rule: str = "follow",
+            cost: Any = None, label: str | None = None) -> Distribution:
+        """The law of ``trial`` (default the regime itself) on these worlds' contexts."""
+        spec = self.spec if trial is None else trial
+        t = check_temperature(temperature)
+        probs, taus, secs, world = [], [], [], []
+        shared = _same_target(spec, self.spec)
+        for i, (ref, ctxs, state) in enumerate(zip(self.ref, self.contexts, self.states,
+                                                   strict=True)):
+            w = ref
+            rng = np.random.default_rng()
+            rng.bit_generator.state = state
+            if spec != self.spec:
+                w = make_world(spec, seed=self.seed + i, vocab_size=self.vocab_size,
+                               depth=self.depth)
+                if shared:
+                    w.share_target_kernels(ref)
+                else:
+                    rng = np.random.default_rng([self.seed + i, self.stream])
+                    ctxs = [w.sample_context(rng) for _ in ctxs]
+            p, tau, sec = _contexts_law(w, ctxs, method=method, budget=budget, temperature=t,
+                                        rule=rule, rng=rng, cost=cost)
+            probs.append(p)
+            taus.append(tau)
+            secs.append(sec)
+            world.append(np.full(tau.size, i, dtype=np.int64))
+        probs_all = np.concatenate(probs)
+        name = getattr(method, "__name__", method)
+        return Distribution(label or f"{spec.name} ({name}"
+                            f"{'' if budget is None else f'@{budget}'}, T = {t:g})",
+                            probs_all.mean(axis=0), np.concatenate(taus),
+                            np.arange(probs_all.shape[0]), str(name), budget, t, rule,
+                            np.concatenate(world),
+                            None if cost is None else np.concatenate(secs))
+
+
+def regime_distribution(regime: str | RegimeSpec, *, method: str | Callable = "ddtree",
                         budget: int | None = 64, temperature: float = 0.0, rule: str = "follow",
                         contexts: int = 128, worlds: int = 2, seed: int = 0,
                         vocab_size: int | None = None, depth: int | None = None,
-                        cost: Any = None) -> Distribution:
+                        cost: Any = None, drafter: str | None = None) -> Distribution:
     """A regime's acceptance-length law for ``method`` at ``budget`` and ``temperature``.
 
-    ``contexts`` fresh contexts split over ``worlds`` worlds (seeds ``seed + i``, contexts from
-    ``default_rng([seed + i, 17])``); under ``follow`` each context's law is exact (its exit
-    mass by depth), under another rule it is the sampled outcome (one per context).
+    ``contexts`` fresh contexts split over ``worlds`` worlds (:class:`WorldSet`); under
+    ``follow`` each context's law is exact (its exit mass by depth), under another rule it is
+    the sampled outcome (one per context).
 
     Parameters
     ----------
     regime : str or RegimeSpec
-        A name, a spec or a fitted regime's file (:func:`resolve_regime`).
+        A name, a spec or a fitted regime's file (:func:`~treespec_sim.synth.resolve_regime`).
+    method : str or callable
+        A registered method or a builder callable (:func:`chain_prefix`).
     vocab_size, depth : int, optional
         Override ``V`` (a smaller world is faster) and ``L`` (to match a log's block depth).
     cost : latency model or name, optional
-        For cost-aware methods (``caddtree``).
+        For cost-aware methods (``caddtree``) and each round's modelled seconds.
+    drafter : str, optional
+        A drafter kind of :data:`DRAFTERS` whose knobs are applied to the regime.
 
     Returns
     -------
     Distribution
     """
     spec = resolve_regime(regime)
-    t = check_temperature(temperature)
-    n = check_positive_int(contexts, "contexts")
-    k = check_positive_int(worlds, "worlds")
-    if n < k:
-        raise ValueError(f"contexts ({n}) must be at least worlds ({k})")
-    probs, taus = [], []
-    for i in range(k):
-        w = make_world(spec, seed=seed + i, vocab_size=vocab_size, depth=depth)
-        rng = np.random.default_rng([seed + i, 17])
-        m = n // k + (i < n % k)
-        ctxs = [w.sample_context(rng) for _ in range(m)]
-        p, tau = _contexts_law(w, ctxs, method=method, budget=budget, temperature=t, rule=rule,
-                               rng=rng, cost=cost)
-        probs.append(p)
-        taus.append(tau)
-    probs_all = np.concatenate(probs)
-    return Distribution(f"{spec.name} ({method}{'' if budget is None else f'@{budget}'}, "
-                        f"T = {t:g})", probs_all.mean(axis=0), np.concatenate(taus),
-                        np.arange(probs_all.shape[0]), method, budget, t, rule)
+    if drafter is not None:
+        spec = drafter_spec(spec, drafter)
+    if isinstance(cost, str):
+        cost = get_cost_model(cost)
+    return WorldSet(spec, contexts=contexts, worlds=worlds, seed=seed, vocab_size=vocab_size,
+                    depth=depth).law(method=method, budget=budget, temperature=temperature,
+                                     rule=rule, cost=cost)
 
 
 def trace_distribution(trace, *, method: str = "ddtree", budget: int | None = 64,
@@ -665,14 +415,14 @@ def trace_distribution(trace, *, method: str = "ddtree", budget: int | None = 64
     """A trace's acceptance-length law: the exact law of every recorded round, averaged
     (units: the recorded prompts; ``docs/traces.md``)."""
     rng = np.random.default_rng(0) if rng is None else check_rng(rng)
-    p, tau = _contexts_law(trace, trace.contexts, method=method, budget=budget,
-                           temperature=check_temperature(temperature), rule=rule, rng=rng,
-                           cost=cost)
+    p, tau, secs = _contexts_law(trace, trace.contexts, method=method, budget=budget,
+                                 temperature=check_temperature(temperature), rule=rule,
+                                 rng=rng, cost=cost)
     units = np.array([c.prompt for c in trace.contexts], dtype=np.int64)
     name = f"trace {Path(str(trace.header.get('models', {}).get('target', '?'))).name}"
     return Distribution(f"{name} ({method}{'' if budget is None else f'@{budget}'}, "
                         f"T = {temperature:g})", p.mean(axis=0), tau, units, method, budget,
-                        float(temperature), rule)
+                        float(temperature), rule, None, secs)
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -684,22 +434,25 @@ def _pad(p: np.ndarray, m: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A log's histogram beside a model's law.
+    """A log's law (or mean) beside a model's law.
 
     Attributes
     ----------
     log_label, model_label : str
     log_probs, model_probs : ndarray float64 (m,)
-        Over ``tau = 1..m`` (``m`` the longer support).
-    log_counts : ndarray int64 (m,)
+        Over ``tau = 1..m`` (``m`` the longer support); ``log_probs`` is ``nan`` for a log of
+        means only.
+    log_counts : ndarray float64 (m,)
+        The log's rounds per ``tau`` (``nan`` where it holds means only).
     log_mean, model_mean : MeanCI
-        Means with 95% t-intervals (over responses; over contexts or a trace's prompts).
+        Means with 95% t-intervals (over the log's units; over contexts or a trace's prompts).
     tv : float
-        Total variation distance ``(1/2) sum |p - q|``.
+        Total variation distance ``(1/2) sum |p - q|`` (``nan`` for a mean-only log).
     ks : float
-        The largest gap between the two CDFs.
+        The largest gap between the two CDFs (``nan`` for a mean-only log).
     cvm : float
-        ``sum_k (F_log(k) - F_model(k))^2`` (what :func:`fit_log` minimises).
+        ``sum_k (F_log(k) - F_model(k))^2`` (what :func:`fit_log` minimises); for a mean-only
+        log the squared difference of the means.
     """
 
     log_label: str
@@ -713,15 +466,38 @@ class Comparison:
     ks: float
     cvm: float
 
+    @property
+    def law(self) -> bool:
+        """Whether the log's law was compared (not only its mean)."""
+        return bool(np.all(np.isfinite(self.log_probs)))
+
+    def warning(self) -> str | None:
+        """A sentence when the model is far from the log (:data:`FIT_WARN_TV`,
+        :data:`FIT_WARN_CDF_GAP`), else ``None``."""
+        if not self.law:
+            return None
+        bad = []
+        if self.tv > FIT_WARN_TV:
+            bad.append(f"total variation {self.tv:.3f} > {FIT_WARN_TV:g}")
+        if self.ks > FIT_WARN_CDF_GAP:
+            bad.append(f"largest CDF gap {self.ks:.3f} > {FIT_WARN_CDF_GAP:g}")
+        if not bad:
+            return None
+        return (f"the model does not reproduce the log's law ({', '.join(bad)}): its "
+                "predictions rest on a poor fit")
+
     def to_dict(self) -> dict:
-        def ci(m: MeanCI) -> dict:
-            return {"mean": m.mean, "ci_low": m.low, "ci_high": m.high}
+        def arr(a: np.ndarray) -> list:
+            return [None if not math.isfinite(x) else float(x) for x in a]
+
+        def num(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
 
         return {"log": self.log_label, "model": self.model_label,
-                "log_probs": self.log_probs.tolist(), "model_probs": self.model_probs.tolist(),
-                "log_counts": self.log_counts.tolist(), "log_mean": ci(self.log_mean),
-                "model_mean": ci(self.model_mean), "tv": self.tv, "ks": self.ks,
-                "cvm": self.cvm}
+                "log_probs": arr(self.log_probs), "model_probs": arr(self.model_probs),
+                "log_counts": arr(self.log_counts), "log_mean": self.log_mean.to_dict(),
+                "model_mean": self.model_mean.to_dict(), "tv": num(self.tv),
+                "cdf_gap": num(self.ks), "cvm": num(self.cvm), "warning": self.warning()}
 
 
 def _distances(p: np.ndarray, q: np.ndarray) -> tuple[float, float, float]:
@@ -731,38 +507,56 @@ def _distances(p: np.ndarray, q: np.ndarray) -> tuple[float, float, float]:
     return float(0.5 * np.abs(p - q).sum()), float(np.abs(gap).max()), float((gap ** 2).sum())
 
 
+def _log_label(log: AcceptanceLog) -> str:
+    rounds = "" if log.rounds is None else f"{log.rounds:.0f} rounds, "
+    return (f"{Path(log.path).name}: {log.method} ({FORMATS[log.source]}; {rounds}"
+            f"{log.responses} {log.unit_name}{'s' if log.responses != 1 else ''})")
+
+
 def compare(log: AcceptanceLog | Distribution, model: Distribution) -> Comparison:
-    """A log's (or a trace's) acceptance-length histogram beside a model's law."""
+    """A log's (or a trace's) acceptance-length law beside a model's (a log of means only:
+    its mean beside the model's)."""
     if isinstance(log, AcceptanceLog):
-        lp = log.probs()
-        counts = np.bincount(log.lengths - 1, minlength=lp.size)
-        label = f"{Path(log.path).name}: {log.method} ({log.rounds} rounds, {log.responses} " \
-                "responses)"
-        lmean = log.mean()
+        label, lmean = _log_label(log), log.mean()
+        if not log.determines_law:
+            m = model.probs.size
+            nan = np.full(m, np.nan)
+            return Comparison(label, model.label, nan, model.probs, nan, lmean, model.mean(),
+                              math.nan, math.nan, (lmean.mean - model.mean().mean) ** 2)
+        lp, counts = log.probs(), log.histogram()
     else:
-        lp, counts, label, lmean = log.probs, np.zeros(log.probs.size, dtype=np.int64), \
-            log.label, log.mean()
+        lp, counts, label, lmean = log.probs, np.full(log.probs.size, np.nan), log.label, \
+            log.mean()
     m = max(lp.size, model.probs.size)
     tv, ks, cvm = _distances(lp, model.probs)
-    return Comparison(label, model.label, _pad(lp, m), _pad(model.probs, m),
-                      _pad(counts, m).astype(np.int64), lmean, model.mean(), tv, ks, cvm)
+    return Comparison(label, model.label, _pad(lp, m), _pad(model.probs, m), _pad(counts, m),
+                      lmean, model.mean(), tv, ks, cvm)
 
 
-def compare_markdown(c: Comparison) -> str:
+def compare_markdown(c: Comparison, *, unit: str = "unit") -> str:
     """The comparison as a Markdown table: per ``tau``, the log's rounds and share beside the
     model's, then the means and the distances."""
-    def ci(m: MeanCI) -> str:
-        return f"{m.mean:.3f} [{m.low:.3f}, {m.high:.3f}]"
-
-    lines = [f"Log: {c.log_label}", f"Model: {c.model_label}", "",
-             "| τ (tokens per round) | log rounds | log share | model share | difference |",
-             "|---:|---:|---:|---:|---:|"]
-    for k in range(c.log_probs.size):
-        lines.append(f"| {k + 1} | {int(c.log_counts[k])} | {c.log_probs[k]:.3f} | "
-                     f"{c.model_probs[k]:.3f} | {c.log_probs[k] - c.model_probs[k]:+.3f} |")
-    lines += ["", f"Mean τ: log {ci(c.log_mean)} (95% t-interval over responses), model "
-              f"{ci(c.model_mean)} (95% t-interval over its contexts). Total variation "
-              f"{c.tv:.3f}, largest CDF gap {c.ks:.3f}, Σ (CDF gap)² {c.cvm:.4f}.", ""]
+    lines = [f"Log: {c.log_label}", f"Model: {c.model_label}", ""]
+    if c.law:
+        lines += ["| τ (tokens per round) | log rounds | log share | model share | difference |",
+                  "|---:|---:|---:|---:|---:|"]
+        for k in range(c.log_probs.size):
+            n = c.log_counts[k]
+            rounds = "" if not math.isfinite(n) else (f"{n:.0f}" if abs(n - round(n)) < 1e-9
+                                                      else f"{n:.1f}")
+            lines.append(f"| {k + 1} | {rounds} | {c.log_probs[k]:.3f} | "
+                         f"{c.model_probs[k]:.3f} | {c.log_probs[k] - c.model_probs[k]:+.3f} |")
+        dist = (f"Total variation {c.tv:.3f}, largest CDF gap {c.ks:.3f}, Σ (CDF gap)² "
+                f"{c.cvm:.4f}.")
+    else:
+        dist = ("The log holds means only: no law to compare (total variation and CDF gap "
+                "undefined).")
+    lines += ["", f"Mean τ: log {c.log_mean.text(unit=unit)} (95% t-interval over its {unit}s), "
+              f"model {c.model_mean.text(unit='context')} (95% t-interval over its contexts). "
+              + dist, ""]
+    w = c.warning()
+    if w:
+        lines += [f"WARNING: {w}.", ""]
     return "\n".join(lines)
 
 
@@ -775,9 +569,10 @@ def plot_comparison(c: Comparison, path: Path | str, *,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    k = np.arange(1, c.log_probs.size + 1)
+    k = np.arange(1, c.model_probs.size + 1)
+    lp = np.nan_to_num(c.log_probs)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    a.bar(k, c.log_probs, width=0.8, color="tab:blue", alpha=0.7,
+    a.bar(k, lp, width=0.8, color="tab:blue", alpha=0.7,
           label=f"{names[0]}: mean {c.log_mean.mean:.2f}")
     a.plot(k, c.model_probs, "o-", color="tab:red", ms=4,
            label=f"{names[1]}: mean {c.model_mean.mean:.2f}")
@@ -787,8 +582,9 @@ def plot_comparison(c: Comparison, path: Path | str, *,
     a.legend(fontsize=8)
     a.grid(alpha=0.3, axis="y")
     kk = np.append(k, k[-1] + 1)
-    b.step(kk, np.append(np.cumsum(c.log_probs), 1.0), where="post", color="tab:blue",
-           label=names[0])
+    if c.law:
+        b.step(kk, np.append(np.cumsum(lp), 1.0), where="post", color="tab:blue",
+               label=names[0])
     b.step(kk, np.append(np.cumsum(c.model_probs), 1.0), where="post", color="tab:red",
            label=names[1])
     b.set_xlim(0.8, k[-1] + 0.5)
@@ -803,9 +599,45 @@ def plot_comparison(c: Comparison, path: Path | str, *,
     plt.close(fig)
 
 
+# ----------------------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class _Target:
+    """What a fit aims at: a law, or a mean alone."""
+
+    probs: np.ndarray | None
+    mean: MeanCI
+    label: str
+    source: Any
+
+    def objective(self, dist: Distribution) -> float:
+        if self.probs is None:
+            return (self.mean.mean - float(dist.taus.mean())) ** 2
+        return _distances(self.probs, dist.probs)[2]
+
+
+def _target(target: AcceptanceLog | Distribution | float) -> _Target:
+    if isinstance(target, AcceptanceLog):
+        return _Target(target.probs() if target.determines_law else None, target.mean(),
+                       target.path, target)
+    if isinstance(target, Distribution):
+        return _Target(np.asarray(target.probs), target.mean(), target.label, target)
+    x = float(target)
+    if not (math.isfinite(x) and x >= 1):
+        raise ValueError(f"target mean must be a number >= 1; got {target!r}")
+    return _Target(None, MeanCI(x, math.nan, math.nan), f"mean {x:g}", x)
+
+
+def _compare_target(t: _Target, dist: Distribution) -> Comparison:
+    if isinstance(t.source, AcceptanceLog | Distribution):
+        return compare(t.source, dist)
+    nan = np.full(dist.probs.size, np.nan)
+    return Comparison(t.label, dist.label, nan, dist.probs, nan, t.mean, dist.mean(),
+                      math.nan, math.nan, t.objective(dist))
+
+
 # ----------------------------------------------------------------------------- the fit
-#: Knob -> (kind, lower, upper): ``unit`` knobs live in ``[0, 1]`` (fitted on the logit
-#: scale), ``positive`` ones in ``(0, inf)`` (on the log scale).
+#: Knob -> kind: ``unit`` knobs live in ``[0, 1]`` (fitted on the logit scale), ``positive``
+#: ones in ``(0, inf)`` (on the log scale).
 FIT_KNOBS = {"hard_miss": "unit", "degradation": "unit", "mismatch": "unit", "junk": "unit",
              "variant_noise": "positive", "logit_scale": "positive", "calibration": "positive",
              "boost_noise": "positive", "sharpness": "positive"}
@@ -830,92 +662,146 @@ def _from_z(kind: str, z: float) -> float:
 
 @dataclass(frozen=True)
 class LogFit:
-    """A regime fitted to an acceptance-length histogram (:func:`fit_log`).
+    """A regime fitted to an acceptance log's law (or mean) (:func:`fit_log`).
 
     Attributes
     ----------
     spec : RegimeSpec
-        The fitted regime (its ``V`` and ``L`` those the fit ran at).
+        The fitted regime (its ``V`` and ``L`` those the fit ran at; its drafter knobs those of
+        :attr:`drafted`'s drafter kind).
     knobs : dict
         The fitted knobs' values.
     start : dict
         Their starting values (the base regime's).
-    target_probs : ndarray (m,)
-        The histogram fitted to.
+    target_probs : ndarray (m,) or None
+        The law fitted to (``None``: a mean).
     comparison : Comparison
-        The fitted regime's law beside it (at the fit's contexts).
+        The fitted regime's law beside the log (at the fit's contexts): its distance to it.
     start_cvm : float
         The objective at the start.
     evals : int
-        Objective evaluations (one world set and its contexts each).
-    method, budget, temperature, rule
+        Objective evaluations.
+    drafted : Drafted
         What the regime runs to be compared with the log.
+    temperature : float
+    source : str
     """
 
     spec: RegimeSpec
     knobs: dict
     start: dict
-    target_probs: np.ndarray
+    target_probs: np.ndarray | None
     comparison: Comparison
     start_cvm: float
     evals: int
-    method: str
-    budget: int | None
+    drafted: Drafted
     temperature: float
-    rule: str
     source: str = ""
+
+    @property
+    def method(self) -> str:
+        return self.drafted.method
+
+    @property
+    def budget(self) -> int | None:
+        return self.drafted.budget
+
+    @property
+    def rule(self) -> str:
+        return self.drafted.rule
+
+    def warning(self) -> str | None:
+        """:meth:`Comparison.warning` of the fit."""
+        return self.comparison.warning()
 
     def to_dict(self) -> dict:
         return {"knobs": self.knobs, "start": self.start, "start_cvm": self.start_cvm,
                 "evals": self.evals, "method": self.method, "budget": self.budget,
-                "temperature": self.temperature, "rule": self.rule, "source": self.source,
+                "temperature": self.temperature, "rule": self.rule,
+                "drafter": self.drafted.drafter, "source": self.source,
+                "tv": self.comparison.to_dict()["tv"],
+                "cdf_gap": self.comparison.to_dict()["cdf_gap"], "warning": self.warning(),
                 "comparison": self.comparison.to_dict()}
 
 
-def fit_log(target: AcceptanceLog | Distribution, *, base: str | RegimeSpec,
-            method: str, budget: int | None, temperature: float, rule: str = "follow",
-            knobs: Sequence[str] | None = None, contexts: int = 96, worlds: int = 2,
-            seed: int = 0, vocab_size: int | None = None, depth: int | None = None,
-            max_evals: int = 60, cost: Any = None, name: str | None = None) -> LogFit:
-    r"""Fit a regime's knobs to a log's (or a trace's) whole acceptance-length histogram.
+def _log_depth(target: _Target, spec: RegimeSpec, depth: int | None) -> RegimeSpec:
+    """The regime at the depth a log needs: its block depth where it says, at least the
+    longest round's ``tau - 1``."""
+    over = {}
+    src = target.source
+    if depth is not None:
+        over["depth"] = check_positive_int(depth, "depth")
+    elif isinstance(src, AcceptanceLog) and src.depth is not None:
+        over["depth"] = src.depth
+    need = (target.probs.size - 1) if target.probs is not None else \
+        (math.ceil(target.mean.mean) - 1)
+    d = over.get("depth", spec.depth)
+    if need > d:
+        if depth is not None:
+            raise ValueError(f"the log has rounds of {need + 1} tokens, more than a regime of "
+                             f"depth L = {d} commits (L + 1); pass depth >= {need}")
+        over["depth"] = need
+    try:
+        return dataclasses.replace(spec, **over) if over else spec
+    except ValueError as exc:
+        raise ValueError(f"base regime {spec.name!r} at {over}: {exc}") from None
+
+
+def fit_log(target: AcceptanceLog | Distribution | float, *, base: str | RegimeSpec,
+            temperature: float, method: str = "chain", budget: int | None = None,
+            rule: str = "follow", drafter: str = "block-diffusion",
+            drafted: Drafted | None = None, knobs: Sequence[str] | None = None,
+            contexts: int = 96, worlds: int = 2, seed: int = 0,
+            vocab_size: int | None = None, depth: int | None = None, max_evals: int = 60,
+            cost: Any = None, name: str | None = None) -> LogFit:
+    r"""Fit a regime's knobs to a log's (or a trace's) whole acceptance-length law.
 
     The objective is :math:`\sum_k (F_{\log}(k) - F_{\mathrm{model}}(k))^2` over ``tau = 1..m``
     (a Cramér-von Mises distance between the two CDFs; its sum of gaps is the difference of
-    the means, its squares weigh the shape), the model's law being
-    :func:`regime_distribution` of the trial regime on the same world seeds and context
-    streams every time (common random numbers). Nelder-Mead (:func:`scipy.optimize.minimize`)
-    on unconstrained coordinates (:data:`FIT_KNOBS`), from the base regime's values.
+    the means, its squares weigh the shape) -- for a log of means only (or a number), the
+    squared difference of the means. The model's law is that of the trial regime on the same
+    worlds and contexts every time (:class:`WorldSet`: common random numbers), for what the log
+    drafted (:class:`Drafted`, from ``method``/``budget``/``rule``/``drafter``). Nelder-Mead
+    (:func:`scipy.optimize.minimize`) on unconstrained coordinates (:data:`FIT_KNOBS`), from
+    the base regime's values.
 
     Parameters
     ----------
-    target : AcceptanceLog or Distribution
+    target : AcceptanceLog, Distribution or float
     base : str or RegimeSpec
         The regime whose other knobs are kept.
-    method, budget, temperature, rule
-        What the regime runs (the log's method: :func:`guess_method`).
+    temperature : float
+        The decode's temperature (required: a log does not always say it, and the worlds'
+        target is tempered by it).
+    method, budget, rule, drafter, drafted
+        What the log's rounds drafted (``drafted`` wins when given; :func:`guess_method`).
     knobs : sequence of str, optional
         Knobs to fit (default ``hard_miss``, ``variant_noise``, ``degradation``, and
         ``logit_scale`` at ``T > 0``).
     contexts, worlds, seed
-        Per evaluation (see :func:`regime_distribution`).
+        Per evaluation (:class:`WorldSet`).
     vocab_size, depth : int, optional
-        ``V`` and ``L`` of the fitted regime (default the base's; ``depth`` should be the log's
-        block depth).
+        ``V`` and ``L`` of the fitted regime (default the base's; ``depth`` defaults to the
+        log's block depth where it says).
     max_evals : int
         Objective evaluations at most.
 
     Returns
     -------
     LogFit
+        With the distance it reached (:attr:`LogFit.comparison`) and :meth:`LogFit.warning`.
 
     Raises
     ------
     ValueError
-        An unknown knob, a log longer than the regime's depth allows, a bad count.
+        An unknown knob or drafter, a knob that changes the target on a shared world, a log
+        longer than the regime's depth allows, a bad count.
     """
     from scipy.optimize import minimize
 
-    spec0 = resolve_regime(base)
+    tg = _target(target)
+    drafted = drafted or Drafted(method, budget, rule, drafter)
+    spec0 = drafter_spec(resolve_regime(base), drafted.drafter)
     t = check_temperature(temperature)
     knobs = tuple(knobs) if knobs else (("hard_miss", "variant_noise", "degradation")
                                          + (("logit_scale",) if t > 0 else ()))
@@ -924,24 +810,18 @@ def fit_log(target: AcceptanceLog | Distribution, *, base: str | RegimeSpec,
             raise ValueError(f"knobs: {kname!r} is not a fittable knob; known: "
                              f"{', '.join(FIT_KNOBS)}")
     max_evals = check_positive_int(max_evals, "max_evals")
-    over = {}
     if vocab_size is not None:
-        over["vocab_size"] = check_positive_int(vocab_size, "vocab_size")
-    if depth is not None:
-        over["depth"] = check_positive_int(depth, "depth")
-    try:
-        spec0 = dataclasses.replace(spec0, **over)
-    except ValueError as exc:
-        raise ValueError(f"base regime {spec0.name!r} at {over}: {exc}") from None
-    tp = target.probs() if isinstance(target, AcceptanceLog) else np.asarray(target.probs)
-    if tp.size > spec0.depth + 1:
-        raise ValueError(f"the log has rounds of {tp.size} tokens, more than a regime of depth "
-                         f"L = {spec0.depth} commits (L + 1); pass depth >= {tp.size - 1}")
+        vocab_size = check_positive_int(vocab_size, "vocab_size")
+    spec0 = _log_depth(tg, spec0, depth)
+    run_method, run_budget = drafted.run_args()
+    if isinstance(cost, str):
+        cost = get_cost_model(cost)
+    ws = WorldSet(spec0, contexts=contexts, worlds=worlds, seed=seed, vocab_size=vocab_size)
     kinds = [FIT_KNOBS[k] for k in knobs]
     start = {k: float(getattr(spec0, k)) for k in knobs}
     z0 = np.array([_to_z(kind, start[k]) for k, kind in zip(knobs, kinds, strict=True)])
     evals = {"n": 0}
-    cache: dict[tuple, tuple[float, Distribution]] = {}
+    cache: dict[tuple, tuple[float, Distribution | None]] = {}
 
     def spec_at(z: np.ndarray) -> RegimeSpec:
         vals = {k: _from_z(kind, float(x)) for k, kind, x in zip(knobs, kinds, z, strict=True)}
@@ -952,13 +832,12 @@ def fit_log(target: AcceptanceLog | Distribution, *, base: str | RegimeSpec,
         if key not in cache:
             evals["n"] += 1
             try:
-                dist = regime_distribution(spec_at(z), method=method, budget=budget,
-                                           temperature=t, rule=rule, contexts=contexts,
-                                           worlds=worlds, seed=seed, cost=cost)
+                dist = ws.law(spec_at(z), method=run_method, budget=run_budget, temperature=t,
+                              rule=drafted.rule, cost=cost)
             except ValueError:  # a knob value the regime refuses: outside the feasible set
                 cache[key] = (math.inf, None)
             else:
-                cache[key] = (_distances(tp, dist.probs)[2], dist)
+                cache[key] = (tg.objective(dist), dist)
         return cache[key][0]
 
     f0 = objective(z0)
@@ -968,26 +847,476 @@ def fit_log(target: AcceptanceLog | Distribution, *, base: str | RegimeSpec,
                                                                   for i in range(len(z0))])})
     best = res.x if objective(res.x) <= f0 else z0
     spec = dataclasses.replace(spec_at(best), name=name or f"fit-{spec0.name}",
-                               description=f"fitted to an acceptance-length histogram "
-                                           f"({method}{'' if budget is None else f'@{budget}'}, "
+                               description=f"fitted to an acceptance log ({drafted.label}, "
                                            f"T = {t:g}) from {spec0.name}")
     dist = cache[tuple(np.round(best, 12))][1]
-    return LogFit(spec, {k: float(getattr(spec, k)) for k in knobs}, start, tp,
-                  compare(target, dataclasses.replace(dist, label=f"{spec.name} "
-                                                      f"({method}, T = {t:g})")),
-                  f0, evals["n"], method, budget, t, rule,
-                  getattr(target, "path", getattr(target, "label", "")))
+    dist = dataclasses.replace(dist, label=f"{spec.name} ({drafted.label}, T = {t:g})")
+    return LogFit(spec, {k: float(getattr(spec, k)) for k in knobs}, start, tg.probs,
+                  _compare_target(tg, dist), f0, evals["n"], drafted, t,
+                  getattr(target, "path", getattr(target, "label", str(tg.label))))
 
 
 def write_fit(path: Path | str, fit: LogFit) -> Path:
     """Write a fitted regime as a calibration-style file (``{"regimes": {name: {"knobs":
-    ..., "fit": ...}}}``) that :func:`treespec_sim.synth.regimes.load_calibrated` and
-    :func:`resolve_regime` read; atomically."""
+    ..., "fit": ...}}}``) that :func:`~treespec_sim.synth.resolve_regime`, ``--regime FILE``
+    and the sweep's ``regimes = ["FILE"]`` read; atomically."""
     path = Path(path)
     data = {"regimes": {fit.spec.name: {"knobs": dataclasses.asdict(fit.spec),
                                         "fit": fit.to_dict()}}}
     atomic_write_text(path, json.dumps(data, indent=1, default=float))
     return path
+
+
+# ----------------------------------------------------------------------------- prediction
+@dataclass(frozen=True)
+class Candidate:
+    """One structure refitted to the log, and what it predicts.
+
+    Attributes
+    ----------
+    base : str
+        The structure (a calibrated regime, or the regime given).
+    knob : str or None
+        The knob moved to reproduce the log's mean (``None``: the regime as given).
+    value : float or None
+        Its value.
+    spec : RegimeSpec or None
+        The refitted regime (``None`` where the knob cannot reach the log's mean).
+    comparison : Comparison or None
+        Its law beside the log's (on the fit's contexts).
+    consistent : bool
+        Whether it reproduces the log (law: within :data:`FIT_WARN_TV` and
+        :data:`FIT_WARN_CDF_GAP`; mean: within :data:`MEAN_TOLERANCE` or the log's interval).
+    reason : str
+        Why not, where not.
+    tau, base_tau : MeanCI or None
+        The predicted method's and the log's method's ``tau`` on fresh contexts of its worlds
+        (between-world intervals).
+    tokens_per_s, base_tokens_per_s : MeanCI or None
+        Under the latency model, where one was given.
+    """
+
+    base: str
+    knob: str | None
+    value: float | None
+    spec: RegimeSpec | None
+    comparison: Comparison | None
+    consistent: bool
+    reason: str = ""
+    tau: MeanCI | None = None
+    base_tau: MeanCI | None = None
+    tokens_per_s: MeanCI | None = None
+    base_tokens_per_s: MeanCI | None = None
+
+    def to_dict(self) -> dict:
+        def ci(m: MeanCI | None) -> dict | None:
+            return None if m is None else m.to_dict()
+
+        c = self.comparison
+        return {"base": self.base, "knob": self.knob, "value": self.value,
+                "consistent": self.consistent, "reason": self.reason,
+                "model_mean": None if c is None else c.model_mean.mean,
+                "tv": None if c is None else c.to_dict()["tv"],
+                "cdf_gap": None if c is None else c.to_dict()["cdf_gap"],
+                "tau": ci(self.tau), "base_tau": ci(self.base_tau),
+                "tokens_per_s": ci(self.tokens_per_s),
+                "base_tokens_per_s": ci(self.base_tokens_per_s)}
+
+
+def _spread(values: Sequence[MeanCI], scale: tuple[float, float]) -> tuple[float, float, float]:
+    """``(median of means, lowest low, highest high)``, each bound scaled by the log's own
+    relative uncertainty ``scale = (low / mean, high / mean)``; a value without an interval
+    contributes its mean."""
+    means = [v.mean for v in values]
+    lows = [(v.low if v.has_interval else v.mean) * scale[0] for v in values]
+    highs = [(v.high if v.has_interval else v.mean) * scale[1] for v in values]
+    return float(np.median(means)), float(min(lows)), float(max(highs))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What another method would give, from a log, with the uncertainty the log leaves
+    (:func:`predict`).
+
+    Attributes
+    ----------
+    method : str
+        The predicted method (``ddtree``, ``caddtree``, ``chain``).
+    budget : int or None
+    drafter : str
+    temperature : float
+    drafted : Drafted
+        What the log's rounds drafted (the baseline the gain is measured against).
+    log_mean : MeanCI
+    candidates : tuple of Candidate
+    used : tuple of int
+        The candidates the interval spans (the consistent ones; every one that reached the
+        log's mean where none is consistent, then :attr:`warning` says so).
+    tau, tau_low, tau_high : float
+        Median over :attr:`used` of the candidates' ``tau``, the lowest lower and the highest
+        upper bound of their between-world intervals, each bound scaled by the log's own
+        relative interval where it has one.
+    gain, gain_low, gain_high : float
+        The same for ``tau / tau of the log's method`` (each candidate's ratio).
+    tokens_per_s, tokens_per_s_low, tokens_per_s_high, speedup, speedup_low, speedup_high :
+    float or None
+        Under :attr:`cost_model` (tokens/s, and over the log's method): as above.
+    cost_model : str or None
+    best : int
+        The candidate closest to the log (smallest total variation; for a mean-only log the
+        smallest mean gap): the fit the JSON's ``"fit"`` reports.
+    warning : str or None
+    notes : tuple of str
+    """
+
+    method: str
+    budget: int | None
+    drafter: str
+    temperature: float
+    drafted: Drafted
+    log_mean: MeanCI
+    candidates: tuple[Candidate, ...]
+    used: tuple[int, ...]
+    tau: float
+    tau_low: float
+    tau_high: float
+    gain: float
+    gain_low: float
+    gain_high: float
+    tokens_per_s: float | None = None
+    tokens_per_s_low: float | None = None
+    tokens_per_s_high: float | None = None
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    cost_model: str | None = None
+    best: int = 0
+    warning: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fit(self) -> Candidate:
+        return self.candidates[self.best]
+
+    def to_dict(self) -> dict:
+        """The ``--json`` shape: ``{"fit": {...}, "prediction": {...}, "candidates": [...]}``."""
+        c = self.fit.comparison
+        fit = {"tv": None, "cdf_gap": None} if c is None else {
+            "tv": c.to_dict()["tv"], "cdf_gap": c.to_dict()["cdf_gap"]}
+        fit.update({"base": self.fit.base, "knob": self.fit.knob, "value": self.fit.value,
+                    "model_mean": None if c is None else c.model_mean.mean,
+                    "log_mean": self.log_mean.to_dict(),
+                    "warning": None if c is None else c.warning()})
+        pred = {"method": self.method, "budget": self.budget, "drafter": self.drafter,
+                "temperature": self.temperature, "tau": self.tau, "tau_low": self.tau_low,
+                "tau_high": self.tau_high, "baseline": self.drafted.label, "gain": self.gain,
+                "gain_low": self.gain_low, "gain_high": self.gain_high,
+                "structures": [self.candidates[i].base + "/" + str(self.candidates[i].knob)
+                               for i in self.used],
+                "warning": self.warning, "notes": list(self.notes)}
+        if self.cost_model is not None:
+            pred.update({"cost_model": self.cost_model, "tokens_per_s": self.tokens_per_s,
+                         "tokens_per_s_low": self.tokens_per_s_low,
+                         "tokens_per_s_high": self.tokens_per_s_high,
+                         "speedup": self.speedup, "speedup_low": self.speedup_low,
+                         "speedup_high": self.speedup_high})
+        return {"fit": fit, "prediction": pred,
+                "candidates": [c.to_dict() for c in self.candidates]}
+
+
+def _match_mean(tg: _Target, ws: WorldSet, base: RegimeSpec, knob: str,
+                bounds: tuple[float, float], *, run: tuple, temperature: float, rule: str,
+                max_evals: int) -> tuple[float | None, Distribution | None, str]:
+    """The knob value whose law on ``ws`` has the log's mean (Brent's root of the mean gap,
+    the mean monotone in the knob), its law, or ``None`` and why."""
+    from scipy.optimize import brentq
+
+    cache: dict[float, Distribution] = {}
+
+    def law(x: float) -> Distribution:
+        x = float(x)
+        if x not in cache:
+            cache[x] = ws.law(dataclasses.replace(base, **{knob: x}), method=run[0],
+                              budget=run[1], temperature=temperature, rule=rule)
+        return cache[x]
+
+    def gap(x: float) -> float:
+        return float(law(x).taus.mean()) - tg.mean.mean
+
+    lo, hi = bounds
+    g_lo, g_hi = gap(lo), gap(hi)
+    if g_lo == 0:
+        return lo, law(lo), ""
+    if g_hi == 0:
+        return hi, law(hi), ""
+    if (g_lo > 0) == (g_hi > 0):
+        near = lo if abs(g_lo) < abs(g_hi) else hi
+        return None, law(near), (f"{knob} in [{lo:g}, {hi:g}] gives mean tau "
+                                 f"{law(lo).taus.mean():.3f} to {law(hi).taus.mean():.3f}, not "
+                                 f"the log's {tg.mean.mean:.3f}")
+    x = brentq(gap, lo, hi, xtol=1e-3 * (hi - lo), maxiter=max(1, max_evals - 2))
+    return float(x), law(x), ""
+
+
+def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
+            drafter: str = "block-diffusion", drafted: Drafted | None = None,
+            method: str = "ddtree", budget: int | None = 64, cost: Any = None,
+            regime: str | RegimeSpec | None = None, prior: Sequence[str] | None = None,
+            knobs: Sequence[str] | None = None, contexts: int = 128, worlds: int = 4,
+            seed: int = 0, vocab_size: int | None = None, max_evals: int = 12,
+            progress: Callable[[str], None] | None = None) -> Prediction:
+    r"""``tau`` (and tokens/s) of ``method`` at ``budget``, predicted from an acceptance log,
+    with an interval that includes what the log cannot identify.
+
+    Each *structure* of ``prior`` (default: every calibrated regime) is refitted to the log
+    through each knob of ``knobs`` (default :data:`PREDICT_KNOBS`: ``variant_noise``, near
+    misses a tree recovers; ``hard_miss``, misses no tree recovers) -- the knob's value at which
+    the structure's law of what the log drafted has the log's mean (:class:`WorldSet`: the same
+    worlds and contexts for every trial). A candidate is *consistent* when its whole law is
+    within :data:`FIT_WARN_TV` and :data:`FIT_WARN_CDF_GAP` of the log's (a mean-only log:
+    within :data:`MEAN_TOLERANCE`). Each consistent candidate then runs ``method`` and the
+    log's own method on fresh contexts of its worlds (context stream 18): its ``tau`` with a
+    between-world interval (:func:`~treespec_sim.stats.world_ci`), its gain over the log's
+    method, and under ``cost`` its tokens per second (``sum tau / sum seconds`` per world).
+
+    The prediction is the median over the consistent candidates; its interval runs from the
+    lowest lower bound to the highest upper bound among them, each scaled by the log's own
+    relative interval (``low / mean``, ``high / mean``: the structures' gains hold roughly
+    under a small change of the log's mean; a log without an interval, one response, adds
+    none). With ``regime`` the prediction is that regime's alone (no refit): its interval is
+    its worlds' only, and says nothing of what the log leaves open.
+
+    Parameters
+    ----------
+    target : AcceptanceLog, Distribution or float
+        The log (or a law, or a mean: the leave-one-out validation predicts from Table 1's
+        chain ``tau`` alone).
+    temperature : float
+    drafter : str
+        ``"block-diffusion"`` or ``"autoregressive"`` (:data:`DRAFTERS`).
+    drafted : Drafted, optional
+        What the log's rounds drafted (default :func:`guess_method`, or a chain).
+    method, budget : str, int
+        The predicted method: ``"ddtree"`` (an autoregressive drafter: DDTree's best-first rule
+        on its conditional path scores, ``ar-ddtree``), ``"caddtree"`` (budget: its maximum;
+        needs ``cost``) or ``"chain"``.
+    cost : latency model or name, optional
+    regime : str or RegimeSpec, optional
+    prior : sequence of str, optional
+    knobs : sequence of str, optional
+    contexts, worlds, seed, vocab_size, max_evals
+        Per structure (:class:`WorldSet`; evaluations of the mean-matching root search).
+    progress : callable, optional
+        Called with a line per candidate.
+
+    Returns
+    -------
+    Prediction
+
+    Raises
+    ------
+    ValueError
+        An unknown drafter, method, structure or knob; ``caddtree`` without ``cost`` or with an
+        autoregressive drafter; no structure reaching the log's mean.
+    """
+    tg = _target(target)
+    t = check_temperature(temperature)
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter: {drafter!r} is not one of {', '.join(DRAFTERS)}")
+    if drafted is None:
+        drafted = guess_method(target, drafter) if isinstance(target, AcceptanceLog) \
+            else Drafted("chain", None, "follow", drafter)
+    drafted = dataclasses.replace(drafted, drafter=drafter)
+    if method not in ("ddtree", "caddtree", "chain"):
+        raise ValueError(f"predict: method {method!r} is not ddtree, caddtree or chain")
+    if method == "caddtree" and cost is None:
+        raise ValueError("predict caddtree needs a latency model (--cost-model): its budget is "
+                         "chosen by the cost")
+    pred = Drafted(method, budget if method != "chain" else None, "follow", drafter)
+    pred_run = pred.run_args()
+    log_run = drafted.run_args()
+    cost_name = None if cost is None else (cost if isinstance(cost, str) else
+                                           type(cost).__name__)
+    if isinstance(cost, str):
+        cost = get_cost_model(cost)
+    for k in knobs or ():
+        if k not in PREDICT_KNOBS:
+            raise ValueError(f"knobs: {k!r} is not one of {', '.join(PREDICT_KNOBS)}")
+    knob_ranges = {k: PREDICT_KNOBS[k] for k in (knobs or PREDICT_KNOBS)}
+    notes = []
+    if regime is not None:
+        structures = [(resolve_regime(regime), None)]
+        notes.append("one regime as given: the interval is its worlds' only and does not "
+                     "include what the log cannot identify")
+    else:
+        names = list(prior) if prior is not None else _calibrated()
+        if not names:
+            raise ValueError("predict: no structures (no calibrated regime is installed; give "
+                             "--regime or --prior)")
+        structures = [(resolve_regime(n), k) for n in names for k in knob_ranges]
+    scale = (1.0, 1.0)
+    if tg.mean.has_interval and tg.mean.mean > 0:
+        scale = (tg.mean.low / tg.mean.mean, tg.mean.high / tg.mean.mean)
+    cands: list[Candidate] = []
+    sets: dict[str, tuple[WorldSet, WorldSet]] = {}
+    for spec, knob in structures:
+        base = _log_depth(tg, drafter_spec(spec, drafter), None)
+        if base.name not in sets:
+            sets[base.name] = (
+                WorldSet(base, contexts=contexts, worlds=worlds, seed=seed,
+                         vocab_size=vocab_size),
+                WorldSet(base, contexts=contexts, worlds=worlds, seed=seed,
+                         vocab_size=vocab_size, stream=18))
+        fit_ws, new_ws = sets[base.name]
+        if knob is None:
+            value, dist, why = None, fit_ws.law(method=log_run[0], budget=log_run[1],
+                                                temperature=t, rule=drafted.rule), ""
+            fitted = base
+        else:
+            value, dist, why = _match_mean(tg, fit_ws, base, knob, knob_ranges[knob],
+                                           run=log_run, temperature=t, rule=drafted.rule,
+                                           max_evals=max_evals)
+            fitted = None if value is None else dataclasses.replace(
+                base, **{knob: value}, name=f"{base.name}+{knob}",
+                description=f"{base.name} with {knob} refitted to {Path(str(tg.label)).name}")
+        comp = _compare_target(tg, dist)
+        cand = Candidate(spec.name, knob, value, fitted, comp, False, why)
+        if fitted is not None:
+            cand = _assess(cand, tg)
+        if fitted is not None:
+            cand = _predicted(cand, new_ws, fitted, pred_run, log_run, t, drafted.rule, cost)
+        cands.append(cand)
+        if progress is not None:
+            progress(_candidate_line(cand))
+    reached = [i for i, c in enumerate(cands) if c.spec is not None]
+    if not reached:
+        raise ValueError("predict: no structure reaches the log's mean tau "
+                         f"{tg.mean.mean:.3f} with {', '.join(knob_ranges)} in range: "
+                         + "; ".join(c.reason for c in cands[:3]))
+    used = [i for i in reached if cands[i].consistent] or reached
+    warning = None
+    if not any(cands[i].consistent for i in reached):
+        warning = ("no structure reproduces the log's law within total variation "
+                   f"{FIT_WARN_TV:g} and CDF gap {FIT_WARN_CDF_GAP:g}: the interval spans every "
+                   "structure that matches its mean, and rests on poor fits")
+    best = min(reached, key=lambda i: (cands[i].comparison.tv if cands[i].comparison.law
+                                       else abs(cands[i].comparison.model_mean.mean
+                                                - tg.mean.mean)))
+    tau = _spread([cands[i].tau for i in used], scale)
+    gains = [MeanCI(cands[i].tau.mean / cands[i].base_tau.mean,
+                    cands[i].tau.low / cands[i].base_tau.high if cands[i].tau.has_interval
+                    else math.nan,
+                    cands[i].tau.high / cands[i].base_tau.low if cands[i].tau.has_interval
+                    else math.nan) for i in used]
+    gain = _spread(gains, (1.0, 1.0))
+    extra = {}
+    if cost is not None:
+        tps = _spread([cands[i].tokens_per_s for i in used], scale)
+        sp = _spread([MeanCI(cands[i].tokens_per_s.mean / cands[i].base_tokens_per_s.mean,
+                             cands[i].tokens_per_s.low / cands[i].base_tokens_per_s.high,
+                             cands[i].tokens_per_s.high / cands[i].base_tokens_per_s.low)
+                      for i in used], (1.0, 1.0))
+        extra = {"tokens_per_s": tps[0], "tokens_per_s_low": tps[1],
+                 "tokens_per_s_high": tps[2], "speedup": sp[0], "speedup_low": sp[1],
+                 "speedup_high": sp[2], "cost_model": cost_name}
+    if not tg.mean.has_interval:
+        notes.append("the log's mean has no interval (a single unit): the prediction's "
+                     "interval does not include the log's own sampling error")
+    if drafter == "autoregressive" and method == "ddtree":
+        notes.append("an autoregressive drafter: 'ddtree' is DDTree's best-first rule on its "
+                     "conditional path scores (ar-ddtree, an EAGLE-2-style tree)")
+    return Prediction(method, pred.budget, drafter, t, drafted, tg.mean, tuple(cands),
+                      tuple(used), *tau, *gain, **extra, best=best, warning=warning,
+                      notes=tuple(notes))
+
+
+def _calibrated() -> list[str]:
+    from .synth.regimes import CALIBRATION_FILE, load_calibrated
+
+    return [n for n in load_calibrated(CALIBRATION_FILE) if n in REGIMES]
+
+
+def _assess(c: Candidate, tg: _Target) -> Candidate:
+    comp = c.comparison
+    if comp.law:
+        ok = comp.tv <= FIT_WARN_TV and comp.ks <= FIT_WARN_CDF_GAP
+        why = "" if ok else (f"its law is {comp.tv:.3f} (total variation) and {comp.ks:.3f} "
+                             "(CDF gap) from the log's")
+    else:
+        tol = max(MEAN_TOLERANCE * tg.mean.mean,
+                  tg.mean.half_width if tg.mean.has_interval else 0.0)
+        ok = abs(comp.model_mean.mean - tg.mean.mean) <= tol
+        why = "" if ok else f"its mean {comp.model_mean.mean:.3f} misses the log's"
+    return dataclasses.replace(c, consistent=ok, reason=why)
+
+
+def _predicted(c: Candidate, ws: WorldSet, spec: RegimeSpec, pred_run: tuple, log_run: tuple,
+               t: float, rule: str, cost: Any) -> Candidate:
+    new = ws.law(spec, method=pred_run[0], budget=pred_run[1], temperature=t, rule="follow",
+                 cost=cost)
+    old = ws.law(spec, method=log_run[0], budget=log_run[1], temperature=t, rule=rule,
+                 cost=cost)
+    extra = {}
+    if cost is not None:
+        extra = {"tokens_per_s": world_ci(new.world_throughputs()),
+                 "base_tokens_per_s": world_ci(old.world_throughputs())}
+    return dataclasses.replace(c, tau=world_ci(new.world_means()),
+                               base_tau=world_ci(old.world_means()), **extra)
+
+
+def _candidate_line(c: Candidate) -> str:
+    if c.spec is None:
+        return f"  {c.base} via {c.knob}: cannot reach the log's mean ({c.reason})"
+    comp = c.comparison
+    dist = (f"TV {comp.tv:.3f}, CDF gap {comp.ks:.3f}" if comp.law
+            else f"mean {comp.model_mean.mean:.3f}")
+    knob = "as given" if c.knob is None else f"{c.knob} = {c.value:.4g}"
+    return (f"  {c.base} ({knob}): {dist}; {'consistent' if c.consistent else 'not consistent'}"
+            f"; predicted tau {c.tau.text()}")
+
+
+def prediction_markdown(p: Prediction, *, unit: str = "unit") -> str:
+    """The prediction as text: the fit, the prediction with its interval, the candidates."""
+    f = p.fit
+    comp = f.comparison
+    lines = []
+    if comp.law:
+        lines.append(f"Fit: the closest structure is {f.base}"
+                     f"{'' if f.knob is None else f' with {f.knob} = {f.value:.4g}'}: total "
+                     f"variation {comp.tv:.3f}, largest CDF gap {comp.ks:.3f} from the log's law "
+                     f"(model mean {comp.model_mean.mean:.3f}, log {p.log_mean.text(unit=unit)}).")
+        if comp.warning():
+            lines.append(f"WARNING: {comp.warning()}.")
+    else:
+        lines.append(f"Fit: the log holds a mean only ({p.log_mean.text(unit=unit)}): every "
+                     "structure is matched to it; nothing checks the shape of the law.")
+    what = f"{p.method}" + ("" if p.budget is None else f"@{p.budget}")
+    lines.append(f"Prediction ({p.drafter} drafter, T = {p.temperature:g}): {what} tau "
+                 f"{p.tau:.2f} [{p.tau_low:.2f}, {p.tau_high:.2f}]; over the log's "
+                 f"{p.drafted.label}: x{p.gain:.2f} [{p.gain_low:.2f}, {p.gain_high:.2f}] "
+                 f"({len(p.used)} of {len(p.candidates)} structures).")
+    if p.cost_model is not None:
+        lines.append(f"Under {p.cost_model}: {p.tokens_per_s:.0f} tokens/s "
+                     f"[{p.tokens_per_s_low:.0f}, {p.tokens_per_s_high:.0f}], x{p.speedup:.2f} "
+                     f"[{p.speedup_low:.2f}, {p.speedup_high:.2f}] over the log's "
+                     f"{p.drafted.label}.")
+    if p.warning:
+        lines.append(f"WARNING: {p.warning}.")
+    lines += [f"Note: {n}." for n in p.notes]
+    lines += ["", "| structure | knob | value | distance to the log | consistent | predicted τ "
+              "| log's method τ |", "|---|---|---:|---|---|---|---|"]
+    for c in p.candidates:
+        if c.spec is None:
+            lines.append(f"| {c.base} | {c.knob} | — | {c.reason} | no | — | — |")
+            continue
+        comp = c.comparison
+        dist = (f"TV {comp.tv:.3f}, gap {comp.ks:.3f}" if comp.law
+                else f"mean {comp.model_mean.mean:.3f}")
+        lines.append(f"| {c.base} | {c.knob or 'as given'} | "
+                     f"{'' if c.value is None else f'{c.value:.4g}'} | {dist} | "
+                     f"{'yes' if c.consistent else 'no'} | {c.tau.text()} | "
+                     f"{c.base_tau.text()} |")
+    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -996,16 +1325,17 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
     the file positional, ``python -m treespec_sim.acceptance fit FILE``)."""
     if file_option:
         ap.add_argument("--from-log", metavar="FILE", default=None,
-                        help="fit a regime to a public log's acceptance-length histogram "
-                             "(benchmark.py --save-path .pt, CaDDTree tree traces, JetSpec "
-                             ".jsonl; docs/traces.md, 'Public logs') instead of the published "
-                             "cells (default: none, the published cells)")
+                        help="fit a regime to an acceptance log (an engine's metrics, "
+                             "Spec-Bench, AIPerf, benchmark.py --save-path .pt, CaDDTree "
+                             "traces, JetSpec .jsonl; docs/traces.md, 'Public logs') instead of "
+                             "the published cells (default: none, the published cells)")
     ap.add_argument("--log-method", metavar="KEY", default=None,
                     help="with --from-log: the log's method key (default: its largest DDTree "
                          "budget, else caddtree, else dflash)")
     ap.add_argument("--log-temperature", type=temperature, default=None, metavar="T",
-                    help="with --from-log: the decode's temperature where the log does not say "
-                         "(default 0)")
+                    help="with --from-log: the decode's temperature (required where the log "
+                         "does not say it; default: the log's)")
+    _add_drafter(ap, "with --from-log: ")
     ap.add_argument("--base", metavar="REGIME", default=None,
                     help="with --from-log: the regime whose other knobs are kept (default: "
                          "math500 if calibrated, else mid-entropy)")
@@ -1022,6 +1352,50 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                          "%(default)s, a fast world)")
 
 
+def _add_drafter(ap: argparse.ArgumentParser, prefix: str = "") -> None:
+    ap.add_argument("--drafter", choices=list(DRAFTERS), default=None,
+                    help=f"{prefix}the drafter that wrote the log: block-diffusion (DFlash) or "
+                         "autoregressive (EAGLE, MTP, a draft model); required for an engine's "
+                         "log (default: block-diffusion for the DDTree/TEV/CaDDTree/JetSpec "
+                         "logs, which come from DFlash)")
+    ap.add_argument("--width", type=positive_int, default=None, metavar="K",
+                    help=f"{prefix}drafted positions per step where the log does not say it "
+                         f"(tau <= K + 1; default: the log's, else {DEFAULT_WIDTH})")
+    ap.add_argument("--drafted", default=None, metavar="SPEC",
+                    help=f"{prefix}what the engine drafted per step where the log does not say "
+                         "it: chain, chain@K, ddtree@B or caddtree@B (default: the log's method "
+                         "key, else a chain of the log's width)")
+
+
+_RESEARCH = ("benchmark", "caddtree-traces", "jetspec")
+
+
+def _log_setting(log: AcceptanceLog, temp: float | None, drafter: str | None
+                 ) -> tuple[float, str]:
+    """The temperature and drafter a fit runs at: the log's where it says them, else the
+    options; refused where neither says."""
+    if log.temperature is not None:
+        if temp is not None and abs(temp - log.temperature) > 1e-12:
+            raise ValueError(f"--temperature {temp:g}: the log says T = {log.temperature:g}")
+        temp = log.temperature
+    if temp is None:
+        raise ValueError(f"{log.path}: the log does not say its temperature, and the worlds' "
+                         "target is tempered by it: pass --temperature T")
+    if drafter is None:
+        if log.source not in _RESEARCH:
+            raise ValueError(f"{log.path}: the log does not say which drafter wrote it: pass "
+                             "--drafter block-diffusion (DFlash) or --drafter autoregressive "
+                             "(EAGLE, MTP, a draft model): the worlds model a block-diffusion "
+                             "drafter's marginals, and an autoregressive one is modelled by its "
+                             "conditionals")
+        drafter = "block-diffusion"
+    return float(temp), drafter
+
+
+def _drafted_of(log: AcceptanceLog, drafter: str, spec: str | None) -> Drafted:
+    return Drafted.parse(spec, drafter) if spec else guess_method(log, drafter)
+
+
 def _default_base() -> str:
     return "math500" if "math500" in REGIMES else "mid-entropy"
 
@@ -1029,21 +1403,20 @@ def _default_base() -> str:
 def from_log_main(args: argparse.Namespace, *, contexts: int | None = None,
                   seed: int = 0) -> int:
     """Fit a regime to ``args.from_log`` and write it (the ``--from-log`` dispatch)."""
-    log = read_log(args.from_log, args.log_method)
-    method, budget, rule = guess_method(log)
-    t = log.temperature if log.temperature is not None else (args.log_temperature or 0.0)
+    log = read_log(args.from_log, args.log_method, width=args.width)
+    t, drafter = _log_setting(log, args.log_temperature, args.drafter)
+    drafted = _drafted_of(log, drafter, args.drafted)
     base = resolve_regime(args.base or _default_base())
-    depth = log.depth if log.depth is not None else max(base.depth, log.max_tau - 1)
-    fit = fit_log(log, base=base, method=method, budget=budget, temperature=t, rule=rule,
-                  knobs=args.fit_knobs, contexts=contexts or 96, seed=seed,
-                  vocab_size=args.vocab, depth=depth, max_evals=args.max_evals,
-                  cost="h200-qwen3-8b" if method == "caddtree" else None,
+    fit = fit_log(log, base=base, drafted=drafted, temperature=t, knobs=args.fit_knobs,
+                  contexts=contexts or 96, seed=seed, vocab_size=args.vocab,
+                  max_evals=args.max_evals,
+                  cost="h200-qwen3-8b" if drafted.method == "caddtree" else None,
                   name=f"fit-{Path(args.from_log).stem}")
     out = Path(args.fit_out or f"fit-{Path(args.from_log).stem}.json")
     write_fit(out, fit)
-    print(compare_markdown(fit.comparison))
+    print(compare_markdown(fit.comparison, unit=log.unit_name))
     print(f"fitted {', '.join(f'{k} = {v:.4g}' for k, v in fit.knobs.items())} (from "
-          f"{', '.join(f'{k} = {v:.4g}' for k, v in fit.start.items())}); Σ (CDF gap)² "
+          f"{', '.join(f'{k} = {v:.4g}' for k, v in fit.start.items())}); objective "
           f"{fit.start_cvm:.4f} -> {fit.comparison.cvm:.4f} in {fit.evals} evaluations; "
           f"wrote {out}")
     return 0
@@ -1052,31 +1425,51 @@ def from_log_main(args: argparse.Namespace, *, contexts: int | None = None,
 def build_parser() -> OneLineParser:
     """The parser of ``python -m treespec_sim.acceptance``."""
     ap = OneLineParser(prog="python -m treespec_sim.acceptance",
-                       description="Read public per-round logs (DDTree/TEV/CaDDTree "
-                                   "benchmark.py --save-path, JetSpec jsonl), compare their "
-                                   "acceptance-length histogram with a regime's, fit a regime.")
+                       description="Read acceptance logs (vLLM, SGLang, Spec-Bench, AIPerf, "
+                                   "DDTree/TEV/CaDDTree benchmark.py --save-path, JetSpec), hold "
+                                   "them against a regime, fit one, predict another tree's "
+                                   "gain (docs/engine_logs.md).")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True)
-    s = sub.add_parser("show", help="the methods of a log: rounds, responses, mean tau, "
-                                    "histogram")
+    s = sub.add_parser("show", help="what a log holds: rounds, units, mean tau, its law, and "
+                                    "what it does not say")
     s.add_argument("file")
-    c = sub.add_parser("compare", help="a log's histogram beside a regime's (table, figure)")
+    s.add_argument("--width", type=positive_int, default=None, metavar="K",
+                   help=f"drafted positions per step where the log does not say it (tau <= K + "
+                        f"1; default: the log's, else {DEFAULT_WIDTH})")
+    c = sub.add_parser("compare", help="a log beside a regime, or (--predict) the fit over the "
+                                       "calibrated structures and another method's tau")
     c.add_argument("file")
-    c.add_argument("--regime", required=True,
-                   help="a regime name or a fitted regime's .json file (required)")
+    c.add_argument("--regime", default=None,
+                   help="a regime name or a fitted regime's .json file (default: none; with "
+                        "--predict, every calibrated structure refitted to the log)")
     c.add_argument("--method", default=None, help="the log's method key (default: see show)")
-    c.add_argument("--budget", type=positive_int, default=None,
-                   help="the regime's tree budget (default: the one the log's method names)")
-    c.add_argument("--temperature", type=temperature, default=None,
-                   help="the regime's temperature (default: the log's, else 0)")
+    c.add_argument("--temperature", type=temperature, default=None, metavar="T",
+                   help="the decode's temperature (required where the log does not say it; "
+                        "default: the log's)")
+    _add_drafter(c)
+    c.add_argument("--predict", choices=("ddtree", "caddtree", "chain"), default=None,
+                   help="predict this method's tau from the log (default: none, compare only)")
+    c.add_argument("--budget", type=positive_int, default=64,
+                   help="with --predict: the predicted method's budget (CaDDTree: its maximum; "
+                        "default: %(default)s)")
+    c.add_argument("--cost-model", default=None, metavar="M",
+                   help="a latency preset or file (treespec_sim.cost): tokens/s and the gain in "
+                        "them (default: none, tokens per round only)")
+    c.add_argument("--prior", nargs="+", default=None, metavar="REGIME",
+                   help="with --predict: the structures refitted to the log (default: every "
+                        "calibrated regime)")
     c.add_argument("--contexts", type=positive_int, default=128,
-                   help="regime contexts (default: %(default)s)")
+                   help="contexts per structure (default: %(default)s)")
+    c.add_argument("--worlds", type=positive_int, default=4,
+                   help="worlds per structure (default: %(default)s)")
     c.add_argument("--vocab", type=positive_int, default=None,
-                   help="cap the regime's vocabulary (faster; default: its own)")
+                   help="cap the regimes' vocabulary (faster; default: their own)")
     add_seed(c, "world and context seed (default 0)")
+    add_json_flag(c, "print the result as JSON only (default: text)")
     c.add_argument("--out", type=Path, default=None,
                    help="folder for compare.md, compare.json and compare.png (default: none, "
-                        "print the table only)")
-    f = sub.add_parser("fit", help="fit a regime to a log's histogram (as calibrate --from-log)")
+                        "print only)")
+    f = sub.add_parser("fit", help="fit a regime to a log (as calibrate --from-log)")
     f.add_argument("from_log", metavar="file")
     add_from_log_arguments(f, file_option=False)
     f.add_argument("--contexts", type=positive_int, default=96,
@@ -1087,46 +1480,92 @@ def build_parser() -> OneLineParser:
     return ap
 
 
-def _show(path: str) -> None:
-    for log in read_logs(path):
+def _show(path: str, width: int | None) -> None:
+    for log in read_logs(path, width=width):
         m = log.mean()
         try:
-            what = guess_method(log)
+            what = guess_method(log).label
         except ValueError:
-            what = ("autoregressive", None, "")
-        hist = " ".join(f"{p:.2f}" for p in log.probs())
-        print(f"{log.method}: {log.source}, {log.rounds} rounds, {log.responses} responses, "
-              f"mean tau {m.mean:.3f} [{m.low:.3f}, {m.high:.3f}], T = "
-              f"{'?' if log.temperature is None else f'{log.temperature:g}'}, L = "
-              f"{'?' if log.depth is None else log.depth}; treespec method {what[0]}"
-              f"{'' if what[1] is None else f' @ {what[1]}'}; shares of tau = 1..: {hist}")
+            what = "autoregressive decoding"
+        rounds = "rounds not logged" if log.rounds is None else f"{log.rounds:.0f} rounds"
+        print(f"{log.method}: {FORMATS[log.source]}; {rounds}, {log.responses} "
+              f"{log.unit_name}{'s' if log.responses != 1 else ''}; mean tau "
+              f"{m.text(unit=log.unit_name)}; T = "
+              f"{'?' if log.temperature is None else f'{log.temperature:g}'}, width = "
+              f"{'?' if log.width is None else log.width}; modelled as {what}")
+        if log.determines_law:
+            hist = " ".join(f"{p:.3f}" for p in log.probs())
+            print(f"  shares of tau = 1..{log.max_tau}: {hist}")
+        if log.accept_rate is not None:
+            print(f"  the engine's accept rate {log.accept_rate:.3f} (accepted drafts over its "
+                  "configured width; not a per-node rate)")
+        for note in log.notes:
+            print(f"  - {note}")
 
 
 def _compare(args: argparse.Namespace) -> None:
-    log = read_log(args.file, args.method)
-    method, budget, rule = guess_method(log)
-    budget = args.budget or budget
-    t = args.temperature if args.temperature is not None else (log.temperature or 0.0)
-    spec = resolve_regime(args.regime)
-    depth = log.depth if log.depth is not None else max(spec.depth, log.max_tau - 1)
-    dist = regime_distribution(spec, method=method, budget=budget, temperature=t, rule=rule,
-                               contexts=args.contexts, seed=args.seed, vocab_size=args.vocab,
-                               depth=depth,
-                               cost="h200-qwen3-8b" if method == "caddtree" else None)
-    c = compare(log, dist)
-    print(compare_markdown(c))
+    log = read_log(args.file, args.method, width=args.width)
+    t, drafter = _log_setting(log, args.temperature, args.drafter)
+    drafted = _drafted_of(log, drafter, args.drafted)
+    if args.predict is None:
+        if args.regime is None:
+            raise ValueError("compare needs --regime R (a log beside a regime) or --predict "
+                             "METHOD (a fit and another method's tau)")
+        spec = drafter_spec(resolve_regime(args.regime), drafter)
+        spec = _log_depth(_target(log), spec, None)
+        run = drafted.run_args()
+        cost = get_cost_model(args.cost_model or "h200-qwen3-8b") \
+            if drafted.method == "caddtree" else None
+        dist = WorldSet(spec, contexts=args.contexts, worlds=2, seed=args.seed,
+                        vocab_size=args.vocab).law(method=run[0], budget=run[1],
+                                                   temperature=t, rule=drafted.rule, cost=cost)
+        c = compare(log, dist)
+        if args.json:
+            print(json.dumps(c.to_dict(), indent=1))
+        else:
+            print(compare_markdown(c, unit=log.unit_name))
+        if args.out is not None:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / "compare.md", compare_markdown(c, unit=log.unit_name))
+            atomic_write_text(out / "compare.json", json.dumps(c.to_dict(), indent=1))
+            plot_comparison(c, out / "compare.png")
+            if not args.json:
+                print(f"wrote {out / 'compare.md'}, compare.json and compare.png")
+        return
+
+    def progress(line: str) -> None:
+        if not args.json:
+            print(line, file=sys.stderr, flush=True)
+
+    p = predict(log, temperature=t, drafter=drafter, drafted=drafted, method=args.predict,
+                budget=args.budget, cost=args.cost_model, regime=args.regime, prior=args.prior,
+                contexts=args.contexts, worlds=args.worlds, seed=args.seed,
+                vocab_size=args.vocab, progress=progress)
+    data = p.to_dict()
+    data["log"] = {"path": log.path, "format": log.source, "method": log.method,
+                   "mean": log.mean().to_dict(), "rounds": log.rounds,
+                   "units": log.responses, "unit": log.unit_name, "width": log.width,
+                   "determines_law": log.determines_law, "notes": list(log.notes)}
+    text = prediction_markdown(p, unit=log.unit_name)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(f"Log: {_log_label(log)}")
+        print(f"  mean tau {log.mean().text(unit=log.unit_name)}; "
+              + "; ".join(log.notes[:1]))
+        print(text)
     if args.out is not None:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "compare.md", compare_markdown(c))
-        atomic_write_text(out / "compare.json", json.dumps(c.to_dict(), indent=1))
-        plot_comparison(c, out / "compare.png")
-        print(f"wrote {out / 'compare.md'}, compare.json and compare.png")
+        atomic_write_text(out / "compare.md", text)
+        atomic_write_text(out / "compare.json", json.dumps(data, indent=1))
+        plot_comparison(p.fit.comparison, out / "compare.png", names=("log", "closest fit"))
 
 
 def _body(args: argparse.Namespace) -> int:
     if args.cmd == "show":
-        _show(args.file)
+        _show(args.file, args.width)
     elif args.cmd == "compare":
         _compare(args)
     else:
