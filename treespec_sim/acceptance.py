@@ -889,11 +889,18 @@ class Candidate:
         :data:`FIT_WARN_CDF_GAP`; mean: within :data:`MEAN_TOLERANCE` or the log's interval).
     reason : str
         Why not, where not.
-    tau, base_tau : MeanCI or None
-        The predicted method's and the log's method's ``tau`` on fresh contexts of its worlds
-        (between-world intervals).
-    tokens_per_s, base_tokens_per_s : MeanCI or None
-        Under the latency model, where one was given.
+    gain : MeanCI or None
+        The predicted method's ``tau`` over the log's method's, per world on fresh contexts of
+        its worlds, paired (the mean of the per-world ratios with its between-world interval).
+    tau : MeanCI or None
+        The log's mean times :attr:`gain` (the structure matched the log's mean; the paired
+        ratio leaves out the world-to-world spread both methods share).
+    base_tau : MeanCI or None
+        The log's method's ``tau`` in the structure's worlds (about the log's mean).
+    speedup, tokens_per_s : MeanCI or None
+        Under the latency model: the per-world ratio of tokens per second, and the log's
+        tokens per second (its mean over the log's method's modelled seconds per round) times
+        it.
     """
 
     base: str
@@ -903,10 +910,11 @@ class Candidate:
     comparison: Comparison | None
     consistent: bool
     reason: str = ""
+    gain: MeanCI | None = None
     tau: MeanCI | None = None
     base_tau: MeanCI | None = None
+    speedup: MeanCI | None = None
     tokens_per_s: MeanCI | None = None
-    base_tokens_per_s: MeanCI | None = None
 
     def to_dict(self) -> dict:
         def ci(m: MeanCI | None) -> dict | None:
@@ -918,9 +926,8 @@ class Candidate:
                 "model_mean": None if c is None else c.model_mean.mean,
                 "tv": None if c is None else c.to_dict()["tv"],
                 "cdf_gap": None if c is None else c.to_dict()["cdf_gap"],
-                "tau": ci(self.tau), "base_tau": ci(self.base_tau),
-                "tokens_per_s": ci(self.tokens_per_s),
-                "base_tokens_per_s": ci(self.base_tokens_per_s)}
+                "gain": ci(self.gain), "tau": ci(self.tau), "base_tau": ci(self.base_tau),
+                "speedup": ci(self.speedup), "tokens_per_s": ci(self.tokens_per_s)}
 
 
 def _spread(values: Sequence[MeanCI], scale: tuple[float, float]) -> tuple[float, float, float]:
@@ -960,7 +967,9 @@ class Prediction:
         The same for ``tau / tau of the log's method`` (each candidate's ratio).
     tokens_per_s, tokens_per_s_low, tokens_per_s_high, speedup, speedup_low, speedup_high :
     float or None
-        Under :attr:`cost_model` (tokens/s, and over the log's method): as above.
+        Under :attr:`cost_model`: the speedup over the log's method as the gain, and tokens/s
+        as ``tau`` (the log's tokens/s, its mean over its method's modelled seconds per
+        round, times each candidate's speedup).
     cost_model : str or None
     best : int
         The candidate closest to the log (smallest total variation; for a mean-only log the
@@ -1027,41 +1036,82 @@ class Prediction:
 def _match_mean(tg: _Target, ws: WorldSet, base: RegimeSpec, knob: str,
                 bounds: tuple[float, float], *, run: tuple, temperature: float, rule: str,
                 max_evals: int) -> tuple[float | None, Distribution | None, str]:
-    """The knob value whose law on ``ws`` has the log's mean (Brent's root of the mean gap,
-    the mean monotone in the knob), its law, or ``None`` and why."""
-    from scipy.optimize import brentq
+    """The knob value whose law on ``ws`` has the log's mean, its law, or ``None`` and why.
 
+    Both knobs of :data:`PREDICT_KNOBS` add misses, so the mean falls as the knob grows; on
+    fixed contexts it is a step function of it. From the structure's own value, secant steps
+    (clamped to the bounds) until the root is bracketed, then the Illinois variant of regula
+    falsi, within ``max_evals`` laws, stopping within a thousandth of the mean; the evaluated
+    value with the smallest gap is returned.
+    """
     cache: dict[float, Distribution] = {}
 
-    def law(x: float) -> Distribution:
+    def gap(x: float) -> float:
         x = float(x)
         if x not in cache:
             cache[x] = ws.law(dataclasses.replace(base, **{knob: x}), method=run[0],
                               budget=run[1], temperature=temperature, rule=rule)
-        return cache[x]
-
-    def gap(x: float) -> float:
-        return float(law(x).taus.mean()) - tg.mean.mean
+        return float(cache[x].taus.mean()) - tg.mean.mean
 
     lo, hi = bounds
-    g_lo, g_hi = gap(lo), gap(hi)
-    if g_lo == 0:
-        return lo, law(lo), ""
-    if g_hi == 0:
-        return hi, law(hi), ""
-    if (g_lo > 0) == (g_hi > 0):
-        near = lo if abs(g_lo) < abs(g_hi) else hi
-        return None, law(near), (f"{knob} in [{lo:g}, {hi:g}] gives mean tau "
-                                 f"{law(lo).taus.mean():.3f} to {law(hi).taus.mean():.3f}, not "
-                                 f"the log's {tg.mean.mean:.3f}")
-    x = brentq(gap, lo, hi, xtol=1e-3 * (hi - lo), maxiter=max(1, max_evals - 2))
-    return float(x), law(x), ""
+    tol = 1e-3 * tg.mean.mean
+    x0 = min(max(float(getattr(base, knob)), lo), hi)
+    try:
+        dataclasses.replace(base, **{knob: hi})
+    except ValueError as exc:
+        return None, None, f"{base.name} has no {knob}: {exc}"
+    f0 = gap(x0)
+    pts = [(x0, f0)]
+    bracket = None
+    while len(cache) < max_evals and abs(pts[-1][1]) > tol and bracket is None:
+        (xa, fa) = pts[-1]
+        step = 0.1 * (hi - lo)
+        if len(pts) >= 2 and pts[-2][1] != fa:
+            xb, fb = pts[-2]
+            x = xa - fa * (xa - xb) / (fa - fb)
+            x = xa + np.sign(fa) * max(abs(x - xa), 0.02 * (hi - lo)) if np.sign(x - xa) == \
+                np.sign(fa) else xa + np.sign(fa) * step
+        else:
+            x = xa + np.sign(fa) * step  # too high a mean: more misses
+        x = float(min(max(x, lo), hi))
+        if x == xa:  # at a bound, still on the same side: out of reach
+            break
+        fx = gap(x)
+        pts.append((x, fx))
+        if (fx > 0) != (fa > 0):
+            bracket = ((xa, fa), (x, fx)) if xa < x else ((x, fx), (xa, fa))
+    if bracket is not None:
+        (a, fa), (b, fb) = bracket
+        side = 0
+        while len(cache) < max_evals and min(abs(fa), abs(fb)) > tol and \
+                b - a > 1e-4 * (hi - lo):
+            x = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+            x = min(max(x, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))
+            fx = gap(x)
+            if (fx > 0) == (fb > 0):
+                b, fb = x, fx
+                if side == -1:
+                    fa /= 2
+                side = -1
+            else:
+                a, fa = x, fx
+                if side == 1:
+                    fb /= 2
+                side = 1
+    best = min(cache, key=lambda x: abs(float(cache[x].taus.mean()) - tg.mean.mean))
+    reached = bracket is not None or abs(float(cache[best].taus.mean()) - tg.mean.mean) <= tol
+    if not reached:
+        means = sorted(float(d.taus.mean()) for d in cache.values())
+        return None, cache[best], (f"{knob} in [{lo:g}, {hi:g}] reaches mean tau "
+                                   f"{means[0]:.3f} to {means[-1]:.3f}, not the log's "
+                                   f"{tg.mean.mean:.3f}")
+    return best, cache[best], ""
 
 
 def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
             drafter: str = "block-diffusion", drafted: Drafted | None = None,
             method: str = "ddtree", budget: int | None = 64, cost: Any = None,
-            regime: str | RegimeSpec | None = None, prior: Sequence[str] | None = None,
+            regime: str | RegimeSpec | None = None, prior: Sequence[str | RegimeSpec] | None = None,
             knobs: Sequence[str] | None = None, contexts: int = 128, worlds: int = 4,
             seed: int = 0, vocab_size: int | None = None, max_evals: int = 12,
             progress: Callable[[str], None] | None = None) -> Prediction:
@@ -1075,9 +1125,11 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     worlds and contexts for every trial). A candidate is *consistent* when its whole law is
     within :data:`FIT_WARN_TV` and :data:`FIT_WARN_CDF_GAP` of the log's (a mean-only log:
     within :data:`MEAN_TOLERANCE`). Each consistent candidate then runs ``method`` and the
-    log's own method on fresh contexts of its worlds (context stream 18): its ``tau`` with a
-    between-world interval (:func:`~treespec_sim.stats.world_ci`), its gain over the log's
-    method, and under ``cost`` its tokens per second (``sum tau / sum seconds`` per world).
+    log's own method on fresh contexts of its worlds (context stream 18): its gain over the
+    log's method, paired per world (the mean of the per-world ratios with a between-world
+    interval, :func:`~treespec_sim.stats.world_ci`), and its ``tau`` as the log's mean times
+    that gain; under ``cost`` the same for tokens per second (``sum tau / sum seconds`` per
+    world).
 
     The prediction is the median over the consistent candidates; its interval runs from the
     lowest lower bound to the highest upper bound among them, each scaled by the log's own
@@ -1102,7 +1154,7 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
         needs ``cost``) or ``"chain"``.
     cost : latency model or name, optional
     regime : str or RegimeSpec, optional
-    prior : sequence of str, optional
+    prior : sequence of str or RegimeSpec, optional
     knobs : sequence of str, optional
     contexts, worlds, seed, vocab_size, max_evals
         Per structure (:class:`WorldSet`; evaluations of the mean-matching root search).
@@ -1179,12 +1231,13 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
             fitted = None if value is None else dataclasses.replace(
                 base, **{knob: value}, name=f"{base.name}+{knob}",
                 description=f"{base.name} with {knob} refitted to {Path(str(tg.label)).name}")
-        comp = _compare_target(tg, dist)
+        comp = None if dist is None else _compare_target(tg, dist)
         cand = Candidate(spec.name, knob, value, fitted, comp, False, why)
         if fitted is not None:
             cand = _assess(cand, tg)
         if fitted is not None:
-            cand = _predicted(cand, new_ws, fitted, pred_run, log_run, t, drafted.rule, cost)
+            cand = _predicted(cand, new_ws, fitted, pred_run, log_run, t, drafted.rule, cost,
+                              tg.mean.mean)
         cands.append(cand)
         if progress is not None:
             progress(_candidate_line(cand))
@@ -1203,19 +1256,11 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
                                        else abs(cands[i].comparison.model_mean.mean
                                                 - tg.mean.mean)))
     tau = _spread([cands[i].tau for i in used], scale)
-    gains = [MeanCI(cands[i].tau.mean / cands[i].base_tau.mean,
-                    cands[i].tau.low / cands[i].base_tau.high if cands[i].tau.has_interval
-                    else math.nan,
-                    cands[i].tau.high / cands[i].base_tau.low if cands[i].tau.has_interval
-                    else math.nan) for i in used]
-    gain = _spread(gains, (1.0, 1.0))
+    gain = _spread([cands[i].gain for i in used], (1.0, 1.0))
     extra = {}
     if cost is not None:
         tps = _spread([cands[i].tokens_per_s for i in used], scale)
-        sp = _spread([MeanCI(cands[i].tokens_per_s.mean / cands[i].base_tokens_per_s.mean,
-                             cands[i].tokens_per_s.low / cands[i].base_tokens_per_s.high,
-                             cands[i].tokens_per_s.high / cands[i].base_tokens_per_s.low)
-                      for i in used], (1.0, 1.0))
+        sp = _spread([cands[i].speedup for i in used], (1.0, 1.0))
         extra = {"tokens_per_s": tps[0], "tokens_per_s_low": tps[1],
                  "tokens_per_s_high": tps[2], "speedup": sp[0], "speedup_low": sp[1],
                  "speedup_high": sp[2], "cost_model": cost_name}
@@ -1250,17 +1295,23 @@ def _assess(c: Candidate, tg: _Target) -> Candidate:
     return dataclasses.replace(c, consistent=ok, reason=why)
 
 
+def _scaled(m: MeanCI, x: float) -> MeanCI:
+    return MeanCI(m.mean * x, m.low * x, m.high * x)
+
+
 def _predicted(c: Candidate, ws: WorldSet, spec: RegimeSpec, pred_run: tuple, log_run: tuple,
-               t: float, rule: str, cost: Any) -> Candidate:
+               t: float, rule: str, cost: Any, log_mean: float) -> Candidate:
     new = ws.law(spec, method=pred_run[0], budget=pred_run[1], temperature=t, rule="follow",
                  cost=cost)
     old = ws.law(spec, method=log_run[0], budget=log_run[1], temperature=t, rule=rule,
                  cost=cost)
+    gain = world_ci(new.world_means() / old.world_means())
     extra = {}
     if cost is not None:
-        extra = {"tokens_per_s": world_ci(new.world_throughputs()),
-                 "base_tokens_per_s": world_ci(old.world_throughputs())}
-    return dataclasses.replace(c, tau=world_ci(new.world_means()),
+        speedup = world_ci(new.world_throughputs() / old.world_throughputs())
+        base_tps = log_mean / float(old.seconds.mean())
+        extra = {"speedup": speedup, "tokens_per_s": _scaled(speedup, base_tps)}
+    return dataclasses.replace(c, gain=gain, tau=_scaled(gain, log_mean),
                                base_tau=world_ci(old.world_means()), **extra)
 
 

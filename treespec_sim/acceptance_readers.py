@@ -999,7 +999,8 @@ def _sglang_meta_rec(st: dict, rec: dict, where: str) -> None:
             raise ValueError(f"{where}: {f.rstrip('.')} is not an object")
         _sglang_unit(st, where, f, mi.get("spec_accept_histogram"), mi.get("spec_verify_ct"),
                      mi.get("spec_accept_length"), mi.get("spec_accept_rate"),
-                     mi.get("completion_tokens"), "spec_accept_histogram", None, None)
+                     mi.get("completion_tokens"), "spec_accept_histogram", None,
+                     mi.get("spec_draft_token_num"), "spec_draft_token_num")
 
 
 def _sglang_openai_rec(st: dict, rec: dict, where: str) -> None:
@@ -1014,11 +1015,11 @@ def _sglang_openai_rec(st: dict, rec: dict, where: str) -> None:
     _sglang_unit(st, where, f, d.get("spec_correct_drafts_histogram"), d.get("spec_verify_ct"),
                  d.get("spec_accept_length"), d.get("spec_accept_rate"), None,
                  "spec_correct_drafts_histogram", d.get("spec_num_correct_drafts"),
-                 d.get("spec_num_proposed_drafts"))
+                 d.get("spec_num_proposed_drafts"), "spec_num_proposed_drafts")
 
 
 def _sglang_unit(st: dict, where: str, f: str, hist, verify, length, rate, completion,
-                 hist_name: str, correct, proposed) -> None:
+                 hist_name: str, correct, proposed, proposed_name: str) -> None:
     if hist is None and verify is None:
         raise ValueError(f"{where}: {f}spec_verify_ct and {f}{hist_name} are missing (no "
                          "speculative decoding in this response?)")
@@ -1026,12 +1027,20 @@ def _sglang_unit(st: dict, where: str, f: str, hist, verify, length, rate, compl
         verify = _count(verify, where, f + "spec_verify_ct")
     if rate is not None:
         st["rates"].append(_rate(rate, where, f + "spec_accept_rate", tol=1e-9))
+    if proposed is not None:
+        proposed = _count(proposed, where, f + proposed_name)
+        if verify:
+            # SGLang proposes num_draft_tokens - 1 drafts per verification step
+            w = proposed / verify
+            if w != math.floor(w) or w < 1:
+                raise ValueError(f"{where}: {f}{proposed_name} = {proposed} is not a whole "
+                                 f"number of drafts per step (spec_verify_ct = {verify})")
+            st.setdefault("widths", {})[int(w)] = where
     if correct is not None:
         correct = _count(correct, where, f + "spec_num_correct_drafts")
-        if proposed is not None and correct > _count(proposed, where,
-                                                     f + "spec_num_proposed_drafts"):
+        if proposed is not None and correct > proposed:
             raise ValueError(f"{where}: {f}spec_num_correct_drafts = {correct} is more than "
-                             f"spec_num_proposed_drafts = {proposed}")
+                             f"{proposed_name} = {proposed}")
     if length is not None:
         length = _number(length, where, f + "spec_accept_length")
     if hist is not None and (not isinstance(hist, list) or hist):
@@ -1057,14 +1066,36 @@ def _sglang_unit(st: dict, where: str, f: str, hist, verify, length, rate, compl
 
 def _sglang_done(source: str) -> Any:
     def done(st: dict) -> list[AcceptanceLog]:
-        notes = st["notes"] + [
+        widths = st.get("widths", {})
+        width = st["given"]
+        notes = list(st["notes"])
+        if len(widths) > 1:
+            a, b = sorted(widths)[:2]
+            raise ValueError(f"{widths[b]}: {b} drafts per verification step, where "
+                             f"{widths[a]} has {a} (num_draft_tokens changed within the log)")
+        if widths:
+            w = next(iter(widths))
+            if width is not None and width != w:
+                raise ValueError(f"width: the log proposes {w} drafts per step (its proposed "
+                                 f"drafts over spec_verify_ct); got --width {width}")
+            units = st["units"]
+            for h in units.hists:
+                if h is not None and np.flatnonzero(h > 0).max(initial=0) > w:
+                    raise ValueError(f"{widths[w]}: a step accepted "
+                                     f"{np.flatnonzero(h > 0).max()} drafts, more than the {w} "
+                                     "proposed per step")
+            width = w
+            notes.append(f"{w} drafts per step: the proposed drafts over spec_verify_ct "
+                         "(SGLang's num_draft_tokens - 1: a chain's length, or a tree's size)")
+        notes += [
             "SGLang does not log whether it drafted a chain (--speculative-eagle-topk 1) or a "
-            "tree, nor its width: modelled as a chain of the width given (--width; default "
-            f"{DEFAULT_WIDTH}) unless told otherwise",
+            "tree: modelled as a chain" + ("" if widths else " of the width given (--width; "
+                                            f"default {DEFAULT_WIDTH})")
+            + " unless --drafted says otherwise",
             "SGLang's accept rate divides accepted drafts by a configured width "
             "(num_draft_tokens - 1): not a per-node rate; kept as logged"]
         rates = st["rates"]
-        return [st["units"].build(source, "sglang", unit_name="request", width=st["given"],
+        return [st["units"].build(source, "sglang", unit_name="request", width=width,
                                   accept_rate=float(np.mean(rates)) if rates else None,
                                   notes=notes)]
     return done
@@ -1140,8 +1171,9 @@ _READERS = {
 
 
 # ----------------------------------------------------------------------------- detection
-def _text_kind(path: Path) -> str:
-    """``vllm-prometheus``, ``vllm-log`` or ``sglang-log`` from the lines of a text file."""
+def _text_kind(path: Path, maybe_json: bool = False) -> str:
+    """``vllm-prometheus``, ``vllm-log`` or ``sglang-log`` from the lines of a text file
+    (``"json"`` for a file that starts with ``[`` and has none of their lines)."""
     for _, line in _lines(path):
         s = line.strip()
         if s.startswith(("vllm:spec_decode", "# HELP vllm:", "# TYPE vllm:")):
@@ -1150,6 +1182,8 @@ def _text_kind(path: Path) -> str:
             return "vllm-log"
         if _SGLANG_MARK in line and "accept len:" in line:
             return "sglang-log"
+    if maybe_json:
+        return "json"
     raise ValueError(f"{path}: none of the formats read: not a torch.save file, not JSON, and "
                      f"no '{_VLLM_MARK}', 'vllm:spec_decode_*' or '{_SGLANG_MARK}. ... accept "
                      "len' line (docs/traces.md, 'Public logs')")
@@ -1189,10 +1223,10 @@ def read_logs(path: Path | str, *, width: int | None = None) -> tuple[Acceptance
             logs = _benchmark_logs(load_torch_save(path), path, width)
         else:
             first = _first_line(path)
-            if first.startswith(("{", "[")):
+            kind = "json" if first.startswith("{") else _text_kind(path, first.startswith("["))
+            if kind == "json":
                 logs = _json_logs(path, width)
             else:
-                kind = _text_kind(path)
                 logs = [{"vllm-prometheus": _prometheus, "vllm-log": _vllm_log,
                          "sglang-log": _sglang_log}[kind](path, width)]
     except (TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
