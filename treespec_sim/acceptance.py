@@ -80,6 +80,7 @@ from .files import atomic_write_text
 from .policies import chain
 from .stats import MeanCI, mean_ci, world_ci
 from .synth import REGIMES, RegimeSpec, make_world, resolve_regime
+from .synth.regimes import CALIBRATION_FILE, load_calibrated
 from .torch_save import Record, load_torch_save
 from .validation import check_positive_int, check_rng, check_temperature
 
@@ -88,7 +89,8 @@ __all__ = ["DEFAULT_WIDTH", "DRAFTERS", "FIT_WARN_CDF_GAP", "FIT_WARN_TV", "FORM
            "Drafted", "LogFit", "Prediction", "Record", "WorldSet", "chain_prefix", "compare",
            "compare_markdown", "drafter_spec", "fit_log", "guess_method", "load_torch_save",
            "main", "plot_comparison", "predict", "prediction_markdown", "read_log", "read_logs",
-           "regime_distribution", "resolve_regime", "trace_distribution", "write_fit"]
+           "regime_distribution", "resolve_regime", "trace_distribution", "tv_noise",
+           "write_fit"]
 
 #: The drafters a log can come from, and the knobs that make a regime's drafter of that kind.
 DRAFTERS = {"block-diffusion": {}, "autoregressive": {"correction_quality": 1.0}}
@@ -600,14 +602,32 @@ def plot_comparison(c: Comparison, path: Path | str, *,
 
 
 # ----------------------------------------------------------------------------- targets
+def tv_noise(probs: np.ndarray, n: float) -> float:
+    r"""The total variation an empirical histogram of ``n`` independent rounds keeps from its
+    own law ``probs``, to first order:
+    :math:`\tfrac12 \sum_k \sqrt{2 p_k (1 - p_k) / (\pi n)}` (the mean absolute deviation of
+    a binomial share). Rounds of one response are not independent, so a log's own noise is at
+    least this."""
+    p = np.asarray(probs, dtype=np.float64)
+    return float(0.5 * np.sum(np.sqrt(2.0 * p * (1.0 - p) / (math.pi * max(float(n), 1.0)))))
+
+
 @dataclass(frozen=True)
 class _Target:
-    """What a fit aims at: a law, or a mean alone."""
+    """What a fit aims at: a law (with the rounds it was counted from), or a mean alone."""
 
     probs: np.ndarray | None
     mean: MeanCI
     label: str
     source: Any
+    rounds: float | None = None
+
+    @property
+    def noise(self) -> float:
+        """:func:`tv_noise` of the law (0 where the rounds are unknown)."""
+        if self.probs is None or not self.rounds:
+            return 0.0
+        return tv_noise(self.probs, self.rounds)
 
     def objective(self, dist: Distribution) -> float:
         if self.probs is None:
@@ -618,9 +638,10 @@ class _Target:
 def _target(target: AcceptanceLog | Distribution | float) -> _Target:
     if isinstance(target, AcceptanceLog):
         return _Target(target.probs() if target.determines_law else None, target.mean(),
-                       target.path, target)
+                       target.path, target, target.rounds)
     if isinstance(target, Distribution):
-        return _Target(np.asarray(target.probs), target.mean(), target.label, target)
+        return _Target(np.asarray(target.probs), target.mean(), target.label, target,
+                       float(target.taus.size))
     x = float(target)
     if not (math.isfinite(x) and x >= 1):
         raise ValueError(f"target mean must be a number >= 1; got {target!r}")
@@ -886,7 +907,8 @@ class Candidate:
         Its law beside the log's (on the fit's contexts).
     consistent : bool
         Whether it reproduces the log (law: within :data:`FIT_WARN_TV` and
-        :data:`FIT_WARN_CDF_GAP`; mean: within :data:`MEAN_TOLERANCE` or the log's interval).
+        :data:`FIT_WARN_CDF_GAP` plus twice the log's own sampling noise, :func:`tv_noise`;
+        mean: within :data:`MEAN_TOLERANCE` or the log's interval).
     reason : str
         Why not, where not.
     gain : MeanCI or None
@@ -1250,8 +1272,9 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     warning = None
     if not any(cands[i].consistent for i in reached):
         warning = ("no structure reproduces the log's law within total variation "
-                   f"{FIT_WARN_TV:g} and CDF gap {FIT_WARN_CDF_GAP:g}: the interval spans every "
-                   "structure that matches its mean, and rests on poor fits")
+                   f"{FIT_WARN_TV:g} and CDF gap {FIT_WARN_CDF_GAP:g} (plus "
+                   f"{2 * tg.noise:.3f}, twice the log's own sampling noise): the interval "
+                   "spans every structure that matches its mean, and rests on poor fits")
     best = min(reached, key=lambda i: (cands[i].comparison.tv if cands[i].comparison.law
                                        else abs(cands[i].comparison.model_mean.mean
                                                 - tg.mean.mean)))
@@ -1276,17 +1299,17 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
 
 
 def _calibrated() -> list[str]:
-    from .synth.regimes import CALIBRATION_FILE, load_calibrated
-
     return [n for n in load_calibrated(CALIBRATION_FILE) if n in REGIMES]
 
 
 def _assess(c: Candidate, tg: _Target) -> Candidate:
     comp = c.comparison
     if comp.law:
-        ok = comp.tv <= FIT_WARN_TV and comp.ks <= FIT_WARN_CDF_GAP
+        noise = 2.0 * tg.noise
+        ok = comp.tv <= FIT_WARN_TV + noise and comp.ks <= FIT_WARN_CDF_GAP + noise
         why = "" if ok else (f"its law is {comp.tv:.3f} (total variation) and {comp.ks:.3f} "
-                             "(CDF gap) from the log's")
+                             f"(CDF gap) from the log's, above {FIT_WARN_TV:g} + {noise:.3f} "
+                             "(twice the log's own sampling noise)")
     else:
         tol = max(MEAN_TOLERANCE * tg.mean.mean,
                   tg.mean.half_width if tg.mean.has_interval else 0.0)

@@ -12,8 +12,8 @@ Run from the repository root (CPU; about two minutes on one loaded core)::
 3. A regime fitted to the trace (``treespec_sim.acceptance.fit_log``): the knobs of
    ``mid-entropy`` at the tiny models' V = 1024 and L = 7 fitted to the trace's exact
    acceptance-length law of DDTree@64 at T = 0, then its ``logit_scale`` to the same cell at
-   T = 1 (a target knob that moves no argmax); its numbers at every other cell are out of sample (``fit.json``,
-   ``fitted_regime.json``).
+   T = 1 (a target knob that moves no argmax); its numbers at every other cell are out of
+   sample (``fit.json``, ``fitted_regime.json``).
 4. ``index.md`` and the figures.
 """
 
