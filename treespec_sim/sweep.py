@@ -94,8 +94,8 @@ from .families import (
 from .families.base import trace_for, trace_sha256
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode, read_json, read_toml
-from .synth import is_regime_file, regime_file, register_regime
 from .report import findings_lines, summary_markdown, write_figures
+from .synth import is_regime_file, regime_file, register_regime
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
     import fcntl
