@@ -81,7 +81,7 @@ def test_an_autoregressive_static_tree_is_what_its_rounds_give():
             def ranked(depth, parents, w=w, c=c):
                 parent = parents[-1] if parents else c.last_token
                 row = w.draft_conditional(c, depth, parent)
-                tok, val = ranked_candidates(np.log(np.maximum(row, 1e-300)), -np.inf, 3)
+                tok, _ = ranked_candidates(np.log(np.maximum(row, 1e-300)), -np.inf, 3)
                 return tok
             tree = export.rank_tree(best.paths, ranked, c.last_token)
             vals.append(expected_length(tree, w.target_rows(c, tree, 1.0), rule="follow"))
