@@ -57,7 +57,6 @@ from typing import Any
 
 import numpy as np
 
-from .acceptance import DRAFTERS, WorldSet, drafter_spec
 from .cli import (
     OneLineParser,
     add_debug,
@@ -71,6 +70,7 @@ from .cost import get_cost_model, round_time
 from .engine import run_round
 from .files import atomic_write_text, read_json
 from .marginals import ranked_candidates
+from .regime_laws import DRAFTERS, WorldSet, drafter_spec
 from .stats import MeanCI, world_ci
 from .synth import RegimeSpec, is_regime_file, resolve_regime
 from .tree import DraftTree
