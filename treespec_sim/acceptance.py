@@ -117,7 +117,7 @@ __all__ = ["DEFAULT_WIDTH", "DRAFTERS", "FIT_KNOBS", "FIT_WARN_CDF_GAP", "FIT_WA
            "WorldSet", "chain_prefix", "compare", "compare_markdown", "drafter_spec", "fit_log",
            "guess_method", "load_torch_save", "main", "plot_comparison", "predict",
            "prediction_markdown", "read_log", "read_logs", "regime_distribution",
-           "resolve_regime", "trace_distribution", "tv_noise", "write_fit"]
+           "resolve_regime", "trace_distribution", "tv_noise", "write_fit", "write_regime"]
 
 
 # ----------------------------------------------------------------------------- the fit
@@ -323,9 +323,14 @@ def write_fit(path: Path | str, fit: LogFit) -> Path:
     """Write a fitted regime as a calibration-style file (``{"regimes": {name: {"knobs":
     ..., "fit": ...}}}``) that :func:`~treespec_sim.synth.resolve_regime`, ``--regime FILE``
     and the sweep's ``regimes = ["FILE"]`` read; atomically."""
+    return write_regime(path, fit.spec, fit.to_dict())
+
+
+def write_regime(path: Path | str, spec: RegimeSpec, fit: dict) -> Path:
+    """Write one regime and what it was fitted to (``fit``: its ``drafter``, ``temperature``,
+    distances, ...) as a calibration-style file; atomically."""
     path = Path(path)
-    data = {"regimes": {fit.spec.name: {"knobs": dataclasses.asdict(fit.spec),
-                                        "fit": fit.to_dict()}}}
+    data = {"regimes": {spec.name: {"knobs": dataclasses.asdict(spec), "fit": fit}}}
     atomic_write_text(path, json.dumps(data, indent=1, default=float))
     return path
 
@@ -478,8 +483,9 @@ def build_parser() -> OneLineParser:
     add_seed(c, "world and context seed (default 0)")
     add_json_flag(c, "print the result as JSON only (default: text)")
     c.add_argument("--out", type=Path, default=None,
-                   help="folder for compare.md, compare.json and compare.png (default: none, "
-                        "print only)")
+                   help="folder for compare.md, compare.json, compare.png and, with --predict, "
+                        "regime.json (the closest structure refitted; default: none, print "
+                        "only)")
     f = sub.add_parser("fit", help="fit a regime to a log (as calibrate --from-log)")
     f.add_argument("from_log", metavar="file")
     add_from_log_arguments(f, file_option=False)
@@ -572,6 +578,18 @@ def _compare(args: argparse.Namespace) -> None:
         atomic_write_text(out / "compare.md", text)
         atomic_write_text(out / "compare.json", json.dumps(data, indent=1))
         plot_comparison(p.fit.comparison, out / "compare.png", names=("log", "closest fit"))
+        best = p.fit
+        name = f"fit-{Path(log.path).stem}"
+        spec = dataclasses.replace(best.spec, name=name,
+                                   description=f"{best.spec.description} (the closest of "
+                                               f"{len(p.candidates)} structures)")
+        write_regime(out / "regime.json", spec, {
+            "drafter": drafter, "temperature": t, "source": log.path,
+            "method": drafted.method, "budget": drafted.budget, "base": best.base,
+            "knob": best.knob, "value": best.value, **data["fit"]})
+        if not args.json:
+            print(f"wrote {out / 'compare.md'}, compare.json, compare.png and regime.json (the "
+                  "closest structure, refitted: --regime / the sweep's regimes / export)")
 
 
 def _body(args: argparse.Namespace) -> int:

@@ -364,13 +364,14 @@ def test_a_structure_that_cannot_reach_the_log_says_why_and_is_left_out():
     assert [p.candidates[i].base for i in p.used] == ["wc-a"]
 
 
-def test_the_compare_command_prints_the_issue_s_json_shape(capsys, monkeypatch):
+def test_the_compare_command_prints_the_issue_s_json_shape(capsys, monkeypatch, tmp_path):
     for spec in (_word_class("wc-a"), _word_class("wc-b", sharpness=2.0)):
         monkeypatch.setitem(synth.REGIMES, spec.name, spec)
     assert acceptance.main(["compare", str(FIX / "vllm_metrics.prom"), "--temperature", "0",
                             "--drafter", "block-diffusion", "--predict", "ddtree", "--budget",
                             "16", "--cost-model", "h200-qwen3-8b", "--prior", "wc-a", "wc-b",
-                            "--contexts", "24", "--worlds", "2", "--json"]) == 0
+                            "--contexts", "24", "--worlds", "2", "--json", "--out",
+                            str(tmp_path)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"tv", "cdf_gap"} <= set(data["fit"])
     pred = data["prediction"]
@@ -378,3 +379,9 @@ def test_the_compare_command_prints_the_issue_s_json_shape(capsys, monkeypatch):
     assert pred["tau_low"] <= pred["tau"] <= pred["tau_high"]
     assert pred["tokens_per_s_low"] <= pred["tokens_per_s"] <= pred["tokens_per_s_high"]
     assert data["log"]["width"] == 3 and data["log"]["determines_law"]
+    # the closest structure, refitted, is a regime file the sweep, --regime and export read
+    spec = synth.regime_file(tmp_path / "regime.json")
+    assert spec.name == "fit-vllm_metrics"
+    assert getattr(spec, data["fit"]["knob"]) == pytest.approx(data["fit"]["value"])
+    saved = json.loads((tmp_path / "regime.json").read_text())["regimes"][spec.name]["fit"]
+    assert saved["drafter"] == "block-diffusion" and saved["temperature"] == 0
