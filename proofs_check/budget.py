@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from treespec_sim import DraftTree
 from treespec_sim.cost import TiledCost
 from treespec_sim.exits import reach_probabilities
 from treespec_sim.policies import caddtree, ddtree, longrun_budget
@@ -81,7 +82,7 @@ def theta_by_rebuilding(log_q: np.ndarray, draft: float, verify: np.ndarray, max
     r""":math:`\theta(B)` for ``B = 0..n`` by rebuilding each tree; ``verify[n-1] = C_v(n)``."""
     sizes, thetas = [], []
     for b in range(max_budget + 1):
-        tree = ddtree(log_q, b)
+        tree = ddtree(log_q, b) if b else DraftTree.root_only()  # B = 0: the root alone
         if sizes and tree.size == sizes[-1]:
             break  # fewer prefixes than b exist
         sizes.append(tree.size)
@@ -152,7 +153,7 @@ def nested_trees(rng: np.random.Generator, size: int) -> tuple[int, float]:
     bad, n = 0, 0
     for _ in range(size):
         lp = random_log_q(rng, max_depth=5, max_vocab=6)
-        prev = ddtree(lp, 0)
+        prev = DraftTree.root_only()  # B = 0
         for b in range(1, 30):
             tree = ddtree(lp, b)
             k = prev.n_nodes

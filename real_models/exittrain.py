@@ -75,7 +75,7 @@ from treespec_sim.cli import (
 )
 from treespec_sim.engine import Round
 from treespec_sim.exits import edge_probabilities, reach_from_edges
-from treespec_sim.files import atomic_write_text
+from treespec_sim.files import atomic_write_text, read_npz
 from treespec_sim.stats import mean_ci as stats_mean_ci
 
 from ._decode import run_from
@@ -924,9 +924,8 @@ def _read_rounds(path: Path, batch: int) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--data {path} does not exist (write it with 'collect')")
     try:
-        with np.load(path) as z:
-            data = {k: z[k] for k in z.files}
-    except (ValueError, OSError, TypeError) as exc:
+        data = read_npz(path, "--data")
+    except ValueError as exc:
         raise ValueError(f"--data {path}: not an .npz written by 'collect' ({exc})") from None
     missing = [k for k in keys if k not in data]
     if missing:
@@ -943,9 +942,8 @@ def _read_regen(path: Path, batch: int) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--data {path} does not exist (write it with 'regen')")
     try:
-        with np.load(path) as z:
-            data = {k: z[k] for k in z.files}
-    except (ValueError, OSError, TypeError) as exc:
+        data = read_npz(path, "--data")
+    except ValueError as exc:
         raise ValueError(f"--data {path}: not an .npz written by 'regen' ({exc})") from None
     missing = [k for k in ("seqs", "prompt_len", "meta") if k not in data]
     if missing:

@@ -67,7 +67,7 @@ from treespec_sim.cli import (
 )
 from treespec_sim.cost import round_time
 from treespec_sim.exits import EXIT_CAUSES
-from treespec_sim.files import atomic_write_text
+from treespec_sim.files import atomic_write_text, read_npz
 from treespec_sim.stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci
 from treespec_sim.synth import get_regime, make_world
 
@@ -543,10 +543,9 @@ def _read_traces(path: Path) -> dict:
         raise FileNotFoundError(f"--traces {path} does not exist (write it with 'traces')")
     what = f"--traces {path}: not an .npz written by 'traces'"
     try:
-        with np.load(path) as z:
-            tr = {k: z[k] for k in z.files}
+        tr = read_npz(path, "--traces")
         meta = json.loads(str(tr["meta"]))
-    except (ValueError, OSError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ValueError(f"{what} ({exc})") from None
     missing = [k for k in ("temperature", "L", "budget", "prompts", "new_tokens", "V")
                if not isinstance(meta, dict) or k not in meta]

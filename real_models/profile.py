@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treespec_sim import compiled
+from treespec_sim import DraftTree, compiled
 from treespec_sim.cli import (
     OneLineParser,
     add_checkpoints,
@@ -229,7 +229,10 @@ def _sync(device) -> None:
 
 
 def _profile_tree(n_nodes: int, depth: int, vocab: int):
-    """A DDTree of ``n_nodes`` nodes from a fixed, moderately peaked synthetic ``log_q``."""
+    """A DDTree of ``n_nodes`` nodes from a fixed, moderately peaked synthetic ``log_q`` (the
+    root alone for ``n_nodes = 0``: one query token)."""
+    if n_nodes == 0:
+        return DraftTree.root_only(2)
     rng = np.random.default_rng(1234)
     logits = rng.standard_normal((depth, vocab)) * 3.0
     log_q = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)

@@ -336,6 +336,20 @@ def write_regime(path: Path | str, spec: RegimeSpec, fit: dict) -> Path:
 
 
 # ----------------------------------------------------------------------------- CLI
+def add_log_arguments(ap: argparse.ArgumentParser, *, short: bool, what: str) -> None:
+    """``--log-method KEY`` and ``--log-temperature T`` (with ``short``, also spelled
+    ``--method`` and ``--temperature``): the same names in every command that reads a log;
+    ``what`` starts their help (``"with --from-log: "``)."""
+    ap.add_argument("--log-method", *(["--method"] if short else []), dest="log_method",
+                    metavar="KEY", default=None,
+                    help=f"{what}the log's method key (default: its largest DDTree budget, "
+                         "else caddtree, else dflash; `show` lists them)")
+    ap.add_argument("--log-temperature", *(["--temperature"] if short else []),
+                    dest="log_temperature", type=temperature, default=None, metavar="T",
+                    help=f"{what}the decode's temperature (required where the log does not "
+                         "say it; default: the log's)")
+
+
 def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = True) -> None:
     """The options of a fit to a log (``python -m treespec_sim.calibrate --from-log FILE`` and,
     the file positional, ``python -m treespec_sim.acceptance fit FILE``)."""
@@ -345,13 +359,9 @@ def add_from_log_arguments(ap: argparse.ArgumentParser, *, file_option: bool = T
                              "Spec-Bench, AIPerf, benchmark.py --save-path .pt, CaDDTree "
                              "traces, JetSpec .jsonl; docs/traces.md, 'Public logs') instead of "
                              "the published cells (default: none, the published cells)")
-    ap.add_argument("--log-method", metavar="KEY", default=None,
-                    help="with --from-log: the log's method key (default: its largest DDTree "
-                         "budget, else caddtree, else dflash)")
-    ap.add_argument("--log-temperature", type=temperature, default=None, metavar="T",
-                    help="with --from-log: the decode's temperature (required where the log "
-                         "does not say it; default: the log's)")
-    _add_drafter(ap, "with --from-log: ")
+    prefix = "with --from-log: " if file_option else ""
+    add_log_arguments(ap, short=not file_option, what=prefix)
+    _add_drafter(ap, prefix)
     ap.add_argument("--base", metavar="REGIME", default=None,
                     help="with --from-log: the regime whose other knobs are kept (default: "
                          "math500 if calibrated, else mid-entropy)")
@@ -392,11 +402,13 @@ def _log_setting(log: AcceptanceLog, temp: float | None, drafter: str | None
     options; refused where neither says."""
     if log.temperature is not None:
         if temp is not None and abs(temp - log.temperature) > 1e-12:
-            raise ValueError(f"--temperature {temp:g}: the log says T = {log.temperature:g}")
+            raise ValueError(f"--log-temperature {temp:g}: the log records T = "
+                             f"{log.temperature:g} (give none, or that one)")
         temp = log.temperature
     if temp is None:
         raise ValueError(f"{log.path}: the log does not say its temperature, and the worlds' "
-                         "target is tempered by it: pass --temperature T")
+                         "target is tempered by it: pass --log-temperature T (or "
+                         "--temperature T)")
     if drafter is None:
         if log.source not in _RESEARCH:
             raise ValueError(f"{log.path}: the log does not say which drafter wrote it: pass "
@@ -458,10 +470,7 @@ def build_parser() -> OneLineParser:
     c.add_argument("--regime", default=None,
                    help="a regime name or a fitted regime's .json file (default: none; with "
                         "--predict, every calibrated structure refitted to the log)")
-    c.add_argument("--method", default=None, help="the log's method key (default: see show)")
-    c.add_argument("--temperature", type=temperature, default=None, metavar="T",
-                   help="the decode's temperature (required where the log does not say it; "
-                        "default: the log's)")
+    add_log_arguments(c, short=True, what="")
     _add_drafter(c)
     c.add_argument("--predict", choices=("ddtree", "caddtree", "chain"), default=None,
                    help="predict this method's tau from the log (default: none, compare only)")
@@ -521,8 +530,8 @@ def _show(path: str, width: int | None) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-    log = read_log(args.file, args.method, width=args.width)
-    t, drafter = _log_setting(log, args.temperature, args.drafter)
+    log = read_log(args.file, args.log_method, width=args.width)
+    t, drafter = _log_setting(log, args.log_temperature, args.drafter)
     drafted = _drafted_of(log, drafter, args.drafted)
     if args.predict is None:
         if args.regime is None:

@@ -107,6 +107,7 @@ from .synth import World, make_world
 from .synth.diagnostics import token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec, load_calibrated
 from .validation import check_positive_int, check_rng
+from .verdicts import ClaimedRange, judge
 
 __all__ = [
     "BEST_BUDGET",
@@ -138,6 +139,8 @@ __all__ = [
     "fit_regime",
     "fit_regime_table1",
     "main",
+    "published_band",
+    "published_verdict",
     "response_means",
     "table1_targets",
 ]
@@ -1275,7 +1278,7 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = CHECK_CONTEXT
     (``*`` derived), the mean with its 95% interval over contexts, the relative error, the
     between-world interval and the between-world spread (s.d. of the world means beyond the
     contexts' noise, relative to the mean), and whether a published cell is within
-    :data:`TOLERANCE`.
+    :data:`TOLERANCE` (:func:`published_verdict`: its interval inside the band).
 
     Returns the new evaluations; ``ValueError`` if a regime is unknown or not in the file.
     """
@@ -1303,12 +1306,27 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = CHECK_CONTEXT
             err = c["mean"] / t["value"] - 1.0
             wci = c["world_ci"]
             wtxt = "-" if wci is None else f"[{wci[0]:.2f}, {wci[1]:.2f}]"
-            ok = ("yes" if abs(err) <= TOLERANCE else "NO") if t["published"] else "(derived)"
+            ok = published_verdict(c["mean"], *c["ci"], t["value"]) if t["published"] \
+                else "(derived)"
             log(f"{r:<14} {CELL_LABELS[q]:<17} {t['value']:>6.2f}{'' if t['published'] else '*'}"
                 f"{'' if not t['published'] else ' '} {c['mean']:>6.2f} "
                 f"[{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]{'':>1} {err * 100:>+6.1f}% "
                 f"{wtxt:>17} {c['world_sd_excess_rel'] * 100:>6.1f}%  {ok}")
     return out
+
+
+def published_band(target: float) -> ClaimedRange:
+    """What reproducing a published value means: within :data:`TOLERANCE` of it."""
+    return ClaimedRange(target * (1 - TOLERANCE), target * (1 + TOLERANCE))
+
+
+def published_verdict(mean: float, low: float, high: float, target: float) -> str:
+    """Whether a measured cell reproduces its published value within :data:`TOLERANCE`, by
+    the one verdict rule (:func:`treespec_sim.verdicts.judge`) on its 95% interval: ``"yes"``
+    (the interval inside :func:`published_band`), ``"NO"`` (entirely outside),
+    ``"undecided"``."""
+    v = judge(mean, low, high, published_band(target)).verdict
+    return {"holds": "yes", "does not hold": "NO"}.get(v, "undecided")
 
 
 def calibration_rows(data: dict | None = None, regimes: Iterable[str] | None = None

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .validation import check_budget, check_positive_int, check_temperature
+from .validation import check_nonnegative_int, check_positive_int, check_temperature
 
 __all__ = ["DEVICE_HELP", "OneLineParser", "add_budgets", "add_checkpoints", "add_debug",
            "add_device", "add_dtype", "add_json_flag", "add_new_tokens", "add_out",
@@ -105,8 +105,9 @@ def positive_int(text: str) -> int:
 
 
 def nonnegative_int(text: str) -> int:
-    """``type=``: an integer ``>= 0`` (:func:`~treespec_sim.validation.check_budget`)."""
-    return _checked(check_budget, _number(text, int))
+    """``type=``: an integer ``>= 0``
+    (:func:`~treespec_sim.validation.check_nonnegative_int`)."""
+    return _checked(check_nonnegative_int, _number(text, int))
 
 
 def positive_float(text: str) -> float:

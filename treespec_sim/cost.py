@@ -911,6 +911,9 @@ def get_cost_model(name_or_path: str | Path | LatencyModel) -> LatencyModel:
     """
     if isinstance(name_or_path, LatencyModel) and not isinstance(name_or_path, str | Path):
         return name_or_path
+    if not isinstance(name_or_path, str | Path):
+        raise ValueError(f"name_or_path must be a preset name, a latency file's path or a "
+                         f"latency model; got {type(name_or_path).__name__} {name_or_path!r}")
     key = str(name_or_path)
     if key in PRESETS:
         return PRESETS[key]()

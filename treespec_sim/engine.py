@@ -58,7 +58,15 @@ from .policies.draft import Draft
 from .rows import TargetOracle
 from .stats import MeanCI, mean_ci
 from .tree import DraftTree, prefix_tree
-from .validation import as_float_array, check_log_q, check_positive_int, check_rng
+from .validation import (
+    as_float_array,
+    check_budget,
+    check_flag,
+    check_log_q,
+    check_nonnegative_int,
+    check_positive_int,
+    check_rng,
+)
 from .verify import RULES, expected_length, verify
 from .verify.outcome import Outcome
 
@@ -287,6 +295,21 @@ class Round:
         return cls(str(method), "follow", t, Draft(tree), log_q, None, depth_limit, None,
                    None if cost_s is None else float(cost_s), {}, e)
 
+    def __repr__(self) -> str:
+        """A line a person reads: the method, rule, temperature, tree, the marginals' shape
+        (never their values), the exact and sampled tokens and the modelled cost."""
+        shape = getattr(self.log_q, "shape", None)
+        lq = "None" if self.log_q is None else f"{type(self.log_q).__name__}{tuple(shape or ())}"
+        try:
+            tau = f"{self.expected_tau:.4g}"
+        except ValueError:  # no rows and no edges to compute it from
+            tau = "?"
+        sampled = "" if self.outcome is None else f", sampled_tau={self.outcome.tau}"
+        cost = "" if self.cost_s is None else f", cost_s={self.cost_s:.4g}"
+        return (f"Round(method={self.method!r}, rule={self.rule!r}, "
+                f"temperature={self.temperature:g}, tree={self.tree!r}, log_q={lq}, "
+                f"expected_tau={tau}{sampled}{cost})")
+
     # ------------------------------------------------------------------ the draft
     @property
     def tree(self) -> DraftTree:
@@ -383,7 +406,7 @@ class Round:
         """
         if self.draft.sampled:
             raise ValueError("at_budget needs a deterministic nested tree")
-        tree = prefix_tree(self.tree, int(budget))
+        tree = prefix_tree(self.tree, check_budget(budget))
         n = tree.n_nodes
         # a prefix's reach is this tree's, node for node (the same products down each path)
         return Round(self.method, self.rule, self.temperature, Draft(tree), self.log_q, None,
@@ -508,6 +531,11 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
     check_rng(rng)
     check_backend(backend, "round")
     t = check_temperature(temperature)
+    if budget is not None:
+        budget = check_budget(budget)
+    sample, nested = check_flag(sample, "sample"), check_flag(nested, "nested")
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(f"options must be a mapping (a dict); got {type(options).__name__}")
     if isinstance(cost, str | PurePath):
         cost = get_cost_model(cost)  # a preset name or a latency file; models pass as they are
     spec, param, name = _resolve(method)
@@ -660,12 +688,8 @@ def run_rounds(backend: Backend, *, rng: np.random.Generator, rounds: int | None
     check_backend(backend, "round")
     if contexts is not None:
         return [[record(run_round(backend, c, rng=rng, **round_args))] for c in contexts]
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
-    if (isinstance(rounds_per_sequence, bool) or not isinstance(rounds_per_sequence, int)
-            or rounds_per_sequence < 1):
-        raise ValueError(f"rounds_per_sequence must be an integer >= 1; "
-                         f"got {rounds_per_sequence!r}")
+    rounds = check_positive_int(rounds, "rounds")
+    rounds_per_sequence = check_positive_int(rounds_per_sequence, "rounds_per_sequence")
     ctx_rng = rng if context_rng is None else context_rng
     decoded = rounds_per_sequence > 1
     if decoded and not round_args.get("sample", True):
@@ -704,8 +728,7 @@ def decode(backend: Backend, ctx: Any, *, n_tokens: int, rng: np.random.Generato
     context. The emitted tokens follow the target's law exactly when the rule is lossless for
     the method's draws. ``on_round(round, ctx)``, if given, sees each round before its commit.
     """
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int | np.integer) or n_tokens < 0:
-        raise ValueError(f"n_tokens must be an integer >= 0; got {n_tokens!r}")
+    n_tokens = check_nonnegative_int(n_tokens, "n_tokens")
     check_backend(backend, "round", "commit")
     out: list[int] = []
     records: list[Any] = []

@@ -25,6 +25,7 @@ import numpy as np
 
 from .rows import as_oracle
 from .tree import DraftTree
+from .validation import check_positive_int, check_tree
 
 __all__ = [
     "EXIT_CAUSES",
@@ -170,6 +171,9 @@ def exit_decomposition(tree: DraftTree, target_rows, *, depth_limit: int | None 
         The drafter's block depth ``L``; leaves at this depth exit by ``depth_cap``. ``None``
         means no cap: every leaf exit counts as ``budget``.
     """
+    check_tree(tree)
+    if depth_limit is not None:
+        depth_limit = check_positive_int(depth_limit, "depth_limit")
     if depth_limit is not None and depth_limit < tree.max_depth:
         raise ValueError(f"depth_limit = {depth_limit} is below the tree's depth "
                          f"{tree.max_depth}")

@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["LIMITS", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "MAX_TEXT_BYTES", "MAX_TRACE_BYTES",
            "Limit", "NpyMember", "atomic_path", "atomic_write_text", "check_file",
            "default_file_mode", "error_text", "human_bytes", "npz_members", "open_zip",
-           "over_limit", "parse_bytes", "parse_json", "read_bytes", "read_json",
+           "over_limit", "parse_bytes", "parse_json", "read_bytes", "read_json", "read_npz",
            "read_npz_member", "read_text", "read_toml"]
 
 
@@ -216,10 +216,11 @@ class NpyMember:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def npz_members(archive: zipfile.ZipFile, path: Path | str) -> dict[str, NpyMember]:
+def npz_members(archive: zipfile.ZipFile, path: Path | str, *, kinds: str = "biufc"
+                ) -> dict[str, NpyMember]:
     """The header of every array in an opened ``.npz`` (``np.savez`` zip), read without
-    reading its data; a member that is not a NumPy array file, or declares an object dtype,
-    is refused naming it."""
+    reading its data; a member that is not a NumPy array file, or whose dtype is not of
+    ``kinds`` (numbers by default; ``"U"`` adds text; never objects), is refused naming it."""
     out: dict[str, NpyMember] = {}
     for info in archive.infolist():
         key = info.filename.removesuffix(".npy")
@@ -235,9 +236,9 @@ def npz_members(archive: zipfile.ZipFile, path: Path | str) -> dict[str, NpyMemb
                 RuntimeError, SyntaxError, TypeError) as exc:
             raise ValueError(f"{path}: member {key!r} has no valid array header "
                              f"({error_text(exc)})") from None
-        if dtype.hasobject or dtype.kind not in "biufc" or dtype.fields is not None:
-            raise ValueError(f"{path}: member {key!r} has dtype {dtype}, not a plain number "
-                             "type")
+        if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None:
+            raise ValueError(f"{path}: member {key!r} has dtype {dtype}, not a plain "
+                             f"{'number' if kinds == 'biufc' else 'number or text'} type")
         out[key] = NpyMember(key, tuple(int(s) for s in shape), dtype, bool(fortran),
                              info.compress_size, info.file_size)
     return out
@@ -257,6 +258,20 @@ def read_npz_member(archive: zipfile.ZipFile, member: NpyMember, path: Path | st
     if arr.shape != member.shape or arr.dtype != member.dtype:
         raise ValueError(f"{path}: member {member.name!r} changed its shape while read")
     return arr
+
+
+def read_npz(path: Path | str, what: str, *, limit: Limit = MAX_TRACE_BYTES,
+             kinds: str = "biufcU") -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file, their declared sizes checked against ``limit`` before
+    any is read (for files whose arrays no header describes: :func:`treespec_sim.trace.read`
+    checks a trace's shapes against its header too)."""
+    archive = open_zip(path, what)
+    with archive:
+        members = npz_members(archive, path, kinds=kinds)
+        total = sum(m.nbytes for m in members.values())
+        if total > limit.get():
+            raise over_limit(path, "its arrays", total, limit)
+        return {k: read_npz_member(archive, m, path) for k, m in members.items()}
 
 
 def open_zip(path: Path | str, what: str) -> zipfile.ZipFile:

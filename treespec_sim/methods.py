@@ -77,7 +77,7 @@ from .policies.sampled import (
     sampled_chain,
 )
 from .tree import DraftTree
-from .validation import check_temperature
+from .validation import check_budget, check_temperature
 from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
@@ -218,7 +218,7 @@ def _deterministic(tree: DraftTree) -> Draft:
 def _need_budget(req: DraftRequest, name: str) -> int:
     if req.budget is None:
         raise ValueError(f"method {name!r} needs a budget (tree nodes, root excluded)")
-    return int(req.budget)
+    return check_budget(req.budget)
 
 
 def _build_chain(req: DraftRequest) -> Draft:

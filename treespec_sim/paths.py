@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 from .marginals import LazyLogMarginals
 from .tree import DraftTree
-from .validation import check_log_q
+from .validation import check_log_q, check_tree
 
 __all__ = ["LogQ", "path_log_scores", "path_probabilities"]
 
@@ -57,6 +57,7 @@ def path_log_scores(tree: DraftTree, log_q: LogQ) -> np.ndarray:
     ValueError
         Bad ``log_q``, or a tree deeper than ``log_q``'s ``L`` depths.
     """
+    check_tree(tree)
     lp, _ = check_log_q(log_q)
     if tree.max_depth > lp.shape[0]:
         raise ValueError(f"tree depth {tree.max_depth} exceeds log_q's {lp.shape[0]} depths")
@@ -82,4 +83,4 @@ def path_probabilities(tree: DraftTree, lp: np.ndarray | LazyLogMarginals) -> np
     ndarray of float64, shape (n,)
         :math:`q(u)` of nodes ``1..n``.
     """
-    return np.exp(_accumulate(tree, lp)[1:])
+    return np.exp(_accumulate(check_tree(tree), lp)[1:])

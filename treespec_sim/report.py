@@ -27,11 +27,19 @@ from .calibrate import (
     DERIVED_WEIGHT,
     TOLERANCE,
     calibration_rows,
+    published_band,
     table1_targets,
 )
 from .cli import OneLineParser
 from .families import FAMILIES, Claim, all_claims
-from .families.render import cost_label, missing
+from .families.base import (
+    MIN_UNITS,
+    NO_VERDICT,
+    interval_units,
+    judge,
+    smoke_test,
+)
+from .families.render import PAGE_NOTES, cost_label, missing
 from .files import read_json, read_text
 from .stats import t_quantile
 
@@ -104,8 +112,13 @@ def findings_section(rows: Sequence[dict]) -> list[str]:
             "One line per claim: the verdict, the claim, the measured number with its 95% "
             "interval (pooled over the worlds of a regime; the families' tables below give "
             "every cell and the between-world intervals) and unit, why, and the page that "
-            "discusses it. A claim measured in several cells shows its weakest cell; it holds "
-            "when every cell holds and does not hold when any cell contradicts it.", "",
+            "discusses it. One rule decides every verdict (`treespec_sim.verdicts.judge`): "
+            "a claim *holds* in a cell only when the interval lies inside the claimed range (or "
+            "beyond a one-sided claim's threshold), *does not hold* only when it lies entirely "
+            "outside, and is *undecided* otherwise, with about how many contexts would decide "
+            f"it; a cell on fewer than {MIN_UNITS} independent units has *no verdict*. A claim "
+            "measured in several cells shows its weakest cell; it holds when every cell holds "
+            "and does not hold when any cell contradicts it.", "",
             *findings_lines(claims), ""]
 
 
@@ -133,9 +146,9 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
     measured = _fidelity_cells(rows)
     tol, pub = f"±{TOLERANCE:.0%}", QWEN3_ENTROPY
     out = ["## Calibration: the published numbers beside this run's", ""]
-    lines, n_pub, ok_pub, widest = [], 0, 0, 0.0
+    lines, verdicts, widest = [], {}, 0.0
     for regime in cal:
-        cells, off = [], []
+        cells, off = [], {}
         for q in CELLS:
             t = targets[regime][q]
             star = "" if t["published"] else "*"
@@ -148,20 +161,33 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
             cells.append(f"{t['value']:.2f}{star} → {r['tau_mean']:.2f} [{r['tau_ci_low']:.2f}, "
                          f"{r['tau_ci_high']:.2f}] ({100 * rel:+.1f}%)")
             if t["published"]:
-                n_pub += 1
-                ok_pub += abs(rel) <= TOLERANCE
+                # the one verdict rule: within the tolerance when the interval lies inside it
+                v = judge(r["tau_mean"], r["tau_ci_low"], r["tau_ci_high"],
+                          published_band(t["value"]), units=interval_units(r)[0] or None).verdict
+                verdicts[v] = verdicts.get(v, 0) + 1
                 widest = max(widest, half)
-                if abs(rel) > TOLERANCE:
-                    off.append(CELL_LABELS[q])
+                if v != "holds":
+                    off.setdefault(v, []).append(CELL_LABELS[q])
         h = cal[regime].get("entropy_t1") or {}
         entropy = (f"{h['median']:.3f} / {h['p80']:.3f}" if "median" in h and "p80" in h
                    else "—")
         share = f"{h['share_below_0.05']:.0%}" if "share_below_0.05" in h else "—"
-        ok = "yes" if not off else "no (" + ", ".join(off) + ")"
+        ok = ("yes" if not off else "—" if NO_VERDICT in off else "; ".join(
+            f"{'no' if v == 'does not hold' else v} ({', '.join(c)})" for v, c in off.items()))
         lines.append(f"| {regime} | " + " | ".join(cells) + f" | {ok} | {entropy} | {share} |")
-    verdict = (f"**{ok_pub} of {n_pub} published cells within {tol}** of the published value "
-               f"in this run; the widest 95% interval is ±{100 * widest:.1f}% of its mean."
-               if n_pub else "This run measures none of the published cells.")
+    n_pub = sum(verdicts.values())
+    if not n_pub:
+        verdict = "This run measures none of the published cells."
+    elif verdicts.get(NO_VERDICT):
+        verdict = (f"No verdict on the {n_pub} published cells this run measures: a cell needs "
+                   f"{MIN_UNITS} contexts (a smoke test); the widest 95% interval is "
+                   f"±{100 * widest:.1f}% of its mean.")
+    else:
+        verdict = (f"**{verdicts.get('holds', 0)} of {n_pub} published cells within {tol}** of "
+                   "the published value in this run (the 95% interval inside the band), "
+                   f"{verdicts.get('does not hold', 0)} outside it (the interval entirely "
+                   f"outside), {verdicts.get('undecided', 0)} undecided (the interval across "
+                   f"an edge); the widest 95% interval is ±{100 * widest:.1f}% of its mean.")
     out += [verdict + " Each regime is a synthetic world law fitted to all six cells at once "
             "(`treespec_sim.calibrate`; DDTree's Table 1 on Qwen3-8B, DDTree's entry compared "
             "at B = 512, and TEV's DDTree@64; `*`: no published value, derived from published "
@@ -174,7 +200,8 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
             "target's token entropy at T = 1 beside Qwen3-8B's (Wang et al. 2025, "
             "arXiv 2506.01939).", "",
             "| regime | " + " | ".join(CELL_LABELS[q] for q in CELLS)
-            + f" | published within {tol} | T = 1 token entropy median / p80, nats (Qwen3-8B: "
+            + f" | published within {tol} (interval inside) | T = 1 token entropy median / "
+            "p80, nats (Qwen3-8B: "
             f"{pub['median']} / {pub['p80']}) | share < 0.05 nats (Qwen3-8B: "
             f"{pub['share_below_0.05']}) |",
             "|---|" + "---|" * len(CELLS) + "---|---|---|", *lines]
@@ -202,6 +229,13 @@ def _fidelity_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict]:
 def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
     """``"63 contexts per ddtree cell"``, or, for a precision target, the range the cells used."""
     unit = FAMILIES[family].grid.unit
+    if plan.get("max_rounds") and not plan.get("precision"):
+        used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family
+                       and not r.get("map")})
+        span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
+        return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then one second "
+                "stage where deciding a claim of the cell takes more and fits under "
+                f"{plan['max_rounds']}; each row's `rounds` says how many)")
     if not plan.get("precision"):
         return f"{plan['rounds']} {unit} per {family} cell"
     used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family})
@@ -389,10 +423,14 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
                        f"{e.get('started', '?')}" for e in record.get("earlier_runs", []))
              + ". Every throughput (tok/s) is modelled, "
              "not measured: E[τ] / (C_d + C_v(B + 1)), drafting plus one verification pass "
-             "over B + 1 tokens, timed by a latency preset of `treespec_sim.cost`; each table "
-             "names its preset and whether it was measured or is an estimate (this run's "
+             "over B + 1 tokens, timed by a latency model of `treespec_sim.cost` (a preset, a "
+             "latency file, or on a trace its own recorded timings, `recorded`); each table "
+             "names its model and whether it was measured or is an estimate (this run's "
              f"default: `{default}`{kind}). Figures: "
              + ", ".join(f"`{f}`" for f in record.get("figures", [])) + ".", ""]
+    smoke = smoke_test(all_claims(rows))
+    if smoke:
+        lines += [smoke, ""]
     lines += findings_section(rows)
     calibration = _calibration_section(rows)
     lines += _run_size(record, rows, calibrated=bool(calibration))
@@ -403,9 +441,26 @@ def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None 
         sub = _fam(rows, family.name)
         if sub:
             lines += family.tables(sub)
+    lines = _once(lines, PAGE_NOTES.values())
     if folder is not None:
         lines = _rebase_links(lines, DOCS.parent, Path(folder))
     return "\n".join(lines) + "\n"
+
+
+def _once(lines: Sequence[str], paragraphs) -> list[str]:
+    """``lines`` with each of ``paragraphs`` (a table's note on a theory page) kept at its
+    first appearance only (two tables that link one page would print its note twice)."""
+    seen, out = set(), []
+    notes = set(paragraphs)
+    for line in lines:
+        if line in notes:
+            if line in seen:
+                if out and out[-1] == "":
+                    out.pop()  # the blank line that opened the repeated note
+                continue
+            seen.add(line)
+        out.append(line)
+    return out
 
 
 # ----------------------------------------------------------------------------- figures

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .tree import DraftTree
-from .validation import as_float_array, row_sum_tolerance
+from .validation import as_float_array, check_tree, row_sum_tolerance
 
 __all__ = ["ROW_SUM_TOL", "ArrayOracle", "TargetOracle", "as_oracle", "check_distribution_rows",
            "dense_rows", "same_tree"]
@@ -129,6 +129,7 @@ def _is_oracle(obj) -> bool:
 def as_oracle(target_rows, tree: DraftTree) -> TargetOracle:
     """Wrap ``target_rows`` (array or oracle) for ``tree``; validate shapes, and that an
     oracle which knows its tree (a ``tree`` attribute) was built for this one."""
+    check_tree(tree)
     if _is_oracle(target_rows):
         if target_rows.shape[0] != tree.n_nodes:
             raise ValueError(f"target_rows has {target_rows.shape[0]} rows but the tree has "

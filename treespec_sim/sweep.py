@@ -77,7 +77,8 @@ import numpy as np
 
 from . import __version__
 from .cli import OneLineParser, add_debug, add_seed, positive_int
-from .cost import get_cost_model, record_extrapolation
+from .cost import PRESETS as COST_PRESETS
+from .cost import record_extrapolation
 from .families import (
     COLUMNS,
     FAMILIES,
@@ -91,7 +92,7 @@ from .families import (
     trace_grids,
     trace_regime,
 )
-from .families.base import trace_for, trace_sha256
+from .families.base import RECORDED_COST, cost_model, smoke_test, trace_for, trace_sha256
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode, read_json, read_toml
 from .report import findings_lines, summary_markdown, write_figures
@@ -129,13 +130,16 @@ class Plan:
             register_regime(spec)
         object.__setattr__(self, "_regime_specs", specs)
 
-        try:
-            get_cost_model(self.cost_model)
-        except ValueError as exc:
-            raise ValueError(f"cost_model: {exc}") from None
         if not self.grids:
             raise ValueError("a plan needs at least one family grid")
         self._check_trace()
+        for key, name in [("cost_model", self.cost_model),
+                          *((f"{g.family}.cost_models", c) for g in self.grids
+                            for c in getattr(g, "cost_models", ()))]:
+            try:
+                cost_model(name, self.trace or "")  # "recorded" needs the plan's trace
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
 
     def _check_trace(self) -> None:
         """The trace loads, and every grid's trace regime is it and stays inside its data."""
@@ -195,9 +199,11 @@ def _one(family: str) -> Plan:
     return Plan((FAMILIES[family].preset(family),))
 
 
-def trace_plan(path: str, *, seed: int = 0, cost_model: str = "h200-qwen3-8b") -> Plan:
+def trace_plan(path: str, *, seed: int = 0, cost_model: str = RECORDED_COST) -> Plan:
     """The plan of ``python -m treespec_sim.sweep --trace FILE``: every family that runs on
-    traces, on the trace's recorded rounds (each family's ``trace_preset``)."""
+    traces, on the trace's recorded rounds (each family's ``trace_preset``), its throughput
+    priced by the trace's own recorded timings (``"recorded"``) unless ``cost_model`` names
+    another."""
     tr = trace_for(path)
     return Plan(trace_grids(tr, trace_regime(path)), seed=seed, cost_model=cost_model,
                 trace=str(path))
@@ -207,7 +213,7 @@ def trace_plan(path: str, *, seed: int = 0, cost_model: str = "h200-qwen3-8b") -
 #: after import); each family's grid in a preset is the family's (its ``preset``).
 PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     "paper": ("all four families on the calibrated regimes, 3 worlds per regime, V = 32768 "
-              "(the default; <= 5 min on 2 cores with --workers 2)",
+              "(the default; about 5 min on 2 cores with --workers 2)",
               functools.partial(_all, "paper")),
     "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
               functools.partial(_all, "quick")),
@@ -229,6 +235,10 @@ def get_preset(name: str) -> Plan:
 
 # -------------------------------------------------------------------------------- config
 _TOP_KEYS = {"seed", "cost_model", "preset", "trace", "trace_sha256"}
+#: The top-level keys a config file is written with (docs/usage.md); ``trace_sha256`` is a run
+#: record's (its plan keeps the trace file's SHA-256 to check a resumed run against) and is
+#: accepted, but not offered to people writing a config.
+_CONFIG_KEYS = _TOP_KEYS - {"trace_sha256"}
 #: A family table's ``regimes`` may name the plan's trace by this word.
 TRACE_WORD = "trace"
 
@@ -267,7 +277,7 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     for key, value in data.items():
         if key not in _TOP_KEYS and key not in FAMILIES:
             raise ValueError(f"{source}: unknown key {key!r}; known keys: "
-                             f"{', '.join(sorted(_TOP_KEYS | set(FAMILIES)))}")
+                             f"{', '.join(sorted(_CONFIG_KEYS | set(FAMILIES)))}")
         if key in FAMILIES and not isinstance(value, dict):
             raise ValueError(f"{source}: [{key}] must be a table")
     trace = data.get("trace")
@@ -312,7 +322,7 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     try:
         if not grids and trace:
             tp = trace_plan(trace, seed=data.get("seed", 0),
-                            cost_model=data.get("cost_model", "h200-qwen3-8b"))
+                            cost_model=data.get("cost_model", RECORDED_COST))
             return dataclasses.replace(tp, trace_sha256=data.get("trace_sha256"))
         if not grids:
             tables = ", ".join(f"[{f}]" for f in FAMILIES)
@@ -320,11 +330,18 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
         return Plan(tuple(grids[f] for f in FAMILIES if f in grids),
                     seed=data.get("seed", base.seed if base else 0),
                     cost_model=data.get("cost_model", base.cost_model if base
+                                        else RECORDED_COST if _trace_only(grids.values())
                                         else "h200-qwen3-8b"),
                     trace=trace, trace_sha256=data.get("trace_sha256"),
                     regime_files=tuple(files))
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+
+
+def _trace_only(grids) -> bool:
+    """Every regime of every grid is a trace (then the default price is its own timings)."""
+    regimes = [r for g in grids for r in g.regimes]
+    return bool(regimes) and all(is_trace(r) for r in regimes)
 
 
 def load_config(path: str | Path, *, trace: str | None = None) -> Plan:
@@ -707,6 +724,30 @@ def _show(value: object) -> str:
     return json.dumps(value, default=str) if isinstance(value, list | tuple) else repr(value)
 
 
+def _change(grid, field: str, old: object, new: object) -> str:
+    """What changing ``grid``'s ``field`` from ``old`` to ``new`` does, in words: the values a
+    list adds and drops (``"ddtree.budgets adds 8"``), or ``"ddtree.rounds 6 -> 8"``; for a
+    list that is not a cell axis (each cell holds all its values), why that touches every
+    finished cell."""
+    key = f"{grid.family}.{field}"
+    if not (isinstance(old, list | tuple) and isinstance(new, list | tuple)):
+        return f"{key} {_show(old)} -> {_show(new)}"
+    added = [x for x in new if x not in old]
+    dropped = [x for x in old if x not in new]
+    if not added and not dropped:
+        return f"{key} reorders {_show(old)} -> {_show(new)}"
+    parts = ([f"adds {', '.join(map(str, added))}"] if added else []) + (
+        [f"drops {', '.join(map(str, dropped))}"] if dropped else [])
+    text = f"{key} {' and '.join(parts)} ({_show(old)} -> {_show(new)})"
+    axes = getattr(type(grid), "cell_axes", ("regimes", "temperatures"))
+    if field not in axes:
+        text += (f": every {grid.family} cell holds all its {field}, so each finished one "
+                 "would change")
+    elif dropped:
+        text += f": the finished cells of the dropped {field} would be lost"
+    return text
+
+
 def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
     """What in ``plan`` would change or drop a cell of the finished run whose plan record is
     ``recorded``: ``[]`` if every one of its cells is in ``plan`` with the same settings (a
@@ -739,7 +780,7 @@ def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
             old, new = getattr(g, f.name), getattr(now, f.name)
             if old == new:
                 continue
-            every.append(f"{g.family}.{f.name} {_show(old)} -> {_show(new)}")
+            every.append(_change(g, f.name, old, new))
             # this change alone: does the family keep every finished cell?
             try:
                 alone = _alone(before, dataclasses.replace(g, **{f.name: new}))
@@ -792,9 +833,10 @@ def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
                              "is not one this version reads back); name a new folder")
         if changes:
             raise ValueError(
-                f"--out: {out} holds {what} with other settings: {'; '.join(changes)} would "
-                "change or drop its finished cells; name a new folder (--resume keeps a "
-                "finished run's cells and adds new ones: more regimes, temperatures, ...)")
+                f"--out: {out} holds {what} with other settings: {'; '.join(changes)}. That "
+                "would change or drop its finished cells; name a new folder (--resume keeps a "
+                "finished run's cells and only adds new ones: more regimes, temperatures, "
+                "...)")
         if not resume:
             same = recorded == _plan_record(plan)
             raise ValueError(
@@ -939,7 +981,7 @@ def _cost_provenance(plan: Plan) -> list[dict]:
         names.update(getattr(g, "cost_models", ()))
     out = []
     for n in sorted(names):
-        m = get_cost_model(n)
+        m = cost_model(n, plan.trace or "")
         note = getattr(m, "context_note", lambda _x: None)(1024)
         out.append({"name": n, "provenance": m.provenance, "estimate": m.estimate,
                     **({"note": note} if note else {})})
@@ -969,6 +1011,9 @@ def _csv_value(v: object) -> object:
 def print_findings(claims: Sequence[Claim]) -> None:
     """The findings, one line per claim (as ``summary.md`` opens), on the console."""
     if claims:
+        smoke = smoke_test(claims)
+        if smoke:
+            print(smoke.replace("**", ""))
         print("Findings (95% intervals; details in summary.md):")
         for line in findings_lines(claims, markdown=False):
             print(line)
@@ -995,7 +1040,8 @@ def print_table(rows: Sequence[dict]) -> None:
             table.add_row(family.name, r["regime"], r["method"], str(r.get("verifier", "")),
                           f"{r['temperature']:g}", _budget_text(r),
                           f"{r['tau_mean']:.3f}", ci, f"{thr:.0f}" if thr else "",
-                          cost_label(str(r["cost_model"])) if thr else "")
+                          cost_label(str(r["cost_model"]), on_trace=is_trace(r["regime"]))
+                          if thr else "")
     Console(width=175).print(table)
 
 
@@ -1033,7 +1079,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace every family's worlds per regime (seeds seed + i; the rounds "
                          "are split over them; default: the preset's, 3 in every preset)")
     add_seed(ap, "seed for worlds and cells (default 0)", default=None)
-    ap.add_argument("--cost-model", help="latency preset or .json file for throughput columns")
+    ap.add_argument("--cost-model", metavar="NAME_OR_FILE",
+                    help="latency model for the throughput columns: a preset ("
+                         + ", ".join(sorted(COST_PRESETS)) + ") or a latency .json file "
+                         "(docs/real_models.md); default: the preset's, h200-qwen3-8b")
     # --out and --workers are spelled here, not through cli.add_out: tests/test_docs.py finds
     # the options docs/ quote in the entry point's source.
     ap.add_argument("--out", type=Path,
@@ -1043,7 +1092,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scheduler", metavar="ADDRESS",
                     help="run the cells on an existing dask.distributed scheduler")
     ap.add_argument("--no-plot", action="store_true", help="do not draw the figures")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    ap.add_argument("--quiet", action="store_true",
+                    help="no progress bar and no table: print only the output folder")
     add_debug(ap)
     return ap
 
@@ -1118,7 +1168,9 @@ def _main(args: argparse.Namespace) -> int:
         print(f"note: {len({e['cell'] for e in extrapolated})} cell(s) priced latency outside "
               f"the measured range of {', '.join(models)}; see {out / 'summary.md'}",
               file=sys.stderr)
-    if not args.quiet:
+    if args.quiet:  # the one line a script needs: where the run is
+        print(f"wrote {out}")
+    else:
         print_table(rows)
         if plan.trace:
             tr = trace_for(plan.trace)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import compiled
-from .validation import check_budget
+from .validation import check_nonnegative_int, check_tree
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -262,9 +262,10 @@ def prefix_tree(tree: DraftTree, budget: int) -> DraftTree:
     Raises
     ------
     ValueError
-        ``budget`` is not a non-negative integer.
+        ``budget`` is not a non-negative integer (``0``: the root alone).
     """
-    budget = check_budget(budget)
+    check_tree(tree)
+    budget = check_nonnegative_int(budget, "budget")
     if budget >= tree.size:
         return tree
     if budget == 0:

@@ -18,6 +18,17 @@ as given (no per-row shift: that would move DDTree's cross-depth ties away from 
 rows that do not sum to 1 in probability -- raw or max-shifted logits -- are an error that says
 how to normalise them, never a silently different tree.
 
+Scalars
+-------
+Budgets (:func:`check_budget`: an integer ``>= 1``), counts (:func:`check_positive_int`,
+:func:`check_nonnegative_int`), temperatures (:func:`check_temperature`: a finite real number
+``>= 0``), root tokens, flags and generators are checked here and nowhere else: every public
+entry point (``run_round``, the builders of :mod:`treespec_sim.policies`, ``verify``,
+``expected_length``, ``make_world``, ...) and a sweep config's grids (``ddtree.budgets``, ...)
+call the same function, so both refuse the same values with the same message, the argument's
+name first. Nothing is rounded or coerced: ``16.7``, ``16.0``, ``True`` and ``"16"`` are not
+budgets; numpy integers and floats are numbers.
+
 Validation must not dominate the cost of a builder: the log-probability check reads the array
 once for the row maxima (which also propagate NaN) and once for the row sums, ``exp`` and the
 row sum in the input's own dtype, without converting or copying the array (no ``float64``
@@ -36,8 +47,10 @@ import numpy as np
 from . import compiled
 
 __all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array",
-           "check_budget", "check_log_q", "check_positive_int", "check_rng", "check_root_token",
-           "check_temperature", "kernel_check_args", "row_sum_tolerance"]
+           "check_budget", "check_flag", "check_log_q", "check_nonnegative_int",
+           "check_positive_int", "check_real", "check_rng", "check_root_token",
+           "check_temperature", "check_tree",
+           "kernel_check_args", "row_sum_tolerance"]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -186,20 +199,77 @@ def kernel_check_args(source: str) -> tuple[float, float, float]:
     return row_sum_tolerance(source), compiled.ROW_SUM_MARGIN, LOGPROB_POSITIVE_TOL
 
 
+def _integer(value) -> bool:
+    """A Python or numpy integer, not a bool (``True`` is an ``int`` to Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
 def check_budget(budget, name: str = "budget") -> int:
-    """A non-negative integer budget (number of non-root nodes)."""
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
-        raise ValueError(f"{name} must be a non-negative integer; got {budget!r}")
-    if budget < 0:
-        raise ValueError(f"{name} must be >= 0; got {budget}")
-    return int(budget)
+    """A budget, the number of a tree's non-root nodes: an integer ``>= 1`` (numpy integers
+    too) as a Python int. Bools, floats (``16.7`` and ``16.0`` alike) and strings are refused,
+    never rounded: the API is as strict as a config's ``budgets``, with the same message.
+
+    Raises
+    ------
+    ValueError
+        ``"{name} must be a positive integer; got {budget!r}"``.
+    """
+    return check_positive_int(budget, name)
 
 
 def check_positive_int(value, name: str) -> int:
-    """An integer ``>= 1`` (numpy integers too, not a bool) as a Python int."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) or value < 1:
+    """An integer ``>= 1`` (numpy integers too, not a bool, a float or a string) as a Python
+    int; ``ValueError`` naming ``name`` and the value otherwise."""
+    if not _integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer; got {value!r}")
     return int(value)
+
+
+def check_nonnegative_int(value, name: str) -> int:
+    """An integer ``>= 0`` (numpy integers too, not a bool, a float or a string) as a Python
+    int: a seed, or a prefix of ``0`` nodes (the root alone)."""
+    if not _integer(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer; got {value!r}")
+    return int(value)
+
+
+def check_flag(value, name: str) -> bool:
+    """A bool (``numpy.bool_`` too) as a Python bool; ``ValueError`` naming ``name`` for
+    anything else (``0``, ``"yes"``, ``None``)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
+
+
+def check_real(value, name: str, *, minimum: float = 0.0, strict: bool = False) -> float:
+    """A finite real number ``>= minimum`` (``> minimum`` with ``strict``) as a Python float:
+    a cost in seconds, a rate, a margin (numpy numbers too; bools and strings refused)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number; got {value!r} "
+                         f"({type(value).__name__})")
+    x = float(value)
+    if not math.isfinite(x) or x < minimum or (strict and x == minimum):
+        raise ValueError(f"{name} must be finite and {'>' if strict else '>='} {minimum:g}; "
+                         f"got {value!r}")
+    return x
+
+
+#: What a draft tree has (:class:`treespec_sim.tree.DraftTree`, which this module sits below):
+#: its arrays, and the properties its class defines (looked up on the class: asking an
+#: instance would compute them, and this check runs on every round).
+_TREE_FIELDS = ("parent", "token", "depth")
+_TREE_PROPERTIES = ("n_nodes", "child_lists", "levels")
+
+
+def check_tree(tree, name: str = "tree"):
+    """A draft tree (a :class:`~treespec_sim.tree.DraftTree`, read by its attributes: this
+    module is below the tree's), returned as it is."""
+    cls = type(tree)
+    if not (all(hasattr(cls, a) for a in _TREE_PROPERTIES)
+            and all(hasattr(tree, a) for a in _TREE_FIELDS)):
+        raise ValueError(f"{name} must be a DraftTree (treespec_sim.DraftTree.from_parents); "
+                         f"got {type(tree).__name__}")
+    return tree
 
 
 def check_rng(rng, name: str = "rng") -> np.random.Generator:
@@ -212,7 +282,7 @@ def check_rng(rng, name: str = "rng") -> np.random.Generator:
 def check_root_token(root_token, name: str = "root_token", *, vocab_size: int | None = None
                      ) -> int:
     """An integer token id ``>= -1`` (``-1``: unknown), below ``vocab_size`` when given."""
-    if isinstance(root_token, bool) or not isinstance(root_token, numbers.Integral):
+    if not _integer(root_token):
         raise ValueError(f"{name} must be an integer >= -1; got {root_token!r}")
     if root_token < -1:
         raise ValueError(f"{name} must be >= -1 (-1 = unknown); got {root_token}")

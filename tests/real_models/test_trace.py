@@ -21,7 +21,7 @@ from real_models.profile import CPU_TINY, device_identity
 from real_models.record import RecordSettings, discard_forward, pack, parse_sampled_spec, record
 from real_models.validate import load_prompts
 from treespec_sim import DraftTree, engine, trace
-from treespec_sim.cost import get_cost_model
+from treespec_sim.cost import get_cost_model, record_extrapolation
 from treespec_sim.rows import same_tree
 from treespec_sim.verify.outcome import Outcome
 
@@ -396,5 +396,7 @@ def test_the_docs_example_runs_as_written(monkeypatch):
     code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     monkeypatch.chdir(ROOT)
     ns: dict = {}
-    exec(compile(code, "traces.md", "exec"), ns)
+    with record_extrapolation() as log:  # every price inside the profile's measured range
+        exec(compile(code, "traces.md", "exec"), ns)
+    assert log.records() == []
     assert 1.0 < ns["rnd"].expected_tau <= ns["tr"].depth + 1

@@ -1,6 +1,7 @@
-"""Public logs (``treespec_sim.logs``; ``docs/traces.md``, "Public logs"): the fixtures written
-from the documented formats read back to the lengths written, a pickle that names anything but
-plain containers is refused unrun, a regime's law is exact, and the fit uses the histogram."""
+"""Acceptance logs (``treespec_sim.acceptance``; ``docs/traces.md``, "Public logs"): the
+fixtures written from the documented formats read back to the lengths written, a pickle that
+names anything but plain containers is refused unrun, a regime's law is exact, and the fit uses
+the histogram."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from treespec_sim import acceptance, engine, synth
+from treespec_sim.calibrate import build_parser as calibrate_parser
 from treespec_sim.calibrate import main as calibrate_main
 from treespec_sim.stats import mean_ci
 
@@ -305,7 +307,7 @@ def test_an_engine_log_needs_its_temperature_and_drafter(tmp_path, capsys):
     # a log that says its temperature keeps it
     assert acceptance.main(["compare", str(FIX / "ddtree_benchmark.pt"), "--regime", "small",
                             "--temperature", "1"]) == 2
-    assert "the log says T = 0" in capsys.readouterr().err
+    assert "the log records T = 0" in capsys.readouterr().err
 
 
 def test_an_autoregressive_log_is_modelled_by_an_autoregressive_drafter(capsys):
@@ -385,3 +387,32 @@ def test_the_compare_command_prints_the_issue_s_json_shape(capsys, monkeypatch, 
     assert getattr(spec, data["fit"]["knob"]) == pytest.approx(data["fit"]["value"])
     saved = json.loads((tmp_path / "regime.json").read_text())["regimes"][spec.name]["fit"]
     assert saved["drafter"] == "block-diffusion" and saved["temperature"] == 0
+
+
+def test_every_command_that_reads_a_log_takes_the_same_option_names():
+    """--log-method and --log-temperature in acceptance compare, acceptance fit and calibrate
+    --from-log; compare and fit also take --method and --temperature (issue 42)."""
+    parse = acceptance.build_parser().parse_args
+    compare = parse(["compare", "f", "--regime", "r", "--log-method", "dflash",
+                     "--log-temperature", "1"])
+    short = parse(["compare", "f", "--regime", "r", "--method", "dflash", "--temperature", "1"])
+    fit = parse(["fit", "f", "--method", "dflash", "--temperature", "1", "--fit-out", "x.json"])
+    cal = calibrate_parser().parse_args(["--from-log", "f", "--log-method", "dflash",
+                                         "--log-temperature", "1"])
+    for args in (compare, short, fit, cal):
+        assert (args.log_method, args.log_temperature) == ("dflash", 1.0)
+    assert "--fit-out" in acceptance.__doc__ and "--base math500 --out" not in acceptance.__doc__
+
+
+def test_a_temperature_that_contradicts_the_log_is_refused_in_every_command(capsys, tmp_path):
+    pt = str(FIX / "ddtree_benchmark.pt")
+    log = acceptance.read_log(pt, None)
+    assert log.temperature is not None  # the fixture records its temperature
+    other = "1" if log.temperature == 0.0 else "0"
+    for argv in (["compare", pt, "--regime", "small", "--contexts", "4",
+                  "--log-temperature", other],
+                 ["fit", pt, "--temperature", other, "--fit-out", str(tmp_path / "f.json")]):
+        assert acceptance.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "the log records T =" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "f.json").exists()

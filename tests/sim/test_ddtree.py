@@ -28,7 +28,7 @@ def _n_prefixes(L, V):
     return sum(V ** d for d in range(1, L + 1))
 
 
-@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(0, 40))
+@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(1, 40))
 def test_equals_brute_force(lp, budget):
     tree = ddtree(lp, budget)
     expected = brute_force_top_prefixes(lp, budget)
@@ -36,7 +36,7 @@ def test_equals_brute_force(lp, budget):
     assert tree.size == min(budget, _n_prefixes(*lp.shape))
 
 
-@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(0, 40))
+@given(log_q_arrays(max_depth=4, max_vocab=4), st.integers(1, 40))
 def test_prefix_closed_and_best_first(lp, budget):
     tree = ddtree(lp, budget)
     paths = set(tree.paths())
@@ -94,9 +94,10 @@ def test_equals_heap_reference_at_scale(budget, kind):
     assert np.array_equal(mask, ref_mask)
 
 
-def test_budget_zero_and_tiny_space():
+def test_budget_zero_is_refused_and_a_tiny_space_gives_every_prefix():
     lp = np.log(np.full((2, 2), 0.5))
-    assert ddtree(lp, 0, root_token=1) == DraftTree.root_only(1)
+    with pytest.raises(ValueError, match="budget must be a positive integer; got 0"):
+        ddtree(lp, 0, root_token=1)
     assert ddtree(lp, 100).size == 6  # all prefixes: 2 + 4
 
 

@@ -61,7 +61,7 @@ def test_ranked_candidates_on_a_junk_floor_row_keeps_the_smallest_ids():
 
 # ---------------------------------------------------------------- dense reference wrapper
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # patch is constant
-@given(log_q_arrays(max_depth=4, max_vocab=6), st.integers(0, 40))
+@given(log_q_arrays(max_depth=4, max_vocab=6), st.integers(1, 40))
 def test_ranked_ddtree_matches_the_heap_reference(ranked_always, lp, budget):
     parent, token, depth, _ = ddtree_heap_reference(lp, budget)
     tree = ddtree(DenseLogMarginals(lp), budget, root_token=min(3, lp.shape[1] - 1))

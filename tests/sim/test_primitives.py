@@ -81,7 +81,7 @@ def test_round_cost_s_is_round_time():
     world = make_world("small", seed=2)  # no context_length: the model's default is read
     cost = get_cost_model("a800-qwen3-4b")
     rng = np.random.default_rng(1)
-    for budget in (0, 9):
+    for budget in (1, 9):
         rnd = run_round(world, world.sample_context(rng), method="ddtree", budget=budget,
                         temperature=0.0, rng=rng, cost=cost, sample=False)
         want = cost.draft_cost(DEFAULT_CONTEXT_LENGTH) + cost.verify_cost(
@@ -118,8 +118,9 @@ def test_prefix_of_a_multiset_tree_knows_its_duplicates():
 def test_ddtree_prefixes_are_smaller_ddtrees():
     lq = _log_q(3)
     big = ddtree(lq, 30)
-    for b in (0, 1, 7, 30):
+    for b in (1, 7, 30):
         assert tree.prefix_tree(big, b) == ddtree(lq, b)
+    assert tree.prefix_tree(big, 0) == DraftTree.root_only(big.root_token)  # the root alone
 
 
 # ---------------------------------------------------------------------------- path scores

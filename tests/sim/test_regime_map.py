@@ -117,10 +117,37 @@ def test_a_small_map_cell_and_its_report():
     assert "regime map" in text and "PR #169" in text
     claims = st.claims(rows)
     assert len(claims) == 2 and all("map points" in c.reason for c in claims)
-    for c, (_, test, _, _) in zip(claims, st.MAP_CLAIMS, strict=True):
-        n = sum(test(p) for p in pts)
-        assert c.verdict == ("holds" if n > 0.025 * len(pts) else "undecided" if n else
-                             "does not hold")
+    # 6 contexts a point: a smoke test, no verdict
+    assert {c.verdict for c in claims} == {"no verdict"}
+    for c, (_, rule, _, _) in zip(claims, st.MAP_CLAIMS, strict=True):
+        assert {rule(p).verdict for p in pts} == {"no verdict"}
+        assert "smoke test: 6 contexts" in c.reason
+
+
+def _point(gap, vs_ddtree, vs_chain, contexts=40):
+    ci = lambda x: st.MeanCI(*x)  # noqa: E731
+    return st.MapPoint("r", 1.0, 0.8, 1.0, 0.5, ci(gap), ci(vs_ddtree), ci(vs_chain), 0.5, 1.2,
+                       3.0, 3.0, 3.0, contexts)
+
+
+def test_map_claims_judge_each_point_by_the_one_rule(monkeypatch):
+    behind, tsubame = st.MAP_CLAIMS[0][1], st.MAP_CLAIMS[1][1]
+    # DDTree behind the chain: chain - DDTree > 0, i.e. the gap's interval below 0
+    assert behind(_point((-0.5, -0.8, -0.2), (0, -1, 1), (0, -1, 1))).verdict == "holds"
+    assert behind(_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1))).verdict == "does not hold"
+    assert behind(_point((-0.1, -0.4, 0.2), (0, -1, 1), (0, -1, 1))).verdict == "undecided"
+    # Tsubame beats both: both intervals above 0; one below 0 refutes it
+    assert tsubame(_point((0, -1, 1), (0.5, 0.2, 0.8), (0.4, 0.1, 0.7))).verdict == "holds"
+    assert tsubame(_point((0, -1, 1), (0.5, 0.2, 0.8), (-0.4, -0.7, -0.1))).verdict == \
+        "does not hold"
+    assert tsubame(_point((0, -1, 1), (0.5, 0.2, 0.8), (0.1, -0.2, 0.4))).verdict == "undecided"
+    # the existential headline: "does not hold" only when it fails at every point
+    pts = [_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1)),
+           _point((-0.1, -0.4, 0.2), (0, -1, 1), (0, -1, 1))]
+    monkeypatch.setattr(st, "map_points", lambda rows: pts)
+    assert st.map_claims([{}])[0].verdict == "undecided"
+    monkeypatch.setattr(st, "map_points", lambda rows: pts[:1])
+    assert st.map_claims([{}])[0].verdict == "does not hold"
 
 
 def test_the_map_preset_and_the_existing_presets():

@@ -6,13 +6,19 @@ import pytest
 from treespec_sim import validation as v
 
 
-@pytest.mark.parametrize("good, want", [(0, 0), (5, 5), (np.int64(7), 7)])
-def test_check_budget_takes_non_negative_integers(good, want):
+@pytest.mark.parametrize("good, want", [(1, 1), (5, 5), (np.int64(7), 7)])
+def test_check_budget_takes_positive_integers(good, want):
     got = v.check_budget(good)
     assert got == want and type(got) is int
 
 
-@pytest.mark.parametrize("bad", [-1, 2.0, True, "3", None])
+@pytest.mark.parametrize("good, want", [(0, 0), (5, 5), (np.int64(7), 7)])
+def test_check_nonnegative_int_takes_zero(good, want):
+    got = v.check_nonnegative_int(good, "seed")
+    assert got == want and type(got) is int
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, 16.7, True, np.bool_(True), "3", None])
 def test_check_budget_refuses_and_names_the_argument(bad):
     with pytest.raises(ValueError, match="max_budget"):
         v.check_budget(bad, "max_budget")

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from treespec_sim import DraftTree
 from treespec_sim.cost import RooflineCost, get_cost_model
 from treespec_sim.families.caddtree import chosen_budgets, collect, evaluate
 from treespec_sim.policies import caddtree, ddtree
@@ -24,7 +25,8 @@ def test_curves_match_the_verifier_on_rebuilt_trees():
     c = collect(world, regime="small", rounds=2, max_budget=40, rounds_per_sequence=2, seed=1)
     log_q = world.draft(ctx)
     for b in (0, 3, 17, 40):
-        tree = ddtree(log_q, b, root_token=int(ctx.last_token))
+        tree = (ddtree(log_q, b, root_token=int(ctx.last_token)) if b
+                else DraftTree.root_only(int(ctx.last_token)))  # B = 0: the root alone
         oracle = world.target_oracle(ctx, tree, 0.0)
         assert c.tau[0, b] == pytest.approx(expected_length(tree, oracle, rule="follow"),
                                             abs=1e-12)

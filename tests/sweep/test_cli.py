@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from treespec_sim import cli
-from treespec_sim.validation import check_budget, check_positive_int, check_temperature
+from treespec_sim.validation import check_nonnegative_int, check_positive_int, check_temperature
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
@@ -89,7 +89,8 @@ REJECT = {
                        ("-3", "must be a positive integer; got -3"),
                        ("x", "invalid int value: 'x'"), ("1.5", "invalid int value: '1.5'"),
                        ("", "invalid int value: ''")],
-    cli.nonnegative_int: [("-1", "must be >= 0; got -1"), ("2.0", "invalid int value: '2.0'")],
+    cli.nonnegative_int: [("-1", "must be a non-negative integer; got -1"),
+                          ("2.0", "invalid int value: '2.0'")],
     cli.positive_float: [("0", "must be finite and > 0; got 0.0"),
                          ("-2", "must be finite and > 0; got -2.0"),
                          ("nan", "must be finite and > 0; got nan"),
@@ -136,7 +137,7 @@ def test_the_messages_are_validations():
         return str(exc.value)
 
     assert parse_error(cli.positive_int, "0") == message(check_positive_int, 0)
-    assert parse_error(cli.nonnegative_int, "-4") == message(check_budget, -4)
+    assert parse_error(cli.nonnegative_int, "-4") == message(check_nonnegative_int, -4)
     assert parse_error(cli.temperature, "-1") == message(check_temperature, -1.0)
     assert parse_error(cli.positive_temperature, "0") == message(check_temperature, 0.0,
                                                                  positive=True)
@@ -201,7 +202,7 @@ ADDERS = {
 
 
 @pytest.mark.parametrize("option,argv,message", [
-    ("--seed", ["--seed", "-1"], "must be >= 0; got -1"),
+    ("--seed", ["--seed", "-1"], "must be a non-negative integer; got -1"),
     ("--threads", ["--threads", "0"], "must be a positive integer; got 0"),
     ("--prompts", ["--prompts", "-3"], "must be a positive integer; got -3"),
     ("--new-tokens", ["--new-tokens", "0"], "must be a positive integer; got 0"),
@@ -297,7 +298,9 @@ def test_entry_points_check_every_number_as_it_is_parsed(name, monkeypatch, caps
                 assert action.type in (cli.temperature, cli.positive_temperature), (name, opt)
             if action.type in BAD:
                 line = _error_line(mod.main, [*prefix, opt, BAD[action.type]], capsys)
-                assert line.startswith(f"{parser.prog}: error: argument {opt}: "), line
+                # argparse names every spelling of an option (--log-temperature/--temperature)
+                spelled = "/".join(action.option_strings)
+                assert line.startswith(f"{parser.prog}: error: argument {spelled}: "), line
                 checked += 1
             assert action.type is not int or opt in INT_ON_PURPOSE.get(name, ()), (
                 name, prefix, opt, "an integer option without a range check")

@@ -111,7 +111,7 @@ def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
                for c in record["cost_models"])
     for fig in record["figures"]:
         assert (tmp_path / fig).stat().st_size > 1000
-    assert len(record["figures"]) == 5
+    assert len(record["figures"]) == 6  # caddtree draws two
     summary = (tmp_path / "summary.md").read_text()
     for heading in ("DDTree across budgets", "oracle budget", "Tsubame", "over RRSw"):
         assert heading in summary
@@ -391,8 +391,10 @@ def test_resume_of_a_finished_run_computes_only_the_new_cells(tmp_path, monkeypa
 @pytest.mark.parametrize("change, named", [
     ({"rounds": 8}, "ddtree.rounds 6 -> 8"),
     ({"worlds": 2}, "ddtree.worlds 3 -> 2"),
-    ({"budgets": (2, 4, 8)}, "ddtree.budgets [2, 4] -> [2, 4, 8]"),  # every cell holds them all
-    ({"regimes": ("tiny",)}, """ddtree.regimes ["tiny", "small"] -> ["tiny"]"""),  # drops one
+    ({"budgets": (2, 4, 8)}, "ddtree.budgets adds 8 ([2, 4] -> [2, 4, 8]): every ddtree cell "
+                             "holds all its budgets, so each finished one would change"),
+    ({"regimes": ("tiny",)}, """ddtree.regimes drops small (["tiny", "small"] -> ["tiny"]): """
+                             "the finished cells of the dropped regimes would be lost"),
     ({"regimes": ("tiny", "small", "low-entropy"), "rounds": 8}, "ddtree.rounds 6 -> 8"),
 ])
 def test_resume_refuses_a_change_to_finished_cells_naming_it(tmp_path, monkeypatch, change,
@@ -405,6 +407,7 @@ def test_resume_refuses_a_change_to_finished_cells_naming_it(tmp_path, monkeypat
         run_plan(Plan((dataclasses.replace(grid, **change),)), tmp_path, resume=True,
                  progress=False, plot=False)
     assert named in str(exc.value) and "would change or drop its finished cells" in str(exc.value)
+    assert "\n" not in str(exc.value)
     assert "ddtree.regimes" not in str(exc.value) or "regimes" in named  # only the culprit
     assert ran == [] and before == {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
@@ -424,16 +427,17 @@ def test_resume_refuses_another_seed_or_cost_model_or_a_dropped_family(tmp_path)
 
 def test_a_family_whose_cells_are_drawn_from_more_lists_gains_those_too(tmp_path, monkeypatch):
     """A grid's ``cell_axes`` names the lists its cells take one value of: the stochastic
-    family's cells are one per budget and drafter too, the verifier family's one per shape,
-    so a finished run can gain those."""
-    assert {"budgets", "drafters"} <= set(StochasticGrid.cell_axes)
+    family's cells are one per drafter too (each holds every method and budget: its claims
+    pair them), the verifier family's one per shape, so a finished run can gain those."""
+    assert "drafters" in StochasticGrid.cell_axes
+    assert "budgets" not in StochasticGrid.cell_axes
     assert "shapes" in VerifierGrid.cell_axes
     grid = StochasticGrid(("small",), budgets=(4,), temperatures=(1.0,), rounds=4)
     run_plan(Plan((grid,)), tmp_path, progress=False, plot=False)
     ran = _counting(monkeypatch)
-    run_plan(Plan((dataclasses.replace(grid, budgets=(4, 8)),)), tmp_path, resume=True,
-             progress=False, plot=False)
-    assert ran == ["stochastic__small__corrected__T1.0__B8"]
+    run_plan(Plan((dataclasses.replace(grid, drafters=("corrected", "none")),)), tmp_path,
+             resume=True, progress=False, plot=False)
+    assert ran == ["stochastic__small__none__T1.0__B4"]
 
 
 # ------------------------------------------------------------ latency outside its range

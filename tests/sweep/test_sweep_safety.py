@@ -122,7 +122,7 @@ def test_bad_config_value_names_the_key(tmp_path, capsys):
     cfg.write_text('[ddtree]\nregimes = ["tiny"]\ntemperatures = ["hot"]\n')
     assert main(["--config", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "ddtree.temperatures: 'hot' is not a number" in err
+    assert "ddtree.temperatures must be a real number >= 0; got 'hot' (str)" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -322,3 +322,9 @@ def test_ctrl_c_stops_at_once_and_keeps_every_finished_cell(tmp_path, workers):
     assert not list(out.rglob("cells/**/.*.tmp")) and not (out / LOCK_NAME).exists()
     for p in now:
         assert json.loads(p.read_text())  # whole files, ready for --resume
+
+
+def test_quiet_prints_only_the_output_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*ARGS, "--out", str(out), "--no-plot"]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"

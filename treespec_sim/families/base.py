@@ -45,18 +45,32 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .. import synth
-from ..cost import get_cost_model, round_time
+from ..cost import PiecewiseLinearCost, fit_monotone_convex, get_cost_model, round_time
 from ..stats import LEVEL, mean_ci, throughput
 from ..trace import load as load_trace
-from ..validation import check_temperature
+from ..validation import check_budget, check_temperature
+from ..verdicts import (
+    DECIDE_MARGIN,
+    MIN_UNITS,
+    NO_VERDICT,
+    VERDICTS,
+    ClaimedRange,
+    Judgement,
+    format_number,
+    judge,
+    second_stage,
+)
 
-__all__ = ["CALIBRATED", "COLUMNS", "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim",
-           "Family", "FigureSpec", "RunSettings", "WorldShare", "as_tuple", "check_budgets",
-           "check_regimes", "check_rounds", "check_temperatures", "check_trace_budget",
-           "check_trace_temperatures", "check_worlds", "headline",
-           "is_trace", "paper_regimes", "pick_regimes", "shares", "throughput_columns",
-           "trace_for", "trace_regime", "trace_sha256", "unit_ci", "world_for",
-           "world_shares"]
+__all__ = ["CALIBRATED", "COLUMNS", "DECIDE_MARGIN", "MIN_UNITS", "NO_VERDICT",
+           "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange",
+           "Family", "FigureSpec", "Judgement", "RunSettings", "WorldShare", "as_tuple",
+           "check_budgets", "check_max_rounds", "check_regimes", "check_rounds",
+           "check_temperatures",
+           "check_trace_budget", "check_trace_temperatures", "check_worlds",
+           "deciding_cost", "format_number", "headline", "interval_units", "is_trace",
+           "judge", "paper_regimes", "pick_regimes", "second_stage", "seconds_per_unit",
+           "shares", "smoke_test", "throughput_columns", "trace_for", "trace_regime",
+           "trace_sha256", "unit_ci", "world_for", "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
@@ -94,18 +108,18 @@ def pick_regimes(regimes: tuple[str, ...], wanted: Sequence[str]) -> tuple[str, 
 
 # ---------------------------------------------------------------------------------- cells
 def as_tuple(x, cast, key: str) -> tuple:
-    """``x`` (one value or a list) as a tuple of ``cast`` values; a bad value names ``key``."""
+    """``x`` (one value or a list) as a tuple, each value checked and converted by ``cast``:
+    ``str`` (a string, else ``ValueError`` naming ``key``) or a check of
+    :mod:`treespec_sim.validation` called as ``cast(value, key)`` (``check_budget``,
+    ``check_temperature``, ...), so that a config's list refuses what the API refuses, with
+    the same message (``"ddtree.budgets must be a positive integer; got 16.7"``)."""
     items = tuple(x) if isinstance(x, list | tuple) else (x,)
-    out = []
-    for v in items:
-        if cast in (int, float) and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise ValueError(f"{key}: {v!r} is not a number")
-        if cast is int and isinstance(v, float) and not v.is_integer():
-            raise ValueError(f"{key}: {v!r} is not an integer")
-        if cast is str and not isinstance(v, str):
-            raise ValueError(f"{key}: {v!r} is not a string")
-        out.append(cast(v))
-    return tuple(out)
+    if cast is str:
+        for v in items:
+            if not isinstance(v, str):
+                raise ValueError(f"{key}: {v!r} is not a string")
+        return items
+    return tuple(cast(v, key) for v in items)
 
 
 @dataclass(frozen=True)
@@ -163,10 +177,21 @@ def check_worlds(worlds: int, rounds: int, family: str) -> None:
                          f"a context); got worlds={worlds}, rounds={rounds}")
 
 
+def check_max_rounds(max_rounds: int, rounds: int, family: str) -> None:
+    """``max_rounds`` 0 (no adaptive contexts) or an integer ``>= rounds`` (the pilot)."""
+    if (isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0
+            or (max_rounds and max_rounds < rounds)):
+        raise ValueError(f"{family}.max_rounds must be 0 or an integer >= rounds ({rounds}); "
+                         f"got {max_rounds!r}")
+
+
 def check_budgets(budgets: tuple[int, ...], family: str) -> None:
-    """At least one budget, every one a positive integer."""
-    if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets):
-        raise ValueError(f"{family}.budgets must be positive integers; got {budgets!r}")
+    """At least one budget, every one a positive integer
+    (:func:`~treespec_sim.validation.check_budget`, its message)."""
+    if not budgets:
+        raise ValueError(f"{family}.budgets must name at least one budget")
+    for b in budgets:
+        check_budget(b, f"{family}.budgets")
 
 
 # ---------------------------------------------------------------------------------- worlds
@@ -323,6 +348,10 @@ class RunSettings:
         for spec in self.regimes:
             synth.register_regime(spec)
 
+    def cost(self, name: str):
+        """The latency model ``name`` (:func:`cost_model`, with this sweep's trace)."""
+        return cost_model(name, self.trace)
+
     def trace_backend(self, regime: str):
         """The trace a cell of ``regime`` runs on (``ValueError`` if the sweep has none or
         another one)."""
@@ -335,6 +364,57 @@ class RunSettings:
         return trace_for(self.trace)
 
 
+#: The cost model name of a trace's own recorded timings (:func:`recorded_cost`): what a sweep
+#: on a trace prices its throughput with by default.
+RECORDED_COST = "recorded"
+
+
+def recorded_cost(tr):
+    """The latency model of a trace's recorded timings: the models and machine the trace was
+    recorded on (``docs/traces.md``), not a preset's.
+
+    Every recorded round measured its drafter pass (``draft_s``) and one verification forward
+    of its superset tree (``verify_s`` over ``tree_size + 1`` query tokens), and of its sampled
+    tree where one was recorded. The median seconds at each recorded query-token count, fitted
+    by a non-decreasing convex sequence (:func:`treespec_sim.cost.fit_monotone_convex`), are
+    the knots of a :class:`~treespec_sim.cost.PiecewiseLinearCost` (linear between them; past
+    them it extends and says so, :class:`~treespec_sim.cost.ExtrapolationWarning`); the
+    drafter's cost is the median ``draft_s``. Measured, not an estimate, but interpolated
+    between the few tree sizes a decode records.
+    """
+    a = tr.arrays
+    n = [np.asarray(a["tree_size"], dtype=np.float64) + 1]
+    t = [np.asarray(a["verify_s"], dtype=np.float64)]
+    if "s_verify_s" in a and "s_size" in a:
+        n.append(np.asarray(a["s_size"], dtype=np.float64) + 1)
+        t.append(np.asarray(a["s_verify_s"], dtype=np.float64))
+    tokens, seconds = np.concatenate(n), np.concatenate(t)
+    knots = np.unique(tokens)
+    medians = np.array([float(np.median(seconds[tokens == k])) for k in knots])
+    h = tr.header
+    models = h.get("models") or {}
+    where = f"{h.get('device', '?')}, {models.get('target', '?')} + {models.get('drafter', '?')}"
+    return PiecewiseLinearCost(
+        tuple(knots), tuple(fit_monotone_convex(knots, medians)),
+        float(np.median(a["draft_s"])), name=RECORDED_COST,
+        provenance=(f"the trace's recorded timings ({where}; {len(a['draft_s'])} rounds, "
+                    f"query tokens {int(knots[0])}..{int(knots[-1])}, linear between the "
+                    "recorded sizes)"),
+        estimate=False)
+
+
+def cost_model(name: str, trace: str = ""):
+    """The latency model ``name``: :data:`RECORDED_COST` is the sweep's trace's own timings
+    (:func:`recorded_cost`; ``ValueError`` without a trace), anything else
+    :func:`treespec_sim.cost.get_cost_model`'s."""
+    if name == RECORDED_COST:
+        if not trace:
+            raise ValueError(f"cost model {RECORDED_COST!r} is a trace's recorded timings; "
+                             "this sweep has no trace (give --trace FILE)")
+        return recorded_cost(trace_for(trace))
+    return get_cost_model(name)
+
+
 def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str) -> dict:
     """The throughput columns of a row: modelled round time, tokens/s, speedup over AR."""
     seconds = np.asarray(round_time(cost, sizes), dtype=np.float64)
@@ -344,8 +424,11 @@ def throughput_columns(taus: np.ndarray, sizes: np.ndarray, cost, cost_name: str
 
 
 def check_cost_models(names: Sequence[str], family: str) -> None:
-    """Every name a latency preset or file :func:`treespec_sim.cost.get_cost_model` reads."""
+    """Every name a latency preset or file :func:`treespec_sim.cost.get_cost_model` reads, or
+    :data:`RECORDED_COST` (a trace's timings: checked against the plan's trace)."""
     for c in names:
+        if c == RECORDED_COST:
+            continue
         try:
             get_cost_model(c)
         except ValueError as exc:
@@ -353,10 +436,7 @@ def check_cost_models(names: Sequence[str], family: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- claims
-#: The verdicts a claim can have.
-VERDICTS = ("holds", "does not hold", "undecided")
-
-
+# (the verdict rule itself, :func:`judge`, is :mod:`treespec_sim.verdicts`'s)
 @dataclass(frozen=True)
 class Claim:
     """A claim and what the sweep measured about it: a number, its interval, a verdict.
@@ -370,8 +450,7 @@ class Claim:
     unit : str
         What the number counts, e.g. ``"tokens per round"`` or ``"%"``.
     verdict : str
-        One of :data:`VERDICTS`: the interval shows the claim (``holds``), contradicts it
-        (``does not hold``), or neither (``undecided``).
+        One of :data:`VERDICTS`, by :func:`judge` (:meth:`judged` builds a claim so).
     reason : str
         Why the verdict is what it is, when the number alone does not say (e.g. a number that
         contradicts the claim's label by design); for a headline, where else it was measured.
@@ -382,6 +461,14 @@ class Claim:
         Where the number comes from (``"math500, T = 0"``).
     family : str
         The family that measured it.
+    units, unit_name : int, str
+        The independent units the interval rests on and what they are (0: not known).
+    needed : float
+        For an undecided claim, the units that would decide it (``inf``: none would; 0: not
+        undecided, or not known).
+    seconds_per_unit : float
+        What one unit cost in this run (the cell's wall clock over its units; 0: not known),
+        so that a headline can say what deciding its undecided cells would cost.
     """
 
     text: str
@@ -394,6 +481,10 @@ class Claim:
     page: str = ""
     scope: str = ""
     family: str = ""
+    units: int = 0
+    unit_name: str = "contexts"
+    needed: float = 0.0
+    seconds_per_unit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -407,19 +498,114 @@ class Claim:
             raise ValueError(f"the interval [{self.low}, {self.high}] must hold the estimate "
                              f"{self.estimate}")
 
+    @classmethod
+    def judged(cls, text: str, estimate: float, low: float, high: float, unit: str,
+               claimed: ClaimedRange, *, units: int | None = None,
+               unit_name: str = "contexts", reason: str = "", **kw) -> Claim:
+        """A claim whose verdict is :func:`judge`'s on its interval; ``reason`` is put before
+        the rule's own (e.g. why a claim reads as it does)."""
+        j = judge(estimate, low, high, claimed, units=units, unit_name=unit_name, unit=unit)
+        why = "; ".join(x for x in (reason, j.reason) if x)
+        return cls(text, estimate, low, high, unit, j.verdict, reason=why,
+                   units=units or 0, unit_name=unit_name, needed=j.needed, **kw)
+
+
+def _number_or_none(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def interval_units(row: Mapping) -> tuple[int, str]:
+    """``(n, what)``: the independent units a row's intervals rest on -- a trace's recorded
+    prompts (``trace_units``), decoded sequences (``sequences``), else its paired contexts
+    (``diff_contexts``) or contexts (``rounds``)."""
+    for key, what in (("trace_units", "recorded prompts"), ("sequences", "decoded sequences"),
+                      ("diff_contexts", "contexts"), ("rounds", "contexts")):
+        v = _number_or_none(row.get(key))
+        if v is not None:
+            return int(v), what
+    return 0, "contexts"
+
+
+def seconds_per_unit(rows: Sequence[Mapping], row: Mapping, units: int) -> float:
+    """What one unit of ``row``'s cell cost in its run: the cell's wall clock (the ``wall_s``
+    of every row of the same ``cell``) over ``units`` (0 when not known)."""
+    cell = row.get("cell")
+    if not cell or not units:
+        return 0.0
+    wall = sum(_number_or_none(r.get("wall_s")) or 0.0 for r in rows if r.get("cell") == cell)
+    return wall / units
+
+
+def smoke_test(claims: Sequence[Claim]) -> str:
+    """The banner of a run too small for verdicts (empty when every claim has one): how many
+    claims rest on fewer than :data:`MIN_UNITS` units a cell."""
+    small = [c for c in claims if c.verdict == NO_VERDICT]
+    if not small:
+        return ""
+    fewest = min((c for c in small if c.units), key=lambda c: c.units, default=None)
+    n = f" (as few as {fewest.units} {fewest.unit_name})" if fewest else ""
+    return (f"**Smoke test, not a result.** {len(small)} of {len(claims)} claims rest on fewer "
+            f"than {MIN_UNITS} independent units a cell{n}, the minimum a verdict needs: "
+            "their numbers are reported without verdicts. Run the `paper` preset (or more "
+            "rounds, or a trace of at least "
+            f"{MIN_UNITS} prompts) for verdicts.")
+
 
 #: Order of verdicts from the weakest support of a claim to the strongest.
-_RANK = {"does not hold": 0, "undecided": 1, "holds": 2}
+_RANK = {"does not hold": 0, "undecided": 1, NO_VERDICT: 1, "holds": 2}
+
+
+def _cost_text(seconds: float) -> str:
+    """``"≈ 40 s"``, ``"≈ 12 min"``, ``"≈ 3.5 h"`` of one worker's time."""
+    if seconds < 120:
+        return f"≈ {seconds:.0f} s"
+    if seconds < 7200:
+        return f"≈ {seconds / 60:.0f} min"
+    return f"≈ {seconds / 3600:.1f} h"
+
+
+def deciding_cost(evidence: Sequence[Claim]) -> str:
+    """What deciding the undecided cells of ``evidence`` would take: ``"deciding the 2
+    undecided cells would take ≈ 140 and ≈ 2,300 contexts (now 33; ≈ 3 min of one worker at
+    this run's pace)"``; what no number of units decides is said so. Empty if none is
+    undecided."""
+    open_ = [c for c in evidence if c.verdict == "undecided"]
+    if not open_:
+        return ""
+    finite = sorted((c for c in open_ if math.isfinite(c.needed) and c.needed > 0),
+                    key=lambda c: c.needed)
+    never = len(open_) - len(finite)
+    parts = []
+    if finite:
+        name = finite[0].unit_name
+        now = "/".join(sorted({f"{c.units:,}" for c in finite if c.units}))
+        nums = [f"≈ {int(c.needed):,}" for c in finite]
+        shown = nums[0] if len(nums) == 1 else (f"{nums[0]} to {nums[-1]}")
+        extra = sum(max(0.0, c.needed - c.units) * c.seconds_per_unit for c in finite)
+        cost = (f"; {_cost_text(extra)} more of one worker at this run's pace" if extra > 0
+                else "")
+        parts.append(f"deciding {'it' if len(open_) == 1 else f'{len(finite)} of them'} "
+                     f"would take {shown} {name} a cell (now {now or '?'}{cost})")
+    if never:
+        parts.append(f"{never} {'sits' if never == 1 else 'sit'} too close to an edge for "
+                     "sampling to decide")
+    return "; ".join(parts)
 
 
 def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], float],
              page: str = "", cells: str = "cells", reason: str = "") -> Claim | None:
     """One claim from its per-cell evidence: the weakest cell's number, the verdict of all.
 
-    The verdict is ``holds`` when every cell holds, ``does not hold`` when any cell does not,
-    else ``undecided``. The number shown is the weakest cell's (lowest verdict, then the least
-    ``margin``: how far the cell's interval lies on the claim's side), so a headline that holds
-    is the least favourable cell, and one that does not hold shows a cell where it fails.
+    The verdict is ``does not hold`` when any cell does not hold, else ``no verdict`` when a
+    cell has none (a smoke test), ``holds`` when every cell holds, else ``undecided``. The
+    number shown is the weakest cell's (lowest verdict, then the least ``margin``: how far the
+    cell's interval lies on the claim's side), so a headline that holds is the least
+    favourable cell, and one that does not hold shows a cell where it fails. An undecided
+    headline says what deciding its undecided cells would take (:func:`deciding_cost`).
 
     Parameters
     ----------
@@ -442,6 +628,7 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
     counts = {v: sum(c.verdict == v for c in evidence) for v in VERDICTS}
     n = len(evidence)
     verdict = ("does not hold" if counts["does not hold"] else
+               NO_VERDICT if counts[NO_VERDICT] else
                "holds" if counts["holds"] == n else "undecided")
     tally = ", ".join(f"{v} in {counts[v]}" for v in VERDICTS if counts[v]) + f" of {n} {cells}"
     shown = f"shown: {'the weakest, ' if n > 1 else ''}{weakest.scope}" + (
@@ -451,9 +638,13 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
     if 0 < counts["does not hold"] <= miss:
         # a few contrary cells among many can be chance: say how many intervals would miss
         parts.append(f"by chance alone about {miss:.1f} of {n} {100 * LEVEL:g}% intervals miss")
+    if verdict == "undecided":
+        parts.append(deciding_cost(evidence))
     return Claim(text, weakest.estimate, weakest.low, weakest.high, weakest.unit, verdict,
                  reason="; ".join(p for p in parts if p), page=page or weakest.page,
-                 scope=weakest.scope, family=weakest.family)
+                 scope=weakest.scope, family=weakest.family, units=weakest.units,
+                 unit_name=weakest.unit_name, needed=weakest.needed,
+                 seconds_per_unit=weakest.seconds_per_unit)
 
 
 # ---------------------------------------------------------------------------------- protocol

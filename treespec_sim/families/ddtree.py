@@ -22,14 +22,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
 from ..stats import mean_ci, world_columns
+from ..validation import check_budget, check_temperature
 from ..verify import MATCHING_RULES, RULES
 from .base import (
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
     RunSettings,
     as_tuple,
@@ -41,9 +42,11 @@ from .base import (
     check_trace_temperatures,
     check_worlds,
     headline,
+    interval_units,
     is_trace,
     paper_regimes,
     pick_regimes,
+    seconds_per_unit,
     shares,
     throughput_columns,
     unit_ci,
@@ -121,8 +124,8 @@ class DDTreeGrid:
                 or self.max_rounds < 0 or (self.max_rounds and self.max_rounds < self.rounds)):
             raise ValueError(f"ddtree.max_rounds must be 0 or an integer >= rounds "
                              f"({self.rounds}); got {self.max_rounds!r}")
-        for name, cast in (("regimes", str), ("methods", str), ("budgets", int),
-                           ("temperatures", float)):
+        for name, cast in (("regimes", str), ("methods", str), ("budgets", check_budget),
+                           ("temperatures", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
@@ -212,7 +215,7 @@ def _rows(cell: Cell, tally: dict, depth: int, settings: RunSettings,
     prompts) groups the contexts into the units of the intervals (None: every context is
     one)."""
     g: DDTreeGrid = cell.grid
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     rows = []
     chain = tally.get(("chain", 0))
     for (m, b), t in tally.items():
@@ -416,7 +419,8 @@ def tables(rows: list[dict]) -> list[str]:
                              f"{r['tau_ci_high']:.2f}]" if r else "—")
             best = max(dd.values(), key=lambda r: r["throughput_tok_s"], default=None)
             cells.append(f"{best['budget']} ({best['throughput_tok_s']:.0f}, "
-                         f"{cost_label(best['cost_model'])})" if best else "—")
+                         f"{cost_label(best['cost_model'], on_trace=is_trace(regime))})" if best
+                         else "—")
             out.append(f"| {regime} | " + " | ".join(cells) + " |")
             if any(r.get("tau_world_means") for r in rr):
                 means = (chain or {}).get("tau_world_means")
@@ -593,6 +597,8 @@ figures = {
 #: The claim, as the DDTree paper states it (tokens per round, one drafter, any budget).
 CLAIM = "DDTree's tree (B = {b}) accepts more tokens per round than the chain"
 THEORY_PAGE = "[ddtree_surrogate.md](docs/theory/ddtree_surrogate.md#statements)"
+#: What the claim says of DDTree's E[tau] minus the chain's: more than 0.
+CLAIMED = ClaimedRange(0.0, strict=True)
 
 
 def _difference(dd: dict, chain: dict) -> tuple[float, float, float, bool]:
@@ -615,7 +621,8 @@ def _difference(dd: dict, chain: dict) -> tuple[float, float, float, bool]:
 
 def claims(rows: list[dict]) -> list[Claim]:
     """DDTree at B = 64 (the grid's largest budget below it if 64 is absent) vs the chain, in
-    every (regime, T): one headline claim, the weakest cell's paired difference shown."""
+    every (regime, T): one headline claim (``> 0`` tokens per round, :func:`judge`), the
+    weakest cell's paired difference shown."""
     budgets = sorted({int(r["budget"]) for r in rows if r["method"] == "ddtree"})
     if not budgets:
         return []
@@ -629,10 +636,12 @@ def claims(rows: list[dict]) -> list[Claim]:
             continue
         d, lo, hi, paired = _difference(dd, chain)
         all_paired &= paired
-        verdict = "holds" if lo > 0 else "does not hold" if hi < 0 else "undecided"
-        evidence.append(Claim(CLAIM.format(b=b), d, lo, hi, "tokens per round", verdict,
-                              scope=f"{regime}, T = {float(t):g}", page=THEORY_PAGE,
-                              family=name))
+        n, what = min(interval_units(r) for r in ((dd,) if paired else (dd, chain)))
+        evidence.append(Claim.judged(CLAIM.format(b=b), d, lo, hi, "tokens per round",
+                                     CLAIMED, units=n or None, unit_name=what,
+                                     scope=f"{regime}, T = {float(t):g}", page=THEORY_PAGE,
+                                     family=name,
+                                     seconds_per_unit=seconds_per_unit(rows, dd, n)))
     reason = ("paired 95% t-intervals over shared contexts" if all_paired
               else "unpaired 95% intervals (rows without paired differences), conservative")
     one = headline(CLAIM.format(b=b), evidence, margin=lambda c: c.low, cells="(regime, T) cells",

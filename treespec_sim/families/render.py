@@ -16,10 +16,12 @@ import numpy as np
 
 from ..cost import get_cost_model
 from ..plot import figure_legend
+from .base import RECORDED_COST
 
 __all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
            "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
-           "missing", "notes", "pct", "pooled", "save_figure", "verdict_text", "worlds_label"]
+           "missing", "notes", "padded_limits", "pct", "pooled", "save_figure", "verdict_cell",
+           "worlds_label"]
 
 
 def pct(x: float) -> str:
@@ -27,15 +29,23 @@ def pct(x: float) -> str:
     return f"{100 * (x - 1):+.1f}%"
 
 
-def cost_label(name: str) -> str:
+def cost_label(name: str, *, on_trace: bool = False) -> str:
     """``"a800-qwen3-8b (measured)"`` or ``"h200-qwen3-8b (estimate)"``: every table and figure
     that prices latency says whether its model was measured (``LatencyModel.estimate``; the
-    provenance is in ``run.json``). A name no model answers to is returned as it is."""
+    provenance is in ``run.json``). A trace's own timings read ``"recorded (measured on the
+    trace's machine)"``; a preset pricing a trace's rows (``on_trace``) says it is another
+    machine's, so that its tokens/s is not read as the recorded models' speed. A name no model
+    answers to is returned as it is."""
+    if name == RECORDED_COST:
+        return f"{name} (measured on the trace's machine)"
     try:
         estimate = bool(get_cost_model(name).estimate)
     except (ValueError, OSError):
         return name
-    return f"{name} ({'estimate' if estimate else 'measured'})"
+    kind = "estimate" if estimate else "measured"
+    if on_trace:
+        return f"{name} ({kind} for another machine and model, not the trace's)"
+    return f"{name} ({kind})"
 
 
 # Pages that explain a result which does not go the way a paper (or our own theory) says.
@@ -65,23 +75,18 @@ PAGE_NOTES = {
 }
 
 
-def verdict_text(sign: int, low: float, high: float, page: str, n: int | None = None) -> str:
-    """Does an interval of ``a - b`` show the claimed sign? Link the page when it does not.
-
-    An interval that spans 0 says so, and, given the ``n`` contexts it rests on, about how many
-    would decide a difference of the size observed: the half-width shrinks as ``1/sqrt(n)``,
-    so ``n (half-width / |mid|)^2``.
-    """
-    if (low > 0 if sign > 0 else high < 0):
+def verdict_cell(j, page: str) -> str:
+    """A table's verdict column from a :class:`~treespec_sim.families.base.Judgement` (``None``:
+    no claim reads the row, ``"—"``): the verdict, its reason and, when the claim does not
+    hold or is undecided, the page that discusses it."""
+    if j is None:
+        return "—"
+    if j.verdict == "holds":
         return "holds"
-    if (high < 0 if sign > 0 else low > 0):
-        return f"**reversed**, see {page}"
-    mid, half = (low + high) / 2, (high - low) / 2
-    if n and mid != 0:
-        need = math.ceil(n * (half / abs(mid)) ** 2)
-        return (f"undecided: CI spans 0 on {n} contexts; ≈ {need:,} would decide a difference "
-                f"this size, see {page}")
-    return f"undecided: CI spans 0, see {page}"
+    if j.verdict == "no verdict":
+        return f"no verdict ({j.reason})"
+    head = "**does not hold**" if j.verdict == "does not hold" else "undecided"
+    return f"{head}: {j.reason}, see {page}" if j.reason else f"{head}, see {page}"
 
 
 def notes(lines: Sequence[str]) -> list[str]:
@@ -210,6 +215,21 @@ def budget_axis(ax, budgets: Sequence[int]) -> None:
     ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("budget B (draft nodes)")
+
+
+def padded_limits(ax, values: Sequence[float], *, floor: float | None = None,
+                  pad: float = 0.08) -> None:
+    """Vertical limits that hold every value of ``values`` (drawn points, interval ends, 0 for
+    a reference line) with ``pad`` of the span to spare on both sides, so that no line sits on
+    a panel's edge; ``floor`` cuts the range from below (what lies lower leaves the panel)."""
+    vals = [float(v) for v in values if finite(v)]
+    if floor is not None:
+        vals = [max(v, floor) for v in vals]
+    if not vals:
+        return
+    lo, hi = min(vals), max(vals)
+    span = hi - lo or max(abs(hi), 1.0)
+    ax.set_ylim(lo - pad * span, hi + pad * span)
 
 
 def save_figure(fig, path: Path) -> None:

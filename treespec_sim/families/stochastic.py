@@ -33,6 +33,7 @@ Every round is one :func:`treespec_sim.engine.run_round` (``python -m treespec_s
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,7 +42,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import run_round, run_rounds
 from ..methods import get_method, uses_budget
 from ..policies import tsubame
@@ -49,20 +49,28 @@ from ..policies.sampled import marginal_proposal, sampled_chain
 from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
 from ..tree import DraftTree
+from ..validation import check_budget, check_temperature
 from .base import (
+    NO_VERDICT,
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
+    Judgement,
     RunSettings,
     as_tuple,
     check_budgets,
+    check_max_rounds,
     check_regimes,
     check_rounds,
     check_temperatures,
     check_worlds,
     headline,
+    judge,
     paper_regimes,
     pick_regimes,
+    second_stage,
+    seconds_per_unit,
     shares,
     world_for,
 )
@@ -71,7 +79,7 @@ from .render import (
     UNIVER_PAGE,
     figure_legend,
     notes,
-    verdict_text,
+    verdict_cell,
     worlds_label,
 )
 
@@ -83,6 +91,7 @@ __all__ = [
     "MAP_METHODS",
     "MAP_PRESET_NOTE",
     "STYLES",
+    "CellRuns",
     "MapPoint",
     "PairClaim",
     "PairedDifference",
@@ -108,7 +117,6 @@ __all__ = [
     "presets",
     "run",
     "run_map",
-    "run_methods",
     "tables",
 ]
 
@@ -129,11 +137,13 @@ DEFAULT_METHODS = ("chain", "ddtree", "sampled-chain", "sampled-chain-corrected"
 
 @dataclass(frozen=True)
 class StochasticGrid:
-    """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T, B)."""
+    """Deterministic trees, sampled chains and Tsubame; one cell per (regime, drafter, T),
+    every method and budget of it on the same contexts (its paired differences are the
+    family's claims, so one cell holds both sides of each)."""
 
     family: ClassVar[str] = "stochastic"
     #: The lists each cell takes one value of (a resumed run may gain values of these).
-    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "drafters", "temperatures", "budgets")
+    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "drafters", "temperatures")
     #: What one of ``rounds`` is (the unit behind the intervals: see :mod:`treespec_sim.stats`).
     unit: ClassVar[str] = "contexts"
     regimes: tuple[str, ...]
@@ -146,10 +156,15 @@ class StochasticGrid:
     worlds: int = 3
     #: Vocabulary cap of the drafter-variant worlds (0: none, the regime's own V).
     vocab: int = 0
+    #: Cap on a cell's contexts for deciding its claims (``0``: exactly ``rounds``). With a
+    #: cap, ``rounds`` is the pilot and one second stage adds what deciding the cell's
+    #: undecided claims takes, where that fits under the cap (:func:`run`).
+    max_rounds: int = 0
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("drafters", str), ("temperatures", float),
-                           ("budgets", int), ("methods", str)):
+        for name, cast in (("regimes", str), ("drafters", str),
+                           ("temperatures", check_temperature), ("budgets", check_budget),
+                           ("methods", str)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
@@ -166,20 +181,21 @@ class StochasticGrid:
         check_budgets(self.budgets, self.family)
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
+        check_max_rounds(self.max_rounds, self.rounds, self.family)
         if not isinstance(self.vocab, int) or self.vocab < 0:
             raise ValueError(f"stochastic.vocab must be an integer >= 0 (0: no cap); "
                              f"got {self.vocab!r}")
 
     def cells(self) -> list[Cell]:
-        fixed = any(not uses_budget(m) for m in self.methods)
-        out = []
-        for r in self.regimes:
-            for d in self.drafters:
-                for t in self.temperatures:
-                    if fixed:
-                        out.append(Cell(self, r, t, 0, d))
-                    out.extend(Cell(self, r, t, b, d) for b in self.budgets)
-        return out
+        """One cell per (regime, drafter, T) (its budget: the grid's largest)."""
+        return [Cell(self, r, t, max(self.budgets), d) for r in self.regimes
+                for d in self.drafters for t in self.temperatures]
+
+    def labels(self) -> list[tuple[str, int]]:
+        """``(method, budget)`` of every row of a cell: the methods without a budget (budget
+        0), then every budget's methods with one."""
+        return ([(m, 0) for m in self.methods if not uses_budget(m)]
+                + [(m, b) for b in self.budgets for m in self.methods if uses_budget(m)])
 
 
 #: The family's grid class (the registry's ``grid``).
@@ -187,74 +203,117 @@ grid = StochasticGrid
 
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
-    """The cell's methods (those with a budget, or those without when ``cell.budget`` is 0) on
-    the same contexts of every world (:func:`run_methods`)."""
+    """Every method and budget of the cell on the same contexts of every world
+    (:class:`CellRuns`); with the grid's ``max_rounds``, the ``rounds`` are a pilot and one
+    second stage adds the contexts that deciding the cell's undecided claims takes, up to
+    ``max_rounds`` (:func:`~treespec_sim.verdicts.second_stage`)."""
     if isinstance(cell.grid, StochasticMapGrid):
         return run_map(cell, settings)
     g: StochasticGrid = cell.grid
-    methods = tuple(m for m in g.methods
-                    if uses_budget(m) == (cell.budget > 0))
     parts = shares(cell, settings)
-    return run_methods(
-        [world_for(cell.regime, s.seed, g.vocab or None, cell.option) for s in parts],
-        seeds=[s.seed for s in parts], rounds=[s.rounds for s in parts], regime=cell.regime,
-        drafter=cell.option, temperature=cell.temperature, budget=cell.budget, methods=methods,
-        cost_name=settings.cost_model)
+    runs = CellRuns([world_for(cell.regime, s.seed, g.vocab or None, cell.option)
+                     for s in parts], seeds=[s.seed for s in parts], regime=cell.regime,
+                    drafter=cell.option, temperature=cell.temperature, labels=g.labels(),
+                    cost=settings.cost(settings.cost_model))
+    runs.extend([s.rounds for s in parts])
+    if g.max_rounds:
+        b = 64 if 64 in g.budgets else min(g.budgets)
+        more = second_stage(runs.judgements(b), runs.contexts, g.max_rounds)
+        if more:
+            runs.extend([math.ceil(more / len(parts))] * len(parts))
+    return runs.rows(settings.cost_model)
 
 
+class CellRuns:
+    """Every ``(method, budget)`` label of one (regime, drafter, T) cell on the same contexts,
+    world by world, extendable: :meth:`extend` continues every world's context stream and
+    every label's draw stream, so a cell of ``n`` contexts is the first ``n`` of a larger one.
 
-
-def run_methods(worlds: Sequence, *, seeds: Sequence[int], rounds: Sequence[int], regime: str,
-             drafter: str, temperature: float, budget: int, methods: tuple[str, ...],
-             cost_name: str) -> list[dict]:
-    """Every method on the same contexts, one :func:`run_round` each; one row per method.
-
-    World ``i`` (``worlds[i]``, seed ``seeds[i]``) gives ``rounds[i]`` contexts; the row pools
-    them (``tau_mean`` and its t-interval over every context, throughput over every round) and
-    adds the between-world columns (:func:`treespec_sim.stats.world_columns`). ``taus`` holds
-    the per-context exact E[tau], world after world, for paired comparisons.
+    World ``i`` (``worlds[i]``, seed ``seeds[i]``) draws its contexts from
+    ``default_rng([seed, crc32("regime|drafter|T"), 0])`` (the same for every method and
+    budget: differences between methods are paired) and a label's draws from
+    ``default_rng([seed, crc32("regime|drafter|T|budget|method")])`` (budget 0 for the
+    methods without one).
     """
-    if not (len(worlds) == len(seeds) == len(rounds) >= 1):
-        raise ValueError(f"worlds, seeds and rounds must have the same length >= 1; got "
-                         f"{len(worlds)}, {len(seeds)}, {len(rounds)}")
-    cost = get_cost_model(cost_name)
-    # contexts depend on (regime, drafter, T) and the world's seed only: every method and
-    # budget sees the same ones, so differences between methods are paired
-    ctx_key = f"{regime}|{drafter}|{temperature!r}"
-    key = f"{ctx_key}|{budget}"
-    contexts = []
-    for world, seed, n in zip(worlds, seeds, rounds, strict=True):
-        rng_ctx = np.random.default_rng([seed, zlib.crc32(ctx_key.encode()), 0])
-        contexts.append([world.sample_context(rng_ctx) for _ in range(n)])
-    ar_seconds = float(cost.verify_cost(1))
-    depth = worlds[0].depth
-    rows = []
-    for method in methods:
-        sized = uses_budget(method)
-        per_world = []
-        for world, seed, cs in zip(worlds, seeds, contexts, strict=True):
-            rng = np.random.default_rng([seed, zlib.crc32(f"{key}|{method}".encode())])
-            per_world.append([seq[0] for seq in run_rounds(
-                world, contexts=cs, rng=rng, method=method,
-                budget=budget if sized else None, temperature=temperature, sample=False,
-                cost=cost, record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))])
-        per = [p for part in per_world for p in part]
-        taus = np.array([p[0] for p in per])
-        sizes = np.array([p[1] for p in per], dtype=np.float64)
-        seconds = np.array([p[2] for p in per])
-        ci = mean_ci(taus)
-        thr = throughput(taus, seconds)
-        rows.append({
-            "regime": regime, "drafter": drafter, "method": method, "verifier": per[0][3],
-            "temperature": temperature, "budget": budget if sized else depth,
-            "cost_model": cost_name, "rounds": int(sum(rounds)), "seed": seeds[0],
-            "tau_mean": ci.mean, "tau_ci_low": ci.low, "tau_ci_high": ci.high,
-            **world_columns([float(np.mean([p[0] for p in part])) for part in per_world]),
-            "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
-            "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
-            "taus": taus.tolist(),
-        })
-    return rows
+
+    def __init__(self, worlds: Sequence, *, seeds: Sequence[int], regime: str, drafter: str,
+                 temperature: float, labels: Sequence[tuple[str, int]], cost) -> None:
+        if not (len(worlds) == len(seeds) >= 1):
+            raise ValueError(f"worlds and seeds must have the same length >= 1; got "
+                             f"{len(worlds)}, {len(seeds)}")
+        self.worlds, self.seeds, self.labels = list(worlds), list(seeds), list(labels)
+        self.regime, self.drafter, self.temperature, self.cost = (regime, drafter,
+                                                                  temperature, cost)
+        key = f"{regime}|{drafter}|{temperature!r}"
+        self._ctx_rngs = [np.random.default_rng([s, zlib.crc32(key.encode()), 0])
+                          for s in seeds]
+        self._rngs = {(m, b): [np.random.default_rng([s, zlib.crc32(f"{key}|{b}|{m}".encode())])
+                               for s in seeds] for m, b in self.labels}
+        # per label, per world: (exact tau, tree size, modelled seconds, rule) of each context
+        self.records = {lab: [[] for _ in worlds] for lab in self.labels}
+
+    @property
+    def contexts(self) -> int:
+        """Contexts so far, over every world."""
+        first = self.records[self.labels[0]]
+        return sum(len(w) for w in first)
+
+    def extend(self, more: Sequence[int]) -> None:
+        """``more[i]`` new contexts of world ``i``, every label run on them."""
+        for i, (world, n) in enumerate(zip(self.worlds, more, strict=True)):
+            contexts = [world.sample_context(self._ctx_rngs[i]) for _ in range(n)]
+            for m, b in self.labels:
+                self.records[(m, b)][i] += [seq[0] for seq in run_rounds(
+                    world, contexts=contexts, rng=self._rngs[(m, b)][i], method=m,
+                    budget=b or None, temperature=self.temperature, sample=False,
+                    cost=self.cost,
+                    record=lambda r: (r.expected_tau, r.tree_size, r.cost_s, r.rule))]
+
+    def taus(self, label: tuple[str, int]) -> np.ndarray:
+        """A label's exact E[tau] per context, world after world."""
+        return np.array([p[0] for part in self.records[label] for p in part])
+
+    def judgements(self, budget: int) -> list[Judgement]:
+        """:func:`judge` of every claim of :data:`CLAIMS` stated at this cell's temperature,
+        on the paired differences at ``budget`` (chains at their own length)."""
+        have = {m: (m, b) for m, b in self.labels if b in (0, budget)}
+        out = []
+        for claim in CLAIMS:
+            if (claim.sign is None or not claim.applies(self.temperature)
+                    or claim.label.endswith("T = 0") != (self.temperature == 0.0)
+                    or claim.a not in have or claim.b not in have):
+                continue
+            d = mean_ci(self.taus(have[claim.a]) - self.taus(have[claim.b]))
+            out.append(judge(d.mean, d.low, d.high, _claimed(claim.sign), units=self.contexts))
+        return out
+
+    def rows(self, cost_name: str) -> list[dict]:
+        """One row per label: the pooled mean and t-interval over every context, the
+        between-world columns, throughput over every round and ``taus`` (per context, world
+        after world, for paired comparisons)."""
+        ar_seconds = float(self.cost.verify_cost(1))
+        depth = self.worlds[0].depth
+        rows = []
+        for m, b in self.labels:
+            per_world = self.records[(m, b)]
+            per = [p for part in per_world for p in part]
+            taus = np.array([p[0] for p in per])
+            sizes = np.array([p[1] for p in per], dtype=np.float64)
+            seconds = np.array([p[2] for p in per])
+            ci = mean_ci(taus)
+            thr = throughput(taus, seconds)
+            rows.append({
+                "regime": self.regime, "drafter": self.drafter, "method": m,
+                "verifier": per[0][3], "temperature": self.temperature,
+                "budget": b or depth, "cost_model": cost_name, "rounds": int(taus.size),
+                "seed": self.seeds[0], "tau_mean": ci.mean, "tau_ci_low": ci.low,
+                "tau_ci_high": ci.high,
+                **world_columns([float(np.mean([p[0] for p in part])) for part in per_world]),
+                "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
+                "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
+                "taus": taus.tolist(),
+            })
+        return rows
 
 
 def _at_budget(row: dict, budget: int) -> bool:
@@ -335,37 +394,52 @@ class PairedDifference:
     contexts: int
     worlds: tuple[float, ...] = ()
     between: MeanCI | None = None
+    #: What one context of the cell cost in its run (:func:`seconds_per_unit`; 0: not known).
+    seconds_per_unit: float = 0.0
 
     @property
     def scope(self) -> str:
         """The cell, as the findings name it (``"math500, drafter corrected, T = 0"``)."""
         return f"{self.regime}, drafter {self.drafter}, T = {self.temperature:g}"
 
-    def verdict(self) -> tuple[str, str]:
-        """``(verdict, reason)``: the claim's verdict (:data:`~treespec_sim.families.VERDICTS`)
-        on the pooled interval, and why (empty when the interval says all)."""
+    @property
+    def claimed(self) -> ClaimedRange | None:
+        """The claimed range of ``a - b`` (None: no claim)."""
+        return _claimed(self.claim.sign)
+
+    def judgement(self) -> Judgement:
+        """The claim's verdict on the pooled interval by the one rule (:func:`judge`), its
+        reason saying what the interval alone does not: a difference of exactly 0, a contrary
+        result by design, or one that holds pooled but not between worlds."""
         d, sign = self.pooled, self.claim.sign
-        if sign == 0:
-            if d.low == d.high == 0.0:
-                return "holds", "exactly 0: the same tree on every context"
-            if d.low <= 0.0 <= d.high:
-                return "holds", "the interval contains 0"
-            if DRAFTER_VARIANTS.get(self.drafter, {}).get("correction_quality", 0.0) > 0:
-                return "does not hold", (
-                    f"by design: with the `{self.drafter}` drafter Tsubame's T = 0 tree is the "
-                    "top-k of the corrected proposals, a better deterministic tree than "
-                    "DDTree's on the marginals; with marginal proposals (drafter `none`) the "
-                    "difference is exactly 0")
-            return "does not hold", "the interval excludes 0"
-        text = verdict_text(sign, d.low, d.high, self.claim.page, self.contexts)
-        if text == "holds":
-            if self.between is not None and verdict_text(
-                    sign, self.between.low, self.between.high, self.claim.page) != "holds":
-                return "holds", "pooled; not shown between worlds"
-            return "holds", ""
-        if text.startswith("**reversed**"):
-            return "does not hold", "reversed"
-        return "undecided", text.removeprefix("undecided: ").split(", see ")[0]
+        j = judge(d.mean, d.low, d.high, self.claimed, units=self.contexts)
+        extra = ""
+        if j.verdict == "holds" and sign == 0:
+            extra = "exactly 0: the same tree on every context"
+        elif j.verdict == "holds" and self.between is not None and not self.claimed.inside(
+                self.between.low, self.between.high):
+            extra = "pooled; not shown between worlds"
+        elif (j.verdict == "does not hold" and sign == 0
+              and DRAFTER_VARIANTS.get(self.drafter, {}).get("correction_quality", 0.0) > 0):
+            extra = (f"by design: with the `{self.drafter}` drafter Tsubame's T = 0 tree is the "
+                     "top-k of the corrected proposals, a better deterministic tree than "
+                     "DDTree's on the marginals; with marginal proposals (drafter `none`) the "
+                     "difference is exactly 0")
+        return replace(j, reason="; ".join(x for x in (extra, j.reason) if x))
+
+    def verdict(self) -> tuple[str, str]:
+        """``(verdict, reason)`` of :meth:`judgement`."""
+        j = self.judgement()
+        return j.verdict, j.reason
+
+
+def _claimed(sign: int | None) -> ClaimedRange | None:
+    """A :class:`PairClaim` sign as the claimed range of ``a - b``: ``= 0``, ``> 0``, ``< 0``."""
+    if sign is None:
+        return None
+    if sign == 0:
+        return ClaimedRange(0.0, 0.0)
+    return ClaimedRange(0.0, strict=True) if sign > 0 else ClaimedRange(high=0.0, strict=True)
 
 
 def paired_differences(rows: Sequence[dict], budget: int) -> list[PairedDifference]:
@@ -389,9 +463,11 @@ def paired_differences(rows: Sequence[dict], budget: int) -> list[PairedDifferen
             worlds = (tuple(float(x) for x in np.subtract(wa, wb))
                       if wa and wb and len(wa) == len(wb) else ())
             between = world_ci(worlds) if len(worlds) >= 2 else None
+            n = len(ra["taus"])
+            cost = (seconds_per_unit(rows, ra, n)
+                    + (seconds_per_unit(rows, rb, n) if ra.get("cell") != rb.get("cell") else 0))
             out.append(PairedDifference(claim, regime, drafter, float(t), d,
-                                        d.mean / rb["tau_mean"], len(ra["taus"]), worlds,
-                                        between))
+                                        d.mean / rb["tau_mean"], n, worlds, between, cost))
     return out
 
 
@@ -411,16 +487,13 @@ def _verdict_cell(p: PairedDifference) -> str:
     sign = p.claim.sign
     if sign is None or not p.claim.applies(p.temperature):
         return "— | —"
-    verdict, reason = p.verdict()
     claimed = "a = b" if sign == 0 else "a > b" if sign > 0 else "a < b"
-    if verdict == "holds":
-        text = ("holds pooled; not shown between worlds" if reason.startswith("pooled")
-                else "holds, also between worlds" if p.between is not None and sign != 0
-                else "holds" if not reason or sign != 0 else f"holds ({reason})")
-    elif sign == 0:
-        text = f"**does not hold**: {reason}, see {p.claim.page}"
-    else:
-        text = verdict_text(sign, p.pooled.low, p.pooled.high, p.claim.page, p.contexts)
+    j = p.judgement()
+    if j.verdict != "holds":
+        return f"{claimed} | {verdict_cell(j, p.claim.page)}"
+    text = ("holds pooled; not shown between worlds" if j.reason.startswith("pooled")
+            else "holds, also between worlds" if p.between is not None and sign != 0
+            else f"holds ({j.reason})" if j.reason else "holds")
     return f"{claimed} | {text}"
 
 
@@ -476,10 +549,12 @@ def claims(rows: list[dict]) -> list[Claim]:
         for p in diffs:
             if p.claim is not claim or not claim.applies(p.temperature):
                 continue
-            verdict, reason = p.verdict()
+            j = p.judgement()
             evidence.append(Claim(claim.statement, p.pooled.mean, p.pooled.low, p.pooled.high,
-                                  "tokens per round", verdict, reason=reason, page=claim.page,
-                                  scope=p.scope, family=name))
+                                  "tokens per round", j.verdict, reason=j.reason,
+                                  page=claim.page, scope=p.scope, family=name,
+                                  units=p.contexts, needed=j.needed,
+                                  seconds_per_unit=p.seconds_per_unit))
         one = headline(claim.statement, evidence, margin=_margin(claim.sign),
                        cells="(regime, drafter, T) cells")
         if one is not None:
@@ -493,8 +568,11 @@ def preset(which: str) -> StochasticGrid | None:
     regimes = paper_regimes()
     three = pick_regimes(regimes, ("math500", "mt-bench", "alpaca"))
     if which == "paper":
+        # a pilot of 33 contexts a cell, then one second stage where deciding a claim takes
+        # more, up to 300 (the cap sized so that `make sweep` stays near 5 minutes on 2
+        # workers; the summary says what the claims left undecided would cost)
         return StochasticGrid(three, drafters=("corrected",), temperatures=(0.0, 0.6, 1.0),
-                              budgets=(64,), rounds=33, worlds=3, vocab=0)
+                              budgets=(64,), rounds=33, worlds=3, vocab=0, max_rounds=300)
     if which == "quick":
         return StochasticGrid(("small",), drafters=("corrected",), budgets=(16,), rounds=9,
                               worlds=3)
@@ -547,7 +625,9 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = N
     panels = list(dict.fromkeys((r["regime"], r["drafter"]) for r in at)) or [("—", "—")]
     cols = min(3, len(panels))
     nrows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows + 1.0),
+    # at least 9 inches wide: the legend (up to nine methods and a long title) below one or
+    # two panels would otherwise be as large as the panels themselves
+    fig, axes = plt.subplots(nrows, cols, figsize=(max(4.6 * cols, 9.0), 3.6 * nrows + 1.0),
                              squeeze=False, layout="constrained")
     temps = sorted({r["temperature"] for r in at})
     step = 0.012 * max(1.0, (temps[-1] - temps[0]) / 0.5) if temps else 0.0
@@ -660,12 +740,13 @@ class StochasticMapGrid:
     correction_qualities: tuple[float, ...] = (0.8, 0.95)
     temperature: float = 1.0
     budget: int = 64
-    rounds: int = 20
+    rounds: int = 30
     worlds: int = 2
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("logit_scales", float),
-                           ("proposal_temperatures", float), ("correction_qualities", float)):
+        for name, cast in (("regimes", str), ("logit_scales", check_temperature),
+                           ("proposal_temperatures", check_temperature),
+                           ("correction_qualities", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
@@ -675,7 +756,7 @@ class StochasticMapGrid:
         for k in self.correction_qualities:
             if not 0.0 < k <= 1.0:
                 raise ValueError(f"stochastic.correction_qualities must be in (0, 1]; got {k!r}")
-        check_budgets((self.budget,), self.family)
+        object.__setattr__(self, "budget", check_budget(self.budget, f"{self.family}.budget"))
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
 
@@ -732,7 +813,7 @@ def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
     factor = float(cell.option.removeprefix("alpha_x"))
     alpha = get_regime(cell.regime).logit_scale * factor
     parts = shares(cell, settings)
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     t, b = cell.temperature, cell.budget
     key = f"map|{cell.regime}|{factor!r}|{t!r}|{b}"
     kappas = g.correction_qualities
@@ -828,6 +909,8 @@ class MapPoint:
     ddtree_tau: float
     chain_tau: float
     tsubame_tau: float
+    #: The shared contexts the paired intervals rest on.
+    contexts: int = 0
 
     @property
     def ddtree_behind(self) -> bool:
@@ -871,7 +954,7 @@ def map_points(rows: Sequence[dict]) -> list[MapPoint]:
                                 float(dd["target_entropy"]), mean_ci(d - s), mean_ci(ts - d),
                                 mean_ci(ts - s), marg["tau_mean"] / am["tau_mean"],
                                 tree["tau_mean"] / am["tau_mean"], dd["tau_mean"],
-                                sc["tau_mean"], tree["tau_mean"]))
+                                sc["tau_mean"], tree["tau_mean"], int(d.size)))
     return sorted(out, key=lambda p: (p.regime, p.kappa, -p.entropy, p.t_q))
 
 
@@ -961,41 +1044,73 @@ def map_tables(rows: Sequence[dict]) -> list[str]:
     return [*out, ""]
 
 
-#: The map's claims: (statement, test of a point, the number shown, what the number is).
+def _beats(ci: MeanCI, contexts: int) -> Judgement:
+    """:func:`judge` of a paired difference against ``> 0``."""
+    return judge(ci.mean, ci.low, ci.high, ClaimedRange(0.0, strict=True), units=contexts)
+
+
+def _both(a: Judgement, b: Judgement) -> Judgement:
+    """Two claims at once: holds when both hold, does not hold when either does not, no verdict
+    when either has none, else undecided (the larger count of units deciding it)."""
+    vs = (a.verdict, b.verdict)
+    if "does not hold" in vs:
+        return next(j for j in (a, b) if j.verdict == "does not hold")
+    if NO_VERDICT in vs:
+        return next(j for j in (a, b) if j.verdict == NO_VERDICT)
+    if vs == ("holds", "holds"):
+        return a
+    return max((j for j in (a, b) if j.verdict == "undecided"), key=lambda j: j.needed)
+
+
+#: The map's claims: (statement, its verdict at a point by :func:`judge`, the number shown,
+#: what the number is).
 MAP_CLAIMS = (
     ("At T = 1 a deterministic tree (DDTree) falls behind the sampled chain in some settings "
-     "(Tsubame's abstract; DFlash PR #169)", lambda p: p.ddtree_behind,
+     "(Tsubame's abstract; DFlash PR #169)",
+     lambda p: _beats(MeanCI(-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
+                      p.contexts),
      lambda p: (-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
      "sampled chain − DDTree"),
     ("At T = 1 Tsubame-RRSw beats both DDTree and the sampled chain (it keeps the tree's "
-     "structure and gains sampling's acceptance)", lambda p: p.tsubame_best,
+     "structure and gains sampling's acceptance)",
+     lambda p: _both(_beats(p.vs_ddtree, p.contexts), _beats(p.vs_chain, p.contexts)),
      lambda p: (p.vs_ddtree.mean, p.vs_ddtree.low, p.vs_ddtree.high), "Tsubame − DDTree"),
 )
 
 
 def map_claims(rows: Sequence[dict]) -> list[Claim]:
     """One claim per :data:`MAP_CLAIMS`: the existential claims of the abstract ("in some
-    settings"), with the points where each is shown listed in the reason (the number: the
-    point with the largest margin). ``holds`` when more points show it than one-sided 2.5%
-    tails of 95% intervals would by chance alone (``0.025 n`` of ``n``), ``undecided`` when
-    some but not more do, ``does not hold`` when none does."""
+    settings"), each point judged by the one rule (:func:`judge`), the points where it holds
+    listed in the reason (the number: the point with the largest margin). ``holds`` when it
+    holds at more points than one-sided 2.5% tails of 95% intervals would by chance alone
+    (``0.025 n`` of ``n``), ``does not hold`` when it does not hold at any point, ``no
+    verdict`` at fewer than :data:`~treespec_sim.verdicts.MIN_UNITS` contexts a point,
+    else ``undecided``."""
     pts = map_points(rows)
     if not pts:
         return []
     out = []
     chance = 0.025 * len(pts)
-    for text, test, number, what in MAP_CLAIMS:
-        where = [p for p in pts if test(p)]
+    for text, rule, number, what in MAP_CLAIMS:
+        judged = [(p, rule(p)) for p in pts]
+        where = [p for p, j in judged if j.verdict == "holds"]
         best = max(where or pts, key=lambda p: number(p)[1])
         est, lo, hi = number(best)
-        verdict = ("holds" if len(where) > chance else "undecided" if where else
-                   "does not hold")
-        note = ("" if verdict == "holds" else
-                f"; by chance alone about {chance:.1f} of {len(pts)} points would show it")
+        if any(j.verdict == NO_VERDICT for _, j in judged):
+            verdict, note = NO_VERDICT, f"; {next(j.reason for _, j in judged if j.reason)}"
+        elif len(where) > chance:
+            verdict, note = "holds", ""
+        elif all(j.verdict == "does not hold" for _, j in judged):
+            verdict, note = "does not hold", "; it does not hold at any point"
+        else:
+            verdict = "undecided"
+            note = f"; by chance alone about {chance:.1f} of {len(pts)} points would show it"
         reason = (f"in {len(where)} of {len(pts)} map points{note}: "
-                  f"{_map_region_text(pts, test)}; shown ({what}): {best.scope}")
+                  f"{_map_region_text(pts, lambda p, rule=rule: rule(p).verdict == 'holds')}; "
+                  f"shown ({what}): {best.scope}")
         out.append(Claim(text, est, lo, hi, "tokens per round", verdict, reason=reason,
-                         page=MAP_PAGE, scope=f"regime map, {best.scope}", family=name))
+                         page=MAP_PAGE, scope=f"regime map, {best.scope}", family=name,
+                         units=best.contexts))
     return out
 
 

@@ -21,6 +21,7 @@ Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/unive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,26 +29,32 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..cost import get_cost_model
 from ..engine import run_round
 from ..methods import METHODS
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
+from ..validation import check_temperature
 from ..verify import MATCHING_RULES
 from .base import (
     Cell,
     Claim,
+    ClaimedRange,
     FigureSpec,
     RunSettings,
     as_tuple,
+    check_max_rounds,
     check_regimes,
     check_rounds,
     check_temperatures,
     check_worlds,
     headline,
+    interval_units,
     is_trace,
+    judge,
     paper_regimes,
     pick_regimes,
+    second_stage,
+    seconds_per_unit,
     shares,
     throughput_columns,
     unit_ci,
@@ -61,6 +68,7 @@ from .render import (
     notes,
     pct,
     save_figure,
+    verdict_cell,
     worlds_label,
 )
 from .render import interval_label as render_interval
@@ -114,15 +122,20 @@ class VerifierGrid:
     rounds: int = 48
     #: Worlds per regime (seeds ``seed + i``; :func:`world_shares`).
     worlds: int = 3
+    #: Cap on a cell's contexts for deciding its claims (``0``: exactly ``rounds``). With a
+    #: cap, ``rounds`` is the pilot and one second stage adds what deciding the cell's
+    #: undecided claims takes, where that fits under the cap (:func:`measure`).
+    max_rounds: int = 0
 
     def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", float)):
+        for name, cast in (("regimes", str), ("shapes", str), ("temperatures", check_temperature)):
             object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
                                                     f"{self.family}.{name}"))
         check_regimes(self.regimes, self.family)
         check_temperatures(self.temperatures, self.family, positive=True)
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
+        check_max_rounds(self.max_rounds, self.rounds, self.family)
         for s in self.shapes:
             try:
                 parse_tree(s)
@@ -287,7 +300,8 @@ def arm_lengths(world, *, tree: TreeSpec, temperature: float, rounds: int,
 
 
 def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequence[int],
-            seeds: Sequence[int], temperature: float = 1.0, boot: int = 2000) -> GainResult:
+            seeds: Sequence[int], temperature: float = 1.0, boot: int = 2000,
+            max_rounds: int = 0) -> GainResult:
     """Every arm on ``rounds[i]`` contexts of ``worlds[i]``, pooled over the worlds.
 
     ``tree`` is a :class:`TreeSpec` or its text (``"2x5"``, ``"tsubame64"``); arms without a
@@ -296,6 +310,12 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     World ``i``'s contexts and draws come from ``default_rng(seeds[i] + 1)`` (so a world is
     the same as a one-world measurement with its seed); the bootstrap, over the pooled
     contexts, from ``default_rng(seeds[0] + 2)``.
+
+    With ``max_rounds`` (``0``: the ``rounds`` alone) the ``rounds`` are a pilot: where it
+    leaves the family's claims (:data:`CLAIMS`) undecided, one second stage adds contexts to
+    every world (its streams continued, the same number each) up to what deciding them takes,
+    at most ``max_rounds`` in all (:func:`~treespec_sim.verdicts.second_stage`); the
+    result is over every context.
     """
     if not (len(worlds) == len(rounds) == len(seeds) >= 1):
         raise ValueError(f"worlds, rounds and seeds must have the same length >= 1; got "
@@ -303,11 +323,35 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     if sum(rounds) < 2:
         raise ValueError(f"rounds must add up to >= 2; got {list(rounds)}")
     spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree)
-    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n,
-                         rng=np.random.default_rng(s + 1))
-             for w, n, s in zip(worlds, rounds, seeds, strict=True)]
-    return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
-                        budget=spec.nodes, temperature=temperature, seed=seeds[0], boot=boot)
+    streams = [np.random.default_rng(s + 1) for s in seeds]  # continued by a second stage
+    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n, rng=r)
+             for w, n, r in zip(worlds, rounds, streams, strict=True)]
+
+    def result() -> GainResult:
+        return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
+                            budget=spec.nodes, temperature=temperature, seed=seeds[0],
+                            boot=boot)
+
+    res = result()
+    more = second_stage(claim_judgements(res), res.rounds, max_rounds) if max_rounds else 0
+    if more:
+        each = math.ceil(more / len(worlds))
+        parts = [np.concatenate([p, arm_lengths(w, tree=spec, temperature=temperature,
+                                                rounds=each, rng=r)])
+                 for p, w, r in zip(parts, worlds, streams, strict=True)]
+        res = result()
+    return res
+
+
+def claim_judgements(res: GainResult) -> list:
+    """:func:`judge` of each claim of :data:`CLAIMS` on a cell's pooled gains (percent, the
+    interval widened to hold its estimate, as the claims read it)."""
+    out = []
+    for verifier, (_, claimed) in CLAIMS.items():
+        if verifier in res.gain:
+            est, lo, hi = (100 * x for x in res.gain[verifier])
+            out.append(judge(est, min(lo, est), max(hi, est), claimed, units=res.rounds))
+    return out
 
 
 def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regime: str,
@@ -367,7 +411,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         res = measure([world_for(cell.regime, s.seed) for s in parts],
                       regime=cell.regime, tree=tree,
                       temperature=cell.temperature, rounds=[s.rounds for s in parts],
-                      seeds=[s.seed for s in parts])
+                      seeds=[s.seed for s in parts], max_rounds=cell.grid.max_rounds)
         name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
                 else f"tsubame-rrsw[B={tree.budget}]")
         arms = ARMS
@@ -375,7 +419,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         extra = {}
     rows = []
     # every rule verifies the same tree (one size): modelled tokens/s = E[tau] / D(size)
-    cost = get_cost_model(settings.cost_model)
+    cost = settings.cost(settings.cost_model)
     for label, method, rule in arms:
         if label not in res.mean:           # no such arm on this tree (Greedy drafts)
             continue
@@ -462,24 +506,17 @@ def tables(rows: list[dict]) -> list[str]:
            "Traversal on the same trees (pooled, paired bootstrap). Trees: `sampled-tree[WxD]` "
            "full W-ary trees of depth D (the UniVer paper's balanced trees), "
            "`tsubame-rrsw[B=..]` Tsubame's DDTree-shaped trees. The last column reads the "
-           "pooled interval.", "",
+           "pooled interval against the claims by the one verdict rule (holds: inside the "
+           "claimed range; does not hold: entirely outside; undecided: across an edge): every "
+           f"UniVer rule against UniVer's published +{CLAIM_RANGE[0]:g}–{CLAIM_RANGE[1]:g}%, "
+           "Traversal against ≥ 0.", "",
            "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
            "vs RRSw between worlds (t) | vs Traversal (pooled) | against the claim |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
-        lo, hi = 100 * (r["rel_ci_low"] - 1), 100 * (r["rel_ci_high"] - 1)
-        if r["verifier"].startswith("univer"):
-            note = ("**behind RRSw**" if hi < 0 else "below +4.2–8.5%" if hi < 4.2
-                    else "above +4.2–8.5%" if lo > 8.5 else "consistent (CI meets the range)")
-            if hi < 4.2:
-                note += f", see {UNIVER_PAGE}"
-        elif r["verifier"] == "traversal":
-            note = (f"**behind RRSw**, see {UNIVER_PAGE}" if hi < 0
-                    else "consistent (not behind)")
-        else:
-            note = "—"
+        note = verdict_cell(row_judgement(r), UNIVER_PAGE)
         trav = ("—" if missing(r.get("rel_traversal")) else
                 f"{pct(float(r['rel_traversal']))} [{pct(float(r['rel_traversal_ci_low']))}, "
                 f"{pct(float(r['rel_traversal_ci_high']))}]")
@@ -504,8 +541,10 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     """Gain in exact E[τ] over RRSw on the same sampled trees, with paired interval bars.
 
     One panel per regime (two columns when the panels are narrow), in it one group per (T,
-    tree) and one bar per arm that the tree has (Tsubame trees have no Greedy-draft arm); the
-    band is UniVer's published gain (:data:`CLAIM_RANGE`). All panels share the gain axis.
+    tree) and one bar per rule that the tree has (every rule of the table: Traversal and the
+    three UniVer rules on the same sampled trees, and the fixed-order rule on Greedy drafts,
+    hatched; Tsubame trees have no Greedy-draft arm); the band is UniVer's published gain
+    (:data:`CLAIM_RANGE`). All panels share the gain axis.
     """
     import matplotlib.pyplot as plt
 
@@ -518,8 +557,11 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     nrows = -(-len(regimes) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(cols * (1.5 * per + 1.6), 2.9 * nrows + 1.2),
                              squeeze=False, sharey=True, layout="constrained")
+    # every rule of the table but the baseline: the fixed-order reconstruction on the sampled
+    # trees too (it can fall far behind RRSw there), and on Greedy drafts of k-ary shapes
     arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
             ("univer-guided", False, "UniVer (value-guided)"),
+            ("univer-fixed", False, "fixed-order UniVer (same sampled trees)"),
             ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
     width = 0.8 / len(arms)
     low, high = CLAIM_RANGE
@@ -540,7 +582,8 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
                 los.append(max(0.0, y - 100 * (r["rel_ci_low"] - 1)))
                 his.append(max(0.0, 100 * (r["rel_ci_high"] - 1) - y))
             if xs:
-                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}")
+                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}",
+                       hatch="//" if greedy else None)
         ax.axhspan(low, high, color="gray", alpha=0.15,
                    label=f"UniVer's reported +{low:g}–{high:g}%")
         ax.axhline(0, color="black", lw=0.8)
@@ -569,48 +612,68 @@ figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_ver
 
 
 # ----------------------------------------------------------------------------------- claims
-def _gains(rows: list[dict], verifier: str, text: str, verdict) -> list[Claim]:
+#: UniVer's published range (percent over RRSw) and Traversal >= RRSw, as claimed ranges.
+UNIVER_CLAIMED = ClaimedRange(*CLAIM_RANGE)
+TRAVERSAL_CLAIMED = ClaimedRange(0.0)
+#: The claims of the family: verifier -> (statement, claimed range of its % gain over RRSw).
+CLAIMS = {
+    "univer": (f"UniVer gains +{CLAIM_RANGE[0]:g}–{CLAIM_RANGE[1]:g}% E[τ] over RRSw (Weng, Hu & "
+               "Yairi 2026)", UNIVER_CLAIMED),
+    "traversal": ("Traversal ≥ RRSw on the same sampled trees", TRAVERSAL_CLAIMED),
+}
+
+
+def _gain(r: dict) -> tuple[float, float, float]:
+    """A row's pooled gain over RRSw in percent, ``(estimate, low, high)``; a percentile
+    interval may miss its point estimate on few rounds: it is widened to hold it."""
+    est, lo, hi = (100 * (float(r[k]) - 1) for k in ("rel_to_baseline", "rel_ci_low",
+                                                        "rel_ci_high"))
+    return est, min(lo, est), max(hi, est)
+
+
+def claimed_range(verifier: str) -> ClaimedRange | None:
+    """What the family's claims say of ``verifier``'s gain over RRSw (every UniVer rule is
+    read against UniVer's published range; None: no claim)."""
+    if verifier.startswith("univer"):
+        return UNIVER_CLAIMED
+    return TRAVERSAL_CLAIMED if verifier == "traversal" else None
+
+
+def row_judgement(r: dict):
+    """:func:`judge` of a row's gain over RRSw against :func:`claimed_range` (None if no claim
+    reads the row)."""
+    claimed = claimed_range(r["verifier"])
+    if claimed is None:
+        return None
+    n, what = interval_units(r)
+    return judge(*_gain(r), claimed, units=n or None, unit_name=what, unit="%")
+
+
+def _gains(rows: list[dict], verifier: str) -> list[Claim]:
     """Per (regime, T, tree) evidence: ``verifier``'s pooled gain over RRSw, in percent."""
+    text, claimed = CLAIMS[verifier]
     out = []
     for r in rows:
         if r["verifier"] != verifier or "greedy" in r["method"]:
             continue
-        est, lo, hi = (100 * (float(r[k]) - 1) for k in ("rel_to_baseline", "rel_ci_low",
-                                                            "rel_ci_high"))
-        # a percentile interval may miss its point estimate on few rounds: widen it to hold it
-        out.append(Claim(text, est, min(lo, est), max(hi, est), "% E[τ] over RRSw",
-                         *verdict(lo, hi), page=UNIVER_PAGE,
-                         scope=f"{r['regime']}, T = {float(r['temperature']):g}, {r['method']}",
-                         family=name))
+        n, what = interval_units(r)
+        out.append(Claim.judged(text, *_gain(r), "% E[τ] over RRSw", claimed, units=n or None,
+                                unit_name=what, page=UNIVER_PAGE,
+                                scope=f"{r['regime']}, T = {float(r['temperature']):g}, "
+                                      f"{r['method']}", family=name,
+                                seconds_per_unit=seconds_per_unit(rows, r, n)))
     return out
 
 
-def _univer_verdict(lo: float, hi: float) -> tuple[str, str]:
-    low, high = CLAIM_RANGE
-    if hi < low:
-        return "does not hold", ("behind RRSw" if hi < 0 else f"below +{low:g}–{high:g}%")
-    if lo > high:
-        return "does not hold", f"above +{low:g}–{high:g}%"
-    return "holds", ""
-
-
-def _traversal_verdict(lo: float, hi: float) -> tuple[str, str]:
-    if hi < 0:
-        return "does not hold", "behind RRSw"
-    return ("holds", "") if lo >= 0 else ("undecided", "the interval spans 0")
-
-
 def claims(rows: list[dict]) -> list[Claim]:
-    """UniVer's (safe rule) published +4.2–8.5% over RRSw (holds where the interval meets the
-    range), and Traversal ≥ RRSw on the same trees; each over every (regime, T, tree) cell."""
+    """UniVer's (safe rule) published +4.2–8.5% over RRSw (holds where the pooled interval
+    lies inside the range), and Traversal ≥ RRSw on the same trees; each over every (regime,
+    T, tree) cell, by :func:`judge`."""
     low, high = CLAIM_RANGE
-    univer = f"UniVer gains +{low:g}–{high:g}% E[τ] over RRSw (Weng, Hu & Yairi 2026)"
-    out = [headline(univer, _gains(rows, "univer", univer, _univer_verdict),
-                    margin=lambda c: min(c.high - low, high - c.low), cells="(regime, T, tree) "
-                    "cells", reason="holds where the pooled interval meets the range"),
-           headline("Traversal ≥ RRSw on the same sampled trees",
-                    _gains(rows, "traversal", "Traversal ≥ RRSw on the same sampled trees",
-                           _traversal_verdict),
+    out = [headline(CLAIMS["univer"][0], _gains(rows, "univer"),
+                    margin=lambda c: min(c.low - low, high - c.high),
+                    cells="(regime, T, tree) cells"),
+           headline(CLAIMS["traversal"][0], _gains(rows, "traversal"),
                     margin=lambda c: c.low, cells="(regime, T, tree) cells")]
     return [c for c in out if c is not None]
 
@@ -622,9 +685,11 @@ def preset(which: str) -> VerifierGrid | None:
     if which == "paper":
         # UniVer where its paper measured it (balanced binary depth 5) and on the trees a
         # tree drafter builds (Tsubame at B = 64), at T = 0.6 and 1
+        # a pilot of 36 contexts, then one second stage where deciding a claim takes more,
+        # up to 300 (sized for `make sweep` near 5 minutes on 2 workers)
         return VerifierGrid(pick_regimes(regimes, ("math500", "mt-bench", "alpaca")),
                             shapes=("2x5", "tsubame64"), temperatures=(0.6, 1.0), rounds=36,
-                            worlds=3)
+                            worlds=3, max_rounds=300)
     if which == "quick":
         return VerifierGrid(("small",), shapes=("2x2", "tsubame8"), rounds=9, worlds=3)
     if which == name:

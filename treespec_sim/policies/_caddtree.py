@@ -32,7 +32,6 @@ pass, and keeps the chosen prefix (a prefix of the pop order is always a valid t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,7 +41,7 @@ from .. import cost
 from ..cost import VerifyCost
 from ..paths import LogQ, path_probabilities
 from ..tree import DraftTree, prefix_tree
-from ..validation import check_budget, check_log_q, check_root_token
+from ..validation import check_budget, check_log_q, check_real, check_root_token
 from ._ddtree import build_nodes as _ddtree_build
 from ._ddtree import ddtree
 from ._ddtree import trusted_tree as _ddtree_tree
@@ -116,12 +115,7 @@ def _verify_costs(verify_cost: VerifyCost, n: np.ndarray) -> np.ndarray:
 def _costs(draft_cost: float, verify_cost: VerifyCost, max_tokens: int) -> np.ndarray:
     """:math:`D(B)` (:func:`treespec_sim.cost.round_cost`) for ``B = 0..max_tokens - 1``,
     float64 (max_tokens,), validated."""
-    try:
-        cd = float(draft_cost)
-    except (TypeError, ValueError):
-        raise ValueError(f"draft_cost must be a number of seconds; got {draft_cost!r}") from None
-    if not (math.isfinite(cd) and cd >= 0):
-        raise ValueError(f"draft_cost must be finite and >= 0; got {draft_cost!r}")
+    cd = check_real(draft_cost, "draft_cost")
     if not callable(verify_cost):
         raise ValueError("verify_cost must be a callable n_tokens -> seconds")
     total = cost.round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens))
@@ -242,9 +236,7 @@ class CaDDTreePolicy:
                  max_budget: int = DEFAULT_MAX_BUDGET, margin: float = 1.1) -> None:
         self.draft_cost, self.verify_cost = draft_cost, verify_cost
         self.max_budget = check_budget(max_budget, "max_budget")
-        if not (margin >= 1.0 and math.isfinite(margin)):
-            raise ValueError(f"margin must be finite and >= 1; got {margin!r}")
-        self.margin = float(margin)
+        self.margin = check_real(margin, "margin", minimum=1.0)
         self.last_budget: int | None = None
         # D(0..max_budget), evaluated and validated once (the cost model is fixed)
         self._round_cost = _costs(draft_cost, verify_cost, self.max_budget + 1)
@@ -281,9 +273,7 @@ def longrun_budget(p: np.ndarray, round_cost: np.ndarray, lam: float) -> int:
     With non-increasing ``p`` and convex costs the increments of :math:`N - \lambda D` fall, so
     this ``B`` maximises :math:`N(B) - \lambda D(B)` (the smallest maximiser).
     """
-    lam = float(lam)
-    if not (math.isfinite(lam) and lam >= 0):
-        raise ValueError(f"lam must be finite and >= 0; got {lam!r}")
+    lam = check_real(lam, "lam")
     gains = np.asarray(p) - lam * np.diff(np.asarray(round_cost))
     stops = np.flatnonzero(gains <= 0)
     return int(stops[0]) if stops.size else len(p)
@@ -297,6 +287,7 @@ def longrun_tree(log_q: LogQ, *, lam: float, draft_cost: float, verify_cost: Ver
     optimum of :math:`E[N]/E[D]` over stationary budget rules; Dinkelbach 1967). Other arguments
     as :func:`caddtree`.
     """
+    lam = check_real(lam, "lam")
     return _grow_until_stop(log_q, draft_cost=draft_cost, verify_cost=verify_cost,
                             max_budget=max_budget, root_token=root_token, start_budget=None,
                             stop=lambda p, costs: longrun_budget(p, costs, lam))
@@ -322,9 +313,7 @@ class LongRunPolicy:
         self.draft_cost = draft_cost
         self.verify_cost = verify_cost
         self.max_budget = check_budget(max_budget, "max_budget")
-        if not (prior_rounds > 0 and math.isfinite(prior_rounds)):
-            raise ValueError(f"prior_rounds must be finite and > 0; got {prior_rounds!r}")
-        self.prior_rounds = float(prior_rounds)
+        self.prior_rounds = check_real(prior_rounds, "prior_rounds", strict=True)
         self.tokens = 0.0
         self.seconds = 0.0
 

@@ -77,7 +77,8 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
         lists only (``K = min(B, V)``), without materialising it -- except below
         ``V = 4096``, where one pass over the dense array is cheaper; the tree is the same.
     budget : int
-        ``B``, the number of non-root nodes (``B = 0`` gives the root-only tree). If fewer
+        ``B >= 1``, the number of non-root nodes (a Python or numpy integer; bools, floats
+        and strings are refused: :func:`~treespec_sim.validation.check_budget`). If fewer
         than ``B`` prefixes exist, all of them are returned.
     root_token : int, optional
         Token stored at the root (the last committed token), ``-1 <= root_token < V``; ``-1``
@@ -99,7 +100,8 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
     Raises
     ------
     ValueError
-        Bad ``log_q`` (shape, NaN, positive entries), negative ``budget``, bad ``root_token``.
+        Bad ``log_q`` (shape, NaN, positive entries), a ``budget`` that is not a positive
+        integer, a bad ``root_token``.
     """
     tried = type(log_q) is np.ndarray
     if tried:  # a raw array first: an isinstance check against the ABC costs microseconds
@@ -111,8 +113,6 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
     if isinstance(log_q, LazyLogMarginals):
         budget = check_budget(budget)
         root_token = check_root_token(root_token, vocab_size=log_q.shape[1])
-        if budget == 0:
-            return DraftTree.root_only(root_token)
         parent, token, depth = _build_ranked(log_q, budget)
         return trusted_tree(parent, token, depth, root_token)
     fast = None if tried else _ddtree_compiled(log_q, budget, root_token, check_sums)
@@ -123,8 +123,6 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
     lp, row_max = check_log_q(log_q, check_sums=check_sums, clamp=False)
     budget = check_budget(budget)
     root_token = check_root_token(root_token, vocab_size=lp.shape[1])
-    if budget == 0:
-        return DraftTree.root_only(root_token)
     parent, token, depth = build_nodes(lp, row_max, budget)
     return trusted_tree(parent, token, depth, root_token)
 

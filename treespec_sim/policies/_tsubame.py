@@ -29,7 +29,7 @@ import numpy as np
 
 from ..paths import LogQ
 from ..tree import DraftTree
-from ..validation import check_budget, check_log_q
+from ..validation import check_budget, check_log_q, check_temperature
 from ._ddtree import ddtree
 from .sampled import ProposalFn, SampledDraft, fill_tree, marginal_proposal
 
@@ -47,8 +47,9 @@ def tsubame_shape(log_q: LogQ, budget: int, *, planner: str = "ddtree", temperat
     :class:`~treespec_sim.marginals.LazyLogMarginals` goes to DDTree as is (ranked, not
     materialised) unless the ``"tempered"`` planner has to rescale it.
     """
-    if planner not in PLANNERS:
+    if not isinstance(planner, str) or planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}; got {planner!r}")
+    temperature = check_temperature(temperature)
     lp = log_q  # ddtree validates it, and ranks a LazyLogMarginals without materialising it
     if planner == "tempered" and temperature > 0 and temperature != 1.0:
         arr, _ = check_log_q(log_q)

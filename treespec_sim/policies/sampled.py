@@ -50,7 +50,14 @@ from .. import compiled
 from ..marginals import LazyLogMarginals
 from ..paths import LogQ
 from ..tree import DraftTree
-from ..validation import check_budget, check_root_token, check_temperature
+from ..validation import (
+    check_budget,
+    check_flag,
+    check_rng,
+    check_root_token,
+    check_temperature,
+    check_tree,
+)
 from ..verify import SCHEMES
 from .draft import MATCHING_RULES, Draft, ProposalRows
 
@@ -250,6 +257,7 @@ def draw_children(law: PreparedLaw, k: int, scheme: str, rng: np.random.Generato
 def k_ary_shape(width: int, depth: int, root_token: int = -1) -> DraftTree:
     """Full ``width``-ary tree of the given depth (``width + width^2 + ...`` nodes), tokens 0."""
     width, depth = check_budget(width, "width"), check_budget(depth, "depth")
+    root_token = check_root_token(root_token)
     parent = [-1]
     frontier = [0]
     for _ in range(depth):
@@ -454,11 +462,15 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
         target temperature it is to be verified at.
     """
-    if scheme not in SAMPLING_SCHEMES:
+    check_tree(shape, "shape")
+    if not isinstance(scheme, str) or scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
-    t = float(temperature)
-    if not (t >= 0 and math.isfinite(t)):
-        raise ValueError(f"temperature must be finite and >= 0; got {temperature!r}")
+    check_rng(rng)
+    if not callable(proposal):
+        raise ValueError(f"proposal must be a callable (depth, parent_token) -> (V,) law, e.g. "
+                         f"marginal_proposal(log_q); got {type(proposal).__name__}")
+    t = check_temperature(temperature)
+    check_flag(cap_to_support, "cap_to_support")
     # the temperature the laws are tempered to for the draws (the target's by default)
     t_draw = t if proposal_temperature is None or t == 0.0 else \
         check_temperature(proposal_temperature, "proposal_temperature", positive=True)

@@ -471,7 +471,10 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
     Cost ``O(n_topics V + V s)``; about 0.1 s at ``V = 32768``.
     """
     if isinstance(spec, str):
-        spec = get_regime(spec)
+        try:
+            spec = get_regime(spec)
+        except ValueError as exc:
+            raise ValueError(f"spec: {exc}") from None
     elif not isinstance(spec, RegimeSpec):
         raise ValueError(f"spec must be a RegimeSpec or a regime name; got {spec!r}")
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
