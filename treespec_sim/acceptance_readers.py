@@ -293,10 +293,15 @@ class _Units:
         hists = [self.hists[i] for i in keep]
         counts = None
         if all(h is not None for h in hists):
-            m = max(h.size for h in hists)
+            # each unit up to its longest round: trailing zeros never size the table
+            sizes = [int(np.flatnonzero(h > 0).max(initial=-1)) + 1 for h in hists]
+            m = max(max(sizes), 1)
+            if 8 * len(hists) * m > self.cap:
+                raise over_limit(self.path, f"its table of {len(hists)} {unit_name}s x {m} "
+                                 "lengths", 8 * len(hists) * m, MAX_LOG_BYTES)
             counts = np.zeros((len(hists), m))
-            for i, h in enumerate(hists):
-                counts[i, : h.size] = h
+            for i, (h, n) in enumerate(zip(hists, sizes, strict=True)):
+                counts[i, :n] = h[:n]
             notes.insert(0, "the log gives the whole acceptance-length law of what was drafted")
         else:
             missing = sum(h is None for h in hists)
@@ -709,10 +714,11 @@ def _prometheus(path: Path, width: int | None) -> AcceptanceLog:
                              "vllm:spec_decode_num_accepted_tokens_per_pos_total for "
                              f"{label} (the law needs the per-position counts)")
         k = max(pp) + 1
-        if sorted(pp) != list(range(k)):
-            missing = sorted(set(range(k)) - set(pp))
+        if k != len(pp):  # the first missing positions, never range(k): k is the file's word
+            missing = [i for i in range(len(pp) + 1) if i not in pp][:5]
             raise ValueError(f"{path}: the per-position counters of {label} lack position(s) "
-                             f"{missing}")
+                             f"{missing}{' ...' if k - len(pp) > len(missing) else ''} (the "
+                             f"largest is {k - 1})")
         if k_all is None:
             k_all = k
             w, why = _width(k, width, "the number of per-position counters, vLLM's "
