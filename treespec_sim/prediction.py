@@ -37,6 +37,7 @@ from .regime_laws import (
     guess_method,
     log_target,
     regime_for_log,
+    tv_noise,
 )
 from .stats import MeanCI, world_ci
 from .synth import REGIMES, RegimeSpec, resolve_regime
@@ -73,7 +74,8 @@ class Candidate:
         Its law beside the log's (on the fit's contexts).
     consistent : bool
         Whether it reproduces the log (law: within :data:`FIT_WARN_TV` and
-        :data:`FIT_WARN_CDF_GAP` plus twice the log's own sampling noise, :func:`tv_noise`;
+        :data:`FIT_WARN_CDF_GAP` plus twice the log's and the model's own sampling noise
+        (:func:`tv_noise` of the log's rounds and of the model's contexts);
         mean: within :data:`MEAN_TOLERANCE` or the log's interval).
     reason : str
         Why not, where not.
@@ -118,14 +120,15 @@ class Candidate:
                 "speedup": ci(self.speedup), "tokens_per_s": ci(self.tokens_per_s)}
 
 
-def _spread(values: Sequence[MeanCI], scale: tuple[float, float]) -> tuple[float, float, float]:
+def _spread(values: Sequence[MeanCI], scale: tuple[float, float], *, floor: float
+            ) -> tuple[float, float, float]:
     """``(median of means, lowest low, highest high)``, each bound scaled by the log's own
-    relative uncertainty ``scale = (low / mean, high / mean)``; a value without an interval
-    contributes its mean."""
+    relative uncertainty ``scale = (low / mean, high / mean)``, the low one at least ``floor``
+    (the smallest value possible); a value without an interval contributes its mean."""
     means = [v.mean for v in values]
     lows = [(v.low if v.has_interval else v.mean) * scale[0] for v in values]
     highs = [(v.high if v.has_interval else v.mean) * scale[1] for v in values]
-    return float(np.median(means)), float(min(lows)), float(max(highs))
+    return float(np.median(means)), max(float(min(lows)), floor), float(max(highs))
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ class Prediction:
     tau, tau_low, tau_high : float
         Median over :attr:`used` of the candidates' ``tau``, the lowest lower and the highest
         upper bound of their between-world intervals, each bound scaled by the log's own
-        relative interval where it has one.
+        relative interval where it has one (the lower at least 1, the bonus token).
     gain, gain_low, gain_high : float
         The same for ``tau / tau of the log's method`` (each candidate's ratio).
     tokens_per_s, tokens_per_s_low, tokens_per_s_high, speedup, speedup_low, speedup_high :
@@ -311,13 +314,15 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     misses a tree recovers; ``hard_miss``, misses no tree recovers) -- the knob's value at which
     the structure's law of what the log drafted has the log's mean (:class:`WorldSet`: the same
     worlds and contexts for every trial). A candidate is *consistent* when its whole law is
-    within :data:`FIT_WARN_TV` and :data:`FIT_WARN_CDF_GAP` of the log's (a mean-only log:
-    within :data:`MEAN_TOLERANCE`). Each consistent candidate then runs ``method`` and the
-    log's own method on fresh contexts of its worlds (context stream 18): its gain over the
-    log's method, paired per world (the mean of the per-world ratios with a between-world
-    interval, :func:`~treespec_sim.stats.world_ci`), and its ``tau`` as the log's mean times
-    that gain; under ``cost`` the same for tokens per second (``sum tau / sum seconds`` per
-    world).
+    within :data:`FIT_WARN_TV` and :data:`FIT_WARN_CDF_GAP` of the log's, plus twice the
+    two laws' own sampling noise (:func:`tv_noise` of the log's rounds and of the model's
+    contexts: exact at T = 0, where a context's law is a point, an upper bound above; a
+    mean-only log: within :data:`MEAN_TOLERANCE`). Each consistent candidate then runs
+    ``method`` and the log's own method on fresh contexts of its worlds (context stream 18):
+    its gain over the log's method, paired per world (the mean of the per-world ratios with a
+    between-world interval, :func:`~treespec_sim.stats.world_ci`), and its ``tau`` as the log's
+    mean times that gain; under ``cost`` the same for tokens per second (``sum tau / sum
+    seconds`` per world).
 
     The prediction is the median over the consistent candidates; its interval runs from the
     lowest lower bound to the highest upper bound among them, each scaled by the log's own
@@ -421,7 +426,7 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
         comp = None if dist is None else compare_target(tg, dist)
         cand = Candidate(spec.name, knob, value, fitted, comp, False, why)
         if fitted is not None:
-            cand = _assess(cand, tg)
+            cand = _assess(cand, tg, dist)
         if fitted is not None:
             cand = _predicted(cand, new_ws, fitted, pred_run, log_run, t, drafted.rule, cost,
                               tg.mean.mean)
@@ -438,17 +443,19 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     if not any(cands[i].consistent for i in reached):
         warning = ("no structure reproduces the log's law within total variation "
                    f"{FIT_WARN_TV:g} and CDF gap {FIT_WARN_CDF_GAP:g} (plus "
-                   f"{2 * tg.noise:.3f}, twice the log's own sampling noise): the interval "
+                   "twice the log's and the model's own sampling noise): the interval "
                    "spans every structure that matches its mean, and rests on poor fits")
     best = min(reached, key=lambda i: (cands[i].comparison.tv if cands[i].comparison.law
                                        else abs(cands[i].comparison.model_mean.mean
                                                 - tg.mean.mean)))
-    tau = _spread([cands[i].tau for i in used], scale)
-    gain = _spread([cands[i].gain for i in used], (1.0, 1.0))
+    # a round commits at least its bonus token, and nothing runs at negative speed: a bound
+    # of a few worlds' t-interval past those says nothing more than the bound itself
+    tau = _spread([cands[i].tau for i in used], scale, floor=1.0)
+    gain = _spread([cands[i].gain for i in used], (1.0, 1.0), floor=0.0)
     extra = {}
     if cost is not None:
-        tps = _spread([cands[i].tokens_per_s for i in used], scale)
-        sp = _spread([cands[i].speedup for i in used], (1.0, 1.0))
+        tps = _spread([cands[i].tokens_per_s for i in used], scale, floor=0.0)
+        sp = _spread([cands[i].speedup for i in used], (1.0, 1.0), floor=0.0)
         extra = {"tokens_per_s": tps[0], "tokens_per_s_low": tps[1],
                  "tokens_per_s_high": tps[2], "speedup": sp[0], "speedup_low": sp[1],
                  "speedup_high": sp[2], "cost_model": cost_name}
@@ -467,14 +474,21 @@ def _calibrated() -> list[str]:
     return [n for n in load_calibrated(CALIBRATION_FILE) if n in REGIMES]
 
 
-def _assess(c: Candidate, tg: LogTarget) -> Candidate:
+def _noise(tg: LogTarget, dist: Distribution) -> float:
+    """Twice the sampling noise of the two laws compared: the log's rounds, and the model's
+    contexts (its law is their mean: to first order exact at T = 0, where each context's law
+    is a point, and an upper bound above)."""
+    return 2.0 * (tg.noise + tv_noise(dist.probs, dist.taus.size))
+
+
+def _assess(c: Candidate, tg: LogTarget, dist: Distribution) -> Candidate:
     comp = c.comparison
     if comp.law:
-        noise = 2.0 * tg.noise
+        noise = _noise(tg, dist)
         ok = comp.tv <= FIT_WARN_TV + noise and comp.ks <= FIT_WARN_CDF_GAP + noise
         why = "" if ok else (f"its law is {comp.tv:.3f} (total variation) and {comp.ks:.3f} "
                              f"(CDF gap) from the log's, above {FIT_WARN_TV:g} + {noise:.3f} "
-                             "(twice the log's own sampling noise)")
+                             "(twice the log's and the model's own sampling noise)")
     else:
         tol = max(MEAN_TOLERANCE * tg.mean.mean,
                   tg.mean.half_width if tg.mean.has_interval else 0.0)
