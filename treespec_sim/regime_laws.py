@@ -524,23 +524,30 @@ def plot_comparison(c: Comparison, path: Path | str, *,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    k = np.arange(1, c.model_probs.size + 1)
-    lp = np.nan_to_num(c.log_probs)
+    # up to the longest round either law has (a chain of 3 in a regime of depth 15: 4, not 16)
+    seen = np.flatnonzero((np.nan_to_num(c.log_probs) > 0) | (c.model_probs > 0))
+    m = min(int(seen[-1]) + 1 if seen.size else 1, c.model_probs.size)
+    k = np.arange(1, m + 1)
+    lp = np.nan_to_num(c.log_probs)[:m]
+    mp = c.model_probs[:m]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     a.bar(k, lp, width=0.8, color="tab:blue", alpha=0.7,
           label=f"{names[0]}: mean {c.log_mean.mean:.2f}")
-    a.plot(k, c.model_probs, "o-", color="tab:red", ms=4,
+    a.plot(k, mp, "o-", color="tab:red", ms=4,
            label=f"{names[1]}: mean {c.model_mean.mean:.2f}")
     a.set_xlabel("τ: tokens committed per round (bonus counted)")
     a.set_ylabel("share of rounds")
     a.set_title("acceptance-length histogram", fontsize=10)
     a.legend(fontsize=8)
     a.grid(alpha=0.3, axis="y")
+    if m <= 20:
+        a.set_xticks(k)
+        b.set_xticks(k)
     kk = np.append(k, k[-1] + 1)
     if c.law:
         b.step(kk, np.append(np.cumsum(lp), 1.0), where="post", color="tab:blue",
                label=names[0])
-    b.step(kk, np.append(np.cumsum(c.model_probs), 1.0), where="post", color="tab:red",
+    b.step(kk, np.append(np.cumsum(mp), 1.0), where="post", color="tab:red",
            label=names[1])
     b.set_xlim(0.8, k[-1] + 0.5)
     b.set_xlabel("τ")
