@@ -222,7 +222,7 @@ class StaticTree:
 
     def tau_ci(self) -> MeanCI:
         """The between-world interval of :attr:`tau`."""
-        return world_ci(1.0 + self.world_acceptance.sum(axis=1))
+        return _tau_ci(1.0 + self.world_acceptance.sum(axis=1))
 
     def eagle_choices(self) -> list[list[int]]:
         """The paths as TensorRT-LLM's ``eagle_choices``: breadth-first (by length, then
@@ -380,12 +380,19 @@ def sglang_triples(budget: int, depth: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _tau_ci(world_means: np.ndarray) -> MeanCI:
+    """Tokens per round over worlds (:func:`~treespec_sim.stats.world_ci`), the lower bound at
+    least 1: a round commits its bonus token, and a few worlds' t-interval can reach below."""
+    ci = world_ci(world_means)
+    return MeanCI(ci.mean, max(ci.low, 1.0), ci.high) if ci.has_interval else ci
+
+
 def _sglang(req: ExportRequest) -> EngineSetting:
     name = "ar-eagle" if req.drafter == "autoregressive" else "eagle"
     rows = []
     for s, k, n in sglang_triples(req.budget, req.regime.depth):
         d = _law(req, f"{name}[{s}x{k}]", n - 1)
-        ci = world_ci(d.world_means())
+        ci = _tau_ci(d.world_means())
         rows.append({"steps": s, "topk": k, "num_draft_tokens": n, "tau": ci.mean,
                      "tau_low": ci.low, "tau_high": ci.high})
     if not rows:
@@ -422,7 +429,7 @@ def _vllm(req: ExportRequest) -> EngineSetting:
              "the engine replays the regime's chain of k drafts (vllm serve ... "
              "--speculative-config '<the speculative_config object>', with your method and "
              "model)"]
-    return EngineSetting("vllm", settings, text, world_ci(d.world_means()), tuple(notes))
+    return EngineSetting("vllm", settings, text, _tau_ci(d.world_means()), tuple(notes))
 
 
 def _sglang_ddtree(req: ExportRequest) -> EngineSetting:
@@ -444,7 +451,7 @@ def _sglang_ddtree(req: ExportRequest) -> EngineSetting:
     for b in DDTREE_BUDGETS:
         seconds = float(round_time(cost, b))
         per_world = np.array([curves[world_of == i, b].mean() for i in np.unique(world_of)])
-        ci = world_ci(per_world)
+        ci = _tau_ci(per_world)
         rows.append({"budget": b, "tau": ci.mean, "tau_low": ci.low, "tau_high": ci.high,
                      "round_s": seconds, "tokens_per_s": ci.mean / seconds})
     best = max(rows, key=lambda r: r["tokens_per_s"])
@@ -478,16 +485,31 @@ def export(req: ExportRequest, engines: Sequence[str] = ENGINES) -> list[EngineS
 
 
 # ----------------------------------------------------------------------------- CLI
-def _regime_drafter(name: str) -> str | None:
-    """The drafter kind a fitted regime's file records (``None`` for a name)."""
+def _regime_fit(name: str) -> dict:
+    """What a fitted regime's file records of its log (``{}`` for a name)."""
     if not is_regime_file(name):
-        return None
+        return {}
     data = read_json(name, "regime file")
     entries = data.get("regimes") if isinstance(data, dict) else None
     if isinstance(entries, dict) and len(entries) == 1:
         fit = next(iter(entries.values())).get("fit")
-        if isinstance(fit, dict) and fit.get("drafter") in DRAFTERS:
-            return str(fit["drafter"])
+        if isinstance(fit, dict):
+            return fit
+    return {}
+
+
+def _regime_drafter(fit: dict) -> str | None:
+    """The drafter kind a fitted regime's file records."""
+    return str(fit["drafter"]) if fit.get("drafter") in DRAFTERS else None
+
+
+def _regime_width(fit: dict) -> int | None:
+    """The chain length of the log a regime was fitted to (vLLM's ``num_speculative_tokens``
+    there), where it records a chain of a stated length."""
+    k = fit.get("budget")
+    if fit.get("method") in ("chain", "ar-chain") and isinstance(k, int) and \
+            not isinstance(k, bool) and k >= 1:
+        return k
     return None
 
 
@@ -507,7 +529,8 @@ def build_parser() -> OneLineParser:
                     help="tree nodes, root excluded: the static tree's size and SGLang's "
                          "num_draft_tokens - 1 (default: %(default)s)")
     ap.add_argument("--width", type=positive_int, default=None, metavar="K",
-                    help="vLLM's num_speculative_tokens (default: the drafter's depth)")
+                    help="vLLM's num_speculative_tokens (default: the chain length of the "
+                         "log a fitted regime's file was fitted to, else the drafter's depth)")
     ap.add_argument("--engine", nargs="+", choices=(*ENGINES, "all"), default=["all"],
                     help="which engines (default: all)")
     ap.add_argument("--cost-model", default="h200-qwen3-8b", metavar="M",
@@ -527,12 +550,16 @@ def build_parser() -> OneLineParser:
 
 
 def _body(args: argparse.Namespace) -> int:
-    drafter = args.drafter or _regime_drafter(args.regime)
+    fit = _regime_fit(args.regime)
+    drafter = args.drafter or _regime_drafter(fit)
     if drafter is None:
         raise ValueError("--drafter block-diffusion or autoregressive: the regime does not "
                          "record the drafter it models")
     spec = drafter_spec(resolve_regime(args.regime), drafter)
-    req = ExportRequest(spec, drafter, args.temperature, args.budget, args.width,
+    width = args.width
+    if width is None and (_regime_width(fit) or spec.depth + 1) <= spec.depth:
+        width = _regime_width(fit)
+    req = ExportRequest(spec, drafter, args.temperature, args.budget, width,
                         args.cost_model, args.contexts, args.worlds, args.seed, args.max_rank)
     engines = ENGINES if "all" in args.engine else tuple(dict.fromkeys(args.engine))
     out = export(req, engines)

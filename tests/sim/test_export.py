@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from treespec_sim import export, synth
+from treespec_sim import acceptance, export, synth
 from treespec_sim.marginals import ranked_candidates
 from treespec_sim.verify import expected_length
 
@@ -136,3 +136,25 @@ def test_the_export_command_writes_json_and_refuses_a_missing_drafter(tmp_path, 
     data = json.loads(capsys.readouterr().out)
     assert [s["engine"] for s in data["settings"]] == ["trtllm", "vllm"]
     assert json.loads((tmp_path / "export.json").read_text()) == data
+
+
+def test_a_fitted_file_gives_its_drafter_and_its_chain_length(tmp_path, capsys):
+    """A regime fitted to a vLLM log of a 3-token chain: export reads the drafter and
+    num_speculative_tokens = 3 from the file, and no tau interval reaches below 1 token."""
+    spec = dataclasses.replace(synth.REGIMES["small"], name="fit-k3")
+    path = acceptance.write_regime(tmp_path / "fit.json", spec, {
+        "drafter": "autoregressive", "temperature": 0.0, "method": "chain", "budget": 3})
+    assert export.main([str(path), "--temperature", "0", "--budget", "3", "--contexts", "8",
+                        "--worlds", "2", "--engine", "vllm", "trtllm", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["drafter"] == "autoregressive"
+    vllm = next(s for s in data["settings"] if s["engine"] == "vllm")
+    sc = json.loads(vllm["text"])["speculative_config"]
+    assert sc["num_speculative_tokens"] == 3 and len(sc["synthetic_acceptance_rates"]) == 3
+    for s in data["settings"]:
+        assert s["tau"]["ci_low"] is None or s["tau"]["ci_low"] >= 1.0
+    # a width given on the command line wins
+    assert export.main([str(path), "--temperature", "0", "--budget", "3", "--contexts", "8",
+                        "--worlds", "2", "--engine", "vllm", "--width", "2", "--json"]) == 0
+    sc = json.loads(json.loads(capsys.readouterr().out)["settings"][0]["text"])
+    assert sc["speculative_config"]["num_speculative_tokens"] == 2
