@@ -444,14 +444,12 @@ def test_the_engine_logs_page_commands_parse_and_name_files_that_exist():
     module's own parser, every file it reads exists or is written by a command above it, and
     the issue's two examples (the vLLM line, the SGLang histogram) are there with DDTree at
     B = 64."""
-    import importlib
-
     text = (DOCS / "engine_logs.md").read_text()
-    cmds = [line.strip() for i, body in _fenced(text)
-            if text.split("\n")[i][3:].strip() == "bash"
-            for line in body if line.strip().startswith("python -m treespec_sim.")]
+    bash = [line.strip() for i, body in _fenced(text)
+            if text.split("\n")[i][3:].strip() == "bash" for line in body]
+    cmds = [line for line in bash if line.startswith("python -m treespec_sim.")]
     assert len(cmds) >= 5
-    made: set[str] = set()
+    made = {m.group(1) for line in bash if (m := re.match(r"cat > (\S+)", line))}
     for cmd in cmds:
         argv = shlex.split(cmd.split("  #")[0])
         module = importlib.import_module(argv[2])
