@@ -10,7 +10,7 @@ DDTree/chain ratios at the same temperature: their median, min and max).
 
 Run: ``python docs/results/leave_one_out/make.py [--contexts N] [--worlds W]
 [--temperatures 0 1]`` (the table in ``docs/engine_logs.md``: ``--contexts 48 --worlds 4
---temperatures 0``, about five minutes a dataset on one core); it writes
+--temperatures 0``: 6 to 19 minutes a dataset on a shared two-core machine); it writes
 ``leave_one_out.json`` after every dataset (a rerun with the same settings resumes) and
 ``leave_one_out.md``.
 """
