@@ -53,12 +53,12 @@ from typing import Any
 import numpy as np
 
 from .files import (
-    MAX_LINE_BYTES,
     MAX_LOG_BYTES,
     check_file,
     error_text,
     over_limit,
     parse_json,
+    read_lines,
     read_text,
 )
 from .stats import MeanCI, batch_mean_ci
@@ -470,24 +470,8 @@ def _width(stated: int | None, given: int | None, why: str) -> tuple[int, str]:
 
 
 # ----------------------------------------------------------------------------- lines
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """A text file's ``(line number, line)``, each at most
-    :data:`~treespec_sim.files.MAX_LINE_BYTES` long and UTF-8, read one at a time (a log may
-    be larger than memory)."""
-    cap = MAX_LINE_BYTES.get()
-    with open(path, "rb") as f:
-        for n, raw in enumerate(iter(lambda: f.readline(cap + 1), b"")):
-            if len(raw) > cap:
-                raise over_limit(path, f"line {n + 1}", len(raw), MAX_LINE_BYTES)
-            try:
-                yield n + 1, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}: line {n + 1} is not UTF-8 text (byte {exc.start})"
-                                 ) from None
-
-
 def _first_line(path: Path) -> str:
-    for _, line in _lines(path):
+    for _, line in read_lines(path):
         if line.strip():
             return line.strip()
     return ""
@@ -552,7 +536,7 @@ def _vllm_log(path: Path, width: int | None) -> AcceptanceLog:
     estimated = 0
     units = None
     accepted_total = drafted_total = 0.0
-    for n, line in _lines(path):
+    for n, line in read_lines(path):
         if _VLLM_MARK not in line:
             continue
         where = f"{path}: line {n}"
@@ -615,7 +599,7 @@ def _sglang_log(path: Path, width: int | None) -> AcceptanceLog:
     w, why = _width(None, width, "")
     units = _Units(path, w, why)
     rates = []
-    for n, line in _lines(path):
+    for n, line in read_lines(path):
         if _SGLANG_MARK not in line or "accept len:" not in line:
             continue
         where = f"{path}: line {n}"
@@ -662,7 +646,7 @@ def _prometheus(path: Path, width: int | None) -> AcceptanceLog:
     """vLLM's spec-decode counters from a ``/metrics`` scrape: one unit per label set (an
     engine, a model), position labels aside."""
     groups: dict[tuple, dict[str, Any]] = {}
-    for n, line in _lines(path):
+    for n, line in read_lines(path):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
@@ -771,7 +755,7 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
     except ValueError:
         jsonl = False
     if jsonl:
-        for n, line in _lines(path):
+        for n, line in read_lines(path):
             if line.strip():
                 yield f"{path}: line {n}", parse_json(line, f"{path}: line {n}")
         return
@@ -1180,7 +1164,7 @@ _READERS = {
 def _text_kind(path: Path, maybe_json: bool = False) -> str:
     """``vllm-prometheus``, ``vllm-log`` or ``sglang-log`` from the lines of a text file
     (``"json"`` for a file that starts with ``[`` and has none of their lines)."""
-    for _, line in _lines(path):
+    for _, line in read_lines(path):
         s = line.strip()
         if s.startswith(("vllm:spec_decode", "# HELP vllm:", "# TYPE vllm:")):
             return "vllm-prometheus"
