@@ -25,7 +25,17 @@ method                                  tokens              lossless rules (T > 
 ``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
 ``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer[-*]
 ``greedy-tree[WxD]``                    top W-1 + 1 draw    univer-fixed
+``ar-chain``                            argmax conditional  follow, tev
+``ar-ddtree``                           best-first, cond.   follow, tev
+``ar-eagle[SxK]`` / ``eagle[SxK]``      SGLang's beam       follow, tev
 ======================================  ==================  ===================================
+
+``ar-*``: an *autoregressive* drafter's trees, from the backend's conditional proposal given
+the drafted parent (``draft_conditional``; :mod:`treespec_sim.policies.conditional`):
+``ar-chain`` its greedy chain of ``budget`` tokens (default ``L``), ``ar-ddtree`` DDTree's
+best-first rule on its path scores, ``ar-eagle[SxK]`` SGLang's EAGLE beam (``S`` steps, top
+``K``, ``budget = num_draft_tokens - 1``); ``eagle[SxK]`` the same beam on a block-diffusion
+drafter's marginals.
 
 ``univer[-*]``: ``univer`` (safe per-node step choice), ``univer-guided``, ``univer-fixed``
 (:mod:`treespec_sim.verify.univer`, ``docs/theory/univer.md``).
@@ -50,6 +60,7 @@ import numpy as np
 from .policies import (
     caddtree,
     chain,
+    conditional_tree,
     ddtree,
     dynamic_tree,
     exhaustive_budget_tree,
@@ -246,6 +257,42 @@ def _build_ddtree(req: DraftRequest) -> Draft:
                                  root_token=req.root_token))
 
 
+def _conditional(req: DraftRequest, name: str) -> ProposalFn:
+    if req.conditional is None:
+        raise ValueError(no_conditional_message(name))
+    return req.conditional
+
+
+def _depth(req: DraftRequest) -> int:
+    return int(np.shape(req.log_q)[0])
+
+
+def _build_ar_chain(req: DraftRequest) -> Draft:
+    n = _depth(req) if req.budget is None else min(int(req.budget), _depth(req))
+    return _deterministic(conditional_tree(_conditional(req, "ar-chain"), n, n,
+                                           root_token=req.root_token, top_k=1))
+
+
+def _build_ar_ddtree(req: DraftRequest) -> Draft:
+    return _deterministic(conditional_tree(_conditional(req, "ar-ddtree"), _depth(req),
+                                           _need_budget(req, "ar-ddtree"),
+                                           root_token=req.root_token))
+
+
+def _build_eagle(conditional: bool) -> Callable[[DraftRequest], Draft]:
+    name = "ar-eagle" if conditional else "eagle"
+
+    def build(req: DraftRequest) -> Draft:
+        steps, k = _shape_param(req.param, name)
+        if steps > _depth(req):
+            raise ValueError(f"method {name}[{req.param}]: {steps} steps, more than the "
+                             f"drafter's L = {_depth(req)}")
+        proposal = _conditional(req, name) if conditional else marginal_proposal(req.log_q)
+        return _deterministic(conditional_tree(proposal, steps, _need_budget(req, name),
+                                               root_token=req.root_token, top_k=k))
+    return build
+
+
 def _build_dynamic(req: DraftRequest) -> Draft:
     return _deterministic(dynamic_tree(req.log_q, _need_budget(req, "dynamic"),
                                        root_token=req.root_token))
@@ -411,6 +458,14 @@ for _m in (
     Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), RuleSource("greedy"),
            scheme="greedy", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree: top W-1 tokens and one draw"),
+    Method("ar-chain", _build_ar_chain, _DET, needs_conditional=True,
+           description="an autoregressive drafter's greedy chain (budget tokens, default L)"),
+    Method("ar-ddtree", _build_ar_ddtree, _DET, nested=True, needs_conditional=True,
+           description="DDTree's best-first rule on an autoregressive drafter's path scores"),
+    Method("ar-eagle", _build_eagle(True), _DET, parametrised=True, needs_conditional=True,
+           description="SGLang's EAGLE beam (S steps, top K) on an autoregressive drafter"),
+    Method("eagle", _build_eagle(False), _DET, parametrised=True,
+           description="SGLang's EAGLE beam (S steps, top K) on the marginals"),
 ):
     register(_m)
 

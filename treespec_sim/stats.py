@@ -57,8 +57,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEVEL", "MIN_EXPECTED", "N_BOOT", "GofTest", "MeanCI", "gof_power", "gof_test",
-           "mean_ci", "paired_bootstrap", "percentile_ci", "pooled_gof", "ratio_ci",
+__all__ = ["LEVEL", "MIN_EXPECTED", "N_BOOT", "GofTest", "MeanCI", "batch_mean_ci", "gof_power",
+           "gof_test", "mean_ci", "paired_bootstrap", "percentile_ci", "pooled_gof", "ratio_ci",
            "t_quantile", "throughput", "tv_interval", "world_ci", "world_columns"]
 
 #: Confidence level of every interval treespec reports.
@@ -80,6 +80,23 @@ class MeanCI:
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether the bounds are numbers (a single unit has none)."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def text(self, digits: int = 3, *, unit: str = "unit") -> str:
+        """``"2.606 [2.571, 2.641]"``, or ``"2.606 (one unit: no interval)"`` where the bounds
+        are ``nan`` -- never ``[nan, nan]``."""
+        if self.has_interval:
+            return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        return f"{self.mean:.{digits}f} (one {unit}: no interval)"
+
+    def to_dict(self) -> dict[str, float | None]:
+        """``{"mean", "ci_low", "ci_high"}``, the bounds ``None`` where there is no interval."""
+        return {"mean": self.mean, "ci_low": self.low if self.has_interval else None,
+                "ci_high": self.high if self.has_interval else None}
 
 
 def t_quantile(dof: int, *, level: float = LEVEL) -> float:
@@ -117,13 +134,45 @@ def mean_ci(units: np.ndarray | Sequence[np.ndarray], *, level: float = LEVEL) -
         batches = [np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in units]
     if not batches or any(b.size == 0 for b in batches):
         raise ValueError("units must be non-empty, with at least one value per unit")
-    values = np.concatenate(batches)
-    mean = float(values.mean())
-    k = len(batches)
-    if k < 2:
-        return MeanCI(mean, math.nan, math.nan)
     sizes = np.array([b.size for b in batches], dtype=np.float64)
     sums = np.array([b.sum() for b in batches])
+    return batch_mean_ci(sums, sizes, level=level)
+
+
+def batch_mean_ci(sums: np.ndarray | Sequence[float], sizes: np.ndarray | Sequence[float], *,
+                  level: float = LEVEL) -> MeanCI:
+    r""":func:`mean_ci` from each unit's sum and size: the ratio estimator
+    :math:`\sum_s x_s / \sum_s n_s` with its batch-means t-interval over the ``k`` units.
+
+    For units known only by their totals (a log that keeps per request the rounds and the
+    tokens they committed, or a histogram of them), without the values themselves.
+
+    Parameters
+    ----------
+    sums : array (k,)
+        Each unit's sum of values.
+    sizes : array (k,)
+        Each unit's number of values (or any positive weight); finite, ``> 0``.
+    level : float
+
+    Returns
+    -------
+    MeanCI
+        ``nan`` bounds with a single unit.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level!r}")
+    sums = np.asarray(sums, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sums.ndim != 1 or sums.shape != sizes.shape or sums.size == 0:
+        raise ValueError(f"sums and sizes must be non-empty 1-D arrays of one length; got "
+                         f"shapes {sums.shape} and {sizes.shape}")
+    if not (np.all(np.isfinite(sizes)) and np.all(sizes > 0)):
+        raise ValueError("sizes must be finite and positive")
+    mean = float(sums.sum() / sizes.sum())
+    k = sums.size
+    if k < 2:
+        return MeanCI(mean, math.nan, math.nan)
     resid = sums - mean * sizes
     se = math.sqrt(float((resid ** 2).sum()) / (k - 1) / k) / sizes.mean()
     half = _t_quantile(level, k - 1) * se

@@ -153,7 +153,8 @@ def check_regimes(regimes: tuple[str, ...], family: str) -> None:
             continue
         if name not in synth.REGIMES:
             raise ValueError(f"{family}.regimes: unknown regime {name!r}; known regimes: "
-                             f"{', '.join(sorted(synth.REGIMES))}")
+                             f"{', '.join(sorted(synth.REGIMES))}, or a fitted regime's .json "
+                             "file")
 
 
 def check_temperatures(ts: tuple[float, ...], family: str, *, positive: bool = False) -> None:
@@ -330,15 +331,23 @@ def check_trace_budget(budget: int, tr, key: str, regime: str) -> None:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What every cell shares: the seed, the latency model for throughput columns and, for a
-    sweep on a trace, the trace file and its SHA-256 (cells of a ``"trace:..."`` regime read
-    it: :func:`trace_for`)."""
+    """What every cell shares: the seed, the latency model for throughput columns, the regimes
+    the plan read from files (fitted regimes: every worker registers them before it runs a
+    cell) and, for a sweep on a trace, the trace file and its SHA-256 (cells of a
+    ``"trace:..."`` regime read it: :func:`trace_for`)."""
 
     seed: int = 0
     cost_model: str = "h200-qwen3-8b"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     trace: str = ""
     trace_sha256: str = ""
+    regimes: tuple = ()
+
+    def register_regimes(self) -> None:
+        """Make the plan's file regimes known by name in this process
+        (:func:`treespec_sim.synth.register_regime`)."""
+        for spec in self.regimes:
+            synth.register_regime(spec)
 
     def cost(self, name: str):
         """The latency model ``name`` (:func:`cost_model`, with this sweep's trace)."""
