@@ -21,7 +21,7 @@ import scipy.stats  # noqa: F401  (its first import is not a check's time)
 from proofs_check import check_verifier, rule_sampler
 from treespec_sim.cli import OneLineParser, add_json_flag
 
-#: (rule, checker scheme): the acceptance list of issue 44.
+#: (rule, checker scheme): the lossy sibling-order rule and every lossless rule engines ship.
 RULES = (("sibling-ratio", "deterministic"), ("rrs", "iid"), ("rrsw", "without_replacement"),
          ("traversal", "without_replacement"), ("univer", "without_replacement"),
          ("sample-match", "deterministic"), ("block", "chain"))

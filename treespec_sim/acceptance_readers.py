@@ -906,6 +906,28 @@ def _spec_bench_done(st: dict) -> list[AcceptanceLog]:
 
 
 # vLLM per request ----------------------------------------------------------------
+def _check_histogram(hist: np.ndarray, steps: int, acc: int, block: dict, where: str, f: str,
+                     st: dict) -> None:
+    """Refuse an acceptance histogram that disagrees with its block's step and accepted-draft
+    counts (SGLang's ``speculative_decoding`` metrics and AIPerf's record share the fields);
+    keep ``(accepted, drafted)`` for the acceptance rate."""
+    if hist.sum() != steps:
+        raise ValueError(f"{where}: {f}acceptance_histogram sums to {hist.sum():g} steps, but "
+                         f"num_spec_steps = {steps}")
+    accepted = float(np.dot(np.arange(hist.size), hist))
+    if accepted != acc:
+        raise ValueError(f"{where}: {f}acceptance_histogram accepts {accepted:g} drafts, but "
+                         f"num_accepted_draft_tokens = {acc}")
+    if "num_draft_tokens" in block:
+        drafted = _count(block["num_draft_tokens"], where, f + "num_draft_tokens")
+        if acc > drafted:
+            raise ValueError(f"{where}: {f}num_accepted_draft_tokens = {acc} is more than "
+                             f"num_draft_tokens = {drafted}")
+        st["rates"].append((acc, drafted))
+    if "draft_acceptance_rate" in block:
+        _rate(block["draft_acceptance_rate"], where, f + "draft_acceptance_rate", tol=1e-9)
+
+
 def _vllm_request_rec(st: dict, rec: dict, where: str) -> None:
     sd = rec["metrics"]["speculative_decoding"] if "metrics" in rec and isinstance(
         rec.get("metrics"), dict) else rec
@@ -934,21 +956,7 @@ def _vllm_request_rec(st: dict, rec: dict, where: str) -> None:
         if hist.size > k + 1:
             raise ValueError(f"{where}: {f}acceptance_histogram has {hist.size} entries, more "
                              f"than num_spec_tokens + 1 = {k + 1}")
-    if hist.sum() != steps:
-        raise ValueError(f"{where}: {f}acceptance_histogram sums to {hist.sum():g} steps, but "
-                         f"num_spec_steps = {steps}")
-    if float(np.dot(np.arange(hist.size), hist)) != acc:
-        raise ValueError(f"{where}: {f}acceptance_histogram accepts "
-                         f"{np.dot(np.arange(hist.size), hist):g} drafts, but "
-                         f"num_accepted_draft_tokens = {acc}")
-    if "num_draft_tokens" in sd:
-        drafted = _count(sd["num_draft_tokens"], where, f + "num_draft_tokens")
-        if acc > drafted:
-            raise ValueError(f"{where}: {f}num_accepted_draft_tokens = {acc} is more than "
-                             f"num_draft_tokens = {drafted}")
-        st["rates"].append((acc, drafted))
-    if "draft_acceptance_rate" in sd:
-        _rate(sd["draft_acceptance_rate"], where, f + "draft_acceptance_rate", tol=1e-9)
+    _check_histogram(hist, steps, acc, sd, where, f, st)
     if "mean_acceptance_length" in sd and steps:
         mean = _number(sd["mean_acceptance_length"], where, f + "mean_acceptance_length")
         if abs(mean - (1 + acc / steps)) > 1e-6:
@@ -1116,21 +1124,7 @@ def _aiperf_rec(st: dict, rec: dict, where: str) -> None:
                           st["units"].width)
     steps = _count(sa["num_spec_steps"], where, f + "num_spec_steps")
     acc = _count(sa["num_accepted_draft_tokens"], where, f + "num_accepted_draft_tokens")
-    if hist.sum() != steps:
-        raise ValueError(f"{where}: {f}acceptance_histogram counts sum to {hist.sum():g}, but "
-                         f"num_spec_steps = {steps}")
-    if np.dot(np.arange(hist.size), hist) != acc:
-        raise ValueError(f"{where}: {f}acceptance_histogram accepts "
-                         f"{np.dot(np.arange(hist.size), hist):g} drafts, but "
-                         f"num_accepted_draft_tokens = {acc}")
-    if "num_draft_tokens" in sa:
-        drafted = _count(sa["num_draft_tokens"], where, f + "num_draft_tokens")
-        if acc > drafted:
-            raise ValueError(f"{where}: {f}num_accepted_draft_tokens = {acc} is more than "
-                             f"num_draft_tokens = {drafted}")
-        st["rates"].append((acc, drafted))
-    if "draft_acceptance_rate" in sa:
-        _rate(sa["draft_acceptance_rate"], where, f + "draft_acceptance_rate", tol=1e-9)
+    _check_histogram(hist, steps, acc, sa, where, f, st)
     engine = sa.get("engine")
     if isinstance(engine, str):
         st["method"] = f"aiperf:{engine}"

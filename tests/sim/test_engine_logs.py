@@ -224,7 +224,7 @@ BAD = {
                                       r"num_accepted_draft_tokens = 2 is more than "
                                       r"num_draft_tokens = 1"),
     "aiperf-sum-vs-steps": ("a.jsonl", _aiperf(num_spec_steps=3),
-                            r"acceptance_histogram counts sum to 2, but num_spec_steps = 3"),
+                            r"acceptance_histogram sums to 2 steps, but num_spec_steps = 3"),
     "mixed-formats": ("m.jsonl", _sglang() + _vllm_req(),
                       r"line 2 is not a SGLang /generate meta_info"),
     "not-a-log": ("n.txt", "hello\nworld\n", r"none of the formats read"),
