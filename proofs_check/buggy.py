@@ -19,11 +19,12 @@ import numpy as np
 
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
-from treespec_sim.verify import RULES
+from treespec_sim.verify import RULES, check_chain
+from treespec_sim.verify.block import block_weights
 from treespec_sim.verify.traversal import opportunities_with, round_law_from, traversal_round_law
 from treespec_sim.verify.univer import NodeView
 
-__all__ = ["BUGGY_VARIANTS", "BuggyVariant", "reference_rrs_law"]
+__all__ = ["BUGGY_VARIANTS", "BuggyVariant", "ensemble_tokenwise_law", "reference_rrs_law"]
 
 
 def reference_rrs_law(tree: DraftTree, rows: np.ndarray, proposal: np.ndarray, *,
@@ -106,14 +107,81 @@ def _univer_chooser_peeks(tree, rows, prop):
     return traversal_round_law(tree, ArrayOracle(rows, tree), prop, step=choose)
 
 
+def _chain_of(tree: DraftTree, rows: np.ndarray, prop: np.ndarray):
+    """``(tokens, target rows (gamma + 1, V), proposal rows (gamma, V))`` of a chain tree."""
+    check_chain(tree)
+    gamma = tree.size
+    return [int(t) for t in tree.token[1:]], np.asarray(rows[: gamma + 1], dtype=np.float64), \
+        np.asarray(prop[:gamma], dtype=np.float64)
+
+
+def _block_variant_law(tree, rows, prop, *, first_failure: bool = False,
+                       tokenwise_residual: bool = False) -> dict[tuple[int, ...], float]:
+    """Block verification with a port's mistake: ``first_failure`` takes ``tau`` as the last
+    index before the first failing one (a review suggestion in vllm-ascend PR #11985) instead
+    of the largest passing index; ``tokenwise_residual`` draws the bonus from the token-wise
+    residual ``norm((P - q)+)`` instead of ``norm((w_tau P - q)+)`` (vllm-ascend #7807)."""
+    x, big_p, q = _chain_of(tree, rows, prop)
+    gamma = len(x)
+    w, _, h = block_weights(x, big_p, q)
+    law: dict[tuple[int, ...], float] = {}
+    for tau in range(gamma + 1):
+        if first_failure:
+            prob = float(np.prod(h[1:tau + 1])) * (1.0 - h[tau + 1] if tau < gamma else 1.0)
+        else:
+            prob = (h[tau] if tau > 0 else 1.0) * float(np.prod(1.0 - h[tau + 1:]))
+        if prob <= 0.0:
+            continue
+        scale = 1.0 if tokenwise_residual else w[tau]
+        weights = big_p[gamma] if tau == gamma else np.maximum(scale * big_p[tau] - q[tau], 0.0)
+        if weights.sum() <= 1e-15:
+            continue
+        for y in np.flatnonzero(weights > 0).tolist():
+            key = (*x[:tau], y)
+            law[key] = law.get(key, 0.0) + prob * float(weights[y] / weights.sum())
+    return law
+
+
+def ensemble_tokenwise_law(tree, rows, prop, *, weight: float
+                           ) -> dict[tuple[int, ...], float]:
+    r"""Token-wise speculative sampling of a chain with DIVERSE's static ensemble
+    (Hugging Face transformers' ``_speculative_sampling`` with ``assistant_ensemble_weight``
+    ``w``): accept :math:`X_i` with :math:`\min(1, 1 - w + w\,p/q)`, stop at the first
+    rejection, bonus from :math:`\mathrm{norm}((p - q)_+)` (after a full chain: ``p``). Its first
+    token has law :math:`w p + (1 - w) q`, at total variation :math:`(1 - w)\,TV(p, q)` from
+    the target. ``weight=1`` is ordinary (lossless) speculative sampling."""
+    x, big_p, q = _chain_of(tree, rows, prop)
+    law: dict[tuple[int, ...], float] = {}
+    reach = 1.0
+    for i, t in enumerate(x):
+        a = min(1.0, 1.0 - weight + weight * big_p[i, t] / q[i, t])
+        resid = np.maximum(big_p[i] - q[i], 0.0)
+        if reach * (1.0 - a) > 0.0 and resid.sum() > 0.0:
+            for y in np.flatnonzero(resid > 0).tolist():
+                key = (*x[:i], y)
+                law[key] = law.get(key, 0.0) + reach * (1.0 - a) * float(resid[y] / resid.sum())
+        reach *= a
+    for y in np.flatnonzero(big_p[len(x)] > 0).tolist():
+        key = (*x, y)
+        law[key] = law.get(key, 0.0) + reach * float(big_p[len(x), y])
+    return law
+
+
 @dataclass(frozen=True)
 class BuggyVariant:
-    """A drafting scheme paired with a verifier law that does not match it."""
+    """A drafting scheme paired with a verifier law that does not match it.
+
+    ``chains_only``: the law verifies chains (every node at most one child), and is checked on
+    chain shapes only. ``shipped``: a rule an engine or a port shipped (the rest are the
+    pitfalls of the verification theory).
+    """
 
     name: str
     scheme: str
     law: LawFn
     description: str
+    chains_only: bool = False
+    shipped: bool = False
 
 
 #: Every known-buggy variant, by name.
@@ -154,4 +222,36 @@ BUGGY_VARIANTS: dict[str, BuggyVariant] = {v.name: v for v in [
     BuggyVariant("univer_chooser_peeks", "without_replacement", _univer_chooser_peeks,
                  "a step chooser that reads the node's drafted children (reverse iff the "
                  "second draw has more target mass)"),
+    # what engines and ports ship (docs/check_your_verifier.md, "The catalogue")
+    BuggyVariant("sibling_order_ratio", "top_k", _package_law("sibling-ratio"),
+                 "min(1, p/q) per child in sibling order on top-k children, bonus from "
+                 "norm((p - q)+) (warpfront/hipfire PR #483)",
+                 shipped=True),
+    BuggyVariant("sample_match_acc_below_1", "top_k",
+                 _package_law("sample-match[acc=0.7]"),
+                 "SGLang sample-and-match with --speculative-accept-threshold-acc 0.7",
+                 shipped=True),
+    BuggyVariant("sample_match_single_below_1", "top_k",
+                 _package_law("sample-match[single=0.5]"),
+                 "SGLang sample-and-match with --speculative-accept-threshold-single 0.5",
+                 shipped=True),
+    BuggyVariant("sample_match_on_iid_draws", "iid", _package_law("sample-match"),
+                 "sample-and-match on i.i.d. draws (a duplicate sibling counted twice in the "
+                 "running target sum)",
+                 shipped=True),
+    BuggyVariant("block_first_failure", "iid",
+                 lambda t, r, q: _block_variant_law(t, r, q, first_failure=True),
+                 "block verification stopped at the first failing index instead of taking the "
+                 "largest passing one (vllm-ascend PR #11985 review)",
+                 chains_only=True, shipped=True),
+    BuggyVariant("block_tokenwise_residual", "iid",
+                 lambda t, r, q: _block_variant_law(t, r, q, tokenwise_residual=True),
+                 "block verification with the bonus from the token-wise residual "
+                 "norm((P - q)+) (vllm-ascend #7807)",
+                 chains_only=True, shipped=True),
+    BuggyVariant("hf_ensemble_weight_0.5", "iid",
+                 lambda t, r, q: ensemble_tokenwise_law(t, r, q, weight=0.5),
+                 "token-wise chain verification with assistant_ensemble_weight = 0.5 "
+                 "(Hugging Face transformers, DIVERSE): lossy by design",
+                 chains_only=True, shipped=True),
 ]}

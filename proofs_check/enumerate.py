@@ -16,7 +16,8 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.engine import run_round
 from treespec_sim.exits import exit_law
-from treespec_sim.rows import dense_rows
+from treespec_sim.rows import ArrayOracle, dense_rows
+from treespec_sim.verify import RULES
 from treespec_sim.verify.rrs import acceptance_steps, run_node
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "exit_round_law",
     "follow_round_law_bruteforce",
     "max_law_gap",
+    "sample_match_round_law",
     "target_law",
 ]
 
@@ -86,9 +88,18 @@ def exit_round_law(tree: DraftTree, rows: np.ndarray, *, residual: bool = True
     return dict(law)
 
 
+def sample_match_round_law(tree: DraftTree, rows: np.ndarray) -> dict[tuple[int, ...], float]:
+    """The package's exact law of ``"sample-match"`` (SGLang's target-only sampling)."""
+    return RULES["sample-match"].round_law(tree, ArrayOracle(rows, tree), None)
+
+
+#: Each lossless rule for deterministic trees -> its exact round law (``follow`` and ``tev``
+#: written here independently of the package; ``sample-match`` the package's own, checked
+#: against the target by the same enumeration).
 ROUND_LAWS: dict[str, RoundLaw] = {
     "follow": follow_round_law_bruteforce,
     "tev": exit_round_law,
+    "sample-match": sample_match_round_law,
 }
 
 

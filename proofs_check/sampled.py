@@ -89,8 +89,9 @@ def enumerate_trees(shape: DraftTree, proposal_fn: RowFn, scheme: str
                     ) -> Iterator[tuple[DraftTree, np.ndarray, float]]:
     """Every filled tree of ``shape`` under ``scheme``: ``(tree, proposal rows, probability)``.
 
-    ``proposal rows`` (n+1, V) hold ``proposal_fn(path)`` for every node (what the verifier is
-    told the children were drawn from); leaves get the same row, unused.
+    ``proposal rows`` (n+1, V) hold ``proposal_fn(path)`` for every node with children (what
+    the verifier is told the children were drawn from) and NaN rows for leaves: a rule that
+    read a leaf's row would propagate NaN, never a silent placeholder.
     """
     inner = [v for v in range(shape.n_nodes) if shape.children(v).size]
     n1 = shape.n_nodes
@@ -99,7 +100,7 @@ def enumerate_trees(shape: DraftTree, proposal_fn: RowFn, scheme: str
         if i == len(inner):
             tree = DraftTree.from_parents_multiset(shape.parent, tokens)
             vocab = next(r.size for r in rows if r is not None)
-            prop = np.array([r if r is not None else np.full(vocab, 1.0 / vocab) for r in rows])
+            prop = np.array([r if r is not None else np.full(vocab, np.nan) for r in rows])
             yield tree, prop, prob
             return
         v = inner[i]

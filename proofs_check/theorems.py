@@ -32,6 +32,7 @@ from treespec_sim import DraftTree
 from treespec_sim.exits import coverage
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, expected_length
+from treespec_sim.verify.block import block_round_law
 from treespec_sim.verify.traversal import emission_weights, opportunities, traversal_round_law
 from treespec_sim.verify.univer import (
     CHOOSERS,
@@ -42,9 +43,8 @@ from treespec_sim.verify.univer import (
 )
 
 from . import budget, ot, tsubame
-from .block import block_round_law
 from .buggy import BUGGY_VARIANTS, reference_rrs_law
-from .enumerate import exit_round_law, extend_law, follow_round_law_bruteforce, max_law_gap
+from .enumerate import ROUND_LAWS, extend_law, max_law_gap
 from .sampled import mean_length, round_law, target_law_from, two_level_shape
 from .switch import oracle_chooser, oracle_value, rule_value
 from .tree_lp import (
@@ -54,6 +54,7 @@ from .tree_lp import (
     global_optimum,
     set_law,
 )
+from .worlds import RandomWorld, SmallSupportWorld
 
 __all__ = ["CHECKS", "Check", "CheckResult", "run_checks"]
 
@@ -95,53 +96,6 @@ class Check:
         passed = bool(worst > self.tolerance if exceed else worst <= self.tolerance)
         return CheckResult(self.theorem, self.kind, n, float(worst), self.tolerance, passed,
                            time.perf_counter() - start)
-
-
-# ----------------------------------------------------------------------------- worlds
-class RandomWorld:
-    """Target and draft next-token laws after every prefix, drawn lazily and cached.
-
-    ``p ~ Dirichlet(alpha)``; ``q = (1 - mix) p + mix * Dirichlet(alpha)``, so the drafter is
-    informative but wrong; with ``zeros`` some target entries are exactly 0.
-    """
-
-    def __init__(self, rng: np.random.Generator, vocab: int, alpha: float = 1.0,
-                 mix: float = 0.5, zeros: bool = False):
-        self.rng, self.vocab, self.alpha, self.mix, self.zeros = rng, vocab, alpha, mix, zeros
-        self._p: dict[tuple[int, ...], np.ndarray] = {}
-        self._q: dict[tuple[int, ...], np.ndarray] = {}
-
-    def p(self, path: tuple[int, ...]) -> np.ndarray:
-        if path not in self._p:
-            row = self.rng.dirichlet(np.full(self.vocab, self.alpha))
-            if self.zeros and self.vocab > 2 and self.rng.random() < 0.5:
-                row[self.rng.integers(self.vocab)] = 0.0
-                row = row / row.sum()
-            self._p[path] = row
-        return self._p[path]
-
-    def q(self, path: tuple[int, ...]) -> np.ndarray:
-        if path not in self._q:
-            noise = self.rng.dirichlet(np.full(self.vocab, self.alpha))
-            self._q[path] = (1 - self.mix) * self.p(path) + self.mix * noise
-        return self._q[path]
-
-
-class SmallSupportWorld(RandomWorld):
-    """A :class:`RandomWorld` whose draft rows below the root put mass on ``support`` tokens
-    only, so that deep binary shapes can be enumerated tree by tree."""
-
-    def __init__(self, rng: np.random.Generator, vocab: int, support: int = 2, **kw):
-        super().__init__(rng, vocab, **kw)
-        self.support = support
-
-    def q(self, path: tuple[int, ...]) -> np.ndarray:
-        if path and path not in self._q:
-            row = super().q(path).copy()
-            drop = self.rng.choice(self.vocab, size=self.vocab - self.support, replace=False)
-            row[drop] = 0.0
-            self._q[path] = row / row.sum()
-        return super().q(path)
 
 
 def _shape(parent: list[int]) -> DraftTree:
@@ -187,11 +141,17 @@ def _package(rule: str):
     return lambda tree, rows, prop: law(tree, ArrayOracle(rows, tree), prop)
 
 
-def _sampled_lossless(rule: str, scheme: str, vocab: int = 3):
+#: Chains (one child per node) for the chain-only rule and variants (block verification).
+CHAIN_SHAPES = {f"chain of {g}": _shape(list(range(-1, g))) for g in (1, 2, 3, 4)}
+
+
+def _sampled_lossless(rule: str, scheme: str, vocab: int = 3, shapes=None):
+    shapes = SHAPES if shapes is None else shapes
+
     def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
         n, worst = 0, 0.0
         for _ in range(size):
-            for shape in SHAPES.values():
+            for shape in shapes.values():
                 world = RandomWorld(rng, vocab, alpha=float(rng.choice([0.3, 1.0, 3.0])),
                                     zeros=bool(rng.random() < 0.3))
                 worst = max(worst, _lossless_gap(world, shape, scheme, _package(rule)))
@@ -205,11 +165,15 @@ def _caught(name: str, vocab: int = 3):
 
     def run(rng: np.random.Generator, size: int) -> tuple[int, float]:
         n, worst = 0, 0.0
-        for _ in range(max(1, size // 2)):
-            for shape in SHAPES.values():
+        # chains are cheap and a chain port's mistakes subtle: more instances, poorer drafters
+        shapes = CHAIN_SHAPES if variant.chains_only else SHAPES
+        repeats = max(1, size // 2) * (5 if variant.chains_only else 1)
+        for _ in range(repeats):
+            for shape in shapes.values():
                 if variant.scheme in ("tempered", "post_hoc", "top_k") and shape.size == 0:
                     continue
-                world = RandomWorld(rng, vocab, alpha=1.0)
+                world = RandomWorld(rng, vocab, alpha=1.0,
+                                    mix=0.9 if variant.chains_only else 0.5)
                 worst = max(worst, _lossless_gap(world, shape, variant.scheme, variant.law))
                 n += 1
         return n, worst
@@ -240,7 +204,7 @@ def _deterministic_trees(rng: np.random.Generator, size: int, vocab: int = 3):
 
 
 def _deterministic_lossless(law_name: str):
-    law_fn = {"follow": follow_round_law_bruteforce, "tev": exit_round_law}[law_name]
+    law_fn = ROUND_LAWS[law_name]
 
     def run(rng, size):
         n, worst = 0, 0.0
@@ -258,7 +222,7 @@ def _coverage_bound(rng, size):
     n, worst = 0, 0.0
     for tree, rows, _ in _deterministic_trees(rng, 6 * size):
         bound = 1.0 + coverage(tree, rows)
-        for rule in ("follow", "tev"):
+        for rule in MATCHING_RULES["deterministic"]:
             worst = max(worst, expected_length(tree, rows, rule=rule) - bound)
         n += 1
     return n, worst
@@ -338,7 +302,7 @@ def _chains_are_block(rng, size):
         drafts = rng.dirichlet(np.full(vocab, 0.5), size=gamma)
         x = [int(rng.choice(vocab, p=drafts[i])) for i in range(gamma)]
         tree = DraftTree.from_parents(list(range(-1, gamma)), [-1, *x])
-        prop = np.vstack([drafts, np.full((1, vocab), 1.0 / vocab)])
+        prop = np.vstack([drafts, np.full((1, vocab), np.nan)])
         ref = block_round_law(x, target, drafts)
         for step in STEP_RULES:
             got = RULES[step].round_law(tree, ArrayOracle(target, tree), prop)
@@ -382,7 +346,7 @@ def univer_local_value(mu: np.ndarray, q: np.ndarray, tokens: list[int],
     root_row[0] = s
     root_row[1:] = (1.0 - s) / (vocab - 1)
     rows = np.vstack([root_row, mu / s] + [np.full(vocab, 1.0 / vocab)] * k)
-    prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, 1.0 / vocab)] * k)
+    prop = np.vstack([np.eye(vocab)[0], q] + [np.full(vocab, np.nan)] * k)
 
     opps = opportunities(tree, ArrayOracle(rows, tree), prop, step="univer-fixed")
     return sum(w * values[tokens[v - 2]] for v, w, _ in emission_weights(opps) if v >= 2)
@@ -428,7 +392,7 @@ def _le_global_optimum(rng, size):
     shape = two_level_shape(2, 2)
     for w, p2, q2 in _two_level_worlds(rng, size):
         for scheme in ("without_replacement", "greedy"):
-            rules = MATCHING_RULES[scheme]
+            rules = [r for r in MATCHING_RULES[scheme] if not RULES[r].chains_only]
             world = TwoLevelWorld(w.p(()), w.q(()), p2, q2, 2, 2, scheme)
             c1 = global_optimum(world)
             worst = max(worst, decomposed_optimum(world) - c1)
@@ -718,8 +682,8 @@ CHECKS: list[Check] = [
     Check("lossless[tev]", "theorem", EXACT_TOL,
           "TEV (exit law + residual bonus) emits the target's law", _deterministic_lossless("tev")),
     Check("coverage_bound", "theorem", EXACT_TOL,
-          "E[tau] <= 1 + C_p for follow and tev on deterministic trees (saturated)",
-          _coverage_bound),
+          "E[tau] <= 1 + C_p for follow, tev and sample-match on deterministic trees "
+          "(saturated)", _coverage_bound),
     *[Check(f"lossless[{rule}]", "theorem", EXACT_TOL,
             f"{rule} on {scheme} draws emits the target's law, every shape in SHAPES "
             "(one level k=2/3, chain, 2x2, deep-first, deep-second, link + deep-second, "
@@ -774,7 +738,7 @@ CHECKS: list[Check] = [
     Check("rrsw<=c2", "theorem", LP_TOL, "RRSw-tree <= (c2) decomposed local OT on 2x2 trees",
           _rrsw_le_c2),
     *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
-      for name, v in BUGGY_VARIANTS.items()],
+      for name, v in BUGGY_VARIANTS.items() if not v.shipped],
     # sampled policies at T > 0 (Tsubame, sampled chains, dynamic trees): docs/theory/tsubame.md
     *[Check(f"lossless[{label},{rule}]", "theorem", EXACT_TOL,
             f"{label.split(',')[0]} ({scheme} draws, {kind} proposal) verified with {rule} emits "
@@ -821,6 +785,15 @@ CHECKS: list[Check] = [
           "a world where the value-guided rule < Traversal in E[tau] (it has no guarantee)",
           _guided_below_traversal),
     *_family_claims(),
+    # the rules the engines ship (appended: the rows above keep their seeds)
+    Check("lossless[sample-match]", "theorem", EXACT_TOL,
+          "SGLang's target-only sample-and-match (thresholds 1) emits the target's law on "
+          "deterministic trees", _deterministic_lossless("sample-match")),
+    Check("lossless[block]", "theorem", EXACT_TOL,
+          "block verification on drafted chains (gamma = 1..4) emits the target's law",
+          _sampled_lossless("block", "iid", vocab=3, shapes=CHAIN_SHAPES)),
+    *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
+      for name, v in BUGGY_VARIANTS.items() if v.shipped],
 ]
 
 

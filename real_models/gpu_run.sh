@@ -275,7 +275,7 @@ run_step validate "$T_VALIDATE" "$KILL_AFTER" "$PY" -m real_models.validate --de
 
 # ---------------------------------------------------------------- 3. bfloat16 probe
 if [ "$REHEARSE" -eq 1 ]; then
-    SIZE=(--prompts 1 --new-tokens 24)
+    SIZE=(--prompts 1 --new-tokens 8)
 else
     SIZE=()
 fi

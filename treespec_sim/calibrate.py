@@ -98,10 +98,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .acceptance import add_from_log_arguments, from_log_main
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import decode, run_round
 from .files import atomic_write_text, read_json
-from .logs import add_from_log_arguments, from_log_main
 from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
@@ -1460,7 +1460,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fit regimes in N processes (default: %(default)s)")
     ap.add_argument("--table", action="store_true",
                     help="print the stored fit as a Markdown table and exit")
-    add_from_log_arguments(ap)  # --from-log FILE: a regime fitted to a public log (logs.py)
+    add_from_log_arguments(ap)  # --from-log FILE: a regime fitted to a public log (acceptance.py)
     add_debug(ap)
     return ap
 

@@ -55,6 +55,8 @@ from .methods import (
 )
 from .paths import LogQ, path_probabilities
 from .policies.draft import Draft
+from .policies.sampled import marginal_proposal
+from .proposal import ProposalRows
 from .rows import TargetOracle
 from .stats import MeanCI, mean_ci
 from .tree import DraftTree, prefix_tree
@@ -67,13 +69,14 @@ from .validation import (
     check_positive_int,
     check_rng,
 )
-from .verify import RULES, expected_length, verify
+from .verify import RULES, expected_length, first_token_law, get_rule, verify
 from .verify.outcome import Outcome
 
 __all__ = [
     "STAGES",
     "Backend",
     "DecodeResult",
+    "LossyFacts",
     "MeanCI",
     "Round",
     "RoundRecord",
@@ -148,6 +151,30 @@ class Backend(Protocol):
 
     def target_oracle(self, ctx: Any, tree: DraftTree, temperature: float
                       ) -> TargetOracle | np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class LossyFacts:
+    """A lossy rule on one round's tree (:meth:`Round.lossy_facts`).
+
+    Attributes
+    ----------
+    rule : str
+    tau : float
+        The rule's exact :math:`E[\tau]` on the tree: *apparent*, since the tokens it counts
+        do not follow the target's law.
+    first_token_tv : float
+        Total-variation distance between the law of the round's first emitted token under the
+        rule and the target's root row: the rule's bias on this tree.
+    """
+
+    rule: str
+    tau: float
+    first_token_tv: float
+
+
+def _row(rows, v: int) -> np.ndarray:
+    return rows[v] if isinstance(rows, np.ndarray) else rows.row(v)
 
 
 #: Stages of a round's measured time, in order.
@@ -394,6 +421,55 @@ class Round:
                 cache[rule] = expected_length(self.tree, self.rows, rule=rule,
                                               proposal=self.proposal)
         return cache[rule]
+
+    def lossy_facts(self, rule: str) -> LossyFacts:
+        """What a *lossy* rule (``VerifierRule.lossless`` False) would do on this round's tree:
+        its apparent exact :math:`E[\tau]` and its bias, never reported as lossless.
+
+        The bias is the total-variation distance between the exact law of the round's first
+        emitted token under ``rule`` and the target's root row (0 for a lossless rule). A
+        lossy rule meant for deterministic trees that reads the drafter's rows
+        (``"sibling-ratio"``) is told, at each node, the drafter's marginal at the next depth
+        tempered to the round's temperature: the law a top-k tree's children are chosen from.
+        """
+        spec = get_rule(rule)
+        if spec.lossless:
+            raise ValueError(f"rule {rule!r} is lossless: use expected_tau_under(rule)")
+        cache = self.__dict__.setdefault("_lossy_by_rule", {})
+        if rule not in cache:
+            if self.rows is None:
+                raise ValueError("a round without target rows (a nested budget or recorded "
+                                 "edges) cannot measure a lossy rule")
+            if self.draft.scheme not in spec.schemes:
+                raise ValueError(f"rule {rule!r} is meant for {', '.join(spec.schemes)} draws; "
+                                 f"this round's are {self.draft.scheme!r}")
+            proposal = self.proposal
+            if spec.needs_proposal and proposal is None:
+                proposal = self._marginal_rows()
+            elif not spec.needs_proposal:
+                proposal = None
+            tau = expected_length(self.tree, self.rows, rule=rule, proposal=proposal)
+            first = first_token_law(self.tree, self.rows, rule=rule, proposal=proposal)
+            root = np.asarray(_row(self.rows, 0), dtype=np.float64)
+            cache[rule] = LossyFacts(rule, float(tau), 0.5 * float(np.abs(first - root).sum()))
+        return cache[rule]
+
+    def _marginal_rows(self) -> ProposalRows:
+        """The drafter's marginal at depth ``d + 1`` (tempered to the round's temperature) as
+        the row of every node at depth ``d`` with children."""
+        if self.log_q is None or self.temperature <= 0:
+            raise ValueError("the drafter's rows need log_q and a temperature > 0")
+        mp = marginal_proposal(self.log_q)
+        tree = self.tree
+        inner = np.zeros(tree.n_nodes, dtype=bool)
+        inner[tree.parent[1:]] = True
+        depth = int(np.shape(self.log_q)[0])
+        used = sorted({int(d) for d in tree.depth[inner] if int(d) < depth})
+        index = {d: i for i, d in enumerate(used)}
+        row_of = np.array([index.get(int(d), -1) if inner[v] else -1
+                           for v, d in enumerate(tree.depth)], dtype=np.intp)
+        return ProposalRows(tuple(mp.law(d + 1, self.temperature) for d in used), row_of,
+                            int(np.shape(self.log_q)[1]))
 
     # ------------------------------------------------------------------ nested budgets
     def at_budget(self, budget: int) -> Round:

@@ -33,7 +33,8 @@ import numpy as np
 __all__ = ["LIMITS", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "MAX_TEXT_BYTES", "MAX_TRACE_BYTES",
            "Limit", "NpyMember", "atomic_path", "atomic_write_text", "check_file",
            "default_file_mode", "error_text", "human_bytes", "npz_members", "open_zip",
-           "over_limit", "parse_bytes", "parse_json", "read_bytes", "read_json", "read_npz",
+           "over_limit", "parse_bytes", "parse_json", "read_bytes", "read_json", "read_lines",
+           "read_npz",
            "read_npz_member", "read_text", "read_toml"]
 
 
@@ -110,7 +111,8 @@ def parse_bytes(text: str, name: str) -> int:
 #: Text read whole: configs (TOML), latency files, regime and run records (JSON).
 MAX_TEXT_BYTES = Limit("TREESPEC_MAX_TEXT_BYTES", 64 * 2**20, "a text file read whole")
 #: One line of a JSON-lines log.
-MAX_LINE_BYTES = Limit("TREESPEC_MAX_LINE_BYTES", 16 * 2**20, "one line of a JSON-lines log")
+MAX_LINE_BYTES = Limit("TREESPEC_MAX_LINE_BYTES", 16 * 2**20,
+                       "one line of a JSON-lines or text log")
 #: Everything an acceptance log's reader builds: its pickle, its tensors' storages and the
 #: tensors themselves (``torch.save`` logs), its acceptance lengths (JSON-lines logs).
 MAX_LOG_BYTES = Limit("TREESPEC_MAX_LOG_BYTES", 1 * 2**30, "an acceptance log's contents")
@@ -169,6 +171,22 @@ def read_text(path: Path | str, what: str, limit: Limit = MAX_TEXT_BYTES) -> str
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})"
                          ) from None
+
+
+def read_lines(path: Path | str, limit: Limit = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """A text file's ``(line number, line)`` from 1, read one line at a time (a log may be
+    larger than memory), each line at most ``limit`` bytes and UTF-8: one ``ValueError``
+    naming the file and the line otherwise."""
+    cap = limit.get()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(iter(lambda: f.readline(cap + 1), b""), start=1):
+            if len(raw) > cap:
+                raise over_limit(path, f"line {n}", len(raw), limit)
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}: line {n} is not UTF-8 text (byte {exc.start})"
+                                 ) from None
 
 
 def read_json(path: Path | str, what: str, limit: Limit = MAX_TEXT_BYTES) -> Any:

@@ -11,13 +11,13 @@ the real-model decoder read only this table.
 ======================================  ==================  ===================================
 method                                  tokens              lossless rules (T > 0)
 ======================================  ==================  ===================================
-``chain``                               argmax per depth    follow, tev
-``ddtree``                              best-first top-B    follow, tev
-``dynamic``                             EAGLE-2-like beam   follow, tev
-``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev
-``longrun``                             DDTree prefix       follow, tev
-``sampled-chain``                       i.i.d. marginal     rrs
-``sampled-chain-corrected``             i.i.d. correction   rrs
+``chain``                               argmax per depth    follow, tev, sample-match
+``ddtree``                              best-first top-B    follow, tev, sample-match
+``dynamic``                             EAGLE-2-like beam   follow, tev, sample-match
+``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev, sample-match
+``longrun``                             DDTree prefix       follow, tev, sample-match
+``sampled-chain``                       i.i.d. marginal     rrs, block
+``sampled-chain-corrected``             i.i.d. correction   rrs, block
 ``tsubame``                             DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
 ``tsubame-rrs``                         i.i.d. fill         rrs
 ``tsubame-rrsw`` / ``-univer``          fill w/o replacem.  rrsw, traversal, univer[-*]
@@ -25,7 +25,17 @@ method                                  tokens              lossless rules (T > 
 ``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
 ``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer[-*]
 ``greedy-tree[WxD]``                    top W-1 + 1 draw    univer-fixed
+``ar-chain``                            argmax conditional  follow, tev
+``ar-ddtree``                           best-first, cond.   follow, tev
+``ar-eagle[SxK]`` / ``eagle[SxK]``      SGLang's beam       follow, tev
 ======================================  ==================  ===================================
+
+``ar-*``: an *autoregressive* drafter's trees, from the backend's conditional proposal given
+the drafted parent (``draft_conditional``; :mod:`treespec_sim.policies.conditional`):
+``ar-chain`` its greedy chain of ``budget`` tokens (default ``L``), ``ar-ddtree`` DDTree's
+best-first rule on its path scores, ``ar-eagle[SxK]`` SGLang's EAGLE beam (``S`` steps, top
+``K``, ``budget = num_draft_tokens - 1``); ``eagle[SxK]`` the same beam on a block-diffusion
+drafter's marginals.
 
 ``univer[-*]``: ``univer`` (safe per-node step choice), ``univer-guided``, ``univer-fixed``
 (:mod:`treespec_sim.verify.univer`, ``docs/theory/univer.md``).
@@ -42,7 +52,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +60,7 @@ import numpy as np
 from .policies import (
     caddtree,
     chain,
+    conditional_tree,
     ddtree,
     dynamic_tree,
     exhaustive_budget_tree,
@@ -67,26 +78,44 @@ from .policies.sampled import (
 )
 from .tree import DraftTree
 from .validation import check_budget, check_temperature
-from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE
+from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, VerifierRule, on_register
 
-__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "check_temperature",
-           "get_method", "lossless_rules", "method_names", "no_conditional_message", "register",
-           "resolve_rule", "rules_for", "uses_budget"]
+__all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource",
+           "check_temperature", "get_method", "lossless_rules", "method_names",
+           "no_conditional_message", "register", "resolve_rule", "rules_for", "uses_budget"]
 
 
 
-def rules_for(scheme: str, *, default: str | None = None) -> tuple[str, ...]:
-    """The rules exact for ``scheme``'s draws, read off the one rule table
+def rules_for(scheme: str, *, default: str | None = None, chains: bool = False
+              ) -> tuple[str, ...]:
+    """The lossless rules exact for ``scheme``'s draws, read off the one rule table
     (:data:`treespec_sim.verify.RULES`) in its order, with ``default`` moved first.
 
     ``scheme`` is a drawing scheme (:data:`~treespec_sim.verify.SCHEMES`) or ``"by-rule"``
     (every sampled-tree rule: the builder draws with :data:`SCHEME_FOR_RULE` of the rule).
+    Rules exact for chains only (``"block"``) are included only with ``chains=True`` (a
+    method that drafts chains).
     """
     rules = tuple(SCHEME_FOR_RULE) if scheme == "by-rule" else MATCHING_RULES.get(scheme, ())
+    if not chains:
+        rules = tuple(r for r in rules if not RULES[r].chains_only)
     if not rules or (default is not None and default not in rules):
         raise ValueError(f"no rule {default!r} for scheme {scheme!r}; rules for it: "
                          f"{', '.join(rules) or 'none'}")
     return rules if default is None else (default, *(r for r in rules if r != default))
+
+
+@dataclass(frozen=True)
+class RuleSource:
+    """Where a method's lossless rules are read from: :func:`rules_for` of these arguments,
+    re-read whenever a rule is registered (:func:`treespec_sim.verify.register_rule`)."""
+
+    scheme: str
+    default: str | None = None
+    chains: bool = False
+
+    def rules(self) -> tuple[str, ...]:
+        return rules_for(self.scheme, default=self.default, chains=self.chains)
 
 
 @dataclass(frozen=True)
@@ -153,8 +182,10 @@ class Method:
     name : str
     build : callable
         ``build(request: DraftRequest) -> Draft``.
-    rules : tuple of str
+    rules : tuple of str or RuleSource
         Rules that are lossless for the method's draws at ``T > 0``; the first is the default.
+        A :class:`RuleSource` is read off the rule table (kept in :attr:`rules_from`, and read
+        again when a rule is registered); ``rules`` is then the tuple it gives.
     scheme : str
         ``"deterministic"``, a sampling scheme, or ``"by-rule"`` (:data:`SCHEME_FOR_RULE`).
     uses_budget : bool
@@ -175,7 +206,7 @@ class Method:
 
     name: str
     build: Callable[[DraftRequest], Draft]
-    rules: tuple[str, ...]
+    rules: tuple[str, ...] | RuleSource
     scheme: str = "deterministic"
     uses_budget: bool = True
     nested: bool = False
@@ -184,6 +215,12 @@ class Method:
     needs_conditional: bool = False
     needs_positive_temperature: bool = False
     description: str = ""
+    rules_from: RuleSource | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rules, RuleSource):
+            object.__setattr__(self, "rules_from", self.rules)
+            object.__setattr__(self, "rules", self.rules.rules())
 
     @property
     def sampled(self) -> bool:
@@ -195,7 +232,7 @@ class Method:
         :func:`resolve_rule`, the builders (via :meth:`Draft.check_rule`) and the sweep read."""
         if temperature == 0.0 and self.sampled:
             # T -> 0 limit of every sampled draw: the top-k tokens, a deterministic tree
-            return () if self.needs_positive_temperature else _DET
+            return () if self.needs_positive_temperature else rules_for("deterministic")
         return self.rules
 
 
@@ -218,6 +255,42 @@ def _build_chain(req: DraftRequest) -> Draft:
 def _build_ddtree(req: DraftRequest) -> Draft:
     return _deterministic(ddtree(req.log_q, _need_budget(req, "ddtree"),
                                  root_token=req.root_token))
+
+
+def _conditional(req: DraftRequest, name: str) -> ProposalFn:
+    if req.conditional is None:
+        raise ValueError(no_conditional_message(name))
+    return req.conditional
+
+
+def _depth(req: DraftRequest) -> int:
+    return int(np.shape(req.log_q)[0])
+
+
+def _build_ar_chain(req: DraftRequest) -> Draft:
+    n = _depth(req) if req.budget is None else min(int(req.budget), _depth(req))
+    return _deterministic(conditional_tree(_conditional(req, "ar-chain"), n, n,
+                                           root_token=req.root_token, top_k=1))
+
+
+def _build_ar_ddtree(req: DraftRequest) -> Draft:
+    return _deterministic(conditional_tree(_conditional(req, "ar-ddtree"), _depth(req),
+                                           _need_budget(req, "ar-ddtree"),
+                                           root_token=req.root_token))
+
+
+def _build_eagle(conditional: bool) -> Callable[[DraftRequest], Draft]:
+    name = "ar-eagle" if conditional else "eagle"
+
+    def build(req: DraftRequest) -> Draft:
+        steps, k = _shape_param(req.param, name)
+        if steps > _depth(req):
+            raise ValueError(f"method {name}[{req.param}]: {steps} steps, more than the "
+                             f"drafter's L = {_depth(req)}")
+        proposal = _conditional(req, name) if conditional else marginal_proposal(req.log_q)
+        return _deterministic(conditional_tree(proposal, steps, _need_budget(req, name),
+                                               root_token=req.root_token, top_k=k))
+    return build
 
 
 def _build_dynamic(req: DraftRequest) -> Draft:
@@ -316,10 +389,11 @@ def _build_k_ary(scheme: str, name: str) -> Callable[[DraftRequest], Draft]:
 
 
 # ----------------------------------------------------------------------------- the table
-_DET = rules_for("deterministic")
-_SAMPLED = rules_for("by-rule", default="rrsw")
-_IID = rules_for("iid")
-_WO = rules_for("without_replacement")
+_DET = RuleSource("deterministic")
+_SAMPLED = RuleSource("by-rule", default="rrsw")
+_IID = RuleSource("iid")
+_WO = RuleSource("without_replacement")
+_CHAIN = RuleSource("iid", chains=True)
 
 #: The registry: method name -> :class:`Method`.
 METHODS: dict[str, Method] = {}
@@ -355,9 +429,9 @@ for _m in (
            needs_cost=True, description="argmax of theta over 0..budget"),
     Method("longrun", _cost_aware(longrun_tree, "longrun"), _DET, needs_cost=True,
            description="Dinkelbach's long-run rule (options: lam)"),
-    Method("sampled-chain", _build_sampled_chain(False), _IID, scheme="iid",
+    Method("sampled-chain", _build_sampled_chain(False), _CHAIN, scheme="iid",
            uses_budget=False, description="chain of marginal draws"),
-    Method("sampled-chain-corrected", _build_sampled_chain(True), _IID, scheme="iid",
+    Method("sampled-chain-corrected", _build_sampled_chain(True), _CHAIN, scheme="iid",
            uses_budget=False, needs_conditional=True,
            description="chain of draws given the sampled parent"),
     Method("tsubame", _build_tsubame("ddtree", None, "tsubame"), _SAMPLED, scheme="by-rule",
@@ -369,7 +443,7 @@ for _m in (
            _WO, scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement"),
     Method("tsubame-univer", _build_tsubame("ddtree", "without_replacement", "tsubame-univer"),
-           rules_for("without_replacement", default="univer"),
+           RuleSource("without_replacement", default="univer"),
            scheme="without_replacement", needs_conditional=True,
            description="Tsubame, fill without replacement, UniVer"),
     Method("tsubame-rrsw-tempered-plan",
@@ -381,11 +455,30 @@ for _m in (
     Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
            _WO, scheme="without_replacement", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree filled without replacement from the tempered marginals"),
-    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), rules_for("greedy"),
+    Method("greedy-tree", _build_k_ary("greedy", "greedy-tree"), RuleSource("greedy"),
            scheme="greedy", parametrised=True, needs_positive_temperature=True,
            description="full WxD tree: top W-1 tokens and one draw"),
+    Method("ar-chain", _build_ar_chain, _DET, needs_conditional=True,
+           description="an autoregressive drafter's greedy chain (budget tokens, default L)"),
+    Method("ar-ddtree", _build_ar_ddtree, _DET, nested=True, needs_conditional=True,
+           description="DDTree's best-first rule on an autoregressive drafter's path scores"),
+    Method("ar-eagle", _build_eagle(True), _DET, parametrised=True, needs_conditional=True,
+           description="SGLang's EAGLE beam (S steps, top K) on an autoregressive drafter"),
+    Method("eagle", _build_eagle(False), _DET, parametrised=True,
+           description="SGLang's EAGLE beam (S steps, top K) on the marginals"),
 ):
     register(_m)
+
+
+def _rules_registered(_rule: VerifierRule) -> None:
+    """A rule was registered: re-read the rules of every method whose rules come from the
+    table (:attr:`Method.rules_from`)."""
+    for name, m in list(METHODS.items()):
+        if m.rules_from is not None:
+            METHODS[name] = replace(m, rules=m.rules_from)
+
+
+on_register(_rules_registered)
 
 
 def method_names() -> tuple[str, ...]:

@@ -475,6 +475,8 @@ def write_figures(rows: Sequence[dict], out: Path) -> list[str]:
         if not sub:
             continue
         for name, fig in family.figures.items():
+            if not fig.applies(sub):
+                continue
             fig.draw(sub, out / name)
             written.append(name)
     return written

@@ -96,6 +96,7 @@ from .families.base import RECORDED_COST, cost_model, smoke_test, trace_for, tra
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode, read_json, read_toml
 from .report import findings_lines, summary_markdown, write_figures
+from .synth import is_regime_file, regime_file, register_regime
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
     import fcntl
@@ -119,10 +120,15 @@ class Plan:
     cost_model: str = "h200-qwen3-8b"
     trace: str | None = None
     trace_sha256: str | None = None
+    regime_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+        specs = tuple(regime_file(f) for f in self.regime_files)
+        for spec in specs:
+            register_regime(spec)
+        object.__setattr__(self, "_regime_specs", specs)
 
         if not self.grids:
             raise ValueError("a plan needs at least one family grid")
@@ -165,13 +171,17 @@ class Plan:
     def settings(self) -> RunSettings:
         """What every cell of the plan shares (:class:`~treespec_sim.families.RunSettings`)."""
         return RunSettings(seed=self.seed, cost_model=self.cost_model, trace=self.trace or "",
-                           trace_sha256=self.trace_sha256 or "")
+                           trace_sha256=self.trace_sha256 or "", regimes=self._regime_specs)
 
     def to_dict(self) -> dict:
         out = {"seed": self.seed, "cost_model": self.cost_model}
         if self.trace is not None:
             out["trace"] = self.trace
             out["trace_sha256"] = self.trace_sha256
+        if self.regime_files:
+            out["regime_files"] = {spec.name: {"path": path, "knobs": spec.knobs()}
+                                   for path, spec in zip(self.regime_files,
+                                                         self._regime_specs, strict=True)}
         for g in self.grids:
             out[g.family] = {k: list(v) if isinstance(v, tuple) else v
                              for k, v in dataclasses.asdict(g).items()}
@@ -233,6 +243,25 @@ _CONFIG_KEYS = _TOP_KEYS - {"trace_sha256"}
 TRACE_WORD = "trace"
 
 
+def _regime_names(regimes, files: list[str]):
+    """A grid's ``regimes`` with every fitted-regime file (``"fit.json"``) replaced by the name
+    of the regime it holds, registered (:func:`treespec_sim.synth.register_regime`); the files
+    are appended to ``files`` (the plan's ``regime_files``)."""
+    if not isinstance(regimes, list | tuple):
+        return regimes
+    out = []
+    for r in regimes:
+        if is_regime_file(r):
+            spec = regime_file(r)
+            register_regime(spec)
+            if str(r) not in files:
+                files.append(str(r))
+            out.append(spec.name)
+        else:
+            out.append(r)
+    return tuple(out)
+
+
 def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     """Build a plan from a parsed TOML/JSON dict; every unknown key is an error naming it.
 
@@ -260,6 +289,7 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
     mine = trace_regime(trace) if trace else None
     base = get_preset(data["preset"]) if "preset" in data else None
     grids = {g.family: g for g in base.grids} if base else {}
+    files: list[str] = list(base.regime_files) if base else []
     for fam, family in FAMILIES.items():
         cls = family.grid
         if fam not in data:
@@ -278,6 +308,10 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
             raise ValueError(f"{source}: [{fam}] needs 'regimes'")
         if mine and isinstance(values["regimes"], list | tuple):
             values["regimes"] = tuple(mine if r == TRACE_WORD else r for r in values["regimes"])
+        try:
+            values["regimes"] = _regime_names(values["regimes"], files)
+        except ValueError as exc:
+            raise ValueError(f"{source}: [{fam}].regimes: {exc}") from None
         try:
             grids[fam] = dataclasses.replace(grids[fam], **values) if fam in grids \
                 else cls(**values)
@@ -298,7 +332,8 @@ def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
                     cost_model=data.get("cost_model", base.cost_model if base
                                         else RECORDED_COST if _trace_only(grids.values())
                                         else "h200-qwen3-8b"),
-                    trace=trace, trace_sha256=data.get("trace_sha256"))
+                    trace=trace, trace_sha256=data.get("trace_sha256"),
+                    regime_files=tuple(files))
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
 
@@ -512,6 +547,9 @@ def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
     params["cost_model"] = settings.cost_model
     if is_trace(cell.regime):  # a trace's cells depend on the file's content
         params["trace_sha256"] = settings.trace_sha256
+    for spec in settings.regimes:  # a fitted regime's cells depend on its file's knobs
+        if spec.name == cell.regime:
+            params["regime_knobs"] = spec.knobs()
     blob = json.dumps(params, sort_keys=True, default=str).encode()
     return f"{zlib.crc32(blob):08x}"
 
@@ -549,6 +587,7 @@ def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
     returns and what the cell file keeps, so the record survives worker processes, dask and
     ``--resume``.
     """
+    settings.register_regimes()  # a worker process knows the plan's file regimes by name
     with record_extrapolation() as log:
         rows = run_cell(cell, settings)
     notes = log.records()
@@ -1033,7 +1072,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "a recorded trace's rounds (docs/traces.md); with --config, replaces "
                          "its trace key (default: none)")
     ap.add_argument("--regimes", nargs="+", metavar="NAME",
-                    help="replace every family's regimes")
+                    help="replace every family's regimes: names, or fitted regimes' .json files "
+                         "(python -m treespec_sim.acceptance fit --fit-out FILE)")
     ap.add_argument("--rounds", type=positive_int, help="replace every family's rounds per cell")
     ap.add_argument("--worlds", type=int,
                     help="replace every family's worlds per regime (seeds seed + i; the rounds "
@@ -1071,11 +1111,15 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         plan = get_preset(args.preset or "paper")
     mine = trace_regime(plan.trace) if plan.trace else None
     grids = []
+    files = list(plan.regime_files)
+    regimes = None
+    if args.regimes:
+        regimes = _regime_names([mine if mine and r == TRACE_WORD else r for r in args.regimes],
+                                files)
     for g in plan.grids:
         changes = {}
-        if args.regimes:
-            changes["regimes"] = tuple(mine if mine and r == TRACE_WORD else r
-                                       for r in args.regimes)
+        if regimes:
+            changes["regimes"] = regimes
         if args.rounds is not None:
             changes["rounds"] = args.rounds
         if args.worlds is not None:
@@ -1083,7 +1127,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         grids.append(dataclasses.replace(g, **changes) if changes else g)
     return Plan(tuple(grids), seed=plan.seed if args.seed is None else args.seed,
                 cost_model=args.cost_model or plan.cost_model, trace=plan.trace,
-                trace_sha256=plan.trace_sha256)
+                trace_sha256=plan.trace_sha256, regime_files=tuple(files))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

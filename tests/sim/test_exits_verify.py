@@ -174,7 +174,8 @@ def test_bad_rule_and_proposal():
     tree = DraftTree.from_parents([-1, 0], [0, 1])
     rows = np.full((2, 2), 0.5)
     with pytest.raises(ValueError,
-                       match=r"unknown rule 'rrsx'; known rules: follow, rrs, rrsw, tev"):
+                       match=r"unknown rule 'rrsx'; known rules: block, follow, rrs, rrsw, "
+                             r"sample-match"):
         verify(tree, rows, rule="rrsx", rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="takes no proposal"):
         expected_length(tree, rows, rule="follow", proposal=rows)

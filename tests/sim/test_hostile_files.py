@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treespec_sim import cost, logs, trace
+from treespec_sim import acceptance, cost, trace
 from treespec_sim.files import LIMITS, MAX_TRACE_BYTES, parse_bytes
 from treespec_sim.sweep import load_config, main
 from treespec_sim.synth.regimes import load_calibrated
@@ -265,6 +265,55 @@ def _jsonl_cases(d: Path) -> dict[str, Path]:
     }
 
 
+_VLLM_LINE = ("INFO 12-01 10:00:05 [metrics.py:120] SpecDecoding metrics: Mean acceptance "
+              "length: 2.61, Accepted: 7667 tokens, Drafted: 14322 tokens, Per-position "
+              "acceptance rate: ")
+_PROM_DRAFTS = 'vllm:spec_decode_num_drafts_total{engine="0"} 100.0\n'
+
+
+def _wide_requests(width: int, requests: int) -> str:
+    """vLLM per-request JSON lines that state ``num_spec_tokens = width``: one request whose
+    round accepted every draft, then ``requests`` of one round each (a units x lengths table
+    of ``requests x width`` floats from a few MB of text)."""
+    def line(hist: list[int]) -> str:
+        acc = sum(j * c for j, c in enumerate(hist))
+        return json.dumps({"metrics": {"speculative_decoding": {
+            "acceptance_histogram": hist, "num_spec_steps": sum(hist),
+            "num_accepted_draft_tokens": acc, "num_spec_tokens": width}}}) + "\n"
+    return line([0] * width + [1]) + line([1]) * requests
+
+
+def _engine_cases(d: Path) -> dict[str, Path]:
+    return {
+        "engine-vllm-line-too-long": _text(d / "long.log", _VLLM_LINE + "0.5, " * 14_000_000
+                                           + "0.5\n"),
+        "engine-vllm-not-utf8": _bytes(d / "latin.log", _VLLM_LINE.encode() + b"0.9\xff\n"),
+        "engine-vllm-rate-overflows": _text(d / "inf.log", _VLLM_LINE + "1e999, 0.5\n"),
+        "engine-vllm-rate-nan": _text(d / "nan.log", _VLLM_LINE + "nan, 0.5\n"),
+        "engine-prom-binary": _bytes(d / "bin.prom", bytes(range(256)) * 8),
+        # one counter at position 10**12: the positions between are never enumerated
+        "engine-prom-huge-position": _text(d / "pos.prom", _PROM_DRAFTS
+                                           + 'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+                                             '{engine="0",position="1000000000000"} 5.0\n'),
+        "engine-prom-huge-count": _text(d / "count.prom", _PROM_DRAFTS.replace(
+            "100.0", "1" + "0" * 400)),
+        "engine-request-wide-table": _text(d / "wide.jsonl", _wide_requests(200_000, 20_000)),
+        "engine-request-huge-histogram-entry": _text(
+            d / "bigint.jsonl", '{"metrics": {"speculative_decoding": {"acceptance_histogram": '
+            '[1, 1' + "0" * 400 + '], "num_spec_steps": 2, "num_accepted_draft_tokens": 1}}}\n'),
+        "engine-sglang-deep-nesting": _text(d / "deep.json", '{"meta_info": ' + "[" * 100_000
+                                            + "]" * 100_000 + "}"),
+        "engine-sglang-histogram-a-string": _text(d / "str.json", json.dumps(
+            {"meta_info": {"spec_verify_ct": 3, "spec_accept_histogram": "0,1,2"}})),
+        "engine-aiperf-huge-key": _text(d / "key.jsonl", json.dumps(
+            {"spec_decode_acceptance": {"acceptance_histogram": {str(10**12): 1},
+                                        "num_spec_steps": 1, "num_accepted_draft_tokens": 10**12,
+                                        "num_spec_tokens": 5}}) + "\n"),
+        "engine-spec-bench-huge-integer": _text(d / "sb.jsonl", '{"choices": [{"accept_lengths": '
+                                                '[1' + "0" * 400 + "]}]}\n"),
+    }
+
+
 def _trace_cases(d: Path) -> dict[str, Path]:
     h, a = _shipped_trace()
     R, N = a["tree_parent"].shape
@@ -349,8 +398,8 @@ def _calibration_cases(d: Path) -> dict[str, Path]:
 #: reader -> (cases, command line of the file, the API call that reads it)
 def _cli(reader: str, path: Path, out: Path) -> list[str]:
     py = [sys.executable, "-m"]
-    if reader in ("pt", "jsonl"):
-        return [*py, "treespec_sim.logs", "show", str(path)]
+    if reader in ("pt", "jsonl", "engine"):
+        return [*py, "treespec_sim.acceptance", "show", str(path)]
     if reader == "trace":
         return [*py, "treespec_sim.sweep", "--trace", str(path), "--out", str(out)]
     if reader == "latency":
@@ -363,7 +412,8 @@ def _cli(reader: str, path: Path, out: Path) -> list[str]:
     raise AssertionError(reader)
 
 
-_CASES = {"pt": _pt_cases, "jsonl": _jsonl_cases, "trace": _trace_cases,
+_CASES = {"pt": _pt_cases, "jsonl": _jsonl_cases, "engine": _engine_cases,
+          "trace": _trace_cases,
           "latency": _latency_cases, "config": _config_cases,
           "calibration": _calibration_cases}
 
@@ -387,6 +437,12 @@ _NAMES = [(reader, name) for reader, make in [
     ("jsonl", ["jsonl-line-too-long", "jsonl-deep-nesting", "jsonl-not-utf8",
                "jsonl-lengths-a-number", "jsonl-lengths-a-dict", "jsonl-temperature-a-list",
                "jsonl-huge-integer"]),
+    ("engine", ["engine-vllm-line-too-long", "engine-vllm-not-utf8",
+                "engine-vllm-rate-overflows", "engine-vllm-rate-nan", "engine-prom-binary",
+                "engine-prom-huge-position", "engine-prom-huge-count",
+                "engine-request-wide-table", "engine-request-huge-histogram-entry",
+                "engine-sglang-deep-nesting", "engine-sglang-histogram-a-string",
+                "engine-aiperf-huge-key", "engine-spec-bench-huge-integer"]),
     ("trace", ["trace-truncated", "trace-64-flipped-bytes", "trace-text-renamed",
                "trace-shape-beyond-header", "trace-header-claims-huge", "trace-compressed-bomb",
                "trace-object-dtype", "trace-float-parents", "trace-string-tokens",
@@ -435,7 +491,12 @@ def test_the_bombs_are_refused_for_their_size_not_for_running_out_of_memory(craf
     for name in ("pt-zero-stride-bomb", "pt-compressed-storage-bomb"):
         monkeypatch.setenv("TREESPEC_MAX_LOG_BYTES", "64M")
         with pytest.raises(ValueError, match="TREESPEC_MAX_LOG_BYTES raises it"):
-            logs.read_logs(crafted[name][1])
+            acceptance.read_logs(crafted[name][1])
+    # a units x lengths table many times the text that states it (one wide request, many
+    # narrow ones)
+    with pytest.raises(ValueError, match=r"its table of 20001 requests x 200001 lengths would "
+                                         r"take 29\.8 GiB.*set TREESPEC_MAX_LOG_BYTES to raise it"):
+        acceptance.read_logs(crafted["engine-request-wide-table"][1])
     monkeypatch.setenv("TREESPEC_MAX_TRACE_BYTES", "64M")
     for name in ("trace-header-claims-huge", "trace-compressed-bomb"):
         with pytest.raises(ValueError, match="set TREESPEC_MAX_TRACE_BYTES to raise it"):
@@ -477,8 +538,14 @@ def _calibration_read(path):
 
 #: reader -> (a valid file, the API call)
 _READERS = {
-    "pt": (FIX / "ddtree_benchmark.pt", logs.read_logs),
-    "jsonl": (FIX / "jetspec_accum_logp.jsonl", logs.read_logs),
+    "pt": (FIX / "ddtree_benchmark.pt", acceptance.read_logs),
+    "jsonl": (FIX / "jetspec_accum_logp.jsonl", acceptance.read_logs),
+    **{name: (FIX / file, acceptance.read_logs) for name, file in {
+        "vllm-log": "vllm_metrics.log", "vllm-prometheus": "vllm_metrics.prom",
+        "vllm-request": "vllm_requests.jsonl", "sglang-meta": "sglang_meta_info.json",
+        "sglang-generate": "sglang_generate.jsonl", "sglang-openai": "sglang_openai.jsonl",
+        "sglang-log": "sglang_server.log", "spec-bench": "spec_bench.jsonl",
+        "aiperf": "aiperf_profile_export.jsonl"}.items()},
     "trace": (SHIPPED_TRACE, trace.load),
     "latency": (ROOT / "real_models" / "profiles" / "cpu_tiny.json", cost.load_cost_model),
     "config": (ROOT / "docs" / "results" / "verifiers.toml", load_config),
@@ -499,15 +566,26 @@ def _variants(data: bytes, rng: np.random.Generator) -> list[tuple[str, bytes]]:
     return out
 
 
+#: The acceptance-log readers: their format is detected from the content, not the name.
+_LOGS = [r for r, (_, read) in _READERS.items() if read is acceptance.read_logs]
+
+
+def _fuzz_cases(reader: str) -> list[tuple[str, bytes]]:
+    """Truncations, byte flips, and every other reader's file under this one's name (an
+    acceptance log: every other file, whatever its suffix)."""
+    good, _ = _READERS[reader]
+    rng = np.random.default_rng(20261203)
+    cases = _variants(good.read_bytes(), rng)
+    cases += [(f"swapped-{other}", path.read_bytes()) for other, (path, _) in _READERS.items()
+              if other != reader and (path.suffix != good.suffix or reader in _LOGS)]
+    return cases
+
+
 @pytest.mark.parametrize("reader", list(_READERS))
 def test_fuzzed_files_read_or_are_refused_naming_the_file(reader, tmp_path):
     good, read = _READERS[reader]
     read(good)  # the valid file reads
-    rng = np.random.default_rng(20261203)
-    cases = _variants(good.read_bytes(), rng)
-    cases += [(f"swapped-{other}", path.read_bytes()) for other, (path, _) in _READERS.items()
-              if other != reader and path.suffix != good.suffix]
-    for label, data in cases:
+    for label, data in _fuzz_cases(reader):
         path = tmp_path / f"{label}{good.suffix}"
         path.write_bytes(data)
         try:
@@ -524,3 +602,26 @@ def test_a_corrupt_trace_in_a_sweep_writes_nothing(tmp_path, crafted):
         out = tmp_path / name
         assert main(["--trace", str(crafted[name][1]), "--out", str(out)]) == 2
         assert not out.exists()
+
+
+@pytest.mark.parametrize("reader", _LOGS)
+def test_fuzzed_logs_exit_0_or_2_with_one_line_from_the_command_line(reader, tmp_path, capsys):
+    """``python -m treespec_sim.acceptance show`` on every fuzzed log (in this process): it
+    shows the file (status 0) or refuses it with status 2 and one line naming it."""
+    good, _ = _READERS[reader]
+    assert acceptance.main(["show", str(good)]) == 0
+    capsys.readouterr()
+    refused = 0
+    for label, data in _fuzz_cases(reader):
+        path = tmp_path / f"{label}{good.suffix}"
+        path.write_bytes(data)
+        rc = acceptance.main(["show", str(path)])
+        err = capsys.readouterr().err.strip()
+        assert rc in (0, 2), (label, rc, err)
+        if rc == 2:
+            refused += 1
+            assert len(err.splitlines()) == 1 and str(path) in err, (label, err)
+            assert "Traceback" not in err, (label, err)
+        else:
+            assert not err, (label, err)
+    assert refused >= 1  # at least the empty file

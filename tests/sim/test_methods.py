@@ -55,7 +55,7 @@ def test_builder_resolve_rule_and_lossless_rules_agree(world, name):
 def test_sampled_rule_at_t0_is_refused_not_remapped(world, name, rule):
     """At T = 0 a sampled method drafts its proposals' top-k (a deterministic tree): the
     sampled rules were silently mapped to 'follow' while lossless_rules said follow/tev."""
-    assert lossless_rules(name, 0.0) == ("follow", "tev")
+    assert lossless_rules(name, 0.0) == ("follow", "tev", "sample-match")
     ctx = world.sample_context(np.random.default_rng(0))
     with pytest.raises(ValueError, match=rf"rule {rule!r} is not lossless .* at T = 0"):
         run_round(world, ctx, method=name, budget=8, rule=rule, temperature=0.0,

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proofs_check.block import block_round_law
 from proofs_check.enumerate import max_law_gap
 from proofs_check.theorems import SHAPES, RandomWorld, _lossless_gap, _package
 from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length, verify
+from treespec_sim.verify.block import block_round_law
 from treespec_sim.verify.traversal import _POINT, _lazy_trials
 from treespec_sim.verify.univer import trials
 

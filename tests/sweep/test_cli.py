@@ -22,7 +22,7 @@ from treespec_sim.validation import check_nonnegative_int, check_positive_int, c
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
-              "treespec_sim.logs",
+              "treespec_sim.acceptance", "treespec_sim.export",
               "proofs_check.__main__", "bench_caddtree", "bench_sampled_fill", "bench_sweep",
               "bench_verification", "bench_verifiers")
 #: Every entry point and its ``prog`` (the benchmarks as scripts, the rest with ``-m``).
@@ -30,7 +30,8 @@ ENTRY_POINTS = {
     "treespec_sim.sweep": "python -m treespec_sim.sweep",
     "treespec_sim.calibrate": "python -m treespec_sim.calibrate",
     "treespec_sim.report": "python -m treespec_sim.report",
-    "treespec_sim.logs": "python -m treespec_sim.logs",
+    "treespec_sim.acceptance": "python -m treespec_sim.acceptance",
+    "treespec_sim.export": "python -m treespec_sim.export",
     "proofs_check.__main__": "python -m proofs_check",
     "real_models.validate": "python -m real_models.validate",
     "real_models.profile": "python -m real_models.profile",
@@ -269,6 +270,10 @@ SHARED_TYPES = {"--seed": cli.nonnegative_int, "--threads": cli.positive_int,
                 "--new-tokens": cli.positive_int, "--repeats": cli.positive_int,
                 "--budgets": cli.positive_int, "--out": Path, "--target": Path,
                 "--drafter": Path}
+#: Entry points where a shared name means something else, with what it is there: the acceptance
+#: commands' ``--drafter`` is the drafter's kind that wrote a log (issue 45), not a checkpoint.
+OTHER_MEANING = {("treespec_sim.acceptance", "--drafter"), ("treespec_sim.calibrate", "--drafter"),
+                 ("treespec_sim.export", "--drafter")}
 #: A value each of the package's types rejects.
 BAD = {cli.positive_int: "0", cli.nonnegative_int: "-1", cli.positive_float: "0",
        cli.temperature: "-1", cli.positive_temperature: "0"}
@@ -285,7 +290,9 @@ def test_entry_points_check_every_number_as_it_is_parsed(name, monkeypatch, caps
             if not action.option_strings:
                 continue
             opt = action.option_strings[-1]
-            if opt in SHARED_TYPES:
+            if (name, opt) in OTHER_MEANING:
+                assert action.choices == ["block-diffusion", "autoregressive"], (name, opt)
+            elif opt in SHARED_TYPES:
                 assert action.type is SHARED_TYPES[opt], (name, prefix, opt, action.type)
             if opt == "--temperature":
                 assert action.type in (cli.temperature, cli.positive_temperature), (name, opt)

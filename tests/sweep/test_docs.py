@@ -41,13 +41,21 @@ def test_bring_your_own_drafter_and_target_runs_as_written(capsys):
 
 def test_result_page_configs_load_and_match_their_runs():
     """The committed per-family configs are valid and are the ones their pages were run with."""
-    for name, family in (("stochastic", "stochastic"), ("verifiers", "verifiers")):
+    for name, family in (("stochastic", "stochastic"), ("verifiers", "verifiers"),
+                         ("verifiers_engines", "verifiers")):
         plan = load_config(DOCS / "results" / f"{name}.toml")
         assert [g.family for g in plan.grids] == [family]
         recorded = json.loads((DOCS / "results" / name / "run.json").read_text())["plan"]
         assert recorded[family] == plan.to_dict()[family]
         assert recorded[family]["worlds"] >= 3
 
+
+
+def test_the_engines_preset_is_its_committed_config():
+    """``--preset verifiers-engines`` runs the grid of docs/results/verifiers_engines.toml."""
+    from treespec_sim.families.verifiers import engines_preset
+
+    assert load_config(DOCS / "results" / "verifiers_engines.toml").grids == (engines_preset(),)
 
 # ------------------------------------------------------------------ tables that a command produces
 # Issue 22 item 8: every table in the docs that a command produces names that command, and the
@@ -437,3 +445,29 @@ def test_theory_pages_cite_tests_that_exist():
                 f"{page.name}: no test named {name}{prefix}")
             cited += 1
     assert cited >= 15
+
+
+def test_the_engine_logs_page_commands_parse_and_name_files_that_exist():
+    """docs/engine_logs.md (issue 45): each command line of its bash blocks parses with its
+    module's own parser, every file it reads exists or is written by a command above it, and
+    the issue's two examples (the vLLM line, the SGLang histogram) are there with DDTree at
+    B = 64."""
+    text = (DOCS / "engine_logs.md").read_text()
+    bash = [line.strip() for i, body in _fenced(text)
+            if text.split("\n")[i][3:].strip() == "bash" for line in body]
+    cmds = [line for line in bash if line.startswith("python -m treespec_sim.")]
+    assert len(cmds) >= 5
+    made = {m.group(1) for line in bash if (m := re.match(r"cat > (\S+)", line))}
+    for cmd in cmds:
+        argv = shlex.split(cmd.split("  #")[0])
+        module = importlib.import_module(argv[2])
+        ns = module.build_parser().parse_args(argv[3:])
+        for arg in argv[3:]:
+            if arg.startswith(("tests/", "runs/")) and Path(arg).suffix:
+                assert (ROOT / arg).exists() or arg in made, f"{cmd}: no file {arg}"
+        out = getattr(ns, "out", None)
+        if out is not None:
+            made |= {f"{out}/{name}" for name in ("regime.json", "compare.png", "export.json")}
+    predicts = [c for c in cmds if "--predict ddtree" in c and "--budget 64" in c]
+    assert any("vllm_issue.log" in c for c in predicts)
+    assert any("sglang_meta_info.json" in c for c in predicts)

@@ -17,9 +17,9 @@ import pytest
 
 from treespec_sim import engine, trace
 from treespec_sim.families import DDTreeGrid, VerifierGrid
+from treespec_sim.methods import rules_for
 from treespec_sim.stats import mean_ci
 from treespec_sim.sweep import Plan, main, plan_from_dict, run_plan, trace_plan
-from treespec_sim.verify import MATCHING_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "real_models" / "traces" / "tiny-b256.npz"
@@ -111,7 +111,7 @@ def test_verifier_rows_replay_the_recorded_sampled_tree(swept, shipped):
     rows = {r["verifier"]: r for r in _csv(swept[0] / "results.csv")
             if r["family"] == "verifiers"}
     sp = shipped.sampled_spec
-    assert set(rows) == set(MATCHING_RULES[sp["scheme"]])
+    assert set(rows) == set(rules_for(sp["scheme"]))  # a sampled tree: chains-only rules out
     for rule in ("rrsw", "traversal", "univer"):
         taus = [engine.run_round(shipped, c, method=shipped.sampled_method, rule=rule,
                                  temperature=sp["temperature"], rng=np.random.default_rng(0),

@@ -81,7 +81,8 @@ COLUMNS = (
     "lost_uncovered", "lost_budget", "lost_depth_cap",
     "rel_to_baseline", "rel_ci_low", "rel_ci_high", "rel_world_means", "rel_world_ci_low",
     "rel_world_ci_high", "baseline", "rel_traversal", "rel_traversal_ci_low",
-    "rel_traversal_ci_high", "diff_to_baseline", "diff_ci_low", "diff_ci_high",
+    "rel_traversal_ci_high", "lossless", "first_token_tv", "first_token_tv_ci_low",
+    "first_token_tv_ci_high", "diff_to_baseline", "diff_ci_low", "diff_ci_high",
     "diff_contexts", "wall_s",
 )
 
@@ -152,7 +153,8 @@ def check_regimes(regimes: tuple[str, ...], family: str) -> None:
             continue
         if name not in synth.REGIMES:
             raise ValueError(f"{family}.regimes: unknown regime {name!r}; known regimes: "
-                             f"{', '.join(sorted(synth.REGIMES))}")
+                             f"{', '.join(sorted(synth.REGIMES))}, or a fitted regime's .json "
+                             "file")
 
 
 def check_temperatures(ts: tuple[float, ...], family: str, *, positive: bool = False) -> None:
@@ -329,15 +331,23 @@ def check_trace_budget(budget: int, tr, key: str, regime: str) -> None:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What every cell shares: the seed, the latency model for throughput columns and, for a
-    sweep on a trace, the trace file and its SHA-256 (cells of a ``"trace:..."`` regime read
-    it: :func:`trace_for`)."""
+    """What every cell shares: the seed, the latency model for throughput columns, the regimes
+    the plan read from files (fitted regimes: every worker registers them before it runs a
+    cell) and, for a sweep on a trace, the trace file and its SHA-256 (cells of a
+    ``"trace:..."`` regime read it: :func:`trace_for`)."""
 
     seed: int = 0
     cost_model: str = "h200-qwen3-8b"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     trace: str = ""
     trace_sha256: str = ""
+    regimes: tuple = ()
+
+    def register_regimes(self) -> None:
+        """Make the plan's file regimes known by name in this process
+        (:func:`treespec_sim.synth.register_regime`)."""
+        for spec in self.regimes:
+            synth.register_regime(spec)
 
     def cost(self, name: str):
         """The latency model ``name`` (:func:`cost_model`, with this sweep's trace)."""
@@ -641,10 +651,12 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
 # ---------------------------------------------------------------------------------- protocol
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure of a family: its title (on the results page) and how to draw it."""
+    """One figure of a family: its title (on the results page), how to draw it, and which
+    runs have it (``applies(rows)``; default: every run with rows of the family)."""
 
     title: str
     draw: Callable[[list[dict], Path], None]
+    applies: Callable[[list[dict]], bool] = bool
 
 
 @runtime_checkable

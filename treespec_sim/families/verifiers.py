@@ -14,6 +14,14 @@ the per-world means give the between-world ones (:meth:`GainResult.world_ratios`
 Each fill is one :func:`treespec_sim.engine.run_round` with method ``sampled-tree[WxD]``,
 ``greedy-tree[WxD]`` or ``tsubame-rrsw`` (``python -m treespec_sim.sweep --preset verifiers``).
 
+The trees an engine's DDTree port verifies (``"ddtreeB"``, ``"chain"``; ``--preset
+verifiers-engines``) add the engines' rules: DDTree's own deterministic tree under every rule
+for deterministic trees, lossless (``follow``, ``tev``, SGLang's ``sample-match``) and lossy
+(SGLang's thresholds below 1, the sibling-order ratio rule: apparent E[τ] and first-token
+bias, never in a claim), DDTree's shape filled by draws, and the drafter's chain under
+token-wise RRS and block verification. The arms of every tree are read off the rule table
+(:func:`arms_for`).
+
 UniVer (Weng, Hu & Yairi 2026) reports +4.2-8.5% acceptance length over RRSw. Gains of the UniVer
 rules over Traversal on the same trees are reported too (``GainResult.gain_vs_traversal``).
 Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/univer.md``).
@@ -25,16 +33,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from ..engine import run_round
-from ..methods import METHODS
+from ..methods import METHODS, get_method, lossless_rules, rules_for
 from ..policies import k_ary_shape
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
 from ..validation import check_temperature
-from ..verify import MATCHING_RULES
+from ..verify import SCHEME_FOR_RULE, lossy_rules
 from .base import (
     Cell,
     Claim,
@@ -76,21 +84,32 @@ from .render import interval_label as render_interval
 __all__ = [
     "ARMS",
     "CLAIM_RANGE",
+    "ENGINE_BARS",
+    "SIDE_STREAM",
+    "Arm",
     "GainResult",
     "TreeSpec",
     "VerifierGrid",
+    "arm_facts",
     "arm_lengths",
+    "arms_for",
     "claims",
     "console_rows",
+    "engine_table",
+    "engines_preset",
     "figures",
     "grid",
+    "has_engine_rows",
     "interval_label",
+    "is_lossless",
     "measure",
     "name",
     "parse_tree",
+    "plot_engine_rules",
     "plot_verifier_gains",
     "preset",
     "preset_note",
+    "presets",
     "run",
     "tables",
 ]
@@ -172,9 +191,24 @@ grid = VerifierGrid
 
 #: (label, method family, rule): every rule lossless for sampled trees drawn without replacement
 #: (``sampled-tree``'s rules, read off the rule table; the first, RRSw, is the baseline), then
-#: the Greedy drafts' rule. Arms of the same method share one drafted tree per round.
+#: the Greedy drafts' rule. Arms of the same method share one drafted tree per round. (The arms
+#: of every kind of tree, read off the table when a cell runs: :func:`arms_for`.)
 ARMS = (*((rule, "sampled-tree", rule) for rule in METHODS["sampled-tree"].rules),
         ("univer+greedy drafts", "greedy-tree", METHODS["greedy-tree"].rules[0]))
+
+
+class Arm(NamedTuple):
+    """One verifier arm of a cell: a rule on the tree a method drafts.
+
+    ``label`` is unique in the cell; ``lossless`` False marks a lossy rule of the table
+    (``VerifierRule.lossless``): its E[τ] is apparent and its bias is measured
+    (:meth:`treespec_sim.engine.Round.lossy_facts`), and it is never in a claim.
+    """
+
+    label: str
+    method: str
+    rule: str
+    lossless: bool = True
 
 
 @dataclass(frozen=True)
@@ -185,12 +219,21 @@ class TreeSpec:
     ``"2x5"``, binary depth 5), filled from the drafter's per-depth marginals
     (``sampled-tree[WxD]``; its Greedy-draft arm: ``greedy-tree[WxD]``). ``"tsubameB"``:
     Tsubame's ``B``-node tree (DDTree's shape on the drafter's marginals, each node's children
-    drawn without replacement from the correction proposal, method ``tsubame-rrsw``): the
-    deep-first, DDTree-shaped trees a tree drafter actually builds. No Greedy-draft arm there.
+    drawn without replacement from the correction proposal, method ``tsubame-rrsw``; its
+    i.i.d. fill ``tsubame-rrs`` for RRS): the deep-first, DDTree-shaped trees a tree drafter
+    actually builds. No Greedy-draft arm there. ``"ddtreeB"``: what a DDTree port verifies at
+    ``T > 0`` -- DDTree's own deterministic ``B``-node tree with every rule for deterministic
+    trees, lossless (``follow``, ``tev``, SGLang's ``sample-match``) and lossy (SGLang's
+    thresholds below 1, the sibling-order ratio rule), and DDTree's shape filled by draws
+    (``sampled-ddtree``) with every rule for sampled trees (RRS on the i.i.d. fill, RRSw,
+    Traversal, UniVer on the fill without replacement). ``"chain"``: the drafter's chain of
+    ``L`` tokens -- drawn, each given the sampled parent (``sampled-chain-corrected``), with
+    token-wise RRS and block verification (what vLLM ships), and the argmax chain with the
+    deterministic rules.
     """
 
     text: str
-    kind: str            # "k-ary" or "tsubame"
+    kind: str            # "k-ary", "tsubame", "ddtree", "chain" or "recorded"
     width: int = 0
     depth: int = 0
     budget: int = 0
@@ -203,15 +246,45 @@ class TreeSpec:
 
     @property
     def nodes(self) -> int:
-        """Nodes of the planned tree (root excluded; 0 for a recorded tree: the trace's)."""
+        """Nodes of the planned tree (root excluded; 0 for a recorded tree or a chain: the
+        trace's, the drafter's depth)."""
         return k_ary_shape(self.width, self.depth).size if self.kind == "k-ary" else self.budget
 
     @property
     def label(self) -> str:
         if self.kind == "recorded":
             return "recorded sampled tree"
+        if self.kind == "chain":
+            return "chain"
         return (f"{self.width}-ary depth {self.depth}" if self.kind == "k-ary"
-                else f"Tsubame B={self.budget}")
+                else f"Tsubame B={self.budget}" if self.kind == "tsubame"
+                else f"DDTree B={self.budget}")
+
+
+def arms_for(tree: TreeSpec) -> tuple[Arm, ...]:
+    """The arms of a cell, read off the rule table and the method registry (so a rule added
+    with ``register_rule`` -- after ``proofs_check.register_checked_rule`` -- is an arm of
+    every tree whose methods list it); the first arm is the baseline (RRSw; on a chain,
+    token-wise RRS)."""
+    if tree.kind == "k-ary":
+        return (*(Arm(rule, "sampled-tree", rule) for rule in METHODS["sampled-tree"].rules),
+                Arm("univer+greedy drafts", "greedy-tree", METHODS["greedy-tree"].rules[0]))
+    if tree.kind == "tsubame":
+        return (*(Arm(rule, "tsubame-rrsw", rule) for rule in METHODS["tsubame-rrsw"].rules),
+                *(Arm(rule, "tsubame-rrs", rule) for rule in METHODS["tsubame-rrs"].rules))
+    if tree.kind == "ddtree":
+        sampled = METHODS["sampled-ddtree"].rules  # rrsw first: the baseline
+        det = (*(Arm(f"{rule} (DDTree tree)", "ddtree", rule) for rule in METHODS["ddtree"].rules),
+               *(Arm(f"{rule} (DDTree tree)", "ddtree", rule, False)
+                 for rule in lossy_rules("deterministic")))
+        return (*(Arm(rule, "sampled-ddtree", rule) for rule in sampled), *det)
+    if tree.kind == "chain":
+        drawn = METHODS["sampled-chain-corrected"].rules  # rrs first: the baseline
+        return (*(Arm(rule, "sampled-chain-corrected", rule) for rule in drawn),
+                *(Arm(f"{rule} (argmax chain)", "chain", rule) for rule in METHODS["chain"].rules),
+                *(Arm(f"{rule} (argmax chain)", "chain", rule, False)
+                  for rule in lossy_rules("deterministic")))
+    raise ValueError(f"no arms for a {tree.kind!r} tree")
 
 
 #: The shape of a trace's recorded sampled tree (``docs/traces.md``, "The sweep on a trace").
@@ -219,18 +292,23 @@ RECORDED = "recorded"
 
 
 def parse_tree(text: str) -> TreeSpec:
-    """``"WxD"``, ``"tsubameB"`` or ``"recorded"`` (a trace's recorded sampled tree) as a
-    :class:`TreeSpec`; ``ValueError`` naming the format."""
+    """``"WxD"``, ``"tsubameB"``, ``"ddtreeB"``, ``"chain"`` or ``"recorded"`` (a trace's
+    recorded sampled tree) as a :class:`TreeSpec`; ``ValueError`` naming the format."""
     t = str(text)
     if t == RECORDED:
         return TreeSpec(t, "recorded")
     if t.startswith("tsubame") and t[7:].isdigit() and int(t[7:]) >= 1:
         return TreeSpec(t, "tsubame", budget=int(t[7:]))
+    if t.startswith("ddtree") and t[6:].isdigit() and int(t[6:]) >= 1:
+        return TreeSpec(t, "ddtree", budget=int(t[6:]))
+    if t == "chain":
+        return TreeSpec(t, "chain")
     parts = t.split("x")
     if len(parts) == 2 and all(p.isdigit() and int(p) >= 1 for p in parts):
         return TreeSpec(t, "k-ary", width=int(parts[0]), depth=int(parts[1]))
     raise ValueError(f"{text!r} is not a verifier tree: WIDTHxDEPTH (e.g. '2x5'), tsubameB "
-                     f"(e.g. 'tsubame64') or 'recorded' (a trace's recorded sampled tree)")
+                     f"(e.g. 'tsubame64'), ddtreeB (e.g. 'ddtree64'), 'chain' or 'recorded' (a "
+                     f"trace's recorded sampled tree)")
 
 
 @dataclass(frozen=True)
@@ -249,6 +327,14 @@ class GainResult:
         The same relative to ``traversal``, for every UniVer arm.
     world_means : dict
         Per arm label: the mean of each world, in world order.
+    baseline : str
+        The arm the gains are relative to (``rrsw``; on a chain, ``rrs``).
+    bias : dict
+        Per lossy arm: ``(mean, lo, hi)`` of the round's first-token total-variation distance
+        from the target (:meth:`~treespec_sim.engine.Round.lossy_facts`), t-interval over
+        contexts.
+    lossless : dict
+        Per arm label: whether its rule is lossless.
     """
 
     regime: str
@@ -257,46 +343,90 @@ class GainResult:
     temperature: float
     rounds: int
     mean: dict[str, float]
-    gain: dict[str, tuple[float, float, float]]  # (gain, lo, hi) relative to rrsw
+    gain: dict[str, tuple[float, float, float]]  # (gain, lo, hi) relative to the baseline
     tau_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     world_means: dict[str, tuple[float, ...]] = field(default_factory=dict)
     gain_vs_traversal: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    baseline: str = "rrsw"
+    bias: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    lossless: dict[str, bool] = field(default_factory=dict)
 
     def world_ratios(self, label: str) -> tuple[float, ...]:
-        """Each world's ratio of ``label``'s mean to the baseline's (``rrsw``) mean."""
-        base = self.world_means[ARMS[0][0]]
+        """Each world's ratio of ``label``'s mean to the baseline's mean."""
+        base = self.world_means[self.baseline]
         return tuple(a / b for a, b in zip(self.world_means[label], base, strict=True))
 
 
-def arm_lengths(world, *, tree: TreeSpec, temperature: float, rounds: int,
-                rng: np.random.Generator) -> np.ndarray:
-    r"""Exact per-round :math:`E[\tau]` of every arm on ``rounds`` fresh contexts of ``world``.
+def _method_of(tree: TreeSpec, arm: Arm) -> str:
+    """The registry name an arm's tree is drafted with (``sampled-tree[2x4]``, ...)."""
+    return f"{arm.method}[{tree.width}x{tree.depth}]" if tree.kind == "k-ary" else arm.method
+
+
+#: Methods whose trees draw from a child stream of a cell's generator (``rng.spawn``), not
+#: the generator itself: arms added to a kind of tree that had results before them.
+SIDE_STREAM = ("tsubame-rrs",)
+
+
+def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Per-round exact :math:`E[\tau]`, first-token bias and tree size of every arm of
+    :func:`arms_for` on ``rounds`` fresh contexts of ``world``.
+
+    Arms of one method share one drafted tree per round (a rule-driven fill, one per drawing
+    scheme; the methods of :data:`SIDE_STREAM` draw from a child stream of ``rng``); a lossy
+    arm is measured on the tree its method drafts for its first lossless rule
+    (:meth:`~treespec_sim.engine.Round.lossy_facts`: apparent E[τ], first-token TV).
 
     Returns
     -------
-    ndarray (rounds, len(ARMS))
-        Contexts and drafted tokens draw from ``rng``, in round order; NaN in the columns of
-        arms the tree spec has no method for.
+    lengths, bias, sizes : ndarray (rounds, len(arms)) each
+        Contexts and drafted tokens draw from ``rng``, in round order; bias 0 for lossless arms.
     """
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampled trees; got {temperature}")
-    lengths = np.full((rounds, len(ARMS)), np.nan)
-    budget = tree.budget if tree.kind == "tsubame" else None
+    arms = arms_for(tree)
+    lengths = np.full((rounds, len(arms)), np.nan)
+    bias = np.zeros((rounds, len(arms)))
+    sizes = np.zeros((rounds, len(arms)))
+    budget = tree.budget if tree.kind in ("tsubame", "ddtree") else None
+    # Tsubame's i.i.d. fill draws from a stream of its own, so that adding its arm left the
+    # contexts and trees of the other arms (and their numbers) as they were
+    side = rng.spawn(1)[0]
     for i in range(rounds):
         ctx = world.sample_context(rng)
         drafted = {}
-        for j, (_, family, rule) in enumerate(ARMS):
-            method = tree.method(family)
-            if method is None:
-                continue
-            if method not in drafted:
-                drafted[method] = run_round(world, ctx, method=method, budget=budget,
-                                            rule=rule, temperature=temperature, rng=rng,
-                                            sample=False)
-            lengths[i, j] = drafted[method].expected_tau_under(rule)
-    return lengths
+        for j, arm in enumerate(arms):
+            method = _method_of(tree, arm)
+            rule = arm.rule if arm.lossless else lossless_rules(method, temperature)[0]
+            # one tree per drawing scheme: a by-rule method draws by its rule's scheme, any
+            # other draws one tree for all its rules (block shares RRS's chain: paired)
+            scheme = get_method(method)[0].scheme
+            key = (method, SCHEME_FOR_RULE[rule] if scheme == "by-rule" else scheme)
+            if key not in drafted:
+                draws = side if method in SIDE_STREAM else rng
+                drafted[key] = run_round(world, ctx, method=method, budget=budget, rule=rule,
+                                         temperature=temperature, rng=draws, sample=False)
+            rnd = drafted[key]
+            sizes[i, j] = rnd.tree.size
+            if arm.lossless:
+                lengths[i, j] = rnd.expected_tau_under(arm.rule)
+            else:
+                facts = rnd.lossy_facts(arm.rule)
+                lengths[i, j], bias[i, j] = facts.tau, facts.first_token_tv
+    return lengths, bias, sizes
+
+
+def arm_lengths(world, *, tree: TreeSpec, temperature: float, rounds: int,
+                rng: np.random.Generator) -> np.ndarray:
+    r"""Exact per-round :math:`E[\tau]` of every arm (:func:`arm_facts`' first array).
+
+    Returns
+    -------
+    ndarray (rounds, len(arms_for(tree)))
+    """
+    return arm_facts(world, tree=tree, temperature=temperature, rounds=rounds, rng=rng)[0]
 
 
 def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequence[int],
@@ -323,22 +453,29 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
     if sum(rounds) < 2:
         raise ValueError(f"rounds must add up to >= 2; got {list(rounds)}")
     spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree)
+    arms = arms_for(spec)
     streams = [np.random.default_rng(s + 1) for s in seeds]  # continued by a second stage
-    parts = [arm_lengths(w, tree=spec, temperature=temperature, rounds=n, rng=r)
+    facts = [arm_facts(w, tree=spec, temperature=temperature, rounds=n, rng=r)
              for w, n, r in zip(worlds, rounds, streams, strict=True)]
 
     def result() -> GainResult:
-        return _gain_result(parts, [a for a, _, _ in ARMS], regime=regime, shape=spec.label,
-                            budget=spec.nodes, temperature=temperature, seed=seeds[0],
-                            boot=boot)
+        bias = np.concatenate([f[1] for f in facts])
+        sizes = np.concatenate([f[2] for f in facts])
+        return _gain_result([f[0] for f in facts], [a.label for a in arms], regime=regime,
+                            shape=spec.label, budget=round(float(sizes.mean())),
+                            temperature=temperature, seed=seeds[0], boot=boot,
+                            bias={a.label: bias[:, j] for j, a in enumerate(arms)
+                                  if not a.lossless},
+                            lossless={a.label: a.lossless for a in arms})
 
     res = result()
     more = second_stage(claim_judgements(res), res.rounds, max_rounds) if max_rounds else 0
     if more:
         each = math.ceil(more / len(worlds))
-        parts = [np.concatenate([p, arm_lengths(w, tree=spec, temperature=temperature,
-                                                rounds=each, rng=r)])
-                 for p, w, r in zip(parts, worlds, streams, strict=True)]
+        facts = [tuple(np.concatenate([old, new]) for old, new in
+                       zip(f, arm_facts(w, tree=spec, temperature=temperature, rounds=each,
+                                        rng=r), strict=True))
+                 for f, w, r in zip(facts, worlds, streams, strict=True)]
         res = result()
     return res
 
@@ -348,7 +485,7 @@ def claim_judgements(res: GainResult) -> list:
     interval widened to hold its estimate, as the claims read it)."""
     out = []
     for verifier, (_, claimed) in CLAIMS.items():
-        if verifier in res.gain:
+        if verifier in res.gain and res.lossless.get(verifier, True):
             est, lo, hi = (100 * x for x in res.gain[verifier])
             out.append(judge(est, min(lo, est), max(hi, est), claimed, units=res.rounds))
     return out
@@ -356,7 +493,9 @@ def claim_judgements(res: GainResult) -> list:
 
 def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regime: str,
                  shape: str, budget: int, temperature: float, seed: int, boot: int,
-                 units: np.ndarray | None = None) -> GainResult:
+                 units: np.ndarray | None = None,
+                 bias: dict[str, np.ndarray] | None = None,
+                 lossless: dict[str, bool] | None = None) -> GainResult:
     """A :class:`GainResult` from per-world ``(rounds, arms)`` lengths (NaN columns: arms the
     tree has no method for); ``units`` (one label per pooled round, a trace's prompts) are the
     units the intervals resample (None: every round is one)."""
@@ -379,22 +518,29 @@ def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regi
             out[labels[j]] = (float(means[j] / means[base] - 1.0), *percentile_ci(ratio))
         return out
 
-    trav = labels.index("traversal")
     cis = [mean_ci(lengths[:, j]) if units is None else unit_ci(lengths[:, j], units)
            for j in range(len(labels))]
+    vs_trav = ({} if "traversal" not in labels else
+               gains_over(labels.index("traversal"),
+                          [j for j, a in enumerate(labels) if a.startswith("univer")]))
+    biases = {}
+    for a, b in (bias or {}).items():
+        ci = mean_ci(b)
+        biases[a] = (ci.mean, ci.low, ci.high)
     return GainResult(regime, shape, budget, temperature, int(lengths.shape[0]),
                       {a: float(m) for a, m in zip(labels, means, strict=True)},
                       gains_over(0, range(1, len(labels))),
                       {a: (c.low, c.high) for a, c in zip(labels, cis, strict=True)},
                       {a: tuple(float(p[:, j].mean()) for p in parts)
                        for j, a in enumerate(labels)},
-                      gains_over(trav, [j for j, a in enumerate(labels)
-                                        if a.startswith("univer")]))
+                      vs_trav, labels[0], biases,
+                      {a: (lossless or {}).get(a, True) for a in labels})
 
 
 def run(cell: Cell, settings: RunSettings) -> list[dict]:
-    """Every arm of :data:`ARMS` on the same trees of every world (:func:`measure`); one row
-    per arm, gains relative to RRSw (and to Traversal for the UniVer rules). On a trace, the
+    """Every arm of :func:`arms_for` on the same trees of every world (:func:`measure`); one
+    row per arm, gains relative to the tree's baseline (RRSw; RRS on chains), and to Traversal
+    for the UniVer rules; lossy arms with their first-token bias. On a trace, the
     recorded sampled tree of every recorded round under every rule lossless for its draws
     (:func:`measure_trace`)."""
     tree = parse_tree(cell.option)
@@ -403,7 +549,8 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         res = measure_trace(tr, regime=cell.regime, seed=settings.seed)
         sp = tr.sampled_spec
         name = f"recorded {sp['method']}[B={sp['budget']}]"
-        arms = [(rule, "recorded", rule) for rule in res.mean]
+        arms = [Arm(rule, "recorded", rule) for rule in res.mean]
+        names = dict.fromkeys(res.mean, name)
         extra = {"trace_units": len({c.prompt for c in tr.contexts})}
         sizes = np.array([float(np.mean([tr.sampled_draft(c).tree.size for c in tr.contexts]))])
     else:
@@ -412,22 +559,23 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
                       regime=cell.regime, tree=tree,
                       temperature=cell.temperature, rounds=[s.rounds for s in parts],
                       seeds=[s.seed for s in parts], max_rounds=cell.grid.max_rounds)
-        name = (f"sampled-tree[{cell.option}]" if tree.kind == "k-ary"
-                else f"tsubame-rrsw[B={tree.budget}]")
-        arms = ARMS
+        arms = arms_for(tree)
+        names = {a.label: _row_method(tree, a) for a in arms}
         sizes = np.array([res.budget])
         extra = {}
     rows = []
-    # every rule verifies the same tree (one size): modelled tokens/s = E[tau] / D(size)
+    # every rule verifies a tree of one size: modelled tokens/s = E[tau] / D(size)
     cost = settings.cost(settings.cost_model)
-    for label, method, rule in arms:
+    for label, _method, rule, lossless in arms:
         if label not in res.mean:           # no such arm on this tree (Greedy drafts)
             continue
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
         trav = res.gain_vs_traversal.get(label)
+        bias = res.bias.get(label, (0.0, 0.0, 0.0))
         rows.append({
-            "regime": cell.regime, "method": name + ("+greedy" if method == "greedy-tree"
-                                                      else ""), "verifier": rule,
+            "regime": cell.regime, "method": names[label], "verifier": rule,
+            "lossless": bool(lossless), "first_token_tv": bias[0],
+            "first_token_tv_ci_low": bias[1], "first_token_tv_ci_high": bias[2],
             "temperature": cell.temperature, "budget": res.budget, "rounds": res.rounds,
             "tau_mean": res.mean[label], "tau_ci_low": res.tau_ci[label][0],
             "tau_ci_high": res.tau_ci[label][1], **world_columns(res.world_means[label]),
@@ -435,12 +583,22 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             **throughput_columns(np.array([res.mean[label]]), sizes, cost, settings.cost_model),
             "rel_to_baseline": 1.0 + gain[0], "rel_ci_low": 1.0 + gain[1],
             "rel_ci_high": 1.0 + gain[2],
-            **world_columns(res.world_ratios(label), prefix="rel"), "baseline": "rrsw",
+            **world_columns(res.world_ratios(label), prefix="rel"), "baseline": res.baseline,
             **({"rel_traversal": 1.0 + trav[0], "rel_traversal_ci_low": 1.0 + trav[1],
                 "rel_traversal_ci_high": 1.0 + trav[2]} if trav else {}),
             **extra,
         })
     return rows
+
+
+def _row_method(tree: TreeSpec, arm: Arm) -> str:
+    """A row's ``method``: ``sampled-tree[2x5]`` (``+greedy`` for the Greedy-draft arm),
+    ``tsubame-rrsw[B=64]``, ``ddtree[B=64]``, ``sampled-chain-corrected``, ..."""
+    if tree.kind == "k-ary":
+        return f"sampled-tree[{tree.text}]" + ("+greedy" if arm.method == "greedy-tree" else "")
+    if tree.kind in ("tsubame", "ddtree"):
+        return f"{arm.method}[B={tree.budget}]"
+    return arm.method
 
 
 # ----------------------------------------------------------------------------------- traces
@@ -452,7 +610,7 @@ def measure_trace(tr, *, regime: str, seed: int = 0, boot: int = 2000) -> GainRe
     if sp is None:
         raise ValueError(f"the trace {regime!r} has no recorded sampled tree (record with "
                          "--sampled-tree SPEC)")
-    rules = MATCHING_RULES[str(sp["scheme"])]
+    rules = rules_for(str(sp["scheme"]))  # the recorded tree branches: no chain-only rule
     t = float(sp["temperature"])
     method = tr.sampled_method
     lengths = np.empty((len(tr.contexts), len(rules)))
@@ -513,9 +671,13 @@ def tables(rows: list[dict]) -> list[str]:
            "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
            "vs RRSw between worlds (t) | vs Traversal (pooled) | against the claim |",
            "|---|---|---|---|---|---|---|---|---|"]
+    engine_rows = [r for r in rows if _engine_cell(r)]
     for r in rows:
         if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
             continue
+        if not is_lossless(r) or r.get("baseline", "rrsw") != "rrsw" \
+                or str(r["method"]).startswith("ddtree["):
+            continue  # lossy rows, chains and DDTree's own tree: the engines' table below
         note = verdict_cell(row_judgement(r), UNIVER_PAGE)
         trav = ("—" if missing(r.get("rel_traversal")) else
                 f"{pct(float(r['rel_traversal']))} [{pct(float(r['rel_traversal_ci_low']))}, "
@@ -524,7 +686,60 @@ def tables(rows: list[dict]) -> list[str]:
                    f"| {r['tau_mean']:.3f} | {pct(r['rel_to_baseline'])} "
                    f"[{pct(r['rel_ci_low'])}, {pct(r['rel_ci_high'])}] | "
                    f"{between_worlds(r, prefix='rel', pct=True)} | {trav} | {note} |")
-    return [*out, *notes(out), ""]
+    out = [*out, *notes(out), ""]
+    return out + engine_table(engine_rows) if engine_rows else out
+
+
+def is_lossless(row: dict) -> bool:
+    """A row's ``lossless`` column (True when absent: rows written before lossy rules were
+    measured; ``"False"`` after a CSV round trip is False)."""
+    v = row.get("lossless", True)
+    return not (v is False or str(v).strip().lower() in ("false", "0"))
+
+
+def _engine_cell(row: dict) -> bool:
+    """A row of a DDTree, Tsubame or chain cell (the trees the engines verify)."""
+    m = str(row.get("method", ""))
+    return m.split("[")[0] in ("ddtree", "sampled-ddtree", "tsubame-rrsw", "tsubame-rrs",
+                               "chain", "sampled-chain-corrected")
+
+
+def engine_table(rows: list[dict]) -> list[str]:
+    """The rules engines ship beside the exact ones, on the trees a DDTree port would verify
+    at ``T > 0``: every arm of every DDTree, Tsubame and chain cell, lossless or not."""
+    out = ["## Which rule should a DDTree port use at T > 0 (DDTree, Tsubame and chain trees)",
+           "",
+           "Every rule on the same contexts: DDTree's own deterministic tree (`ddtree[B=..]`: "
+           "`follow`, `tev` and SGLang's target-only `sample-match`, lossless with thresholds 1, "
+           "all three E[τ] = 1 + C_p; SGLang's thresholds below 1 and the sibling-order "
+           "`min(1, p/q)` rule `sibling-ratio`, lossy), DDTree's shape filled by draws "
+           "(`sampled-ddtree[B=..]`: RRS on an i.i.d. fill, RRSw, Traversal and UniVer without "
+           "replacement), Tsubame's trees, and the drafter's chain (`sampled-chain-corrected`: "
+           "token-wise `rrs` and vLLM's `block` verification; `chain`: the argmax chain). "
+           "*E[τ]* is exact over the verifier's coins (a lossy rule's is *apparent*: the tokens "
+           "it counts do not follow the target); *tok/s* is modelled from it and the tree size "
+           "(`cost_model` column); *vs baseline*: the paired ratio of pooled means to the "
+           "cell's first arm (RRSw; RRS on chains) with its percentile-bootstrap interval; "
+           "*first-token TV*: a lossy rule's bias, the total-variation distance of the law of "
+           "a round's first token from the target's, mean over contexts [95% t-interval] "
+           "(0 for the lossless rules, by the theorems `python -m proofs_check` checks).", "",
+           "| regime | T | tree | rule | lossless | E[τ] | tok/s (modelled) | vs baseline | "
+           "first-token TV |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ok = is_lossless(r)
+        tv = ("0" if ok else f"**{float(r['first_token_tv']):.3f}** "
+              f"[{float(r['first_token_tv_ci_low']):.3f}, "
+              f"{float(r['first_token_tv_ci_high']):.3f}]")
+        base = "baseline" if float(r["rel_to_baseline"]) == 1.0 and r["verifier"] == \
+            r.get("baseline") else (f"{pct(float(r['rel_to_baseline']))} "
+                                    f"[{pct(float(r['rel_ci_low']))}, "
+                                    f"{pct(float(r['rel_ci_high']))}]")
+        out.append(f"| {r['regime']} | {float(r['temperature']):g} | {r['method']} | "
+                   f"{r['verifier']} | {'yes' if ok else '**no**'} | "
+                   f"{float(r['tau_mean']):.3f}{'' if ok else ' (apparent)'} | "
+                   f"{float(r['throughput_tok_s']):.0f} | {base} | {tv} |")
+    return [*out, ""]
 
 
 def _tree_label(method: str) -> str:
@@ -534,6 +749,8 @@ def _tree_label(method: str) -> str:
         return f"recorded {method.split()[1].split('[')[0]} {inner}"
     if method.startswith("tsubame"):
         return f"Tsubame {inner}"
+    if method.startswith("sampled-ddtree"):
+        return f"DDTree shape, drawn {inner}"
     return inner.replace("x", " wide × ") + " deep"
 
 
@@ -548,7 +765,15 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     """
     import matplotlib.pyplot as plt
 
-    sub = [r for r in rows if not (r["verifier"] == "rrsw" and "greedy" not in r["method"])]
+    # every rule of the table but the baseline: the fixed-order reconstruction on the sampled
+    # trees too (it can fall far behind RRSw there), and on Greedy drafts of k-ary shapes
+    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
+            ("univer-guided", False, "UniVer (value-guided)"),
+            ("univer-fixed", False, "fixed-order UniVer (same sampled trees)"),
+            ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
+    plotted = {a[0] for a in arms}
+    sub = [r for r in rows if r["verifier"] in plotted and is_lossless(r)
+           and not str(r["method"]).startswith("ddtree[")]
     regimes = list(dict.fromkeys(r["regime"] for r in sub))
     groups = {reg: list(dict.fromkeys((r["temperature"], r["method"].removesuffix("+greedy"))
                                       for r in sub if r["regime"] == reg)) for reg in regimes}
@@ -557,12 +782,6 @@ def plot_verifier_gains(rows: list[dict], path: Path) -> None:
     nrows = -(-len(regimes) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(cols * (1.5 * per + 1.6), 2.9 * nrows + 1.2),
                              squeeze=False, sharey=True, layout="constrained")
-    # every rule of the table but the baseline: the fixed-order reconstruction on the sampled
-    # trees too (it can fall far behind RRSw there), and on Greedy drafts of k-ary shapes
-    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
-            ("univer-guided", False, "UniVer (value-guided)"),
-            ("univer-fixed", False, "fixed-order UniVer (same sampled trees)"),
-            ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
     width = 0.8 / len(arms)
     low, high = CLAIM_RANGE
     for ax, regime in zip(axes.flat, regimes, strict=False):
@@ -607,8 +826,78 @@ def interval_label(rows: list[dict]) -> str:
     return render_interval(rows, "percentile-bootstrap interval", VerifierGrid.unit)
 
 
+#: The bars of :func:`plot_engine_rules`: (row method prefix, rule, legend label), by tree.
+ENGINE_BARS = (
+    ("ddtree[", "follow", "DDTree tree: follow = tev = sample-match"),
+    ("ddtree[", "sample-match[acc=0.7]", "DDTree tree: SGLang acc = 0.7"),
+    ("ddtree[", "sample-match[single=0.5]", "DDTree tree: SGLang single = 0.5"),
+    ("ddtree[", "sibling-ratio", "DDTree tree: sibling-order min(1, p/q)"),
+    ("sampled-ddtree[", "rrsw", "DDTree shape drawn: RRSw"),
+    ("sampled-ddtree[", "univer", "DDTree shape drawn: UniVer"),
+    ("tsubame-rrsw[", "rrsw", "Tsubame: RRSw"),
+    ("tsubame-rrsw[", "univer", "Tsubame: UniVer"),
+    ("sampled-chain-corrected", "rrs", "drafter's chain: token-wise RRS"),
+    ("sampled-chain-corrected", "block", "drafter's chain: block"),
+)
+
+
+def has_engine_rows(rows: list[dict]) -> bool:
+    """Whether a run has DDTree or chain cells (the trees only the engines' preset runs)."""
+    return any(str(r["method"]).startswith(("ddtree[", "sampled-chain-corrected"))
+               for r in rows)
+
+
+def plot_engine_rules(rows: list[dict], path: Path) -> None:
+    """E[τ] of the rules a DDTree port chooses between, per regime, with 95% t-interval bars.
+
+    One panel per regime, one bar per :data:`ENGINE_BARS` entry the run has; a lossy rule's
+    bar is hatched and labelled with its first-token TV (its E[τ] is apparent).
+    """
+    import matplotlib.pyplot as plt
+
+    regimes = list(dict.fromkeys(r["regime"] for r in rows if has_engine_rows([r])))
+    cols = 1 if len(regimes) == 1 else 2
+    nrows = -(-len(regimes) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.2 * cols, 2.6 * nrows + 1.6),
+                             squeeze=False, layout="constrained")
+    # one hue per tree, the first rule of a pair lighter
+    colors = ("C0", "C3", "C3", "C3", "#fdbf6f", "C1", "#98df8a", "C2", "#c7c7c7", "C7")
+    for ax, regime in zip(axes.flat, regimes, strict=False):
+        for j, (prefix, rule, label) in enumerate(ENGINE_BARS):
+            hit = [r for r in rows if r["regime"] == regime and r["verifier"] == rule
+                   and str(r["method"]).startswith(prefix)]
+            if not hit:
+                continue
+            r = hit[0]
+            y, lo, hi = (float(r[k]) for k in ("tau_mean", "tau_ci_low", "tau_ci_high"))
+            lossy = not is_lossless(r)
+            ax.bar(j, y, 0.8, yerr=[[y - lo], [hi - y]], capsize=2, color=colors[j],
+                   alpha=0.45 if lossy else 0.9, hatch="//" if lossy else None,
+                   edgecolor="black" if lossy else None, label=label)
+            if lossy:
+                ax.annotate(f"TV {float(r['first_token_tv']):.2f}", (j, hi), ha="center",
+                            va="bottom", fontsize=6.5)
+        ax.set_xticks([])
+        ax.set_title(regime, fontsize=10)
+        ax.set_ylabel("E[τ] (lossy: apparent)")
+        ax.set_ylim(0, None)
+        ax.margins(y=0.12)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(regimes):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure_legend(fig, handles, labels, max_cols=2,
+                  title=f"T = 1, B = 64; hatched: lossy (E[τ] apparent, first-token TV above "
+                        f"the bar); bars: 95% t-interval over {interval_units(rows[0])[0]} "
+                        "contexts")
+    save_figure(fig, path)
+
+
 #: File name -> figure.
-figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains)}
+figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains),
+           "engine_rules.png": FigureSpec("the rules a DDTree port chooses between at T > 0 "
+                                          "(E[τ]; lossy rules hatched, with their bias)",
+                                          plot_engine_rules, has_engine_rows)}
 
 
 # ----------------------------------------------------------------------------------- claims
@@ -695,6 +984,23 @@ def preset(which: str) -> VerifierGrid | None:
     if which == name:
         return VerifierGrid(regimes, shapes=("2x4", "3x3"), rounds=100)
     return None
+
+
+#: The trees a DDTree port at ``T > 0`` chooses between, on every calibrated regime.
+ENGINE_SHAPES = ("ddtree64", "tsubame64", "chain")
+
+
+def engines_preset() -> VerifierGrid:
+    """``--preset verifiers-engines``: every rule, the engines' included, on DDTree, Tsubame
+    and chain trees of every calibrated regime at ``T = 1``."""
+    return VerifierGrid(paper_regimes(), shapes=ENGINE_SHAPES, temperatures=(1.0,), rounds=300,
+                        worlds=3)
+
+
+#: The further presets of the family (``python -m treespec_sim.sweep --preset NAME``).
+presets = {"verifiers-engines": ("which rule a DDTree port should use at T = 1: every rule "
+                                 "(the engines' lossy ones measured) on DDTree, Tsubame and "
+                                 "chain trees, every calibrated regime", engines_preset)}
 
 
 def console_rows(rows: list[dict]) -> list[dict]:

@@ -9,8 +9,8 @@ sweep and the real-model decoder use, with each method's scheme and lossless rul
 
 The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtree``,
 ``_tsubame``: a function and its module never share a name); import them from this package,
-``from treespec_sim.policies import ddtree``. ``draft``, ``dynamic`` and ``sampled`` are public
-modules (no function of theirs is called after them).
+``from treespec_sim.policies import ddtree``. ``conditional``, ``draft``, ``dynamic`` and
+``sampled`` are public modules (no function of theirs is called after them).
 
 ``prefix_tree`` (:mod:`treespec_sim.tree`) and ``path_probabilities``
 (:mod:`treespec_sim.paths`) are written below the builders, which share them with the round loop
@@ -34,6 +34,7 @@ from ._caddtree import (
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
 from ._tsubame import tsubame, tsubame_shape
+from .conditional import conditional_tree
 from .draft import MATCHING_RULES, Draft
 from .dynamic import dynamic_tree
 from .sampled import (
@@ -47,7 +48,8 @@ from .sampled import (
 )
 
 __all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
-           "budget_curve", "caddtree", "chain", "ddtree", "ddtree_with_mask", "dynamic_tree",
+           "budget_curve", "caddtree", "chain", "conditional_tree", "ddtree", "ddtree_with_mask",
+           "dynamic_tree",
            "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
            "k_ary_shape", "longrun_budget", "longrun_tree", "marginal_proposal",
            "path_probabilities", "prefix_tree", "sampled_chain", "tempered", "tsubame",

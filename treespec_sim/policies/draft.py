@@ -18,7 +18,7 @@ import numpy as np
 
 from ..proposal import ProposalRows
 from ..tree import DraftTree
-from ..verify import MATCHING_RULES
+from ..verify import MATCHING_RULES, RULES, check_chain
 
 __all__ = ["MATCHING_RULES", "Draft", "ProposalRows"]
 
@@ -68,9 +68,16 @@ class Draft:
         """Raise ``ValueError`` if ``rule`` does not match the draws (C4), or if the target
         samples at a different temperature than the proposal was tempered to."""
         ok = MATCHING_RULES[self.scheme]
+        spec = RULES.get(rule) if isinstance(rule, str) else None
+        if spec is not None and not spec.lossless:
+            raise ValueError(f"rule {rule!r} is lossy ({spec.bias}); it is measured, never "
+                             "verified with: Round.lossy_facts(rule) gives its apparent E[tau] "
+                             "and its bias, proofs_check.check_verifier its loss")
         if rule not in ok:
             raise ValueError(f"rule {rule!r} does not match {self.scheme!r} draws (exact rules: "
                              f"{', '.join(ok)})")
+        if spec.chains_only:
+            check_chain(self.tree)
         if (self.sampled and target_temperature is not None
                 and float(target_temperature) != self.temperature):
             raise ValueError(

@@ -17,7 +17,17 @@ from .diagnostics import argmax_mass_profile, chain_tau, mean_chain_tau
 from .drafter import BlockDiffusionDrafter
 from .kernel import SparseBoostKernel, check_temperature
 from .oracle import MarkovTargetOracle
-from .regimes import DRAFTER_VARIANTS, REGIMES, RegimeSpec, drafter_variant, get_regime
+from .regimes import (
+    DRAFTER_VARIANTS,
+    REGIMES,
+    RegimeSpec,
+    drafter_variant,
+    get_regime,
+    is_regime_file,
+    regime_file,
+    register_regime,
+    resolve_regime,
+)
 from .world import Context, World, make_world
 
 __all__ = [
@@ -34,6 +44,10 @@ __all__ = [
     "check_temperature",
     "drafter_variant",
     "get_regime",
+    "is_regime_file",
     "make_world",
     "mean_chain_tau",
+    "regime_file",
+    "register_regime",
+    "resolve_regime",
 ]

@@ -29,8 +29,19 @@ from pathlib import Path
 
 from ..files import read_json
 
-__all__ = ["CALIBRATION_FILE", "DRAFTER_VARIANTS", "REGIMES", "RegimeSpec", "drafter_variant",
-           "get_regime", "load_calibrated"]
+__all__ = [
+    "CALIBRATION_FILE",
+    "DRAFTER_VARIANTS",
+    "REGIMES",
+    "RegimeSpec",
+    "drafter_variant",
+    "get_regime",
+    "is_regime_file",
+    "load_calibrated",
+    "regime_file",
+    "register_regime",
+    "resolve_regime",
+]
 
 #: The package data file holding the calibrated regimes (written by
 #: ``python -m treespec_sim.calibrate``).
@@ -302,7 +313,57 @@ def get_regime(name: str) -> RegimeSpec:
         return REGIMES[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown regime {name!r}; known regimes: "
-                         f"{', '.join(sorted(REGIMES))}") from None
+                         f"{', '.join(sorted(REGIMES))}, or a fitted regime's .json "
+                         "file") from None
+
+
+def is_regime_file(name: object) -> bool:
+    """Whether ``name`` names a regime file rather than a regime (a ``.json`` path)."""
+    return isinstance(name, str | Path) and str(name).endswith(".json")
+
+
+def regime_file(path: Path | str) -> RegimeSpec:
+    """The one regime of a fitted-regime file (``python -m treespec_sim.acceptance fit``,
+    ``acceptance.write_fit``: ``{"regimes": {name: {"knobs": ..., "fit": ...}}}``).
+
+    Raises
+    ------
+    ValueError
+        No such file, not a calibration-style file, bad knobs, or not exactly one regime.
+    """
+    if not Path(path).is_file():
+        raise ValueError(f"regime: no such file {str(path)!r}")
+    specs = load_calibrated(path)
+    if len(specs) != 1:
+        raise ValueError(f"regime: {path} holds {len(specs)} regimes; name one file per fitted "
+                         "regime")
+    return next(iter(specs.values()))
+
+
+def resolve_regime(regime: str | Path | RegimeSpec) -> RegimeSpec:
+    """A :class:`RegimeSpec`, a name of :data:`REGIMES` or a fitted regime's ``.json`` file
+    (:func:`regime_file`)."""
+    if isinstance(regime, RegimeSpec):
+        return regime
+    if isinstance(regime, str) and regime in REGIMES:
+        return REGIMES[regime]
+    if is_regime_file(regime):
+        return regime_file(regime)
+    return get_regime(regime)
+
+
+def register_regime(spec: RegimeSpec) -> str:
+    """Add ``spec`` to :data:`REGIMES` under its name (a fitted regime a sweep names by file),
+    and return the name. Registering the same spec again is a no-op; another spec under a name
+    already taken is refused (``ValueError``), so a file never silently replaces a regime."""
+    if not isinstance(spec, RegimeSpec):
+        raise ValueError(f"spec must be a RegimeSpec; got {type(spec).__name__}")
+    old = REGIMES.get(spec.name)
+    if old is not None and old != spec:
+        raise ValueError(f"regime {spec.name!r} is already a different regime; rename the "
+                         "fitted one (its file's regime name)")
+    REGIMES[spec.name] = spec
+    return spec.name
 
 
 #: Drafter variants of a regime (the ``stochastic`` sweep family's ``drafters``): name -> knob

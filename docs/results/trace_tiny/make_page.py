@@ -9,11 +9,11 @@ Run from the repository root (CPU; about two minutes on one loaded core)::
 2. Live decodes of the tiny models (``real_models``) from the trace's own prompts: the chain
    and DDTree at 16, 64 and 256 at T = 0 and 1, 96 new tokens per prompt, each round's exact
    E[tau] kept (``live.json``).
-3. A regime fitted to the trace (``treespec_sim.logs.fit_log``): the knobs of ``mid-entropy`` at
-   the tiny models' V = 1024 and L = 7 fitted to the trace's exact acceptance-length law of
-   DDTree@64 at T = 0, then its ``logit_scale`` to the same cell at T = 1 (a target knob that
-   moves no argmax); its numbers at every other cell are out of sample (``fit.json``,
-   ``fitted_regime.json``).
+3. A regime fitted to the trace (``treespec_sim.acceptance.fit_log``): the knobs of
+   ``mid-entropy`` at the tiny models' V = 1024 and L = 7 fitted to the trace's exact
+   acceptance-length law of DDTree@64 at T = 0, then its ``logit_scale`` to the same cell at
+   T = 1 (a target knob that moves no argmax); its numbers at every other cell are out of
+   sample (``fit.json``, ``fitted_regime.json``).
 4. ``index.md`` and the figures.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 
 import real_models
 from real_models.backend import ModelBackend
-from treespec_sim import engine, logs, trace
+from treespec_sim import acceptance, engine, trace
 from treespec_sim.stats import mean_ci
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,24 +91,25 @@ def live_numbers(tr) -> dict:
     return out
 
 
-def fit_numbers(tr) -> tuple[dict, logs.LogFit, logs.LogFit]:
+def fit_numbers(tr) -> tuple[dict, acceptance.LogFit, acceptance.LogFit]:
     """Fit mid-entropy's knobs to the trace's DDTree@64 law at T = 0, then logit_scale at
     T = 1; the fitted regime's numbers at every cell."""
     common = {"method": "ddtree", "budget": 64, "contexts": 96, "seed": SEED,
               "vocab_size": tr.vocab_size, "depth": tr.depth}
     t0 = time.perf_counter()
-    target0 = logs.trace_distribution(tr, method="ddtree", budget=64, temperature=0.0)
-    fit0 = logs.fit_log(target0, base="mid-entropy", temperature=0.0,
+    target0 = acceptance.trace_distribution(tr, method="ddtree", budget=64, temperature=0.0)
+    fit0 = acceptance.fit_log(target0, base="mid-entropy", temperature=0.0,
                         knobs=("hard_miss", "variant_noise", "degradation"), max_evals=45,
                         name="fit-tiny-b256", **common)
-    target1 = logs.trace_distribution(tr, method="ddtree", budget=64, temperature=1.0)
-    fit1 = logs.fit_log(target1, base=fit0.spec, temperature=1.0, knobs=("logit_scale",),
+    target1 = acceptance.trace_distribution(tr, method="ddtree", budget=64, temperature=1.0)
+    fit1 = acceptance.fit_log(target1, base=fit0.spec, temperature=1.0, knobs=("logit_scale",),
                         max_evals=15, name="fit-tiny-b256", **common)
     out = {"seconds": time.perf_counter() - t0}
     for t in TEMPS:
         for method, budget in METHODS:
-            d = logs.regime_distribution(fit1.spec, method=method, budget=budget, temperature=t,
-                                         contexts=256, worlds=2, seed=SEED + 100)
+            d = acceptance.regime_distribution(fit1.spec, method=method, budget=budget,
+                                               temperature=t, contexts=256, worlds=2,
+                                               seed=SEED + 100)
             m = d.mean()
             out[f"{_label(method, budget)} T={t:g}"] = {"mean": m.mean, "low": m.low,
                                                         "high": m.high,
@@ -174,17 +175,15 @@ def main() -> None:
     tr_num = trace_numbers(tr)
     live = live_numbers(tr)
     fitted, fit0, fit1 = fit_numbers(tr)
-    logs.write_fit(HERE / "fitted_regime.json", fit1)
-    comps = {f"T={t:g}": logs.compare(logs.trace_distribution(tr, method="ddtree", budget=64,
-                                                              temperature=t),
-                                      logs.regime_distribution(fit1.spec, method="ddtree",
-                                                               budget=64, temperature=t,
-                                                               contexts=256, worlds=2,
-                                                               seed=SEED + 100))
+    acceptance.write_fit(HERE / "fitted_regime.json", fit1)
+    comps = {f"T={t:g}": acceptance.compare(
+        acceptance.trace_distribution(tr, method="ddtree", budget=64, temperature=t),
+        acceptance.regime_distribution(fit1.spec, method="ddtree", budget=64, temperature=t,
+                                       contexts=256, worlds=2, seed=SEED + 100))
              for t in TEMPS}
     for key, c in comps.items():
-        logs.plot_comparison(c, HERE / f"histogram_ddtree64_{key.replace('=', '')}.png",
-                             names=("trace", "fitted regime"))
+        acceptance.plot_comparison(c, HERE / f"histogram_ddtree64_{key.replace('=', '')}.png",
+                                   names=("trace", "fitted regime"))
     plot_budgets(tr_num, live, fitted, HERE / "tau_by_method.png")
     data = {"trace": TRACE, "sweep_seconds": sweep_s, "trace_numbers": tr_num, "live": live,
             "fitted": fitted, "fit_T0": fit0.to_dict(), "fit_T1": fit1.to_dict(),
