@@ -15,11 +15,10 @@ from its module as well. Everything here is numpy/scipy-level; torch, cvxpy, mat
 dask are imported only inside the modules that need them. See ``docs/usage.md``.
 """
 
-__version__ = "0.1.0"
-
 from .cost import get_cost_model
 from .engine import Round, decode, run_round, run_rounds
 from .methods import METHODS, register
+from .provenance import VERSION as __version__
 from .synth import make_world
 from .tree import DraftTree
 

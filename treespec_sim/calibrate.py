@@ -102,6 +102,7 @@ from .acceptance import add_from_log_arguments, from_log_main
 from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import decode, run_round
 from .files import atomic_write_text, read_json
+from .provenance import git_commit
 from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
@@ -1048,17 +1049,6 @@ def _load(path: Path) -> dict:
     return data
 
 
-def _git_commit() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def _print_flush(line: str) -> None:
     """Progress sink of worker processes (unbuffered, so parallel fits interleave by line)."""
     print(line, flush=True)
@@ -1109,7 +1099,7 @@ def _write(path: Path, entries: dict[str, dict], t0: float) -> dict:
                   "is measured on fresh worlds and contexts."),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": "python -m treespec_sim.calibrate " + " ".join(sys.argv[1:]),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "budget": BUDGET,

@@ -62,10 +62,8 @@ import functools
 import json
 import math
 import os
-import platform
 import signal
 import socket
-import subprocess
 import sys
 import time
 import zlib
@@ -73,9 +71,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from . import __version__
 from .cli import OneLineParser, add_debug, add_seed, positive_int
 from .cost import PRESETS as COST_PRESETS
 from .cost import record_extrapolation
@@ -95,6 +90,7 @@ from .families import (
 from .families.base import RECORDED_COST, cost_model, smoke_test, trace_for, trace_sha256
 from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode, read_json, read_toml
+from .provenance import git_commit, versions
 from .report import findings_lines, summary_markdown, write_figures
 from .synth import is_regime_file, regime_file, register_regime
 
@@ -514,23 +510,6 @@ def _remove_if_empty(folder: Path) -> None:
         folder.rmdir()  # only succeeds on an empty folder
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10, check=False)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _versions() -> dict[str, str]:
-    import scipy
-
-    return {"treespec": __version__, "python": sys.version.split()[0],
-            "numpy": np.__version__, "scipy": scipy.__version__,
-            "platform": platform.platform()}
-
-
 def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
     """8 hex digits of everything a cell's rows depend on beyond its key and the seed.
 
@@ -938,7 +917,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
         "preset": preset, "plan": plan.to_dict(), "seed": plan.seed,
         "cost_model": plan.cost_model, "cells": len(cells),
         "cells_skipped_on_resume": skipped, "workers": workers, "scheduler": scheduler,
-        "versions": _versions(), "git_commit": _git_commit(),
+        "versions": versions(), "git_commit": git_commit(),
         "started": _dt.datetime.fromtimestamp(started, _dt.UTC).isoformat(),
         "elapsed_s": time.time() - started, "command": sys.argv,
         "cost_models": _cost_provenance(plan),

@@ -112,12 +112,12 @@ def test_readme_first_example_runs():
 
 
 def test_cpu_description_reads_the_first_processors_family_and_model(monkeypatch):
-    from treespec_sim import machine
+    from treespec_sim import machine, provenance
 
     text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
             "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: machine._first_processor(text))
+    monkeypatch.setattr(provenance, "_cpuinfo", lambda: provenance._first_processor(text))
     assert machine.cpu_name() == "AMD EPYC"
     assert machine.cpu_description() == "AMD EPYC (family 25, model 17)"
-    monkeypatch.setattr(machine, "_cpuinfo", dict)       # no /proc/cpuinfo: platform's name
+    monkeypatch.setattr(provenance, "_cpuinfo", dict)       # no /proc/cpuinfo: platform's name
     assert machine.cpu_description() == machine.cpu_name() != ""
