@@ -103,6 +103,7 @@ from .cli import OneLineParser, add_debug, add_seed, positive_int, run
 from .engine import decode, run_round
 from .files import atomic_write_text, read_json
 from .provenance import git_commit
+from .seeds import cell_rng
 from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
@@ -507,7 +508,7 @@ def _tau(world: World, ctx, method: str, budget: int | None, temperature: float 
                      temperature=temperature, rng=_NO_DRAWS, sample=False).expected_tau
 
 #: Deterministic methods verified exactly (no sampled outcome) draw nothing from their rng.
-_NO_DRAWS = np.random.default_rng(0)
+_NO_DRAWS = cell_rng(0)
 
 
 # ---------------------------------------------------------------------- the fit
@@ -547,9 +548,9 @@ def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
     log(f"  [{name}] evaluating on fresh worlds")
     per_world = max(1, contexts // len(EVAL_WORLD_SEEDS))
     ev = evaluate_cells(spec, per_world=per_world, world_seeds=EVAL_WORLD_SEEDS,
-                        rng=np.random.default_rng(EVAL_CONTEXT_SEED))
+                        rng=cell_rng(EVAL_CONTEXT_SEED))
     entropy = _entropy_t1(spec, EVAL_WORLD_SEEDS,
-                          np.random.default_rng(EVAL_CONTEXT_SEED + 1))
+                          cell_rng(EVAL_CONTEXT_SEED + 1))
     summary = ev.summary()
     targets = table1_targets()[name]
     ok = all(_within(summary[q]["mean"], targets[q]["value"]) for q in CELLS
@@ -818,7 +819,7 @@ class _CellFitSet:
 
     def __init__(self, spec: RegimeSpec, *, per_world: int, world_seeds: Sequence[int],
                  context_seed: int) -> None:
-        rng = np.random.default_rng(context_seed)
+        rng = cell_rng(context_seed)
         self.spec = spec
         self.world_seeds = tuple(world_seeds)
         self.ref = [make_world(spec, seed=s) for s in self.world_seeds]
@@ -865,7 +866,7 @@ class _ExactAlphaFitSet:
         """Pooled cell means at ``knobs``, float64 (6,)."""
         spec = dataclasses.replace(self.spec, **knobs)
         redraw = spec.logit_scale != self._alpha
-        rng = np.random.default_rng(self.context_seed)
+        rng = cell_rng(self.context_seed)
         if redraw:
             self._contexts = []
         vals = []
@@ -1214,7 +1215,7 @@ def convention(regimes: Sequence[str] | None = None, *, responses_per_world: int
         spec = RegimeSpec(**stored[r]["knobs"])
         vals = response_means(spec, responses_per_world=responses_per_world,
                               world_seeds=EVAL_WORLD_SEEDS,
-                              rng=np.random.default_rng(RESPONSE_SEED), n_tokens=n_tokens)
+                              rng=cell_rng(RESPONSE_SEED), n_tokens=n_tokens)
         out[r] = {}
         for j, q in enumerate(RESPONSE_CELLS):
             v = vals[:, :, j, 0].ravel()
@@ -1288,7 +1289,7 @@ def check(regimes: Sequence[str] | None = None, *, contexts: int = CHECK_CONTEXT
     for r in names:
         spec = RegimeSpec(**stored[r]["knobs"])
         ev = evaluate_cells(spec, per_world=per_world, world_seeds=CHECK_WORLD_SEEDS,
-                            rng=np.random.default_rng(seed))
+                            rng=cell_rng(seed))
         out[r] = ev
         summ = ev.summary()
         for q in CELLS:

@@ -28,6 +28,7 @@ from .acceptance_readers import FORMATS, AcceptanceLog
 from .cost import get_cost_model
 from .engine import run_round
 from .policies import chain
+from .seeds import cell_rng
 from .stats import MeanCI, mean_ci
 from .synth import RegimeSpec, make_world, resolve_regime
 from .validation import check_positive_int, check_rng, check_temperature
@@ -270,7 +271,7 @@ class WorldSet:
         self.ref, self.contexts, self.states = [], [], []
         for i in range(k):
             w = make_world(spec, seed=self.seed + i, vocab_size=vocab_size, depth=depth)
-            rng = np.random.default_rng([self.seed + i, stream])
+            rng = cell_rng(self.seed + i, stream)
             m = n // k + (i < n % k)
             self.contexts.append([w.sample_context(rng) for _ in range(m)])
             self.states.append(rng.bit_generator.state)
@@ -284,7 +285,7 @@ class WorldSet:
         other.vocab_size, other.depth, other.stream = self.vocab_size, self.depth, stream
         other.ref, other.contexts, other.states = list(self.ref), [], []
         for i, (w, cs) in enumerate(zip(self.ref, self.contexts, strict=True)):
-            rng = np.random.default_rng([self.seed + i, stream])
+            rng = cell_rng(self.seed + i, stream)
             other.contexts.append([w.sample_context(rng) for _ in cs])
             other.states.append(rng.bit_generator.state)
         return other
@@ -308,7 +309,7 @@ class WorldSet:
                 if shared:
                     w.share_target_kernels(ref)
                 else:
-                    rng = np.random.default_rng([self.seed + i, self.stream])
+                    rng = cell_rng(self.seed + i, self.stream)
                     ctxs = [w.sample_context(rng) for _ in ctxs]
             p, tau, sec = _contexts_law(w, ctxs, method=method, budget=budget, temperature=t,
                                         rule=rule, rng=rng, cost=cost)
@@ -369,7 +370,7 @@ def trace_distribution(trace, *, method: str = "ddtree", budget: int | None = 64
                        rng: np.random.Generator | None = None) -> Distribution:
     """A trace's acceptance-length law: the exact law of every recorded round, averaged
     (units: the recorded prompts; ``docs/traces.md``)."""
-    rng = np.random.default_rng(0) if rng is None else check_rng(rng)
+    rng = cell_rng(0) if rng is None else check_rng(rng)
     p, tau, secs = _contexts_law(trace, trace.contexts, method=method, budget=budget,
                                  temperature=check_temperature(temperature), rule=rule,
                                  rng=rng, cost=cost)

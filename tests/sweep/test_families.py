@@ -26,6 +26,7 @@ from treespec_sim.families import (
 )
 from treespec_sim.families.base import headline
 from treespec_sim.report import results_page, summary_markdown
+from treespec_sim.seeds import cell_rng
 from treespec_sim.sweep import Plan, run_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ def test_ddtree_rows_pair_each_tree_with_the_chain_on_the_same_contexts():
     rows = {(r["method"], r["budget"]): r for r in ddtree.run(cell, settings)}
     diffs = {2: [], 4: []}
     for share in shares(cell, settings):          # the contexts, drawn again by hand
-        world, rng = world_for("tiny", share.seed), ddtree.cell_rng(share.seed, cell)
+        world, rng = world_for("tiny", share.seed), cell_rng(share.seed, cell.key)
         for _ in range(share.rounds):
             ctx = world.sample_context(rng)
             kw = {"rule": "follow", "temperature": 0.0, "rng": rng, "sample": False}

@@ -55,7 +55,7 @@ from .base import (
     world_shares,
 )
 from .caddtree import CaDDTreeGrid
-from .ddtree import DDTreeGrid, cell_rng
+from .ddtree import DDTreeGrid
 from .stochastic import StochasticGrid
 from .verifiers import VerifierGrid
 

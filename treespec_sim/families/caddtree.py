@@ -51,6 +51,7 @@ import numpy as np
 from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, round_time
 from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
+from ..seeds import cell_rng
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
 from ..validation import check_temperature
 from .base import (
@@ -218,7 +219,7 @@ def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
     def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
         return rnd.surrogate_curve, rnd.tau_curve
 
-    sequences = run_rounds(world, rng=np.random.default_rng([seed, 7]), rounds=rounds,
+    sequences = run_rounds(world, rng=cell_rng(seed, 7), rounds=rounds,
                            rounds_per_sequence=rounds_per_sequence, method="ddtree",
                            budget=max_budget, rule="follow", temperature=temperature,
                            nested=True, record=curves)
@@ -328,7 +329,7 @@ def evaluate(curves: RoundCurves, cost: LatencyModel, *, context_length: float =
     seconds = np.column_stack([seconds, seconds[:, oracle_col]])
     point = tokens.sum(axis=0) / seconds.sum(axis=0)
     boot = paired_bootstrap(tokens, seconds, units=curves.sequence,
-                            rng=np.random.default_rng(seed))
+                            rng=cell_rng(seed))
     i_oracle, i_longrun = len(names) - 1, names.index("longrun")
     ids = np.unique(curves.sequence)
     tau_ci = [mean_ci([tokens[curves.sequence == i, j] for i in ids])
@@ -442,7 +443,7 @@ def collect_trace(tr, *, regime: str, temperature: float, max_budget: int) -> Ro
     def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
         return rnd.surrogate_curve, rnd.tau_curve
 
-    seqs = run_rounds(tr, rng=np.random.default_rng(0), contexts=tr.contexts, method="ddtree",
+    seqs = run_rounds(tr, rng=cell_rng(0), contexts=tr.contexts, method="ddtree",
                       budget=max_budget, rule="follow", temperature=temperature, nested=True,
                       sample=False, record=curves)
     width = max_budget + 1

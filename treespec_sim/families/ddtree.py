@@ -15,7 +15,6 @@ Its claim: DDTree's tree accepts more tokens per round than the chain of the sam
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +23,7 @@ import numpy as np
 
 from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
+from ..seeds import cell_rng
 from ..stats import mean_ci, world_columns
 from ..validation import check_budget, check_temperature
 from ..verify import MATCHING_RULES, RULES
@@ -152,12 +152,6 @@ class DDTreeGrid:
 grid = DDTreeGrid
 
 
-def cell_rng(seed: int, cell: Cell) -> np.random.Generator:
-    """The ``ddtree`` family's generator of one world: ``default_rng([seed, crc32(cell.key)])``
-    with that world's seed."""
-    return np.random.default_rng([seed, zlib.crc32(cell.key.encode())])
-
-
 @dataclass
 class _Tally:
     """Per-round facts of one (method, budget) label of the ddtree family."""
@@ -196,7 +190,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         return _run_trace(cell, settings, budgets)
     tally = {k: _Tally() for k in _labels(g, budgets)}
     parts = shares(cell, settings)
-    streams = [cell_rng(share.seed, cell) for share in parts]  # continued by later stages
+    streams = [cell_rng(share.seed, cell.key) for share in parts]  # continued by later stages
     drawn: list[list] = [[] for _ in parts]  # each world's contexts, in stream order
     groups = [m for m in ("chain", "ddtree") if m in g.methods] or ["dynamic"]
     todo = {m: [share.rounds for share in parts] for m in groups}
@@ -357,7 +351,7 @@ def _run_trace(cell: Cell, settings: RunSettings, budgets: list[int]) -> list[di
     tr = settings.trace_backend(cell.regime)
     tally = {k: _Tally() for k in _labels(g, budgets)}
     groups = [m for m in ("chain", "ddtree") if m in g.methods] or ["dynamic"]
-    rng = cell_rng(settings.seed, cell)  # run_round's argument; no round here draws from it
+    rng = cell_rng(settings.seed, cell.key)  # run_round's argument; no round here draws from it
     common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
     for ctx in tr.contexts:
         for group in groups:

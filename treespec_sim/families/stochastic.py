@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from ..engine import run_round, run_rounds
 from ..methods import get_method, uses_budget
 from ..policies import tsubame
 from ..policies.sampled import marginal_proposal, sampled_chain
+from ..seeds import cell_rng
 from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
 from ..tree import DraftTree
@@ -245,10 +245,9 @@ class CellRuns:
         self.regime, self.drafter, self.temperature, self.cost = (regime, drafter,
                                                                   temperature, cost)
         key = f"{regime}|{drafter}|{temperature!r}"
-        self._ctx_rngs = [np.random.default_rng([s, zlib.crc32(key.encode()), 0])
-                          for s in seeds]
-        self._rngs = {(m, b): [np.random.default_rng([s, zlib.crc32(f"{key}|{b}|{m}".encode())])
-                               for s in seeds] for m, b in self.labels}
+        self._ctx_rngs = [cell_rng(s, key, 0) for s in seeds]
+        self._rngs = {(m, b): [cell_rng(s, f"{key}|{b}|{m}") for s in seeds]
+                      for m, b in self.labels}
         # per label, per world: (exact tau, tree size, modelled seconds, rule) of each context
         self.records = {lab: [[] for _ in worlds] for lab in self.labels}
 
@@ -820,7 +819,7 @@ def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
     contexts, entropy = [], []
     for s in parts:
         w = _map_world(cell.regime, s.seed, alpha, kappas[0])
-        rng_ctx = np.random.default_rng([s.seed, zlib.crc32(key.encode()), 0])
+        rng_ctx = cell_rng(s.seed, key, 0)
         cs = [w.sample_context(rng_ctx) for _ in range(s.rounds)]
         contexts.append(cs)
         root = [DraftTree.from_parents([-1], [c.last_token]) for c in cs]
@@ -839,8 +838,7 @@ def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
                 for s, cs in zip(parts, contexts, strict=True):
                     w = _map_world(cell.regime, s.seed, alpha, kappas[0] if kappa == 0.0
                                    else kappa)
-                    rng = np.random.default_rng([s.seed, zlib.crc32(
-                        f"{key}|{label}|{t_q!r}|{kappa!r}".encode())])
+                    rng = cell_rng(s.seed, f"{key}|{label}|{t_q!r}|{kappa!r}")
                     recs = []
                     for c in cs:
                         method = label if kind == "none" else map_builder(

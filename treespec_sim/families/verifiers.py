@@ -40,6 +40,7 @@ import numpy as np
 from ..engine import run_round
 from ..methods import METHODS, get_method, lossless_rules, rules_for
 from ..policies import k_ary_shape
+from ..seeds import cell_rng
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
 from ..validation import check_temperature
 from ..verify import SCHEME_FOR_RULE, lossy_rules
@@ -454,7 +455,7 @@ def measure(worlds: Sequence, *, regime: str, tree: str | TreeSpec, rounds: Sequ
         raise ValueError(f"rounds must add up to >= 2; got {list(rounds)}")
     spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree)
     arms = arms_for(spec)
-    streams = [np.random.default_rng(s + 1) for s in seeds]  # continued by a second stage
+    streams = [cell_rng(s + 1) for s in seeds]  # continued by a second stage
     facts = [arm_facts(w, tree=spec, temperature=temperature, rounds=n, rng=r)
              for w, n, r in zip(worlds, rounds, streams, strict=True)]
 
@@ -506,9 +507,9 @@ def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regi
     parts = [p[:, keep] for p in parts]
     means = lengths.mean(axis=0)
     if units is None:
-        boot_means = paired_bootstrap(lengths, rng=np.random.default_rng(seed + 2), n_boot=boot)
+        boot_means = paired_bootstrap(lengths, rng=cell_rng(seed + 2), n_boot=boot)
     else:
-        boot_means = paired_bootstrap(lengths, units=units, rng=np.random.default_rng(seed + 2),
+        boot_means = paired_bootstrap(lengths, units=units, rng=cell_rng(seed + 2),
                                       n_boot=boot)
 
     def gains_over(base: int, arms) -> dict[str, tuple[float, float, float]]:
@@ -614,7 +615,7 @@ def measure_trace(tr, *, regime: str, seed: int = 0, boot: int = 2000) -> GainRe
     t = float(sp["temperature"])
     method = tr.sampled_method
     lengths = np.empty((len(tr.contexts), len(rules)))
-    rng = np.random.default_rng(seed)  # run_round's argument; sample=False draws nothing
+    rng = cell_rng(seed)  # run_round's argument; sample=False draws nothing
     for i, ctx in enumerate(tr.contexts):
         rnd = run_round(tr, ctx, method=method, rule=rules[0], temperature=t, rng=rng,
                         sample=False)
