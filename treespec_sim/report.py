@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .calibrate import (
+from .calibration_data import (
     CELL_LABELS,
     CELL_SPECS,
     CELLS,
