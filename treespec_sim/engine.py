@@ -56,7 +56,7 @@ from .methods import (
 from .paths import LogQ, path_probabilities
 from .policies.draft import Draft
 from .policies.sampled import marginal_proposal
-from .proposal import ProposalRows
+from .proposal import ConditionalProposal, ProposalRows
 from .rows import TargetOracle
 from .stats import MeanCI, mean_ci
 from .tree import DraftTree, prefix_tree
@@ -75,17 +75,28 @@ from .verify.outcome import Outcome
 __all__ = [
     "STAGES",
     "Backend",
+    "BatchedConditionalDrafter",
+    "Capabilities",
+    "Clocked",
+    "Committer",
+    "ConditionalDrafter",
+    "ContextLengths",
     "DecodeResult",
+    "LazyDrafter",
     "LossyFacts",
     "MeanCI",
     "Round",
+    "RoundLimits",
     "RoundRecord",
+    "RoundSpec",
     "RoundsSummary",
+    "capabilities",
     "check_backend",
     "commit",
     "decode",
     "run_round",
     "run_rounds",
+    "run_spec",
     "summarize",
 ]
 
@@ -111,7 +122,8 @@ class Backend(Protocol):
         path to node ``v``; an ``(n+1, V)`` array or an object with ``row(v)`` and
         ``edge_probs(tree)`` (:class:`~treespec_sim.rows.TargetOracle`).
 
-    Optional (used when present)
+    Optional (used when present; each is a typed protocol of this module, resolved once per
+    round into :class:`Capabilities` by :func:`capabilities`)
     ----------------------------
     draft_lazy(ctx)
         Ranked marginals that tree builders read without materialising ``(L, V)``.
@@ -528,8 +540,121 @@ def _resolve(method: str | Callable) -> tuple[Method | _CallablePolicy, str, str
     return m, param, method
 
 
-def _clock_of(backend: Backend) -> Callable[[], float]:
-    return getattr(backend, "clock", time.perf_counter)
+# ---------------------------------------------------------------------------- the round's spec
+@dataclass(frozen=True)
+class RoundSpec:
+    """A round's settings, checked once (:meth:`of`); what :func:`run_round` runs.
+
+    Attributes
+    ----------
+    method : Method or callable policy
+        The registry's entry (or a user's callable, wrapped).
+    name : str
+        The method's name as given (``"sampled-tree[2x4]"``).
+    param : str
+        The bracketed parameter of a parametrised name (``"2x4"``), else ``""``.
+    budget : int or None
+    rule : str
+        The verification rule: the given one, checked lossless for the method, or the
+        method's default at ``temperature``.
+    temperature : float
+    sample : bool
+    nested : bool
+    cost : LatencyModel or None
+    options : dict
+    """
+
+    method: Method | _CallablePolicy
+    name: str
+    param: str
+    budget: int | None
+    rule: str
+    temperature: float
+    sample: bool
+    nested: bool
+    cost: LatencyModel | None
+    options: dict[str, Any]
+
+    @classmethod
+    def of(cls, *, method: str | Callable, budget: int | None = None, rule: str | None = None,
+           temperature: float = 0.0, sample: bool = True,
+           cost: LatencyModel | str | PurePath | None = None, nested: bool = False,
+           options: Mapping[str, Any] | None = None) -> RoundSpec:
+        """The checked spec of :func:`run_round`'s arguments (``ValueError`` naming the first
+        bad one)."""
+        t = check_temperature(temperature)
+        if budget is not None:
+            budget = check_budget(budget)
+        sample, nested = check_flag(sample, "sample"), check_flag(nested, "nested")
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"options must be a mapping (a dict); got {type(options).__name__}")
+        if isinstance(cost, str | PurePath):
+            cost = get_cost_model(cost)  # a preset name or a latency file; models pass as they are
+        spec, param, name = _resolve(method)
+        if isinstance(spec, Method):
+            rule = resolve_rule(spec, rule, t)
+            if nested and not spec.nested:
+                raise ValueError(f"nested=True needs a nested method (DDTree); {name!r} is not")
+            if nested and rule != "follow":
+                raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
+        elif rule is None:
+            rule = "follow"
+        return cls(spec, name, param, budget, rule, t, sample, nested, cost, dict(options or {}))
+
+
+# ---------------------------------------------------------------------------- capabilities
+@runtime_checkable
+class LazyDrafter(Protocol):
+    """Ranked marginals that tree builders read without materialising ``(L, V)``."""
+
+    def draft_lazy(self, ctx: Any) -> LazyLogMarginals: ...
+
+
+@runtime_checkable
+class ConditionalDrafter(Protocol):
+    """A corrected proposal given a sampled parent (``*-corrected`` and Tsubame fills);
+    ``conditions_on_path`` (optional, default ``False``): it reads the whole sampled path;
+    ``correction_pass_cost`` (optional, default 0): drafter forwards per corrected level."""
+
+    def draft_conditional(self, ctx: Any, depth: int, parent_token: int, **path
+                          ) -> np.ndarray: ...
+
+
+@runtime_checkable
+class BatchedConditionalDrafter(Protocol):
+    """A level's correction laws in one pass."""
+
+    def draft_conditional_batch(self, ctx: Any, depth: int, parent_tokens: Sequence[int],
+                                **paths) -> Any: ...
+
+
+@runtime_checkable
+class Committer(Protocol):
+    """Commits an outcome with its accepted node ids (replaces ``advance``)."""
+
+    def commit(self, ctx: Any, outcome: Outcome) -> Any: ...
+
+
+@runtime_checkable
+class ContextLengths(Protocol):
+    """Where a latency model is read."""
+
+    def context_length(self, ctx: Any) -> int: ...
+
+
+@runtime_checkable
+class RoundLimits(Protocol):
+    """Refuses a round the backend cannot serve exactly."""
+
+    def check_round(self, ctx: Any, *, method: str, budget: int | None,
+                    temperature: float) -> None: ...
+
+
+@runtime_checkable
+class Clocked(Protocol):
+    """Seconds, synchronised with the device."""
+
+    def clock(self) -> float: ...
 
 
 #: What each use of a backend needs from it (the :class:`Backend` protocol, by purpose).
@@ -539,17 +664,60 @@ _BACKEND_NEEDS = {
 }
 
 
-def check_backend(backend, *purposes: str) -> None:
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond :class:`Backend`, resolved once (:func:`capabilities`).
+
+    Each callable attribute is the backend's bound method of the optional protocol of that
+    name, or ``None`` where the backend has none; ``clock`` defaults to
+    :func:`time.perf_counter`; ``present`` holds the :class:`Backend` members it has.
+    """
+
+    present: frozenset[str]
+    draft_lazy: Callable[[Any], LazyLogMarginals] | None
+    draft_conditional: Callable[..., np.ndarray] | None
+    draft_conditional_batch: Callable[..., Any] | None
+    conditions_on_path: bool
+    correction_pass_cost: float
+    commit: Callable[[Any, Outcome], Any] | None
+    context_length: Callable[[Any], int] | None
+    check_round: Callable[..., None] | None
+    clock: Callable[[], float]
+
+
+def capabilities(backend: Backend) -> Capabilities:
+    """The one place the round loop asks a backend what it has (the optional protocols
+    :class:`LazyDrafter`, :class:`ConditionalDrafter`, :class:`BatchedConditionalDrafter`,
+    :class:`Committer`, :class:`ContextLengths`, :class:`RoundLimits`, :class:`Clocked`)."""
+    names = {n for needs in _BACKEND_NEEDS.values() for n in needs} | {"advance"}
+    return Capabilities(
+        present=frozenset(n for n in names if hasattr(backend, n)),
+        draft_lazy=getattr(backend, "draft_lazy", None),
+        draft_conditional=getattr(backend, "draft_conditional", None),
+        draft_conditional_batch=getattr(backend, "draft_conditional_batch", None),
+        conditions_on_path=bool(getattr(backend, "conditions_on_path", False)),
+        correction_pass_cost=getattr(backend, "correction_pass_cost", 0.0),
+        commit=getattr(backend, "commit", None),
+        context_length=getattr(backend, "context_length", None),
+        check_round=getattr(backend, "check_round", None),
+        clock=getattr(backend, "clock", time.perf_counter),
+    )
+
+
+def check_backend(backend, *purposes: str, caps: Capabilities | None = None) -> Capabilities:
     """Raise ``ValueError`` naming what ``backend`` lacks for ``purposes`` (keys of the
-    protocol table, or ``"commit"``: ``commit(ctx, outcome)`` or ``advance(ctx, tokens)``)."""
+    protocol table, or ``"commit"``: ``commit(ctx, outcome)`` or ``advance(ctx, tokens)``);
+    returns its :class:`Capabilities` (``caps``, where given, already resolved)."""
+    caps = capabilities(backend) if caps is None else caps
     missing = [name for p in purposes if p != "commit" for name in _BACKEND_NEEDS[p]
-               if not hasattr(backend, name)]
-    if "commit" in purposes and not (hasattr(backend, "commit") or hasattr(backend, "advance")):
+               if name not in caps.present]
+    if "commit" in purposes and caps.commit is None and "advance" not in caps.present:
         missing.append("advance(ctx, tokens) (or commit(ctx, outcome))")
     if missing:
         raise ValueError(f"backend {type(backend).__name__} lacks {', '.join(missing)}, which "
                          f"{' and '.join(purposes)} need; see treespec_sim.engine.Backend and "
                          "docs/usage.md, 'Bring your own drafter and target'")
+    return caps
 
 
 def _check_width(what: str, shape, backend) -> None:
@@ -560,6 +728,7 @@ def _check_width(what: str, shape, backend) -> None:
                          f"(shape {tuple(shape)})")
 
 
+# ---------------------------------------------------------------------------- the round
 def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTree | Draft],
               budget: int | None = None, rule: str | None = None, temperature: float = 0.0,
               rng: np.random.Generator, sample: bool = True,
@@ -605,105 +774,117 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
     Round
     """
     check_rng(rng)
-    check_backend(backend, "round")
-    t = check_temperature(temperature)
-    if budget is not None:
-        budget = check_budget(budget)
-    sample, nested = check_flag(sample, "sample"), check_flag(nested, "nested")
-    if options is not None and not isinstance(options, Mapping):
-        raise ValueError(f"options must be a mapping (a dict); got {type(options).__name__}")
-    if isinstance(cost, str | PurePath):
-        cost = get_cost_model(cost)  # a preset name or a latency file; models pass as they are
-    spec, param, name = _resolve(method)
-    if isinstance(spec, Method):
-        rule = resolve_rule(spec, rule, t)
-        if spec.needs_conditional and not hasattr(backend, "draft_conditional"):
-            raise ValueError(no_conditional_message(name))
-        if nested and not spec.nested:
-            raise ValueError(f"nested=True needs a nested method (DDTree); {name!r} is not")
-        if nested and rule != "follow":
-            raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
-    elif rule is None:
-        rule = "follow"
-    limits = getattr(backend, "check_round", None)  # a backend's own limits (a trace's data)
-    if limits is not None:
-        limits(ctx, method=name, budget=budget, temperature=t)
-    clock = _clock_of(backend)
-    timings: dict[str, float] = {}
+    caps = check_backend(backend, "round")
+    spec = RoundSpec.of(method=method, budget=budget, rule=rule, temperature=temperature,
+                        sample=sample, cost=cost, nested=nested, options=options)
+    return run_spec(backend, ctx, spec, rng=rng, caps=caps)
+
+
+def run_spec(backend: Backend, ctx: Any, spec: RoundSpec, *, rng: np.random.Generator,
+             caps: Capabilities | None = None) -> Round:
+    """:func:`run_round` of a checked :class:`RoundSpec`: resolve, draft, build, verify,
+    price."""
+    caps = check_backend(backend, "round", caps=caps)
+    if isinstance(spec.method, Method) and spec.method.needs_conditional \
+            and caps.draft_conditional is None:
+        raise ValueError(no_conditional_message(spec.name))
+    if caps.check_round is not None:  # a backend's own limits (a trace's data)
+        caps.check_round(ctx, method=spec.name, budget=spec.budget, temperature=spec.temperature)
+    clock, timings = caps.clock, {}
     t0 = clock()
-    draft_lazy = getattr(backend, "draft_lazy", None)
-    log_q = draft_lazy(ctx) if draft_lazy is not None else backend.draft(ctx)
+    log_q = caps.draft_lazy(ctx) if caps.draft_lazy is not None else backend.draft(ctx)
     t1 = clock()
     _check_width("draft (log_q)", getattr(log_q, "shape", None), backend)
     timings["draft"] = t1 - t0
-    ell = backend.context_length(ctx) if hasattr(backend, "context_length") else None
+    ell = caps.context_length(ctx) if caps.context_length is not None else None
     corrected: set[int] = set()  # the depths >= 2 whose laws came from a correction
-    if isinstance(spec, Method):
-        conditional = None
-        if hasattr(backend, "draft_conditional"):
-            # a backend whose correction reads the whole sampled path (a real drafter's
-            # second pass with the path in the block) is asked with it (ProposalFn)
-            on_path = bool(getattr(backend, "conditions_on_path", False))
-
-            def conditional(depth: int, parent_token: int, **path) -> np.ndarray:
-                if depth >= 2:
-                    corrected.add(int(depth))
-                return backend.draft_conditional(ctx, depth, parent_token, **path)
-
-            conditional.conditions_on_path = on_path
-            batch = getattr(backend, "draft_conditional_batch", None)
-            if batch is not None:
-                # fill_tree asks for a level's laws at once (one batched drafter pass)
-                def prefetch(depth: int, parent_tokens, **paths) -> None:
-                    if depth >= 2:
-                        corrected.add(int(depth))
-                    batch(ctx, depth, parent_tokens, **paths)
-
-                conditional.prefetch = prefetch
-        req = DraftRequest(log_q=log_q, budget=budget, temperature=t, rule=rule,
-                           root_token=int(getattr(ctx, "last_token", -1)), rng=rng,
-                           conditional=conditional, cost=cost, context_length=ell,
-                           param=param, options=dict(options or {}))
-        draft = spec.build(req)
-    else:
-        built = spec.fn(log_q, budget, root_token=int(getattr(ctx, "last_token", -1)))
-        draft = built if isinstance(built, Draft) else Draft(built)
-    draft.check_rule(rule, target_temperature=t)
+    draft = _build(spec, caps, ctx, log_q, ell, corrected, rng)
     t2 = clock()
     timings["build"] = t2 - t1
-    rows = backend.target_oracle(ctx, draft.tree, t)
+    rows = backend.target_oracle(ctx, draft.tree, spec.temperature)
     t3 = clock()
     _check_width("target_oracle rows", getattr(rows, "shape", None), backend)
     timings["verify"] = t3 - t2
     outcome = None
-    if sample:
-        outcome = verify(draft.tree, rows, rule=rule, rng=rng, proposal=draft.proposal)
+    if spec.sample:
+        outcome = verify(draft.tree, rows, rule=spec.rule, rng=rng, proposal=draft.proposal)
         timings["decide"] = clock() - t3
-    cost_s = None
-    if cost is not None:
-        length = DEFAULT_CONTEXT_LENGTH if ell is None else ell
-        # a corrected level costs what the backend says a correction pass costs, in drafter
-        # forwards (a real drafter: one more pass over the block, the level's parents batched;
-        # the synthetic world's head: nothing modelled) -- docs/theory/tsubame.md, section 6
-        per_pass = float(getattr(backend, "correction_pass_cost", 0.0))
-        cost_s = float(round_time(cost, draft.tree.size, length)
-                       + per_pass * len(corrected) * cost.draft_cost(length))
-    return Round(name, rule, t, draft, log_q, rows, int(backend.depth), outcome, cost_s,
-                 timings, correction_passes=len(corrected))
+    cost_s = _price(spec, caps, draft, ell, len(corrected))
+    return Round(spec.name, spec.rule, spec.temperature, draft, log_q, rows, int(backend.depth),
+                 outcome, cost_s, timings, correction_passes=len(corrected))
+
+
+def _build(spec: RoundSpec, caps: Capabilities, ctx: Any, log_q, ell: int | None,
+           corrected: set[int], rng: np.random.Generator) -> Draft:
+    """The method's draft of ``log_q`` (its rule checked); ``corrected`` gains the depths whose
+    laws a correction pass gave."""
+    root_token = int(getattr(ctx, "last_token", -1))
+    if isinstance(spec.method, Method):
+        req = DraftRequest(log_q=log_q, budget=spec.budget, temperature=spec.temperature,
+                           rule=spec.rule, root_token=root_token, rng=rng,
+                           conditional=_conditional_proposal(caps, ctx, corrected),
+                           cost=spec.cost, context_length=ell, param=spec.param,
+                           options=dict(spec.options))
+        draft = spec.method.build(req)
+    else:
+        built = spec.method.fn(log_q, spec.budget, root_token=root_token)
+        draft = built if isinstance(built, Draft) else Draft(built)
+    draft.check_rule(spec.rule, target_temperature=spec.temperature)
+    return draft
+
+
+def _conditional_proposal(caps: Capabilities, ctx: Any, corrected: set[int]
+                          ) -> ConditionalProposal | None:
+    """The backend's correction at ``ctx`` as a sampled builder's proposal (``None`` without
+    one); each depth >= 2 it is asked at is added to ``corrected``."""
+    draft_conditional, batch = caps.draft_conditional, caps.draft_conditional_batch
+    if draft_conditional is None:
+        return None
+
+    def law(depth: int, parent_token: int, **path) -> np.ndarray:
+        if depth >= 2:
+            corrected.add(int(depth))
+        return draft_conditional(ctx, depth, parent_token, **path)
+
+    prefetch = None
+    if batch is not None:
+        # fill_tree asks for a level's laws at once (one batched drafter pass)
+        def prefetch(depth: int, parent_tokens, **paths) -> None:
+            if depth >= 2:
+                corrected.add(int(depth))
+            batch(ctx, depth, parent_tokens, **paths)
+
+    # a backend whose correction reads the whole sampled path (a real drafter's second pass
+    # with the path in the block) is asked with it (ProposalFn)
+    return ConditionalProposal(law, conditions_on_path=caps.conditions_on_path,
+                               prefetch=prefetch)
+
+
+def _price(spec: RoundSpec, caps: Capabilities, draft: Draft, ell: int | None,
+           correction_passes: int) -> float | None:
+    """The round's modelled seconds under ``spec.cost`` (``None`` without a model)."""
+    if spec.cost is None:
+        return None
+    length = DEFAULT_CONTEXT_LENGTH if ell is None else ell
+    # a corrected level costs what the backend says a correction pass costs, in drafter
+    # forwards (a real drafter: one more pass over the block, the level's parents batched;
+    # the synthetic world's head: nothing modelled) -- docs/theory/tsubame.md, section 6
+    per_pass = float(caps.correction_pass_cost)
+    return float(round_time(spec.cost, draft.tree.size, length)
+                 + per_pass * correction_passes * spec.cost.draft_cost(length))
 
 
 def commit(backend: Backend, ctx: Any, rnd: Round) -> Any:
     """The context after ``rnd``'s sampled outcome (``backend.commit`` or ``advance``)."""
     if rnd.outcome is None:
         raise ValueError("commit needs a round run with sample=True")
-    check_backend(backend, "commit")
-    clock = _clock_of(backend)
-    t0 = clock()
-    if hasattr(backend, "commit"):
-        nxt = backend.commit(ctx, rnd.outcome)
+    caps = check_backend(backend, "commit")
+    t0 = caps.clock()
+    if caps.commit is not None:
+        nxt = caps.commit(ctx, rnd.outcome)
     else:
         nxt = backend.advance(ctx, rnd.outcome.tokens)
-    rnd.timings["commit"] = clock() - t0  # type: ignore[index]
+    rnd.timings["commit"] = caps.clock() - t0  # type: ignore[index]
     return nxt
 
 

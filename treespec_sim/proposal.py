@@ -1,19 +1,23 @@
-"""Proposal rows: the law each node's children were drawn from, each distinct law stored once.
+"""Proposal rows: the law each node's children were drawn from, each distinct law stored once;
+and the conditional proposal a round hands a sampled builder.
 
-What a sampled builder (:mod:`treespec_sim.policies`) hands its verifier
-(:mod:`treespec_sim.verify`) besides the tree; it sits below both so that neither imports the
-other for it.
+:class:`ProposalRows` is what a sampled builder (:mod:`treespec_sim.policies`) hands its
+verifier (:mod:`treespec_sim.verify`) besides the tree; it sits below both so that neither
+imports the other for it. :class:`ConditionalProposal` is what the round loop hands a sampled
+builder when the backend corrects its drafter given a sampled parent: the law, and what it
+declares about itself (it reads whole paths; it can batch a level).
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["ProposalRows"]
+__all__ = ["ConditionalProposal", "ProposalRows"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,3 +133,33 @@ def _is_int(x) -> bool:
     except TypeError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class ConditionalProposal:
+    """A conditional proposal with its declared capabilities (a sampled builder's
+    ``ProposalFn``, :mod:`treespec_sim.policies.sampled`).
+
+    Calling it, ``proposal(depth, parent_token, **path)``, returns the normalised ``(V,)``
+    law of a child at ``depth`` given its parent's token.
+
+    Attributes
+    ----------
+    law : callable
+        ``law(depth, parent_token, **path) -> (V,)``: the law itself.
+    conditions_on_path : bool
+        The law reads each node's whole sampled path: it is then called with ``path=`` (the
+        tokens at depths ``1..depth - 1``, the parent last) and :attr:`prefetch` with
+        ``paths=``.
+    prefetch : callable, optional
+        ``prefetch(depth, parent_tokens, **paths) -> None``: told a level's parents at once
+        before their laws are asked for (one batched drafter pass); ``None`` when the law is
+        computed one parent at a time.
+    """
+
+    law: Callable[..., np.ndarray]
+    conditions_on_path: bool = False
+    prefetch: Callable[..., None] | None = None
+
+    def __call__(self, depth: int, parent_token: int, **path) -> np.ndarray:
+        return self.law(depth, parent_token, **path)
