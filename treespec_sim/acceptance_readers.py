@@ -63,6 +63,7 @@ from .files import (
 )
 from .stats import MeanCI, batch_mean_ci
 from .torch_save import Record, load_torch_save
+from .validation import Interval, check_param, is_int, is_number
 
 __all__ = ["DEFAULT_WIDTH", "FORMATS", "AcceptanceLog", "read_log", "read_logs"]
 
@@ -322,7 +323,7 @@ class _Units:
 
 # ----------------------------------------------------------------------------- field checks
 def _number(value: Any, where: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value, numpy=False):
         raise ValueError(f"{where}: {what} = {value!r:.60} is not a number")
     x = float(value)
     if not math.isfinite(x):
@@ -413,8 +414,7 @@ def _benchmark_logs(obj: Any, path: Path, width: int | None) -> list[AcceptanceL
     if t is not None:
         t = _number(t, str(path), "args.temperature")
     block = obj.get("block_size", args.get("block_size"))
-    depth = int(block) - 1 if isinstance(block, int) and not isinstance(block, bool) \
-        and block >= 2 else None
+    depth = int(block) - 1 if is_int(block, numpy=False) and block >= 2 else None
     w, why = _width(depth, width, "block_size - 1, from the file")
     per: dict[str, dict[str, Any]] = {}
     for i, response in enumerate(obj["responses"]):
@@ -1199,9 +1199,8 @@ def read_logs(path: Path | str, *, width: int | None = None) -> tuple[Acceptance
         check_file(path, "log file")
     except ValueError:
         raise ValueError(f"log file {path} does not exist") from None
-    if width is not None and (isinstance(width, bool) or not isinstance(width, int)
-                              or width < 1):
-        raise ValueError(f"width must be an integer >= 1; got {width!r}")
+    if width is not None:
+        check_param(width, "width", Interval("int", 1, numpy=False))
     try:
         if zipfile.is_zipfile(path):
             logs = _benchmark_logs(load_torch_save(path), path, width)

@@ -132,7 +132,7 @@ from .stats import mean_ci, t_quantile, world_ci
 from .synth import World, make_world
 from .synth.diagnostics import token_entropies
 from .synth.regimes import CALIBRATION_FILE, RegimeSpec, load_calibrated
-from .validation import check_positive_int, check_rng
+from .validation import check_positive_int, check_rng, is_int
 
 __all__ = [
     "BEST_BUDGET",
@@ -365,8 +365,7 @@ def evaluate(spec: RegimeSpec, *, contexts: int, world_seeds: Sequence[int],
         raise ValueError("world_seeds must be non-empty")
     check_rng(rng)
     budget = check_positive_int(budget, "budget")
-    if isinstance(entropy_contexts, bool) or not isinstance(entropy_contexts, int) \
-            or entropy_contexts < 0:
+    if not is_int(entropy_contexts, numpy=False) or entropy_contexts < 0:
         raise ValueError(f"entropy_contexts must be a non-negative integer; got "
                          f"{entropy_contexts!r}")
     values: dict[str, list[np.ndarray]] = {q: [] for q in QUANTITIES}

@@ -74,7 +74,7 @@ from .regime_laws import DRAFTERS, WorldSet, drafter_spec
 from .stats import MeanCI, world_ci
 from .synth import RegimeSpec, is_regime_file, resolve_regime
 from .tree import DraftTree
-from .validation import check_budget, check_positive_int, check_temperature
+from .validation import check_budget, check_positive_int, check_temperature, is_int
 
 __all__ = ["ENGINES", "EXPORTERS", "EngineSetting", "ExportRequest", "StaticTree",
            "best_static_tree", "export", "main", "rank_tree", "sglang_triples"]
@@ -507,8 +507,7 @@ def _regime_width(fit: dict) -> int | None:
     """The chain length of the log a regime was fitted to (vLLM's ``num_speculative_tokens``
     there), where it records a chain of a stated length."""
     k = fit.get("budget")
-    if fit.get("method") in ("chain", "ar-chain") and isinstance(k, int) and \
-            not isinstance(k, bool) and k >= 1:
+    if fit.get("method") in ("chain", "ar-chain") and is_int(k, numpy=False) and k >= 1:
         return k
     return None
 

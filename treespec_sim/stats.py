@@ -57,6 +57,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .validation import Interval, check_param
+
 __all__ = ["LEVEL", "MIN_EXPECTED", "N_BOOT", "GofTest", "MeanCI", "batch_mean_ci", "gof_power",
            "gof_test", "mean_ci", "paired_bootstrap", "percentile_ci", "pooled_gof", "ratio_ci",
            "t_quantile", "throughput", "tv_interval", "world_ci", "world_columns"]
@@ -102,8 +104,7 @@ class MeanCI:
 def t_quantile(dof: int, *, level: float = LEVEL) -> float:
     """The two-sided ``level`` quantile of Student's t with ``dof`` degrees of freedom (the
     half-width of a t-interval in standard errors: 4.30 for 2 dof at 95%)."""
-    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
-        raise ValueError(f"dof must be an integer >= 1; got {dof!r}")
+    check_param(dof, "dof", Interval("int", 1, numpy=False))
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level!r}")
     return _t_quantile(level, dof)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .files import MAX_LOG_BYTES, error_text, human_bytes, open_zip, over_limit
+from .validation import is_int
 
 __all__ = ["Record", "load_torch_save"]
 
@@ -87,7 +88,7 @@ _REBUILDERS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuil
 
 def _index(value: Any, what: str) -> int:
     """A non-negative integer from a pickle (bools and floats refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value, numpy=False) or value < 0:
         raise pickle.UnpicklingError(f"{what} {value!r:.40} is not a non-negative integer")
     return value
 

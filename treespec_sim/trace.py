@@ -55,7 +55,7 @@ from .policies.draft import Draft
 from .proposal import ProposalRows
 from .rows import same_tree
 from .tree import DraftTree
-from .validation import check_rng, check_temperature
+from .validation import check_rng, check_temperature, is_int, is_number
 from .verify import MATCHING_RULES
 
 __all__ = ["FORMAT", "TopKLogMarginals", "Trace", "TraceContext", "TraceRows", "array_bounds",
@@ -723,7 +723,7 @@ def _header_int(header: Mapping, key: str, path: Path, *, low: int = 0) -> int:
     obj: Any = header
     for part in key.split("."):
         obj = obj.get(part) if isinstance(obj, Mapping) else None
-    if isinstance(obj, bool) or not isinstance(obj, int) or obj < low:
+    if not is_int(obj, numpy=False) or obj < low:
         raise ValueError(f"{path}: header {key} = {obj!r:.40} is not an integer >= {low}")
     return obj
 
@@ -751,16 +751,15 @@ def array_bounds(header: Mapping, path: Path | str = "trace") -> dict[str, tuple
     prompt_tokens = _header_int(header, "settings.prompt_tokens", path)
     temps = s.get("temperatures")
     if not (isinstance(temps, list) and 0 < len(temps) <= 64 and all(
-            isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
-            and t >= 0 for t in temps)):
+            is_number(t, numpy=False) and math.isfinite(t) and t >= 0 for t in temps)):
         raise ValueError(f"{path}: header settings.temperatures = {temps!r:.60} is not a list "
                          "of finite temperatures >= 0")
     sampled = s.get("sampled")
     if sampled is not None:
         t = sampled.get("temperature") if isinstance(sampled, Mapping) else None
         if not (isinstance(sampled, Mapping) and isinstance(sampled.get("method"), str)
-                and sampled.get("scheme") in MATCHING_RULES and isinstance(t, int | float)
-                and not isinstance(t, bool) and math.isfinite(t) and t >= 0):
+                and sampled.get("scheme") in MATCHING_RULES and is_number(t, numpy=False)
+                and math.isfinite(t) and t >= 0):
             raise ValueError(f"{path}: header settings.sampled = {sampled!r:.80} is not null "
                              "or {method, budget, temperature, rule, scheme} with a known "
                              f"scheme ({', '.join(MATCHING_RULES)})")

@@ -42,16 +42,35 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
 from .rowmass import MASS_ERROR, row_masses
 
-__all__ = ["LOGPROB_POSITIVE_TOL", "ROW_SUM_TOL_BY_DTYPE", "as_float_array", "check_budget",
-           "check_flag", "check_log_q", "check_log_q_shape", "check_masses",
-           "check_nonnegative_int", "check_positive_int", "check_real", "check_rng",
-           "check_root_token", "check_temperature", "check_tree", "checked_row_max",
-           "row_sum_tolerance"]
+__all__ = [
+    "LOGPROB_POSITIVE_TOL",
+    "ROW_SUM_TOL_BY_DTYPE",
+    "Interval",
+    "as_float_array",
+    "check_budget",
+    "check_flag",
+    "check_log_q",
+    "check_log_q_shape",
+    "check_masses",
+    "check_nonnegative_int",
+    "check_param",
+    "check_positive_int",
+    "check_real",
+    "check_rng",
+    "check_root_token",
+    "check_temperature",
+    "check_tree",
+    "checked_row_max",
+    "is_int",
+    "is_number",
+    "row_sum_tolerance",
+]
 
 #: Largest log-probability accepted as "not positive" (absorbs log-softmax rounding).
 LOGPROB_POSITIVE_TOL = 1e-12
@@ -191,6 +210,80 @@ def check_masses(lp: np.ndarray, mass: np.ndarray, source: str, name: str = "log
 def _integer(value) -> bool:
     """A Python or numpy integer, not a bool (``True`` is an ``int`` to Python)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def is_int(value, *, numpy: bool = True) -> bool:
+    """An integer, not a bool (``True`` is an ``int`` to Python): a Python or numpy integer,
+    or with ``numpy=False`` a Python ``int`` only (a value read from JSON or TOML, which later
+    goes back into JSON)."""
+    if not numpy:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return _integer(value)
+
+
+def is_number(value, *, numpy: bool = True) -> bool:
+    """A real number, not a bool: any :class:`numbers.Real`, or with ``numpy=False`` a Python
+    ``int`` or ``float`` (``numpy.float64`` is a ``float``)."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, int | float) if not numpy else isinstance(value, numbers.Real)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A declarative constraint on a number (in the style of scikit-learn's
+    ``_param_validation``): its kind and bounds, checked by :func:`check_param`.
+
+    Attributes
+    ----------
+    kind : {"int", "real"}
+        ``"int"``: :func:`is_int`; ``"real"``: :func:`is_number` and finite.
+    low, high : float, optional
+        Bounds (``None``: unbounded).
+    closed : {"both", "left", "right", "neither"}
+        Which bounds belong to the interval.
+    numpy : bool
+        Accept numpy scalars (``False``: Python numbers only).
+    """
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+    numpy: bool = True
+
+    def __contains__(self, value) -> bool:
+        if self.kind == "int":
+            if not is_int(value, numpy=self.numpy):
+                return False
+        elif not (is_number(value, numpy=self.numpy) and math.isfinite(value)):
+            return False
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        if self.low is not None and (value < self.low or (value == self.low and not left)):
+            return False
+        return not (self.high is not None
+                    and (value > self.high or (value == self.high and not right)))
+
+    def describe(self) -> str:
+        """``"an integer >= 1"``, ``"a number in [0, 1)"``, ..."""
+        what = "an integer" if self.kind == "int" else "a number"
+        if self.low is not None and self.high is not None:
+            lb = "[" if self.closed in ("both", "left") else "("
+            rb = "]" if self.closed in ("both", "right") else ")"
+            return f"{what} in {lb}{self.low:g}, {self.high:g}{rb}"
+        if self.low is not None:
+            return f"{what} {'>=' if self.closed in ('both', 'left') else '>'} {self.low:g}"
+        if self.high is not None:
+            return f"{what} {'<=' if self.closed in ('both', 'right') else '<'} {self.high:g}"
+        return what
+
+
+def check_param(value, name: str, constraint: Interval):
+    """``value`` if it satisfies ``constraint``, else ``ValueError`` in the one format:
+    ``"<name> must be <constraint.describe()>; got <value!r>"``."""
+    if value not in constraint:
+        raise ValueError(f"{name} must be {constraint.describe()}; got {value!r}")
+    return value
 
 
 def check_budget(budget, name: str = "budget") -> int:

@@ -48,7 +48,7 @@ from .. import synth
 from ..cost import PiecewiseLinearCost, fit_monotone_convex, get_cost_model, round_time
 from ..stats import LEVEL, mean_ci, throughput
 from ..trace import load as load_trace
-from ..validation import check_budget, check_temperature
+from ..validation import Interval, check_budget, check_param, check_temperature, is_int
 from ..verdicts import (
     DECIDE_MARGIN,
     MIN_UNITS,
@@ -171,8 +171,7 @@ def check_rounds(rounds: int, family: str) -> None:
 
 def check_worlds(worlds: int, rounds: int, family: str) -> None:
     """``1 <= worlds <= rounds`` (every world needs a context)."""
-    if isinstance(worlds, bool) or not isinstance(worlds, int) or worlds < 1:
-        raise ValueError(f"{family}.worlds must be an integer >= 1; got {worlds!r}")
+    check_param(worlds, f"{family}.worlds", Interval("int", 1, numpy=False))
     if rounds < worlds:
         raise ValueError(f"{family}.worlds must be at most {family}.rounds (every world needs "
                          f"a context); got worlds={worlds}, rounds={rounds}")
@@ -180,8 +179,8 @@ def check_worlds(worlds: int, rounds: int, family: str) -> None:
 
 def check_max_rounds(max_rounds: int, rounds: int, family: str) -> None:
     """``max_rounds`` 0 (no adaptive contexts) or an integer ``>= rounds`` (the pilot)."""
-    if (isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 0
-            or (max_rounds and max_rounds < rounds)):
+    if not is_int(max_rounds, numpy=False) or max_rounds < 0 or (max_rounds
+                                                                 and max_rounds < rounds):
         raise ValueError(f"{family}.max_rounds must be 0 or an integer >= rounds ({rounds}); "
                          f"got {max_rounds!r}")
 
@@ -220,9 +219,8 @@ def world_shares(rounds: int, worlds: int, seed: int) -> tuple[WorldShare, ...]:
     seed : int
         The sweep's seed.
     """
-    if isinstance(worlds, bool) or not isinstance(worlds, int) or worlds < 1:
-        raise ValueError(f"worlds must be an integer >= 1; got {worlds!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < worlds:
+    check_param(worlds, "worlds", Interval("int", 1, numpy=False))
+    if not is_int(rounds, numpy=False) or rounds < worlds:
         raise ValueError(f"rounds must be an integer >= worlds ({worlds}); got {rounds!r}")
     base, extra = divmod(rounds, worlds)
     return tuple(WorldShare(i, seed + i, base + (i < extra)) for i in range(worlds))

@@ -25,7 +25,7 @@ from ..engine import Round, run_round
 from ..exits import EXIT_CAUSES
 from ..seeds import cell_rng
 from ..stats import mean_ci, world_columns
-from ..validation import check_budget, check_temperature
+from ..validation import check_budget, check_temperature, is_int, is_number
 from ..verify import MATCHING_RULES, RULES
 from .base import (
     Cell,
@@ -116,12 +116,11 @@ class DDTreeGrid:
     max_rounds: int = 0
 
     def __post_init__(self) -> None:
-        if (isinstance(self.precision, bool) or not isinstance(self.precision, int | float)
-                or not 0.0 <= self.precision < 1.0):
+        if not is_number(self.precision, numpy=False) or not 0.0 <= self.precision < 1.0:
             raise ValueError(f"ddtree.precision must be a number in [0, 1) (0 = fixed rounds); "
                              f"got {self.precision!r}")
-        if (isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int)
-                or self.max_rounds < 0 or (self.max_rounds and self.max_rounds < self.rounds)):
+        if (not is_int(self.max_rounds, numpy=False) or self.max_rounds < 0
+                or (self.max_rounds and self.max_rounds < self.rounds)):
             raise ValueError(f"ddtree.max_rounds must be 0 or an integer >= rounds "
                              f"({self.rounds}); got {self.max_rounds!r}")
         for name, cast in (("regimes", str), ("methods", str), ("budgets", check_budget),

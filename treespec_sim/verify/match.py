@@ -36,6 +36,7 @@ import numpy as np
 
 from ..rows import TargetOracle
 from ..tree import DraftTree
+from ..validation import is_number
 from .outcome import Outcome
 from .walk import (
     NodeStep,
@@ -74,8 +75,7 @@ class MatchThresholds:
     def __post_init__(self) -> None:
         for name in ("single", "acc"):
             x = getattr(self, name)
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (
-                    math.isfinite(x) and 0.0 <= x <= 1.0):
+            if not is_number(x, numpy=False) or not (math.isfinite(x) and 0.0 <= x <= 1.0):
                 raise ValueError(f"threshold {name} must be a number in [0, 1]; got {x!r}")
             object.__setattr__(self, name, float(x))
 
