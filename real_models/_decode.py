@@ -30,7 +30,8 @@ import numpy as np
 from treespec_sim import DraftTree, engine
 from treespec_sim._sampling import sample_categorical
 from treespec_sim.cost import PRESETS, PiecewiseLinearCost, get_cost_model
-from treespec_sim.methods import Method, check_temperature, get_method, resolve_rule
+from treespec_sim.methods import Method, get_method, resolve_rule
+from treespec_sim.validation import check_temperature
 
 from ._deps import require
 from .backend import DecodeState, Drafting, ModelBackend, Prefilled, clock, prefill

@@ -81,7 +81,7 @@ from .validation import check_budget, check_temperature
 from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, VerifierRule, on_register
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource",
-           "check_temperature", "get_method", "lossless_rules", "method_names",
+           "get_method", "lossless_rules", "method_names",
            "no_conditional_message", "register", "resolve_rule", "rules_for", "uses_budget"]
 
 

@@ -121,3 +121,18 @@ def test_cpu_description_reads_the_first_processors_family_and_model(monkeypatch
     assert machine.cpu_description() == "AMD EPYC (family 25, model 17)"
     monkeypatch.setattr(provenance, "_cpuinfo", dict)       # no /proc/cpuinfo: platform's name
     assert machine.cpu_description() == machine.cpu_name() != ""
+
+
+@pytest.mark.parametrize(("name", "home"), [("MATCHING_RULES", "treespec_sim/verify/__init__.py"),
+                                            ("check_temperature", "treespec_sim/validation.py")])
+def test_a_shared_name_is_exported_from_one_module(name, home):
+    import ast
+
+    exporters = []
+    for path in sorted((ROOT / "treespec_sim").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                     for t in node.targets)
+                    and name in ast.literal_eval(node.value)):
+                exporters.append(str(path.relative_to(ROOT)))
+    assert exporters == [home]

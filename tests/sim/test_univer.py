@@ -23,9 +23,8 @@ from proofs_check.theorems import (
     _traversal_below_rrsw,
 )
 from treespec_sim import DraftTree
-from treespec_sim.policies.draft import MATCHING_RULES
 from treespec_sim.rows import ArrayOracle
-from treespec_sim.verify import RULES, expected_length, verify
+from treespec_sim.verify import MATCHING_RULES, RULES, expected_length, verify
 from treespec_sim.verify.univer import (
     CHOOSERS,
     COIN,

@@ -35,7 +35,7 @@ from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
 from ._tsubame import tsubame, tsubame_shape
 from .conditional import conditional_tree
-from .draft import MATCHING_RULES, Draft
+from .draft import Draft
 from .dynamic import dynamic_tree
 from .sampled import (
     SAMPLING_SCHEMES,
@@ -47,7 +47,7 @@ from .sampled import (
     tempered,
 )
 
-__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
+__all__ = ["SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
            "budget_curve", "caddtree", "chain", "conditional_tree", "ddtree", "ddtree_with_mask",
            "dynamic_tree",
            "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",

@@ -20,7 +20,7 @@ from ..proposal import ProposalRows
 from ..tree import DraftTree
 from ..verify import MATCHING_RULES, RULES, check_chain
 
-__all__ = ["MATCHING_RULES", "Draft", "ProposalRows"]
+__all__ = ["Draft", "ProposalRows"]
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,9 @@ from ..validation import (
     check_tree,
 )
 from ..verify import SCHEMES
-from .draft import MATCHING_RULES, Draft, ProposalRows
+from .draft import Draft, ProposalRows
 
-__all__ = ["MATCHING_RULES", "SAMPLING_SCHEMES", "Draft", "MarginalProposal", "PreparedLaw",
+__all__ = ["SAMPLING_SCHEMES", "Draft", "MarginalProposal", "PreparedLaw",
            "ProposalFn", "ProposalRows", "SampledDraft", "draw_children", "fill_shape",
            "fill_tree", "k_ary_shape", "marginal_proposal", "sampled_chain", "tempered"]
 

@@ -15,7 +15,7 @@ Public API::
 
 from .diagnostics import argmax_mass_profile, chain_tau, mean_chain_tau
 from .drafter import BlockDiffusionDrafter
-from .kernel import SparseBoostKernel, check_temperature
+from .kernel import SparseBoostKernel
 from .oracle import MarkovTargetOracle
 from .regimes import (
     DRAFTER_VARIANTS,
@@ -41,7 +41,6 @@ __all__ = [
     "World",
     "argmax_mass_profile",
     "chain_tau",
-    "check_temperature",
     "drafter_variant",
     "get_regime",
     "is_regime_file",

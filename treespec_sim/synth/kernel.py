@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from ..numerics import dot
 from ..validation import check_temperature
 
-__all__ = ["SparseBoostKernel", "as_token_array", "check_temperature"]
+__all__ = ["SparseBoostKernel", "as_token_array"]
 
 
 def as_token_array(a: object, vocab_size: int, name: str) -> np.ndarray:
