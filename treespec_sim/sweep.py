@@ -54,21 +54,15 @@ so every backend gives the same numbers.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import dataclasses
 import datetime as _dt
 import functools
 import json
 import math
-import os
 import signal
-import socket
 import sys
 import time
-import zlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .cli import OneLineParser, add_debug, add_seed, positive_int
@@ -81,466 +75,44 @@ from .families import (
     Claim,
     RunSettings,
     all_claims,
-    check_trace_grid,
     is_trace,
     run_cell,
-    trace_grids,
     trace_regime,
 )
-from .families.base import RECORDED_COST, cost_model, smoke_test, trace_for, trace_sha256
+from .families.base import cost_model, smoke_test, trace_for
 from .families.render import cost_label, missing
-from .files import atomic_write_text, default_file_mode, read_json, read_toml
+from .files import atomic_write_text
 from .provenance import git_commit, versions
 from .report import findings_lines, summary_markdown, write_figures
-from .synth import is_regime_file, regime_file, register_regime
+from .sweep_lock import LOCK_NAME, out_lock
+from .sweep_plan import (
+    PRESETS,
+    TRACE_WORD,
+    Plan,
+    get_preset,
+    load_config,
+    plan_from_dict,
+    regime_names,
+    trace_plan,
+)
+from .sweep_store import (
+    EARLIER_RUN_KEYS,
+    cell_path,
+    check_out,
+    earlier_runs,
+    load_cell,
+    save_cell,
+    write_results,
+)
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
     import fcntl
 except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides alone
     fcntl = None
 
-__all__ = ["COLUMNS", "LOCK_NAME", "PRESETS", "Plan", "check_out", "load_config", "main",
-           "out_lock", "plan_from_dict", "run_plan", "trace_plan", "trace_record"]
-
-@dataclass(frozen=True)
-class Plan:
-    """What a sweep runs: one grid per family, a seed, the latency preset used for the
-    throughput columns of families that do not sweep cost models themselves, and optionally a
-    trace (``docs/traces.md``, "The sweep on a trace"): the file whose recorded rounds the
-    grids' ``"trace:<name>"`` regime stands for, checked against every grid before any work,
-    and its SHA-256 (computed from the file unless given: a run record's keeps the one its
-    cells were computed from)."""
-
-    grids: tuple
-    seed: int = 0
-    cost_model: str = "h200-qwen3-8b"
-    trace: str | None = None
-    trace_sha256: str | None = None
-    regime_files: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
-        specs = tuple(regime_file(f) for f in self.regime_files)
-        for spec in specs:
-            register_regime(spec)
-        object.__setattr__(self, "_regime_specs", specs)
-
-        if not self.grids:
-            raise ValueError("a plan needs at least one family grid")
-        self._check_trace()
-        for key, name in [("cost_model", self.cost_model),
-                          *((f"{g.family}.cost_models", c) for g in self.grids
-                            for c in getattr(g, "cost_models", ()))]:
-            try:
-                cost_model(name, self.trace or "")  # "recorded" needs the plan's trace
-            except ValueError as exc:
-                raise ValueError(f"{key}: {exc}") from None
-
-    def _check_trace(self) -> None:
-        """The trace loads, and every grid's trace regime is it and stays inside its data."""
-        uses = [(g, r) for g in self.grids for r in g.regimes if is_trace(r)]
-        if self.trace is None:
-            if uses:
-                g, r = uses[0]
-                raise ValueError(f"{g.family}.regimes: {r!r} names a trace, but the plan has "
-                                 "none (give --trace FILE or trace = \"FILE\")")
-            if self.trace_sha256 is not None:
-                raise ValueError("trace_sha256 is given without a trace")
-            return
-        if not isinstance(self.trace, str) or not self.trace:
-            raise ValueError(f"trace must be a file name (a string); got {self.trace!r}")
-        tr = trace_for(self.trace)
-        if self.trace_sha256 is None:
-            object.__setattr__(self, "trace_sha256", trace_sha256(self.trace))
-        mine = trace_regime(self.trace)
-        for g, r in uses:
-            if r != mine:
-                raise ValueError(f"{g.family}.regimes: {r!r} is not this plan's trace {mine!r} "
-                                 f"(trace = {self.trace!r})")
-        for g in dict.fromkeys(g for g, _ in uses):
-            check_trace_grid(g, tr, mine)
-
-    def cells(self) -> list[Cell]:
-        return [c for g in self.grids for c in g.cells()]
-
-    def settings(self) -> RunSettings:
-        """What every cell of the plan shares (:class:`~treespec_sim.families.RunSettings`)."""
-        return RunSettings(seed=self.seed, cost_model=self.cost_model, trace=self.trace or "",
-                           trace_sha256=self.trace_sha256 or "", regimes=self._regime_specs)
-
-    def to_dict(self) -> dict:
-        out = {"seed": self.seed, "cost_model": self.cost_model}
-        if self.trace is not None:
-            out["trace"] = self.trace
-            out["trace_sha256"] = self.trace_sha256
-        if self.regime_files:
-            out["regime_files"] = {spec.name: {"path": path, "knobs": spec.knobs()}
-                                   for path, spec in zip(self.regime_files,
-                                                         self._regime_specs, strict=True)}
-        for g in self.grids:
-            out[g.family] = {k: list(v) if isinstance(v, tuple) else v
-                             for k, v in dataclasses.asdict(g).items()}
-        return out
-
-
-def _all(which: str) -> Plan:
-    """Every registered family's grid in preset ``which`` (families without one left out)."""
-    grids = tuple(g for g in (f.preset(which) for f in FAMILIES.values()) if g is not None)
-    return Plan(grids)
-
-
-def _one(family: str) -> Plan:
-    """A family's own preset: its grid alone."""
-    return Plan((FAMILIES[family].preset(family),))
-
-
-def trace_plan(path: str, *, seed: int = 0, cost_model: str = RECORDED_COST) -> Plan:
-    """The plan of ``python -m treespec_sim.sweep --trace FILE``: every family that runs on
-    traces, on the trace's recorded rounds (each family's ``trace_preset``), its throughput
-    priced by the trace's own recorded timings (``"recorded"``) unless ``cost_model`` names
-    another."""
-    tr = trace_for(path)
-    return Plan(trace_grids(tr, trace_regime(path)), seed=seed, cost_model=cost_model,
-                trace=str(path))
-
-
-#: Named presets: name -> (description, factory). Factories run lazily (regimes may be fitted
-#: after import); each family's grid in a preset is the family's (its ``preset``).
-PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
-    "paper": ("all four families on the calibrated regimes, 3 worlds per regime, V = 32768 "
-              "(the default; about 5 min on 2 cores with --workers 2)",
-              functools.partial(_all, "paper")),
-    "quick": ("a small version of every family, 3 worlds per regime (under a minute)",
-              functools.partial(_all, "quick")),
-    **{f.name: (f.preset_note, functools.partial(_one, f.name)) for f in FAMILIES.values()},
-    # the further presets a family names (``presets``: name -> (note, grid factory)), each
-    # its grid alone
-    **{p: (note, lambda make=make: Plan((make(),))) for f in FAMILIES.values()
-       for p, (note, make) in getattr(f, "presets", {}).items()},
-}
-
-
-def get_preset(name: str) -> Plan:
-    try:
-        return PRESETS[name][1]()
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; known presets: "
-                         f"{', '.join(PRESETS)}") from None
-
-
-# -------------------------------------------------------------------------------- config
-_TOP_KEYS = {"seed", "cost_model", "preset", "trace", "trace_sha256"}
-#: The top-level keys a config file is written with (docs/usage.md); ``trace_sha256`` is a run
-#: record's (its plan keeps the trace file's SHA-256 to check a resumed run against) and is
-#: accepted, but not offered to people writing a config.
-_CONFIG_KEYS = _TOP_KEYS - {"trace_sha256"}
-#: A family table's ``regimes`` may name the plan's trace by this word.
-TRACE_WORD = "trace"
-
-
-def _regime_names(regimes, files: list[str]):
-    """A grid's ``regimes`` with every fitted-regime file (``"fit.json"``) replaced by the name
-    of the regime it holds, registered (:func:`treespec_sim.synth.register_regime`); the files
-    are appended to ``files`` (the plan's ``regime_files``)."""
-    if not isinstance(regimes, list | tuple):
-        return regimes
-    out = []
-    for r in regimes:
-        if is_regime_file(r):
-            spec = regime_file(r)
-            register_regime(spec)
-            if str(r) not in files:
-                files.append(str(r))
-            out.append(spec.name)
-        else:
-            out.append(r)
-    return tuple(out)
-
-
-def plan_from_dict(data: dict, *, source: str = "config") -> Plan:
-    """Build a plan from a parsed TOML/JSON dict; every unknown key is an error naming it.
-
-    Top level: ``seed``, ``cost_model``, optionally ``preset`` (start from a preset and override
-    its families), optionally ``trace`` (a trace file: ``docs/traces.md``, "The sweep on a
-    trace"), and one table per family of :data:`~treespec_sim.families.FAMILIES`
-    (``[ddtree]``, ...) whose keys are that family's grid fields. With a trace, a family table
-    without ``regimes`` runs on the trace, ``"trace"`` in a ``regimes`` list names it, and no
-    family table at all means every family that runs on traces (as ``--trace FILE``).
-    """
-    if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a table at the top level")
-    for key, value in data.items():
-        if key not in _TOP_KEYS and key not in FAMILIES:
-            raise ValueError(f"{source}: unknown key {key!r}; known keys: "
-                             f"{', '.join(sorted(_CONFIG_KEYS | set(FAMILIES)))}")
-        if key in FAMILIES and not isinstance(value, dict):
-            raise ValueError(f"{source}: [{key}] must be a table")
-    trace = data.get("trace")
-    if trace is not None and (not isinstance(trace, str) or not trace):
-        raise ValueError(f"{source}: trace must be a file name (a string); got {trace!r}")
-    if trace is not None and "preset" in data:
-        raise ValueError(f"{source}: preset and trace: a preset's grids run on regimes; give "
-                         "family tables (or none: every family that runs on traces)")
-    mine = trace_regime(trace) if trace else None
-    base = get_preset(data["preset"]) if "preset" in data else None
-    grids = {g.family: g for g in base.grids} if base else {}
-    files: list[str] = list(base.regime_files) if base else []
-    for fam, family in FAMILIES.items():
-        cls = family.grid
-        if fam not in data:
-            continue
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for key in data[fam]:
-            if key not in fields:
-                raise ValueError(f"{source}: unknown key {fam}.{key!r}; known keys of [{fam}]: "
-                                 f"{', '.join(fields)}")
-        values = dict(data[fam])
-        if "regimes" not in values and fam in grids:
-            values["regimes"] = grids[fam].regimes
-        if "regimes" not in values and mine:
-            values["regimes"] = (mine,)
-        if "regimes" not in values:
-            raise ValueError(f"{source}: [{fam}] needs 'regimes'")
-        if mine and isinstance(values["regimes"], list | tuple):
-            values["regimes"] = tuple(mine if r == TRACE_WORD else r for r in values["regimes"])
-        try:
-            values["regimes"] = _regime_names(values["regimes"], files)
-        except ValueError as exc:
-            raise ValueError(f"{source}: [{fam}].regimes: {exc}") from None
-        try:
-            grids[fam] = dataclasses.replace(grids[fam], **values) if fam in grids \
-                else cls(**values)
-        except TypeError as exc:
-            raise ValueError(f"{source}: [{fam}]: {exc}") from None
-        except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
-    try:
-        if not grids and trace:
-            tp = trace_plan(trace, seed=data.get("seed", 0),
-                            cost_model=data.get("cost_model", RECORDED_COST))
-            return dataclasses.replace(tp, trace_sha256=data.get("trace_sha256"))
-        if not grids:
-            tables = ", ".join(f"[{f}]" for f in FAMILIES)
-            raise ValueError(f"no family table ({tables}) and no preset")
-        return Plan(tuple(grids[f] for f in FAMILIES if f in grids),
-                    seed=data.get("seed", base.seed if base else 0),
-                    cost_model=data.get("cost_model", base.cost_model if base
-                                        else RECORDED_COST if _trace_only(grids.values())
-                                        else "h200-qwen3-8b"),
-                    trace=trace, trace_sha256=data.get("trace_sha256"),
-                    regime_files=tuple(files))
-    except ValueError as exc:
-        raise ValueError(f"{source}: {exc}") from None
-
-
-def _trace_only(grids) -> bool:
-    """Every regime of every grid is a trace (then the default price is its own timings)."""
-    regimes = [r for g in grids for r in g.regimes]
-    return bool(regimes) and all(is_trace(r) for r in regimes)
-
-
-def load_config(path: str | Path, *, trace: str | None = None) -> Plan:
-    """Read and validate a TOML grid file (see :func:`plan_from_dict`); ``trace`` replaces its
-    ``trace`` key (``--trace FILE``)."""
-    p = Path(path)
-    data = read_toml(p, "--config")
-    if trace is not None:
-        data["trace"] = str(trace)
-    return plan_from_dict(data, source=str(p))
-
-
-# --------------------------------------------------------------------------- the --out lock
-#: The file in ``--out`` that marks it as in use by a running sweep: its pid, host, start.
-LOCK_NAME = ".sweep.lock"
-#: Folders whose lock this process holds -> nesting depth (``main`` and ``run_plan`` both
-#: take it; the inner one is a no-op).
-_HELD: dict[Path, int] = {}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except (OSError, OverflowError):
-        return False
-    return True
-
-
-def _read_lock(fd: int) -> dict:
-    """The holder a lock file names (``{}`` if it is empty; ``{"unreadable": text}`` if it is
-    not the JSON a sweep writes)."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    text = os.read(fd, 65536).decode(errors="replace")
-    if not text.strip():
-        return {}
-    try:
-        holder = json.loads(text)
-        if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
-            return holder
-    except ValueError:
-        pass
-    return {"unreadable": text[:80]}
-
-
-def _holder(holder: dict) -> str:
-    if "pid" not in holder:  # caught between its holder's lock and its write
-        return "a process that is writing its lock file"
-    return (f"pid {holder['pid']} on host {holder.get('host', '?')}, started "
-            f"{holder.get('started', '?')}")
-
-
-def _take_lock(path: Path) -> int:
-    """Open and lock ``path`` for this process; return its descriptor (see :func:`out_lock`)."""
-    here = socket.gethostname()
-    for _ in range(10):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, default_file_mode())
-        try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise ValueError(
-                        f"--out: {path.parent} is in use by a running sweep "
-                        f"({_holder(_read_lock(fd))}; lock file {path}); wait for it to "
-                        "finish, or name another folder") from None
-                except OSError:  # no flock on this file system (some network mounts)
-                    pass  # the pid in the file decides alone
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # its holder removed it between our open and our lock: again
-                os.close(fd)
-                continue
-            holder = _read_lock(fd)
-            pid = holder.get("pid")
-            if isinstance(pid, int) and pid != os.getpid():
-                if holder.get("host") != here:
-                    raise ValueError(
-                        f"--out: {path.parent} is locked by another sweep ({_holder(holder)}), "
-                        f"which cannot be checked from host {here}; if it has ended, delete "
-                        f"{path}, or name another folder")
-                if _pid_alive(pid):
-                    raise ValueError(
-                        f"--out: {path.parent} is in use by a running sweep ({_holder(holder)}; "
-                        f"lock file {path}); wait for it to finish, or name another folder "
-                        "(if that process is no sweep, delete the lock file)")
-            if holder:
-                what = (f"the lock of {_holder(holder)}, which is no longer running"
-                        if "pid" in holder
-                        else f"an unreadable lock ({holder['unreadable']!r})")
-                print(f"note: --out: {path} held {what}: a stale lock, taken over",
-                      file=sys.stderr)
-            mine = {"pid": os.getpid(), "host": here,
-                    "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                    "command": sys.argv}
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, json.dumps(mine).encode())
-            return fd
-        except BaseException:
-            os.close(fd)
-            raise
-    raise ValueError(f"--out: could not take the lock {path} (it kept being replaced)")
-
-
-def _drop_lock(path: Path, fd: int) -> None:
-    try:
-        if os.stat(path).st_ino == os.fstat(fd).st_ino:  # still ours: remove it, then unlock
-            path.unlink()
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def out_lock(out: Path) -> Iterator[None]:
-    """Hold ``out`` for this sweep while the block runs.
-
-    A lock file ``out/.sweep.lock`` names this process (pid, host, start time) and carries an
-    exclusive ``flock`` (released by the kernel if the process dies). A folder held by a
-    running sweep is refused with a ``ValueError`` naming its pid and host; a lock whose
-    process is gone (a killed sweep) is stale: it is named on stderr and taken over. Nested
-    use in one process is a no-op. The folder is created if needed, and removed again if the
-    block leaves it empty.
-
-    Raises
-    ------
-    ValueError
-        ``out`` is a file, or another sweep holds it (or one on another host, which cannot
-        be checked from here).
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out: {out} is a file, not a folder; name a new folder")
-    key = out.resolve()
-    if key in _HELD:
-        _HELD[key] += 1
-        try:
-            yield
-        finally:
-            _HELD[key] -= 1
-        return
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_NAME
-    try:
-        fd = _take_lock(path)
-    except BaseException:
-        if created:
-            _remove_if_empty(out)
-        raise
-    _HELD[key] = 1
-    try:
-        yield
-    finally:
-        del _HELD[key]
-        _drop_lock(path, fd)
-        if created:
-            _remove_if_empty(out)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        folder.rmdir()  # only succeeds on an empty folder
-
-
-def _cell_fingerprint(cell: Cell, settings: RunSettings) -> str:
-    """8 hex digits of everything a cell's rows depend on beyond its key and the seed.
-
-    The grid's settings other than the lists its cells are drawn from (rounds, budgets,
-    methods, cost models, ...) and the sweep's cost model: ``--resume`` into a directory
-    written with other settings redoes the cell instead of reusing rows that no longer match,
-    and a grid that only gains cells keeps the finished ones. Those lists are the grid's
-    ``cell_axes`` (a class attribute naming the fields each cell takes one value of, and
-    whose other values its rows do not depend on), ``("regimes", "temperatures")`` if it
-    names none.
-    """
-    axes = getattr(type(cell.grid), "cell_axes", ("regimes", "temperatures"))
-    params = {k: v for k, v in dataclasses.asdict(cell.grid).items() if k not in axes}
-    params["cost_model"] = settings.cost_model
-    if is_trace(cell.regime):  # a trace's cells depend on the file's content
-        params["trace_sha256"] = settings.trace_sha256
-    for spec in settings.regimes:  # a fitted regime's cells depend on its file's knobs
-        if spec.name == cell.regime:
-            params["regime_knobs"] = spec.knobs()
-    blob = json.dumps(params, sort_keys=True, default=str).encode()
-    return f"{zlib.crc32(blob):08x}"
-
-
-def _cell_path(out: Path, cell: Cell, settings: RunSettings) -> Path:
-    return (out / "cells" / cell.family
-            / f"{cell.key}__s{settings.seed}__{_cell_fingerprint(cell, settings)}.json")
-
-
-def _save_cell(out: Path, settings: RunSettings, cell: Cell, rows: list[dict]) -> None:
-    atomic_write_text(_cell_path(out, cell, settings), json.dumps(rows))
-
+__all__ = ["COLUMNS", "EARLIER_RUN_KEYS", "LOCK_NAME", "PRESETS", "Plan", "check_out",
+           "load_config", "main", "out_lock", "plan_from_dict", "run_plan", "trace_plan",
+           "trace_record"]
 
 def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
     """Cells grouped by regime, in plan order, each group cut to at most ``len / (2 workers)``.
@@ -688,182 +260,6 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             bar.stop()
 
 
-def _plan_record(plan: Plan) -> dict:
-    """What decides a run's numbers (compared when a folder already holds a run)."""
-    return json.loads(json.dumps(plan.to_dict(), default=str))
-
-
-def _cell_files(plan: Plan) -> set[Path]:
-    """The cell files ``plan`` writes, relative to its ``--out`` (its cells' identities)."""
-    settings = plan.settings()
-    return {_cell_path(Path(), c, settings) for c in plan.cells()}
-
-
-def _show(value: object) -> str:
-    return json.dumps(value, default=str) if isinstance(value, list | tuple) else repr(value)
-
-
-def _change(grid, field: str, old: object, new: object) -> str:
-    """What changing ``grid``'s ``field`` from ``old`` to ``new`` does, in words: the values a
-    list adds and drops (``"ddtree.budgets adds 8"``), or ``"ddtree.rounds 6 -> 8"``; for a
-    list that is not a cell axis (each cell holds all its values), why that touches every
-    finished cell."""
-    key = f"{grid.family}.{field}"
-    if not (isinstance(old, list | tuple) and isinstance(new, list | tuple)):
-        return f"{key} {_show(old)} -> {_show(new)}"
-    added = [x for x in new if x not in old]
-    dropped = [x for x in old if x not in new]
-    if not added and not dropped:
-        return f"{key} reorders {_show(old)} -> {_show(new)}"
-    parts = ([f"adds {', '.join(map(str, added))}"] if added else []) + (
-        [f"drops {', '.join(map(str, dropped))}"] if dropped else [])
-    text = f"{key} {' and '.join(parts)} ({_show(old)} -> {_show(new)})"
-    axes = getattr(type(grid), "cell_axes", ("regimes", "temperatures"))
-    if field not in axes:
-        text += (f": every {grid.family} cell holds all its {field}, so each finished one "
-                 "would change")
-    elif dropped:
-        text += f": the finished cells of the dropped {field} would be lost"
-    return text
-
-
-def _changes_to_finished(recorded: dict, plan: Plan) -> list[str] | None:
-    """What in ``plan`` would change or drop a cell of the finished run whose plan record is
-    ``recorded``: ``[]`` if every one of its cells is in ``plan`` with the same settings (a
-    grid that only gains regimes, temperatures or other new cells), else one phrase per
-    setting to blame (``"ddtree.rounds 6 -> 8"``); None if this version cannot read the
-    record back (then only an identical record is accepted).
-    """
-    try:
-        before = plan_from_dict(recorded, source="run.json")
-    except (ValueError, TypeError):
-        return None
-    finished = _cell_files(before)
-    if finished <= _cell_files(plan):
-        return []
-    blame, every = [], []
-    for key in ("seed", "cost_model", "trace", "trace_sha256"):
-        old, new = getattr(before, key), getattr(plan, key)
-        if old != new:
-            every.append(f"{key} {old!r} -> {new!r}")
-            blame.append(every[-1])  # in every cell's file name or fingerprint
-    grids = {g.family: g for g in plan.grids}
-    for g in before.grids:
-        now = grids.get(g.family)
-        if now is None:
-            every.append(f"the {g.family} family is dropped")
-            blame.append(every[-1])
-            continue
-        own = _cell_files(_alone(before, g))
-        for f in dataclasses.fields(g):
-            old, new = getattr(g, f.name), getattr(now, f.name)
-            if old == new:
-                continue
-            every.append(_change(g, f.name, old, new))
-            # this change alone: does the family keep every finished cell?
-            try:
-                alone = _alone(before, dataclasses.replace(g, **{f.name: new}))
-                kept = own <= _cell_files(alone)
-            except ValueError:
-                kept = False
-            if not kept:
-                blame.append(every[-1])
-    return blame or every
-
-
-def _alone(plan: Plan, grid) -> Plan:
-    """``grid`` alone with ``plan``'s seed, cost model and trace."""
-    return Plan((grid,), seed=plan.seed, cost_model=plan.cost_model, trace=plan.trace,
-                trace_sha256=plan.trace_sha256)
-
-
-def check_out(out: Path, plan: Plan, *, resume: bool) -> dict | None:
-    """Refuse an ``--out`` that would lose or silently replace a run; return the record of a
-    finished run there (to be resumed), or None.
-
-    ``out`` may be new or empty (but for its lock file, :func:`out_lock`). A folder holding a
-    finished run (``run.json``) needs ``--resume``, and then ``plan`` must keep every one of
-    its cells with the settings they were run with: a grid that gains regimes, temperatures or
-    other new cells is accepted (only the new cells are computed); one that changes the seed,
-    rounds, worlds, a cost model, ... or drops cells is refused, naming what changed. A folder
-    holding cells of an unfinished run needs ``--resume``. A file is refused.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out: {out} is a file, not a folder; name a new folder")
-    if not out.is_dir() or not any(p.name != LOCK_NAME for p in out.iterdir()):
-        return None
-    record_path = out / "run.json"
-    if record_path.is_file():
-        try:
-            record = read_json(record_path, "run record")
-            if not isinstance(record, dict):
-                raise ValueError(f"{record_path}: not a JSON object")
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--out: {out} holds an unreadable run record ({exc}); name a "
-                             "new folder") from None
-        what = (f"a finished run (preset {record.get('preset')!r}, {record.get('cells')} "
-                f"cells, started {record.get('started', '?')})")
-        recorded = record.get("plan")
-        changes = [] if recorded == _plan_record(plan) else (
-            _changes_to_finished(recorded, plan) if isinstance(recorded, dict) else None)
-        if changes is None:
-            raise ValueError(f"--out: {out} holds {what} with other settings (its plan record "
-                             "is not one this version reads back); name a new folder")
-        if changes:
-            raise ValueError(
-                f"--out: {out} holds {what} with other settings: {'; '.join(changes)}. That "
-                "would change or drop its finished cells; name a new folder (--resume keeps a "
-                "finished run's cells and only adds new ones: more regimes, temperatures, "
-                "...)")
-        if not resume:
-            same = recorded == _plan_record(plan)
-            raise ValueError(
-                f"--out: {out} holds {what} with these settings; pass --resume to reuse it, or "
-                "name a new folder" if same else
-                f"--out: {out} holds {what}; this grid keeps its cells and adds "
-                f"{len(_cell_files(plan) - _cell_files(plan_from_dict(recorded)))} new "
-                "one(s): pass --resume to compute only those, or name a new folder")
-        return record
-    if (out / "cells").is_dir():
-        if not resume:
-            raise ValueError(f"--out: {out} holds the cells of an unfinished run; pass "
-                             "--resume to continue it, or name a new folder")
-        return None
-    raise ValueError(f"--out: {out} is a folder with other files in it; name a new or empty "
-                     "folder")
-
-
-#: What a resumed run keeps of each earlier run's record (``run.json``'s ``earlier_runs``).
-EARLIER_RUN_KEYS = ("started", "elapsed_s", "git_commit", "cells", "cells_skipped_on_resume",
-                    "workers", "scheduler", "command")
-
-
-def _earlier_runs(previous: dict | None) -> list[dict]:
-    """The earlier runs of a folder being resumed, oldest first: each one's
-    :data:`EARLIER_RUN_KEYS` (so resuming never loses when, how fast and from which commit
-    the reused cells were computed)."""
-    if not previous:
-        return []
-    return [*previous.get("earlier_runs", []),
-            {k: previous.get(k) for k in EARLIER_RUN_KEYS}]
-
-
-def _load_cell(path: Path) -> list[dict] | None:
-    """A saved cell's rows, or None (with a warning, the file set aside) if it is corrupted."""
-    try:
-        rows = read_json(path, "cell file")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ValueError("not a list of rows")
-        return rows
-    except (OSError, ValueError) as exc:
-        aside = path.with_name(path.name + ".corrupt")
-        os.replace(path, aside)
-        print(f"warning: cell file {path} is corrupted ({exc}); set aside as {aside.name} "
-              "and recomputed", file=sys.stderr)
-        return None
-
-
 def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
              scheduler: str | None = None, plot: bool = True, progress: bool = True,
              preset: str | None = None) -> list[dict]:
@@ -892,18 +288,18 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
     results: dict[str, list[dict]] = {}
     todo = []
     for cell in cells:
-        path = _cell_path(out, cell, settings)
-        saved = _load_cell(path) if resume and path.exists() else None
+        path = cell_path(out, cell, settings)
+        saved = load_cell(path) if resume and path.exists() else None
         if saved is not None:
             results[cell.key] = saved
         else:
             todo.append(cell)
     skipped = len(cells) - len(todo)
 
-    save = functools.partial(_save_cell, out, settings)
+    save = functools.partial(save_cell, out, settings)
 
     def done(cell: Cell, rows: list[dict]) -> None:
-        path = _cell_path(out, cell, settings)
+        path = cell_path(out, cell, settings)
         # A local worker has saved it already during this run; anything older is rewritten.
         if not (path.exists() and path.stat().st_mtime >= started):
             save(cell, rows)
@@ -912,7 +308,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
     _execute(todo, settings, workers=workers, scheduler=scheduler, done=done, progress=progress,
              save=save)
     rows = [r for c in cells for r in results[c.key]]
-    _write_results(out, rows)
+    write_results(out, rows)
     record = {
         "preset": preset, "plan": plan.to_dict(), "seed": plan.seed,
         "cost_model": plan.cost_model, "cells": len(cells),
@@ -927,7 +323,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
         "extrapolated": [{"cell": c.key, **note} for c in cells
                          for note in _cell_extrapolation(results[c.key])],
         # a resumed run keeps the record of the runs that computed the cells it reuses
-        "earlier_runs": _earlier_runs(previous) if skipped else [],
+        "earlier_runs": earlier_runs(previous) if skipped else [],
     }
 
     for name in (previous or {}).get("figures", []):  # never leave old figures beside new rows
@@ -965,26 +361,6 @@ def _cost_provenance(plan: Plan) -> list[dict]:
         out.append({"name": n, "provenance": m.provenance, "estimate": m.estimate,
                     **({"note": note} if note else {})})
     return out
-
-
-def _write_results(out: Path, rows: Sequence[dict]) -> None:
-    import io
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: _csv_value(v) for k, v in r.items() if k in COLUMNS})
-    atomic_write_text(out / "results.csv", buf.getvalue())
-
-
-def _csv_value(v: object) -> object:
-    """A cell of ``results.csv``: floats to 6 significant digits, lists ``;``-joined."""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, list | tuple):
-        return ";".join(str(_csv_value(x)) for x in v)
-    return v
 
 
 def print_findings(claims: Sequence[Claim]) -> None:
@@ -1093,7 +469,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     files = list(plan.regime_files)
     regimes = None
     if args.regimes:
-        regimes = _regime_names([mine if mine and r == TRACE_WORD else r for r in args.regimes],
+        regimes = regime_names([mine if mine and r == TRACE_WORD else r for r in args.regimes],
                                 files)
     for g in plan.grids:
         changes = {}

@@ -25,6 +25,8 @@ PACKAGE = "treespec_sim"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__",),
     ("sweep",),
+    ("sweep_store",),
+    ("sweep_plan", "sweep_lock"),
     ("report",),
     ("families",),
     ("plot",),

@@ -57,7 +57,7 @@ def test_a_sweep_config_and_the_command_line_run_a_fitted_regime_file(fitted, tm
 
 
 def test_a_changed_file_changes_its_cells_fingerprint(fitted, tmp_path):
-    from treespec_sim.sweep import _cell_path
+    from treespec_sim.sweep_store import cell_path as _cell_path
 
     config = tmp_path / "grid.toml"
     config.write_text(f'[ddtree]\nregimes = ["{fitted}"]\nbudgets = [4]\nrounds = 4\n')

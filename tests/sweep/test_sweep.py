@@ -180,7 +180,7 @@ def test_world_shares_split_the_rounds_and_number_the_seeds():
 
 def test_cell_fingerprint_includes_the_worlds():
     from treespec_sim.families import RunSettings
-    from treespec_sim.sweep import _cell_path
+    from treespec_sim.sweep_store import cell_path as _cell_path
 
     grid = DDTreeGrid(("tiny",), rounds=6)
     cell = grid.cells()[0]

@@ -146,7 +146,7 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_plan_records_compare_equal_after_a_round_trip(tmp_path):
-    from treespec_sim.sweep import _plan_record
+    from treespec_sim.sweep_store import plan_record as _plan_record
 
     plan = Plan((DDTreeGrid(("tiny",), temperatures=(0.0, 0.6)),))
     assert _plan_record(plan) == json.loads(json.dumps(_plan_record(plan)))
