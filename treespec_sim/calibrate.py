@@ -25,14 +25,14 @@ four DDTree@64 cells TEV does not publish are derived (:func:`derive_targets`) a
 Model and fitted knobs
 ----------------------
 Each regime is a :class:`~treespec_sim.synth.RegimeSpec` (``V = 32768``, ``L = 15``, 8192 word
-classes of 4 surface variants) on one of two *families* of fixed knobs (:data:`FAMILIES`: a
-low-entropy target for math and code, a higher-entropy one for chat), plus four fitted knobs
-(:data:`FITTED_KNOBS`):
+classes of 4 surface variants) on one of two *regime groups* of fixed knobs
+(:data:`REGIME_GROUPS`: a low-entropy target for math and code, a higher-entropy one for
+chat), plus four fitted knobs (:data:`FITTED_KNOBS`):
 
-``variant_noise`` (both families)
+``variant_noise`` (both groups)
     the drafter's error on the within-class variant weights: near misses whose right token is a
     sibling, which a tree recovers. It sets the chain and DDTree's gain over it.
-``hard_miss`` (both families)
+``hard_miss`` (both groups)
     the share of the drafter's successor slots that name a wrong class: misses no tree recovers.
     With ``variant_noise`` it splits the chain's misses into near and hard ones, and so sets
     how much a large tree gains over a small one (DDTree@512 against DDTree@64;
@@ -43,7 +43,7 @@ low-entropy target for math and code, a higher-entropy one for chat), plus four 
 ``calibration`` (chat)
     the temperature of the drafter's logits: a flatter drafter spreads its budget over
     siblings that rarely pay.
-``logit_scale`` (both families)
+``logit_scale`` (both groups)
     the target's logit scale ``alpha``: how peaked the target is at ``T = 1`` (it moves no
     argmax, so it changes the ``T = 0`` cells only through the contexts).
 
@@ -144,11 +144,11 @@ __all__ = [
     "CELL_SPECS",
     "DATASET_NAMES",
     "DERIVED_WEIGHT",
-    "FAMILIES",
     "FITTED_KNOBS",
     "PUBLISHED",
     "QUANTITIES",
     "QUANTITY_LABELS",
+    "REGIME_GROUPS",
     "T1_NEAREST",
     "TABLE1",
     "TOLERANCE",
@@ -180,7 +180,7 @@ __all__ = [
     "within_tolerance",
 ]
 
-#: The fitted knobs of each family: ``variant_noise`` sets the chain, the family's *tree knob*
+#: The fitted knobs of each regime group: ``variant_noise`` sets the chain, the group's *tree knob*
 #: sets DDTree@64 (all drafter-only: the target and the contexts never change in a fit).
 FITTED_KNOBS = {"math-code": ("variant_noise", "depth_sharpening", "hard_miss", "logit_scale"),
                 "chat": ("variant_noise", "calibration", "hard_miss", "logit_scale")}
@@ -204,21 +204,21 @@ CHECK_CONTEXT_SEED = 27182818
 CHECK_CONTEXTS = 3200
 DEFAULT_CONTEXTS = 3000
 
-# ---------------------------------------------------------------------- families (fixed knobs)
+# ---------------------------------------------------------------------- regime groups (fixed knobs)
 _COMMON: dict[str, object] = dict(
     vocab_size=32768, depth=15, n_topics=32, successors=8, sharpness_spread=1.0,
     zipf_exponent=0.9, topic_strength=1.0, topic_density=1.0, context_burn_in=1, mismatch=0.0,
     boost_noise=0.1, topic_awareness=1.0, degradation=0.0, junk=0.02, correction_quality=0.5,
     variants=4)
 
-#: Fixed knobs per family (the fitted ones are set by :func:`base_spec`). ``math-code``: a sharp
-#: target (first-successor log-odds 4 against the whole background, successors 2 nats apart,
+#: Fixed knobs per regime group (the fitted ones are set by :func:`base_spec`). ``math-code``:
+#: a sharp target (first-successor log-odds 4 against the whole background, successors 2 nats apart,
 #: dominant surface variants), a confident drafter (logits / 0.15) with no misnamed successors,
 #: and the DDTree gain set by ``depth_sharpening``. ``chat``: a flatter target (log-odds 2.5,
 #: gaps 1.5 nats, near-equal variants), no depth sharpening (chat trees are shallow, so it has
 #: little leverage there), and the DDTree gain set by the drafter's ``calibration`` (its logit
 #: temperature: a flatter drafter spreads its budget over siblings that rarely pay). Both
-#: families draw contexts the way a benchmark's
+#: groups draw contexts the way a benchmark's
 #: many prompts are diverse: the first token from the unscaled background, then
 #: ``context_burn_in = 1`` step of the target (a long T = 1 burn-in of the sharp, fitted target
 #: ends on the few cycles of its greedy map: with 4 steps at ``logit_scale = 5`` the per-world
@@ -227,7 +227,7 @@ _COMMON: dict[str, object] = dict(
 #: the 32 topics has its own successor order (with the sparse topics of the older regimes,
 #: greedy paths of different contexts merged onto a few hundred word classes and one world's
 #: chain tau was 4-5% away from another's).
-FAMILIES: dict[str, dict[str, object]] = {
+REGIME_GROUPS: dict[str, dict[str, object]] = {
     "math-code": dict(_COMMON, sharpness=4.0, successor_decay=2.0, calibration=0.15,
                       variant_spread=2.0),
     "chat": dict(_COMMON, sharpness=2.5, successor_decay=1.5, variant_spread=1.0),
@@ -235,7 +235,7 @@ FAMILIES: dict[str, dict[str, object]] = {
 _FAMILY_OF = {"math500": "math-code", "gsm8k": "math-code", "aime25": "math-code",
               "humaneval": "math-code", "mbpp": "math-code", "livecodebench": "math-code",
               "mt-bench": "chat", "alpaca": "chat"}
-#: Starting values of the fitted knobs per family.
+#: Starting values of the fitted knobs per regime group.
 _START = {"math-code": {"variant_noise": 0.45, "depth_sharpening": 0.0, "logit_scale": 5.0},
           "chat": {"variant_noise": 0.55, "calibration": 0.35, "logit_scale": 4.5}}
 
@@ -248,7 +248,7 @@ def _check_regime_name(name: object) -> str:
 
 
 def base_spec(name: str, **knobs: float) -> RegimeSpec:
-    """The regime ``name`` on its family's fixed knobs, with ``knobs`` (fitted ones) set.
+    """The regime ``name`` on its regime group's fixed knobs, with ``knobs`` (fitted ones) set.
 
     Raises
     ------
@@ -262,7 +262,7 @@ def base_spec(name: str, **knobs: float) -> RegimeSpec:
     target = derive_targets()[name]
     desc = (f"{DATASET_NAMES[name]} (Qwen3-8B): fitted to chain tau {target.chain:g} and DDTree@64 "
             f"tau {target.ddtree64:g} at T = 0, DDTree@64 tau {target.ddtree64_t1:g} at T = 1")
-    params = dict(FAMILIES[fam])
+    params = dict(REGIME_GROUPS[fam])
     params.update(values)
     return RegimeSpec(name=name, description=desc, **params)
 
@@ -429,7 +429,7 @@ def fit_regime(name: str, *, contexts: int = DEFAULT_CONTEXTS,
     log : callable
         Progress sink (one line per call).
     start : dict, optional
-        Starting values of the fitted knobs (the stored fit); missing ones from the family's
+        Starting values of the fitted knobs (the stored fit); missing ones from the group's
         defaults (``hard_miss`` 0.03).
     """
     name = _check_regime_name(name)
@@ -501,7 +501,7 @@ def _entropy_t1(spec: RegimeSpec, world_seeds: Sequence[int], rng: np.random.Gen
 
 
 # ---------------------------------------------------------------------- Table-1 fit
-#: Fitted knobs of the Table-1 fit per family (:data:`FITTED_KNOBS`).
+#: Fitted knobs of the Table-1 fit per regime group (:data:`FITTED_KNOBS`).
 TABLE1_KNOBS = FITTED_KNOBS
 #: Contexts per fit world of each evaluation in the fit's first stage, and the most evaluations
 #: of that stage per regime.
@@ -929,7 +929,7 @@ def _write(path: Path, entries: dict[str, dict], t0: float) -> dict:
         "cells": list(CELLS),
         "tolerance": TOLERANCE,
         "fitted_knobs": {f: list(k) for f, k in FITTED_KNOBS.items()},
-        "families": FAMILIES,
+        "families": REGIME_GROUPS,  # the data file's key, kept for its readers
         "seeds": {"fit_world_seeds": list(FIT_WORLD_SEEDS),
                   "fit_context_seed": FIT_CONTEXT_SEED,
                   "eval_world_seeds": list(EVAL_WORLD_SEEDS),
