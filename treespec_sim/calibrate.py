@@ -727,6 +727,122 @@ def _from_z(names: Sequence[str], z: np.ndarray) -> dict[str, float]:
     return out
 
 
+class _FitTrace:
+    """One Table-1 fit's evaluations: the residuals it asks for, their history, the progress
+    lines and the context passes."""
+
+    def __init__(self, name: str, tgt: np.ndarray, wts: np.ndarray,
+                 log: Callable[[str], None]) -> None:
+        self.name, self.tgt, self.wts, self.log = name, tgt, wts, log
+        self.history: list[dict[str, object]] = []
+        self.passes: list[dict[str, object]] = []
+        self.evals = 0
+
+    def resid(self, fs: _CellFitSet | _ExactAlphaFitSet, knobs: dict[str, float]
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The weighted relative errors and the six cells' means of ``knobs`` on ``fs``."""
+        self.evals += 1
+        m = fs.means(knobs)
+        r = self.wts * (m / self.tgt - 1.0)
+        self.history.append({**{k: round(v, 6) for k, v in knobs.items()},
+                             **{q: round(float(v), 4) for q, v in zip(CELLS, m, strict=True)},
+                             "cost": round(float(r @ r), 6)})
+        self.log(f"  [{self.name}] eval {self.evals}: "
+                 + " ".join(f"{k}={v:.4f}" for k, v in knobs.items())
+                 + " | " + " ".join(f"{q} {v:.2f} ({(v / t - 1) * 100:+.1f}%)"
+                                    for q, v, t in zip(CELLS, m, self.tgt, strict=True)))
+        return r, m
+
+
+def _lm_step(jac: np.ndarray, r: np.ndarray, z: np.ndarray, lam: float,
+             names: Sequence[str], cap: np.ndarray | None = None
+             ) -> tuple[np.ndarray, dict[str, float]]:
+    """One Levenberg-Marquardt step from ``z`` (each knob's move at most ``cap``), clipped to
+    the bounds: the new ``z`` and its knobs."""
+    a = jac.T @ jac
+    step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
+    if cap is not None:
+        step *= min(1.0, float(np.min(cap / np.maximum(np.abs(step), 1e-300))))
+    z_new = _to_z(_from_z(names, z + step))
+    return z_new, _from_z(names, z_new)
+
+
+def _broyden(jac: np.ndarray, r_new: np.ndarray, r: np.ndarray, dz: np.ndarray) -> None:
+    """Broyden's rank-one update of ``jac`` (in place) after a move ``dz``."""
+    if dz @ dz > 0:
+        jac += np.outer(r_new - r - jac @ dz, dz) / (dz @ dz)
+
+
+def _fit_stage1(trace: _FitTrace, spec0: RegimeSpec, x: dict[str, float], *, per_world: int,
+                max_evals: int, warm: bool, pub: np.ndarray
+                ) -> np.ndarray:
+    """Stage 1: the forward-difference Jacobian at ``x`` and, unless ``warm``, LM steps on
+    the fit set's contexts (redrawn when ``logit_scale`` moves by more than 2%). Returns the
+    Jacobian (the best point is in ``trace.history``)."""
+    names = list(x)
+
+    def make_set(alpha: float) -> _CellFitSet:
+        trace.passes.append({"contexts_logit_scale": round(alpha, 6),
+                             "first_evaluation": trace.evals + 1})
+        return _CellFitSet(dataclasses.replace(spec0, logit_scale=alpha), per_world=per_world,
+                           world_seeds=FIT_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED)
+
+    fs = make_set(x["logit_scale"])
+    r, m = trace.resid(fs, x)
+    z = _to_z(x)
+    jac = np.empty((len(CELLS), len(names)))
+    for i, k in enumerate(names):
+        zi = z.copy()
+        zi[i] += _FD_STEP[k] if k != "hard_miss" or z[i] + _FD_STEP[k] <= 0.5 else -_FD_STEP[k]
+        ri, _ = trace.resid(fs, _from_z(names, zi))
+        jac[:, i] = (ri - r) / (zi[i] - z[i])
+    lam = 1e-3
+    while (not warm and trace.evals < max_evals
+           and not np.all(np.abs(m / trace.tgt - 1.0)[pub] <= 0.01)):
+        z_new, x_new = _lm_step(jac, r, z, lam, names)
+        if abs(x_new["logit_scale"] / x["logit_scale"] - 1.0) > 0.02:
+            fs = make_set(x_new["logit_scale"])
+            r, m = trace.resid(fs, x)                     # the old point on the new contexts
+            if trace.evals >= max_evals:
+                break
+        r_new, m_new = trace.resid(fs, x_new)
+        _broyden(jac, r_new, r, z_new - z)
+        if r_new @ r_new < r @ r:
+            z, x, r, m = z_new, x_new, r_new, m_new
+            lam = max(lam / 3.0, 1e-4)
+        else:
+            lam *= 4.0
+    return jac
+
+
+def _fit_stage2(trace: _FitTrace, spec0: RegimeSpec, x: dict[str, float], jac: np.ndarray,
+                pub: np.ndarray) -> None:
+    """Stage 2: at most :data:`REFINE_STEPS` capped LM steps from ``x`` on
+    :data:`REFINE_WORLD_SEEDS` (contexts of each point's own ``logit_scale``)."""
+    names = list(x)
+    z = _to_z(x)
+    trace.passes.append({"contexts_logit_scale": round(x["logit_scale"], 6),
+                         "first_evaluation": trace.evals + 1, "refine": True,
+                         "exact_alpha": True})
+    fs = _ExactAlphaFitSet(spec0, per_world=REFINE_CONTEXTS_PER_WORLD,
+                           world_seeds=REFINE_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED + 1)
+    r, m = trace.resid(fs, x)
+    lam = 1e-2
+    # no knob moves by more than _STEP_CAP first-Jacobian steps in one stage-2 step: stage 1's
+    # Jacobian is measured on 300 contexts, and a step it overshoots costs a whole evaluation
+    cap = np.array([_STEP_CAP * _FD_STEP[k] for k in names])
+    for _ in range(REFINE_STEPS):
+        if np.all(np.abs(m / trace.tgt - 1.0)[pub] <= REFINE_STOP):
+            break
+        z_new, x_new = _lm_step(jac, r, z, lam, names, cap)
+        r_new, m_new = trace.resid(fs, x_new)
+        _broyden(jac, r_new, r, z_new - z)
+        if r_new @ r_new < r @ r:
+            z, x, r, m = z_new, x_new, r_new, m_new
+        else:
+            lam *= 4.0
+
+
 def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int | None = None,
                       start: dict[str, float] | None = None,
                       log: Callable[[str], None] = print) -> dict[str, object]:
@@ -738,7 +854,7 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
     Broyden's rule after each step. Contexts are redrawn with the current ``logit_scale`` when a
     step moves it by more than 2% (the contexts' burn-in step follows the ``T = 1`` target).
     Stops when every published cell is within 1% on the fit set, or after ``max_evals``
-    evaluations.
+    evaluations (:func:`_fit_stage1`); then refines on 64 worlds (:func:`_fit_stage2`).
 
     Returns
     -------
@@ -769,106 +885,30 @@ def fit_regime_table1(name: str, *, per_world: int | None = None, max_evals: int
         start["logit_scale"] = start.get("logit_scale", 5.0) * 1.15
     x = {k: float(start.get(k, {**_START[fam], "hard_miss": 0.03}[k])) for k in names}
     spec0 = base_spec(name, **{k: v for k, v in x.items() if k != "hard_miss"})
-    history: list[dict[str, object]] = []
-    evals = 0
-
-    passes: list[dict[str, float]] = []
-
-    def make_set(alpha: float) -> _CellFitSet:
-        passes.append({"contexts_logit_scale": round(alpha, 6), "first_evaluation": evals + 1})
-        return _CellFitSet(dataclasses.replace(spec0, logit_scale=alpha), per_world=per_world,
-                           world_seeds=FIT_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED)
-
-    def resid(fs: _CellFitSet | _ExactAlphaFitSet, knobs: dict[str, float]
-              ) -> tuple[np.ndarray, np.ndarray]:
-        nonlocal evals
-        evals += 1
-        m = fs.means(knobs)
-        r = wts * (m / tgt - 1.0)
-        history.append({**{k: round(v, 6) for k, v in knobs.items()},
-                        **{q: round(float(v), 4) for q, v in zip(CELLS, m, strict=True)},
-                        "cost": round(float(r @ r), 6)})
-        log(f"  [{name}] eval {evals}: " + " ".join(f"{k}={v:.4f}" for k, v in knobs.items())
-            + " | " + " ".join(f"{q} {v:.2f} ({(v / t - 1) * 100:+.1f}%)"
-                              for q, v, t in zip(CELLS, m, tgt, strict=True)))
-        return r, m
-
-    fs = make_set(x["logit_scale"])
-    r, m = resid(fs, x)
-    z = _to_z(x)
-    jac = np.empty((len(CELLS), len(names)))
-    for i, k in enumerate(names):
-        zi = z.copy()
-        zi[i] += _FD_STEP[k] if k != "hard_miss" or z[i] + _FD_STEP[k] <= 0.5 else -_FD_STEP[k]
-        ri, _ = resid(fs, _from_z(names, zi))
-        jac[:, i] = (ri - r) / (zi[i] - z[i])
-    lam = 1e-3
-    x_start = dict(x)
-    while not warm and evals < max_evals and not np.all(np.abs(m / tgt - 1.0)[pub] <= 0.01):
-        a = jac.T @ jac
-        step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
-        z_new = _to_z(_from_z(names, z + step))            # clipped to the bounds
-        x_new = _from_z(names, z_new)
-        if abs(x_new["logit_scale"] / x["logit_scale"] - 1.0) > 0.02:
-            fs = make_set(x_new["logit_scale"])
-            r, m = resid(fs, x)                           # the old point on the new contexts
-            if evals >= max_evals:
-                break
-        r_new, m_new = resid(fs, x_new)
-        dz = z_new - z
-        if dz @ dz > 0:                                   # Broyden's rank-one update
-            jac += np.outer(r_new - r - jac @ dz, dz) / (dz @ dz)
-        if r_new @ r_new < r @ r:
-            z, x, r, m = z_new, x_new, r_new, m_new
-            lam = max(lam / 3.0, 1e-4)
-        else:
-            lam *= 4.0
+    trace = _FitTrace(name, tgt, wts, log)
+    jac = _fit_stage1(trace, spec0, x, per_world=per_world, max_evals=max_evals, warm=warm,
+                      pub=pub)
     # Stage 2: stage 1's 300 contexts leave its means uncertain by 2-3% and its six worlds add
     # their own spread, together as large as the tolerance (docs/results/calibration.md,
     # "The fit"); the last steps run on 64 worlds (REFINE_WORLD_SEEDS), from the best point of
     # stage 1 (or the warm start) with its Jacobian, each on contexts of its own logit_scale,
     # and only stage-2 points compete for the result.
-    stage1 = len(history)
-    x = _from_z(names, _to_z(x_start if warm else
-                             {k: float(min(history, key=lambda h: h["cost"])[k])
+    stage1 = len(trace.history)
+    x = _from_z(names, _to_z(x if warm else
+                             {k: float(min(trace.history, key=lambda h: h["cost"])[k])
                               for k in names}))
-    z = _to_z(x)
-    passes.append({"contexts_logit_scale": round(x["logit_scale"], 6),
-                   "first_evaluation": evals + 1, "refine": True, "exact_alpha": True})
-    fs = _ExactAlphaFitSet(spec0, per_world=REFINE_CONTEXTS_PER_WORLD,
-                           world_seeds=REFINE_WORLD_SEEDS, context_seed=FIT_CONTEXT_SEED + 1)
-    r, m = resid(fs, x)
-    lam = 1e-2
-    # no knob moves by more than _STEP_CAP first-Jacobian steps in one stage-2 step: stage 1's
-    # Jacobian is measured on 300 contexts, and a step it overshoots costs a whole evaluation
-    cap = np.array([_STEP_CAP * _FD_STEP[k] for k in names])
-    for _ in range(REFINE_STEPS):
-        if np.all(np.abs(m / tgt - 1.0)[pub] <= REFINE_STOP):
-            break
-        a = jac.T @ jac
-        step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -jac.T @ r)
-        step *= min(1.0, float(np.min(cap / np.maximum(np.abs(step), 1e-300))))
-        z_new = _to_z(_from_z(names, z + step))
-        x_new = _from_z(names, z_new)
-        r_new, m_new = resid(fs, x_new)
-        dz = z_new - z
-        if dz @ dz > 0:
-            jac += np.outer(r_new - r - jac @ dz, dz) / (dz @ dz)
-        if r_new @ r_new < r @ r:
-            z, x, r, m = z_new, x_new, r_new, m_new
-        else:
-            lam *= 4.0
-    best = min(history[stage1:], key=lambda h: h["cost"])
+    _fit_stage2(trace, spec0, x, jac, pub)
+    best = min(trace.history[stage1:], key=lambda h: h["cost"])
     fitted = {k: float(best[k]) for k in names}
     seconds = time.perf_counter() - t0
-    log(f"  [{name}] fitted {fitted} in {evals} evaluations, {seconds:.0f} s")
+    log(f"  [{name}] fitted {fitted} in {trace.evals} evaluations, {seconds:.0f} s")
     return {"fitted": fitted, "fit": {
         "cells": {q: best[q] for q in CELLS}, "world_seeds": list(REFINE_WORLD_SEEDS),
         "context_seed": FIT_CONTEXT_SEED + 1, "contexts_per_world": REFINE_CONTEXTS_PER_WORLD,
         "stage1": {"world_seeds": list(FIT_WORLD_SEEDS), "context_seed": FIT_CONTEXT_SEED,
                    "contexts_per_world": per_world, "evaluations": stage1},
-        "evaluations": evals, "passes": passes, "seconds": round(seconds, 1),
-        "history": history}}
+        "evaluations": trace.evals, "passes": trace.passes, "seconds": round(seconds, 1),
+        "history": trace.history}}
 
 
 def _print_flush(line: str) -> None:
