@@ -60,7 +60,7 @@ import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
 from ..numerics import dot, fixed_exp, fixed_log
-from .class_kernels import class_norms, rows_times
+from .class_kernels import Slices, chain_step, class_norms, rank_top, slices, top_classes
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -75,8 +75,7 @@ class _ClassTable:
     w_cls: np.ndarray       # (V/m,) class sums of w
     g: sp.csr_matrix        # G[c, sc_cj] = pi_c gamma_cj
     gt: sp.csr_matrix       # G^T, each row in column order
-    gt_indptr: np.ndarray   # its indptr and indices as int64 (a compiled gather reads them
-    gt_indices: np.ndarray  # without widening each int32)
+    gt_slices: Slices       # G^T's rows in slices (the chain's product reads these)
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
 
@@ -203,7 +202,7 @@ class BlockDiffusionDrafter:
         if self._classes is not None:
             tab = self._class_table(int(topic))
             mu = np.empty((self.depth, self.vocab_size))
-            for d, h in enumerate(self._class_h(tab, int(last_token))):
+            for d, h in enumerate(self._chain(tab, int(last_token))):
                 np.multiply(tab.w, h[self._cls_of], out=mu[d])
         else:
             k = self.kernel(topic)
@@ -235,7 +234,7 @@ class BlockDiffusionDrafter:
         tab = self._class_table(int(topic))
         members = self._classes[0]
         out = np.empty(self.depth, dtype=np.int64)
-        for d, h in enumerate(self._class_h(tab, int(last_token))):
+        for d, h in enumerate(self._chain(tab, int(last_token))):
             # mu_d[b] = w[b] h[c(b)]; rounding is monotone, so a row maximum is w_max[c] h[c].
             v = h * tab.w_max
             top = np.flatnonzero(v == v.max())
@@ -244,45 +243,33 @@ class BlockDiffusionDrafter:
             out[d] = toks[vals == vals.max()].min()
         return out
 
-    def _class_h(self, tab: _ClassTable, last_token: int):
-        """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring), float64 (V / m,).
+    def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
+        """``h_1..h_L`` float64 (L, V / m) with ``mu_d = w * h_d[c(.)]`` (module docstring).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
-        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One sparse product per depth (``G^T nu``,
-        :func:`~treespec_sim.synth.class_kernels.rows_times`: every entry sums its terms in
-        column order) and one dot
-        (:func:`~treespec_sim.numerics.dot`: the products, then numpy's pairwise sum -- not
-        BLAS's order, which changes with the library and its threads). A generator, so that
-        a consumer works on each row while it is still in cache.
+        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). Per depth one sparse product ``G^T nu``
+        (:func:`~treespec_sim.synth.class_kernels.chain_step`: every entry sums its terms in
+        column order) and one dot (:func:`~treespec_sim.numerics.dot`: the products, then
+        numpy's pairwise sum -- not BLAS's order, which changes with the library and its
+        threads). The chain comes first, then the rows' norms and top lists (ClassLogMarginals).
         """
-        gt = tab.gt
+        n = tab.pi.shape[0]
+        h = np.empty((self.depth, n))
         c0 = int(self._cls_of[last_token])
         # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
         # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
         lo, hi = tab.g.indptr[c0], tab.g.indptr[c0 + 1]    # row c0 of G: column c0 of G^T
-        row = np.zeros(tab.pi.shape[0])
-        row[tab.g.indices[lo:hi]] = tab.g.data[lo:hi]
-        row += tab.pi[c0]
-        yield row
-        nu = tab.w_cls * row
+        h[0] = 0.0
+        h[0, tab.g.indices[lo:hi]] = tab.g.data[lo:hi]
+        h[0] += tab.pi[c0]
+        nu = tab.w_cls * h[0]
+        nu_next = np.empty(n)
+        sl = tab.gt_slices
         for d in range(1, self.depth):
-            row = np.empty(nu.size)
-            rows_times(tab.gt_indptr, tab.gt_indices, gt.data, nu, row)
-            row += dot(nu, tab.pi)  # a fixed order on every machine and BLAS
-            eta = self.eta[d]
-            if eta:
-                row *= 1.0 - eta
-                row += eta
-            yield row
-            np.multiply(tab.w_cls, row, out=nu)
-
-    def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
-        """``h_1..h_L`` float64 (L, V / m) (:meth:`_class_h`'s rows). The chain comes first,
-        then the rows' norms and top lists (ClassLogMarginals)."""
-        n = tab.pi.shape[0]
-        h = np.empty((self.depth, n))
-        for d, row in enumerate(self._class_h(tab, last_token)):
-            h[d] = row
+            eta = float(self.eta[d])
+            chain_step(sl.rows, sl.offsets, sl.columns, sl.values, nu, dot(nu, tab.pi),
+                       1.0 - eta, eta, eta != 0.0, tab.w_cls, h[d], nu_next)
+            nu, nu_next = nu_next, nu
         return h
 
     def _class_table(self, topic: int) -> _ClassTable:
@@ -319,8 +306,7 @@ class BlockDiffusionDrafter:
         gt = g.T.tocsr()
         gt.sort_indices()
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, g=g, gt=gt,
-                          gt_indptr=gt.indptr.astype(np.int64),
-                          gt_indices=gt.indices.astype(np.int64),
+                          gt_slices=slices(gt.indptr, gt.indices, gt.data, n_cls),
                           w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
@@ -495,43 +481,6 @@ def _sharpen_row(row: np.ndarray, beta: float) -> np.ndarray:
         np.exp(r, out=r)
         r /= r.sum()
     return r
-
-
-def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the ``k`` best ``(tok, val)`` pairs by decreasing ``val``, ties to smaller ``tok``.
-
-    ``np.lexsort`` over whole rows costs 3x an ``argpartition`` + ``argsort`` of the top ``k``;
-    that is exact whenever a row has no tied values in its top ``k`` (nor across the cut). A
-    row with ties is ranked from its ``k``-th value ``t``: the entries above ``t`` lexsorted (a
-    few), then the smallest tokens at ``t`` (often a junk-floor plateau: an integer sort).
-    ``toks`` must be distinct within a row.
-    """
-    width = vals.shape[1]
-    if k < width:
-        sel = np.argpartition(-vals, k - 1, axis=1)[:, :k]
-        toks_k = np.take_along_axis(toks, sel, axis=1)
-        vals_k = np.take_along_axis(vals, sel, axis=1)
-    else:
-        toks_k, vals_k = toks, vals
-    order = np.argsort(-vals_k, axis=1)
-    toks_k = np.take_along_axis(toks_k, order, axis=1)
-    vals_k = np.take_along_axis(vals_k, order, axis=1)
-    tied = np.any(vals_k[:, 1:] == vals_k[:, :-1], axis=1)
-    if k < width:
-        tied |= (vals >= vals_k[:, -1:]).sum(axis=1) > k
-    for r in np.flatnonzero(tied):
-        t = vals_k[r, -1]                       # the k-th largest value of the row
-        above = vals[r] > t
-        order = np.lexsort((toks[r][above], -vals[r][above]))
-        at_t = np.sort(toks[r][vals[r] == t])[: k - order.size]
-        if order.size + at_t.size != k:         # NaN entries: rank the whole row
-            order = np.lexsort((toks[r], -vals[r]))[:k]
-            toks_k[r], vals_k[r] = toks[r][order], vals[r][order]
-            continue
-        toks_k[r] = np.concatenate([toks[r][above][order], at_t])
-        vals_k[r, : order.size] = vals[r][above][order]
-        vals_k[r, order.size:] = t
-    return toks_k, vals_k
 
 
 class ClassLogMarginals(LazyLogMarginals):
@@ -750,34 +699,22 @@ class ClassLogMarginals(LazyLogMarginals):
         decide).
 
         The ``k`` best classes of a row are those whose maximum is above its ``(k + 1)``-th
-        best (:func:`_kth_pair`, ties excluded); their ``k m`` tokens are ranked
-        (:func:`_rank_rows`), and a row is certain when the best outside class maximum maps
-        to a value provably below the ``k``-th (or, an exact tie, is filled in id order by
-        :meth:`_fill_ties`).
+        best (:func:`~treespec_sim.synth.class_kernels.top_classes`, ties excluded); their
+        ``k m`` tokens are ranked (:func:`~treespec_sim.synth.class_kernels.rank_top`), and a
+        row is certain when the best outside class maximum maps to a value provably below the
+        ``k``-th (or, an exact tie, is filled in id order by :meth:`_fill_ties`).
         """
         m = self._members.shape[1]
-        given = rows
-
-        def pick(a: np.ndarray) -> np.ndarray:
-            # every row (top_all) or one row (top): a view, not a 1 MB gathered copy
-            if given is None:
-                return a
-            return a[int(given[0]):int(given[0]) + 1] if given.size == 1 else a[given]
-
-        if rows is None:
-            rows = np.arange(self.shape[0])
+        rows = (np.arange(self.shape[0]) if rows is None
+                else np.ascontiguousarray(rows, dtype=np.int64))
         done = np.zeros(rows.size, dtype=bool)
-        v = pick(self._class_max())
-        thr, v_out, cand_r, cand_c = _kth_pair(v, k)
-        exact = v_out < thr                          # exactly k classes reach the k-th maximum
+        classes = np.empty((rows.size, k), dtype=np.int64)
+        outside = np.empty(rows.size)
+        exact = top_classes(self._h, self._w_max, rows, k, classes, outside)
         if not exact.any():
             return done
-        keep = v[cand_r, cand_c] >= thr[cand_r]
-        if not exact.all():
-            keep &= exact[cand_r]
         pos = np.flatnonzero(exact)
-        idx = cand_c[keep].reshape(pos.size, k)      # the k best classes of each exact row
-        v_out = v_out[pos]
+        idx, v_out = classes[pos], outside[pos]      # the k best classes of each exact row
         sub = rows[pos]
         n = sub.size
         # the candidates' mu and, in the last column, the best outside class maximum: one
@@ -790,15 +727,17 @@ class ClassLogMarginals(LazyLogMarginals):
         mu[:, -1] = v_out
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
-        vals = np.ascontiguousarray(both[:, :-1])
-        toks, vals = _rank_rows(toks, vals, k)
+        toks_k, vals = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+        ranked = rank_top(toks, np.ascontiguousarray(both[:, :-1]), toks_k, vals)
+        toks = toks_k
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
+        sure &= ranked
         toks_out[pos[sure]], vals_out[pos[sure]] = toks[sure], vals[sure]
         done[pos[sure]] = True
         if not sure.all():
-            for i in np.flatnonzero(~sure).tolist():
+            for i in np.flatnonzero(~sure & ranked).tolist():
                 if best_out[i] == kth[i]:
                     got = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
                 else:
@@ -900,35 +839,3 @@ class ClassLogMarginals(LazyLogMarginals):
             np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
             self._from_mu_rows(out[row][None, :], np.array([row]))
         return out
-
-
-def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``v`` ``(n, c)`` (``k < c``): the ``k``-th and ``(k + 1)``-th largest values,
-    and ``(rows, cols)`` of a set of entries (row-major) holding every entry ``>=`` the k-th.
-
-    A strided sample proposes a per-row cut ``s`` below about the ``2 k``-th value; the
-    entries ``>= s`` (a few ``k`` per row) are selected from, if every row has at least
-    ``k + 1``. Otherwise (or when the cut lets most of a row through: massive ties) the
-    whole rows are partitioned.
-    """
-    n, c = v.shape
-    stride = c // (4 * k + 256)
-    if stride >= 2:
-        sample = v[:, ::stride]
-        ns = sample.shape[1]
-        rank = min(ns, 2 * math.ceil((k + 1) / stride) + 4)
-        s = np.partition(sample, ns - rank, axis=1)[:, ns - rank]
-        # flatnonzero + divmod: np.nonzero of a 2-D mask is ~5x slower than of its ravel.
-        cand_r, cand_c = np.divmod(np.flatnonzero(v >= s[:, None]), c)
-        cnt = np.bincount(cand_r, minlength=n)
-        width = int(cnt.max())
-        if int(cnt.min()) > k and width <= c // 4:
-            start = np.cumsum(cnt) - cnt
-            pad = np.full((n, width), -np.inf)
-            pad[cand_r, np.arange(cand_r.size) - start[cand_r]] = v[cand_r, cand_c]
-            part = np.partition(pad, (width - k - 1, width - k), axis=1)
-            return part[:, width - k], part[:, width - k - 1], cand_r, cand_c
-    part = np.partition(v, (c - k - 1, c - k), axis=1)
-    thr = part[:, c - k]
-    cand_r, cand_c = np.divmod(np.flatnonzero(v >= thr[:, None]), c)
-    return thr, part[:, c - k - 1], cand_r, cand_c
