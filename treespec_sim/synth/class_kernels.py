@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..numerics import NORM_CUT, fixed_exp1, fixed_log1
+from ..numerics import NORM_CUT, dot, fixed_exp1, fixed_log1
 
-__all__ = ["LANES", "Slices", "chain_step", "class_norms", "norm_row", "rank_top", "slices",
+__all__ = ["LANES", "Slices", "chain", "norm_row", "rank_top", "slices",
            "top_classes"]
 
 
@@ -76,78 +76,102 @@ def _fill_slices(indptr, indices, data, rows, offsets, columns, values):
 
 
 @njit(cache=True)
-def chain_step(rows, offsets, columns, values, nu, add, scale, shift, has_eta, w_cls, h, nu_out):
-    """One depth of the class chain: ``h = A nu + add``, then (``has_eta``) ``h = h * scale +
-    shift``, and ``nu_out = w_cls * h``, each step its own rounding in that order.
+def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w_cls, w_max,
+          eta, beta, sums, h, norm_m, norm_z):
+    """The class chain ``h_1..h_L`` into ``h`` (float64 ``(L, n)``) and, for each row with
+    ``beta[d] != 1``, its normalisers :func:`norm_row` (sharpening ``beta[d]``, class sums
+    ``sums[d]``) into ``norm_m[d]``, ``norm_z[d]`` (the other entries are left as they are),
+    each computed while its row is still in cache.
 
-    ``A`` in :class:`Slices` form (its four arrays); ``nu``, ``w_cls``, ``h``, ``nu_out``:
-    float64 ``(n,)``. Each entry of ``A nu`` sums its row's terms from ``0.0`` in the row's
-    stored order (for rows sorted by column, scipy's ``A @ nu``), eight rows at a time.
+    ``h_1 = G^T e_c0 + pi[c0]`` (row ``c0`` of ``G``: ``g_*`` in CSR form); then per depth
+    ``h_d = A nu + nu . pi``, and where ``eta_d != 0`` ``h_d = h_d (1 - eta_d) + eta_d``, with
+    ``nu = w_cls * h_{d-1}``: each step its own rounding, in that order. ``A = G^T`` in
+    :class:`Slices` form (``rows``, ``offsets``, ``columns``, ``values``); each entry of
+    ``A nu`` sums its row's terms from ``0.0`` in the row's stored order, eight rows at a time;
+    ``nu . pi`` is :func:`~treespec_sim.numerics.dot`.
     """
-    for s in range(offsets.size - 1):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-        for k in range(offsets[s], offsets[s + 1], LANES):
-            a0 += values[k] * nu[columns[k]]
-            a1 += values[k + 1] * nu[columns[k + 1]]
-            a2 += values[k + 2] * nu[columns[k + 2]]
-            a3 += values[k + 3] * nu[columns[k + 3]]
-            a4 += values[k + 4] * nu[columns[k + 4]]
-            a5 += values[k + 5] * nu[columns[k + 5]]
-            a6 += values[k + 6] * nu[columns[k + 6]]
-            a7 += values[k + 7] * nu[columns[k + 7]]
-        sums = (a0, a1, a2, a3, a4, a5, a6, a7)
-        for lane in range(LANES):
-            i = rows[s * LANES + lane]
-            if i >= 0:
-                r = sums[lane] + add
-                if has_eta:
-                    r = r * scale
-                    r = r + shift
-                h[i] = r
-                nu_out[i] = w_cls[i] * r
+    n = pi.size
+    nu = np.empty(n)
+    for c in range(n):
+        h[0, c] = 0.0
+    for k in range(g_indptr[c0], g_indptr[c0 + 1]):
+        h[0, g_indices[k]] = g_data[k]
+    for c in range(n):
+        h[0, c] = h[0, c] + pi[c0]
+        nu[c] = w_cls[c] * h[0, c]
+    if beta[0] != 1.0:
+        norm_m[0], norm_z[0] = norm_row(h[0], w_max, beta[0], sums[0], _row_top(h[0], w_max))
+    # unsigned positions: numba then skips the negative-index check on every load
+    eight = np.uint64(LANES)
+    for d in range(1, h.shape[0]):
+        add = dot(nu, pi)
+        scale = 1.0 - eta[d]
+        shift = eta[d]
+        row = h[d]
+        for s in range(offsets.size - 1):
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+            k = np.uint64(offsets[s])
+            end = np.uint64(offsets[s + 1])
+            while k < end:
+                a0 += values[k] * nu[columns[k]]
+                a1 += values[k + np.uint64(1)] * nu[columns[k + np.uint64(1)]]
+                a2 += values[k + np.uint64(2)] * nu[columns[k + np.uint64(2)]]
+                a3 += values[k + np.uint64(3)] * nu[columns[k + np.uint64(3)]]
+                a4 += values[k + np.uint64(4)] * nu[columns[k + np.uint64(4)]]
+                a5 += values[k + np.uint64(5)] * nu[columns[k + np.uint64(5)]]
+                a6 += values[k + np.uint64(6)] * nu[columns[k + np.uint64(6)]]
+                a7 += values[k + np.uint64(7)] * nu[columns[k + np.uint64(7)]]
+                k += eight
+            acc = (a0, a1, a2, a3, a4, a5, a6, a7)
+            for lane in range(LANES):
+                i = rows[s * LANES + lane]
+                if i >= 0:
+                    r = acc[lane] + add
+                    if shift != 0.0:
+                        r = r * scale
+                        r = r + shift
+                    row[i] = r
+        for c in range(n):
+            nu[c] = w_cls[c] * row[c]
+        if beta[d] != 1.0:
+            norm_m[d], norm_z[d] = norm_row(row, w_max, beta[d], sums[d], _row_top(row, w_max))
 
 
 @njit(cache=True)
-def norm_row(h, w_max, beta, sums):
+def _row_top(h, w_max):
+    """``max_c h[c] w_max[c]``; NaN if a product is NaN."""
+    best = -math.inf
+    for c in range(h.size):
+        v = h[c] * w_max[c]
+        if v != v:
+            return math.nan
+        best = v if v > best else best
+    return best
+
+
+@njit(cache=True)
+def norm_row(h, w_max, beta, sums, v_max):
     """``(m, Z)`` of one sharpened row (``ClassLogMarginals._norms``) from its class chain row
-    ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1`` and the class sums
-    ``S``: with ``v = h * w_max``, ``m = beta log max v`` and
-    ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes ``v[c] >= max v e^(-64 / beta)``.
+    ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums ``S`` and
+    ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log v_max`` and
+    ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes ``v[c] >= v_max e^(-64 / beta)``.
 
     ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1``; the sum runs
     in eight lanes (class ``c`` to lane ``c % 8``, each in class order, combined
     ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``): one order, every CPU's floats.
     """
-    n = h.size
-    v_max = -math.inf
-    nan = False
-    for c in range(n):
-        v = h[c] * w_max[c]
-        if v != v:
-            nan = True
-        elif v > v_max:
-            v_max = v
-    if nan:                                       # as numpy's max: m NaN, no class kept
+    if v_max != v_max:                            # as numpy's max: m NaN, no class kept
         return math.nan, 0.0
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
-    lanes = np.zeros(8)
-    for c in range(n):
+    lanes = np.zeros(LANES)
+    for c in range(h.size):
         v = h[c] * w_max[c]
         if v >= cut:
-            lanes[c % 8] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
+            lanes[c % LANES] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
     z = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5])
                                                            + (lanes[6] + lanes[7]))
     return m, z
-
-
-@njit(cache=True)
-def class_norms(h, w_max, beta, sums, m_out, z_out):
-    """:func:`norm_row` of every row ``d`` of ``h`` (float64 ``(L, n)``) with ``beta[d] != 1``
-    into ``m_out[d]``, ``z_out[d]`` (the others are left as they are)."""
-    for d in range(h.shape[0]):
-        if beta[d] != 1.0:
-            m_out[d], z_out[d] = norm_row(h[d], w_max, beta[d], sums[d])
 
 
 @njit(cache=True)

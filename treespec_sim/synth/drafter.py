@@ -59,8 +59,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from ..numerics import dot, fixed_exp, fixed_log
-from .class_kernels import Slices, chain_step, class_norms, rank_top, slices, top_classes
+from ..numerics import fixed_exp, fixed_log
+from .class_kernels import Slices, chain, rank_top, slices, top_classes
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -76,6 +76,8 @@ class _ClassTable:
     g: sp.csr_matrix        # G[c, sc_cj] = pi_c gamma_cj
     gt: sp.csr_matrix       # G^T, each row in column order
     gt_slices: Slices       # G^T's rows in slices (the chain's product reads these)
+    g_indptr: np.ndarray    # G's indptr and indices as int64 (the chain's first depth)
+    g_indices: np.ndarray
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
 
@@ -202,7 +204,7 @@ class BlockDiffusionDrafter:
         if self._classes is not None:
             tab = self._class_table(int(topic))
             mu = np.empty((self.depth, self.vocab_size))
-            for d, h in enumerate(self._chain(tab, int(last_token))):
+            for d, h in enumerate(self._chain(tab, int(last_token))[0]):
                 np.multiply(tab.w, h[self._cls_of], out=mu[d])
         else:
             k = self.kernel(topic)
@@ -234,7 +236,7 @@ class BlockDiffusionDrafter:
         tab = self._class_table(int(topic))
         members = self._classes[0]
         out = np.empty(self.depth, dtype=np.int64)
-        for d, h in enumerate(self._chain(tab, int(last_token))):
+        for d, h in enumerate(self._chain(tab, int(last_token))[0]):
             # mu_d[b] = w[b] h[c(b)]; rounding is monotone, so a row maximum is w_max[c] h[c].
             v = h * tab.w_max
             top = np.flatnonzero(v == v.max())
@@ -243,34 +245,27 @@ class BlockDiffusionDrafter:
             out[d] = toks[vals == vals.max()].min()
         return out
 
-    def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
-        """``h_1..h_L`` float64 (L, V / m) with ``mu_d = w * h_d[c(.)]`` (module docstring).
+    def _chain(self, tab: _ClassTable, last_token: int, sums: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``h_1..h_L`` float64 (L, V / m) with ``mu_d = w * h_d[c(.)]`` (module docstring), and
+        the sharpened rows' normalisers ``(m_d, Z_d)`` (L,) each (NaN where ``beta_d = 1``,
+        or for every row without the class sums ``sums``: ClassLogMarginals._norms).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
-        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). Per depth one sparse product ``G^T nu``
-        (:func:`~treespec_sim.synth.class_kernels.chain_step`: every entry sums its terms in
-        column order) and one dot (:func:`~treespec_sim.numerics.dot`: the products, then
-        numpy's pairwise sum -- not BLAS's order, which changes with the library and its
-        threads). The chain comes first, then the rows' norms and top lists (ClassLogMarginals).
+        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``): one sparse product ``G^T nu`` and one
+        dot per depth (:func:`~treespec_sim.synth.class_kernels.chain`, one compiled call). The
+        chain comes first, then the rows' norms and top lists (ClassLogMarginals).
         """
         n = tab.pi.shape[0]
         h = np.empty((self.depth, n))
-        c0 = int(self._cls_of[last_token])
-        # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
-        # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
-        lo, hi = tab.g.indptr[c0], tab.g.indptr[c0 + 1]    # row c0 of G: column c0 of G^T
-        h[0] = 0.0
-        h[0, tab.g.indices[lo:hi]] = tab.g.data[lo:hi]
-        h[0] += tab.pi[c0]
-        nu = tab.w_cls * h[0]
-        nu_next = np.empty(n)
+        norm_m, norm_z = np.full(self.depth, np.nan), np.full(self.depth, np.nan)
+        beta = self.beta if sums is not None else np.ones(self.depth)
+        sums = sums if sums is not None else np.empty((self.depth, n))
         sl = tab.gt_slices
-        for d in range(1, self.depth):
-            eta = float(self.eta[d])
-            chain_step(sl.rows, sl.offsets, sl.columns, sl.values, nu, dot(nu, tab.pi),
-                       1.0 - eta, eta, eta != 0.0, tab.w_cls, h[d], nu_next)
-            nu, nu_next = nu_next, nu
-        return h
+        chain(int(self._cls_of[last_token]), tab.g_indptr, tab.g_indices, tab.g.data, sl.rows,
+              sl.offsets, sl.columns, sl.values, tab.pi, tab.w_cls, tab.w_max, self.eta, beta,
+              sums, h, norm_m, norm_z)
+        return h, norm_m, norm_z
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -307,6 +302,7 @@ class BlockDiffusionDrafter:
         gt.sort_indices()
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, g=g, gt=gt,
                           gt_slices=slices(gt.indptr, gt.indices, gt.data, n_cls),
+                          g_indptr=g.indptr.astype(np.int64), g_indices=g.indices.astype(np.int64),
                           w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
@@ -345,9 +341,10 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        h = self._chain(tab, key[1])
-        lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
-                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
+        sums = self._beta_class_sums(key[0], tab)
+        h, norm_m, norm_z = self._chain(tab, key[1], sums)
+        lazy = ClassLogMarginals(tab, h, (norm_m, norm_z), self._classes[0], self._cls_of,
+                                 beta=self.beta, junk=self.junk, sharpen_sums=sums)
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
             self._lazy.popitem(last=False)
@@ -515,6 +512,9 @@ class ClassLogMarginals(LazyLogMarginals):
         The topic's class table (``w``, ``w_max``, ...).
     h : ndarray of float64, shape (L, V / m)
         ``h_1..h_L``.
+    norms : tuple of two ndarrays of float64, shape (L,)
+        ``(m_d, Z_d)`` of :meth:`_norms`, computed with the chain
+        (:func:`~treespec_sim.synth.class_kernels.chain`).
     members : ndarray of int64, shape (V / m, m)
         Tokens of each class.
     cls_of : ndarray of int64, shape (V,)
@@ -525,9 +525,9 @@ class ClassLogMarginals(LazyLogMarginals):
         ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
     """
 
-    def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
-                 cls_of: np.ndarray, *, beta: np.ndarray, junk: np.ndarray,
-                 sharpen_sums: np.ndarray) -> None:
+    def __init__(self, table: _ClassTable, h: np.ndarray, norms: tuple[np.ndarray, np.ndarray],
+                 members: np.ndarray, cls_of: np.ndarray, *, beta: np.ndarray,
+                 junk: np.ndarray, sharpen_sums: np.ndarray) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
         self._w = table.w
         self._w_max = table.w_max
@@ -540,8 +540,7 @@ class ClassLogMarginals(LazyLogMarginals):
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
-        self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
-        self._norm_z: np.ndarray | None = None  # (L,) Z_d
+        self._norm_m, self._norm_z = norms      # (L,) m_d, Z_d (NaN where beta_d = 1)
         self._factors: dict[tuple[str, bytes], tuple] = {}  # _row_factors, per row set
 
     # -------------------------------------------------------------- per-row quantities
@@ -553,7 +552,8 @@ class ClassLogMarginals(LazyLogMarginals):
         return self._vmax
 
     def _norms(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed once:
+        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed with the
+        chain:
 
         ``m_d = beta_d log v_max``, ``Z_d = sum_c exp(beta_d log v_d[c] - m_d) S[d, c]``
 
@@ -568,12 +568,6 @@ class ClassLogMarginals(LazyLogMarginals):
         :func:`~treespec_sim.synth.class_kernels.norm_row`): fixed sequences of IEEE
         operations, the same floats on every CPU.
         """
-        if self._norm_z is None:
-            L = self.shape[0]
-            m = np.full(L, np.nan)
-            z = np.full(L, np.nan)
-            class_norms(self._h, self._w_max, self._beta, self._sums, m, z)
-            self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
     def _from_mu(self, row: int, mu: np.ndarray) -> np.ndarray:
