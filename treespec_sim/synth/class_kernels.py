@@ -16,7 +16,7 @@ from numba import njit
 
 from ..numerics import NORM_CUT, dot, fixed_exp1, fixed_log1
 
-__all__ = ["LANES", "Slices", "chain", "norm_row", "rank_top", "slices",
+__all__ = ["LANES", "Slices", "chain", "norm_row", "rank_top", "shared_law", "slices",
            "top_classes"]
 
 
@@ -259,3 +259,41 @@ def rank_top(toks, vals, toks_out, vals_out):
             vals_out[i, j] = row[at]
         ok[i] = True
     return ok
+
+
+@njit(cache=True)
+def shared_law(h, w_max, members, log_w, beta, m, a, floor, u, c1, out):
+    """The correction proposal's parent-independent part at a sharpened row (``beta != 1``;
+    ``BlockDiffusionDrafter._shared_law``) into ``out`` (float64 ``(V,)``): for every token
+    ``b`` of class ``c``, ``e = fixed_exp(((fixed_log(h[c]) + log_w[b]) * beta) - m)`` and
+    ``out[b] = (e * a + floor) + u[b] * c1`` (``u`` of size 0: no last term), each step one
+    rounding in that order.
+
+    Only the classes the norms keep (``v_c = h[c] w_max[c] >= max v e^(-64 / beta)``) are
+    computed when that is exact: every other token has ``x = beta log(h_c w_b) - m < -64``, so
+    where ``e^(x + 1) a`` is below an eighth of ``floor``'s ulp ``e a + floor`` rounds to
+    ``floor`` whatever ``e`` is (``fixed_exp`` is within 2 ulps of ``exp``) -- the same floats.
+    ``members``: int64 ``(n, m)``, the tokens of each class (a partition of the vocabulary).
+    """
+    n, per_class = members.shape
+    with_u = u.size > 0
+    v_max = _row_top(h, w_max)
+    skip = False
+    if floor > 0.0 and floor < math.inf and a > 0.0 and a < math.inf and beta > 0.0:
+        gap = np.nextafter(floor, math.inf) - floor
+        skip = math.log(gap / (8.0 * a)) - 1.0 >= -63.0 and v_max == v_max
+    if skip:
+        cut = v_max * fixed_exp1(-(NORM_CUT / beta))
+        for b in range(out.size):
+            out[b] = floor + u[b] * c1 if with_u else floor
+    for c in range(n):
+        if skip and not h[c] * w_max[c] >= cut:
+            continue
+        lh = fixed_log1(h[c])
+        for q in range(per_class):
+            b = members[c, q]
+            e = fixed_exp1(((lh + log_w[b]) * beta) - m)
+            y = e * a + floor
+            if with_u:
+                y = y + u[b] * c1
+            out[b] = y

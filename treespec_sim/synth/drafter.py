@@ -59,8 +59,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from ..numerics import fixed_exp, fixed_log
-from .class_kernels import Slices, chain, rank_top, slices, top_classes
+from .class_kernels import Slices, chain, rank_top, shared_law, slices, top_classes
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -95,6 +94,7 @@ _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats ea
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
 _TIE_ULPS = 16
+_NO_LAW = np.empty(0)   # shared_law's u when there is none
 
 
 class BlockDiffusionDrafter:
@@ -434,8 +434,9 @@ class BlockDiffusionDrafter:
         ``s_d(b) = exp(beta_d (log h_d[c(b)] + log w[b]) - m_d) / Z_d`` (``beta_d != 1``),
         ``s_d(b) = w[b] h_d[c(b)]`` (``beta_d = 1``).
 
-        ``log``/``exp`` are treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
-        :func:`~treespec_sim.numerics.fixed_exp`), ``(1 - kappa) (1 - j) / Z_d`` is one factor,
+        ``log``/``exp`` are treespec's own (:func:`~treespec_sim.synth.class_kernels.shared_law`,
+        which forms only the tokens that can differ from the floor), ``(1 - kappa) (1 - j) / Z_d``
+        is one factor,
         and ``m_d``, ``Z_d`` are :class:`ClassLogMarginals`' norms, so no pass over the
         vocabulary looks for a maximum or a sum. ``s_d`` sums to 1 up to rounding; the sampled fill
         normalises every law it draws from.
@@ -454,13 +455,10 @@ class BlockDiffusionDrafter:
         floor = j / self.vocab_size
         out = np.empty(self.vocab_size)
         if beta != 1.0:
-            x = fixed_log(h)[self._cls_of]
-            x += tab.log_w
-            x *= beta
-            x -= m
-            np.copyto(out, fixed_exp(x))
-        else:
-            np.multiply(tab.w, h[self._cls_of], out=out)
+            shared_law(h, tab.w_max, self._classes[0], tab.log_w, beta, m, a, floor,
+                       _NO_LAW if u is None else u, c1, out)
+            return out
+        np.multiply(tab.w, h[self._cls_of], out=out)
         out *= a
         out += floor
         if u is not None:
