@@ -42,6 +42,7 @@ _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.44269504088896338700e+00
 _MAGIC = 6755399441055744.0            # 1.5 * 2^52: (t + _MAGIC) - _MAGIC rounds t to an integer
 _SQRT_HALF = 0.70710678118654752440
+_POW2 = np.ldexp(1.0, np.arange(-1000, 1001))  # 2^-1000..2^1000, each exact
 
 
 @njit(cache=True)
@@ -84,9 +85,8 @@ def dot(a, b):
 
 @njit(cache=True)
 def fixed_exp1(x: float) -> float:
-    """:func:`fixed_exp` of one float64 (``0`` at ``-inf``, NaN for NaN)."""
-    if x == -math.inf:
-        return 0.0
+    """:func:`fixed_exp` of one float64 (``0`` at ``-inf``, NaN for NaN); no branch, so that a
+    loop over it can be vectorised."""
     t = x * _INV_LN2
     n = (t + _MAGIC) - _MAGIC
     r = (x - n * _LN2_HI) - n * _LN2_LO
@@ -105,7 +105,11 @@ def fixed_exp1(x: float) -> float:
     d1 = (a4 + a5 * r2) + a6 * r4
     p = d0 + d1 * r8
     k = 0 if n != n else int(min(max(n, -2000.0), 2000.0))
-    return math.ldexp(p, k)
+    # p 2^k as two exact powers of two: p 2^k1 is exact (|k1| <= 1000 keeps it normal), the
+    # second product rounds once -- ldexp's float, with no library call in the loop
+    k1 = min(max(k, -1000), 1000)
+    p = (p * _POW2[k1 + 1000]) * _POW2[k - k1 + 1000]
+    return 0.0 if x == -math.inf else p
 
 
 @njit(cache=True)

@@ -77,11 +77,12 @@ def _fill_slices(indptr, indices, data, rows, offsets, columns, values):
 
 @njit(cache=True)
 def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w_cls, w_max,
-          eta, beta, sums, h, norm_m, norm_z):
+          eta, beta, sums, h, norm_m, norm_z, kept, n_kept):
     """The class chain ``h_1..h_L`` into ``h`` (float64 ``(L, n)``) and, for each row with
     ``beta[d] != 1``, its normalisers :func:`norm_row` (sharpening ``beta[d]``, class sums
-    ``sums[d]``) into ``norm_m[d]``, ``norm_z[d]`` (the other entries are left as they are),
-    each computed while its row is still in cache.
+    ``sums[d]``) into ``norm_m[d]``, ``norm_z[d]`` and the classes it keeps into
+    ``kept[d, :n_kept[d]]`` (int32 ``(L, n)``, int64 ``(L,)``; the other rows' entries are left
+    as they are), each computed while its row is still in cache.
 
     ``h_1 = G^T e_c0 + pi[c0]`` (row ``c0`` of ``G``: ``g_*`` in CSR form); then per depth
     ``h_d = A nu + nu . pi``, and where ``eta_d != 0`` ``h_d = h_d (1 - eta_d) + eta_d``, with
@@ -100,7 +101,8 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
         h[0, c] = h[0, c] + pi[c0]
         nu[c] = w_cls[c] * h[0, c]
     if beta[0] != 1.0:
-        norm_m[0], norm_z[0] = norm_row(h[0], w_max, beta[0], sums[0], _row_top(h[0], w_max))
+        norm_m[0], norm_z[0], n_kept[0] = norm_row(h[0], w_max, beta[0], sums[0],
+                                                   _row_top(h[0], w_max), kept[0])
     # unsigned positions: numba then skips the negative-index check on every load
     eight = np.uint64(LANES)
     for d in range(1, h.shape[0]):
@@ -134,7 +136,8 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
         for c in range(n):
             nu[c] = w_cls[c] * row[c]
         if beta[d] != 1.0:
-            norm_m[d], norm_z[d] = norm_row(row, w_max, beta[d], sums[d], _row_top(row, w_max))
+            norm_m[d], norm_z[d], n_kept[d] = norm_row(row, w_max, beta[d], sums[d],
+                                                       _row_top(row, w_max), kept[d])
 
 
 @njit(cache=True)
@@ -150,28 +153,32 @@ def _row_top(h, w_max):
 
 
 @njit(cache=True)
-def norm_row(h, w_max, beta, sums, v_max):
-    """``(m, Z)`` of one sharpened row (``ClassLogMarginals._norms``) from its class chain row
-    ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums ``S`` and
-    ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log v_max`` and
-    ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes ``v[c] >= v_max e^(-64 / beta)``.
+def norm_row(h, w_max, beta, sums, v_max, kept):
+    """``(m, Z, count)`` of one sharpened row (``ClassLogMarginals._norms``) from its class
+    chain row ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums
+    ``S`` and ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log
+    v_max`` and ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes
+    ``v[c] >= v_max e^(-64 / beta)``, which go into ``kept[:count]`` in increasing order.
 
     ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1``; the sum runs
     in eight lanes (class ``c`` to lane ``c % 8``, each in class order, combined
     ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``): one order, every CPU's floats.
     """
     if v_max != v_max:                            # as numpy's max: m NaN, no class kept
-        return math.nan, 0.0
+        return math.nan, 0.0, 0
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
     lanes = np.zeros(LANES)
+    count = 0
     for c in range(h.size):
         v = h[c] * w_max[c]
         if v >= cut:
             lanes[c % LANES] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
+            kept[count] = c
+            count += 1
     z = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5])
                                                            + (lanes[6] + lanes[7]))
-    return m, z
+    return m, z, count
 
 
 @njit(cache=True)
@@ -262,38 +269,49 @@ def rank_top(toks, vals, toks_out, vals_out):
 
 
 @njit(cache=True)
-def shared_law(h, w_max, members, log_w, beta, m, a, floor, u, c1, out):
+def shared_law(h, members, log_w, beta, m, a, floor, u, c1, kept, out):
     """The correction proposal's parent-independent part at a sharpened row (``beta != 1``;
     ``BlockDiffusionDrafter._shared_law``) into ``out`` (float64 ``(V,)``): for every token
     ``b`` of class ``c``, ``e = fixed_exp(((fixed_log(h[c]) + log_w[b]) * beta) - m)`` and
     ``out[b] = (e * a + floor) + u[b] * c1`` (``u`` of size 0: no last term), each step one
     rounding in that order.
 
-    Only the classes the norms keep (``v_c = h[c] w_max[c] >= max v e^(-64 / beta)``) are
-    computed when that is exact: every other token has ``x = beta log(h_c w_b) - m < -64``, so
-    where ``e^(x + 1) a`` is below an eighth of ``floor``'s ulp ``e a + floor`` rounds to
-    ``floor`` whatever ``e`` is (``fixed_exp`` is within 2 ulps of ``exp``) -- the same floats.
-    ``members``: int64 ``(n, m)``, the tokens of each class (a partition of the vocabulary).
+    Only the classes the norms keep (``kept``, :func:`norm_row`) are computed when that is
+    exact: every other token has ``x = beta log(h_c w_b) - m < -64``, so where ``e^(x + 1) a``
+    is below an eighth of ``floor``'s ulp ``e a + floor`` rounds to ``floor`` whatever ``e`` is
+    (``fixed_exp`` is within 2 ulps of ``exp``) -- the same floats. ``members``: int64
+    ``(n, m)``, the tokens of each class (a partition of the vocabulary).
     """
     n, per_class = members.shape
     with_u = u.size > 0
-    v_max = _row_top(h, w_max)
     skip = False
     if floor > 0.0 and floor < math.inf and a > 0.0 and a < math.inf and beta > 0.0:
         gap = np.nextafter(floor, math.inf) - floor
-        skip = math.log(gap / (8.0 * a)) - 1.0 >= -63.0 and v_max == v_max
+        skip = math.log(gap / (8.0 * a)) - 1.0 >= -63.0
     if skip:
-        cut = v_max * fixed_exp1(-(NORM_CUT / beta))
-        for b in range(out.size):
-            out[b] = floor + u[b] * c1 if with_u else floor
-    for c in range(n):
-        if skip and not h[c] * w_max[c] >= cut:
-            continue
+        if with_u:
+            for b in range(out.size):
+                out[b] = floor + u[b] * c1
+        else:
+            out[:] = floor
+    # gather the exponents, exp them in one loop (no branch: vectorised), then scatter
+    n_cls = kept.size if skip else n
+    toks = np.empty(n_cls * per_class, np.int64)
+    x = np.empty(n_cls * per_class)
+    at = 0
+    for i in range(n_cls):
+        c = kept[i] if skip else i
         lh = fixed_log1(h[c])
         for q in range(per_class):
             b = members[c, q]
-            e = fixed_exp1(((lh + log_w[b]) * beta) - m)
-            y = e * a + floor
-            if with_u:
-                y = y + u[b] * c1
-            out[b] = y
+            toks[at] = b
+            x[at] = ((lh + log_w[b]) * beta) - m
+            at += 1
+    for i in range(x.size):
+        x[i] = fixed_exp1(x[i])
+    for i in range(x.size):
+        b = toks[i]
+        y = x[i] * a + floor
+        if with_u:
+            y = y + u[b] * c1
+        out[b] = y

@@ -246,10 +246,10 @@ class BlockDiffusionDrafter:
         return out
 
     def _chain(self, tab: _ClassTable, last_token: int, sums: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, tuple]:
         """``h_1..h_L`` float64 (L, V / m) with ``mu_d = w * h_d[c(.)]`` (module docstring), and
-        the sharpened rows' normalisers ``(m_d, Z_d)`` (L,) each (NaN where ``beta_d = 1``,
-        or for every row without the class sums ``sums``: ClassLogMarginals._norms).
+        the sharpened rows' normalisers ``(m_d, Z_d, kept, n_kept)`` (ClassLogMarginals'
+        ``norms``; NaN where ``beta_d = 1``, or for every row without the class sums ``sums``).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
         ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``): one sparse product ``G^T nu`` and one
@@ -259,13 +259,14 @@ class BlockDiffusionDrafter:
         n = tab.pi.shape[0]
         h = np.empty((self.depth, n))
         norm_m, norm_z = np.full(self.depth, np.nan), np.full(self.depth, np.nan)
+        kept, n_kept = np.empty((self.depth, n), dtype=np.int32), np.zeros(self.depth, np.int64)
         beta = self.beta if sums is not None else np.ones(self.depth)
         sums = sums if sums is not None else np.empty((self.depth, n))
         sl = tab.gt_slices
         chain(int(self._cls_of[last_token]), tab.g_indptr, tab.g_indices, tab.g.data, sl.rows,
               sl.offsets, sl.columns, sl.values, tab.pi, tab.w_cls, tab.w_max, self.eta, beta,
-              sums, h, norm_m, norm_z)
-        return h, norm_m, norm_z
+              sums, h, norm_m, norm_z, kept, n_kept)
+        return h, (norm_m, norm_z, kept, n_kept)
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -342,8 +343,8 @@ class BlockDiffusionDrafter:
             return lazy
         tab = self._class_table(key[0])
         sums = self._beta_class_sums(key[0], tab)
-        h, norm_m, norm_z = self._chain(tab, key[1], sums)
-        lazy = ClassLogMarginals(tab, h, (norm_m, norm_z), self._classes[0], self._cls_of,
+        h, norms = self._chain(tab, key[1], sums)
+        lazy = ClassLogMarginals(tab, h, norms, self._classes[0], self._cls_of,
                                  beta=self.beta, junk=self.junk, sharpen_sums=sums)
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
@@ -455,8 +456,8 @@ class BlockDiffusionDrafter:
         floor = j / self.vocab_size
         out = np.empty(self.vocab_size)
         if beta != 1.0:
-            shared_law(h, tab.w_max, self._classes[0], tab.log_w, beta, m, a, floor,
-                       _NO_LAW if u is None else u, c1, out)
+            shared_law(h, self._classes[0], tab.log_w, beta, m, a, floor,
+                       _NO_LAW if u is None else u, c1, lazy._kept[d, :lazy._n_kept[d]], out)
             return out
         np.multiply(tab.w, h[self._cls_of], out=out)
         out *= a
@@ -510,9 +511,10 @@ class ClassLogMarginals(LazyLogMarginals):
         The topic's class table (``w``, ``w_max``, ...).
     h : ndarray of float64, shape (L, V / m)
         ``h_1..h_L``.
-    norms : tuple of two ndarrays of float64, shape (L,)
-        ``(m_d, Z_d)`` of :meth:`_norms`, computed with the chain
-        (:func:`~treespec_sim.synth.class_kernels.chain`).
+    norms : tuple
+        ``(m_d, Z_d)`` of :meth:`_norms` (float64 ``(L,)`` each) and the classes each row's sum
+        kept (int32 ``(L, V / m)``, the first ``n_kept[d]`` of row ``d``; int64 ``(L,)``),
+        computed with the chain (:func:`~treespec_sim.synth.class_kernels.chain`).
     members : ndarray of int64, shape (V / m, m)
         Tokens of each class.
     cls_of : ndarray of int64, shape (V,)
@@ -523,7 +525,7 @@ class ClassLogMarginals(LazyLogMarginals):
         ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
     """
 
-    def __init__(self, table: _ClassTable, h: np.ndarray, norms: tuple[np.ndarray, np.ndarray],
+    def __init__(self, table: _ClassTable, h: np.ndarray, norms: tuple,
                  members: np.ndarray, cls_of: np.ndarray, *, beta: np.ndarray,
                  junk: np.ndarray, sharpen_sums: np.ndarray) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
@@ -538,7 +540,7 @@ class ClassLogMarginals(LazyLogMarginals):
         self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
-        self._norm_m, self._norm_z = norms      # (L,) m_d, Z_d (NaN where beta_d = 1)
+        self._norm_m, self._norm_z, self._kept, self._n_kept = norms
         self._factors: dict[tuple[str, bytes], tuple] = {}  # _row_factors, per row set
 
     # -------------------------------------------------------------- per-row quantities
