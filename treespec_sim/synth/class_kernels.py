@@ -16,8 +16,8 @@ from numba import njit
 
 from ..numerics import NORM_CUT, dot, fixed_exp1, fixed_log1
 
-__all__ = ["LANES", "Slices", "chain", "norm_row", "rank_top", "shared_law", "slices",
-           "top_classes"]
+__all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top", "shared_law",
+           "slices", "top_classes"]
 
 
 #: Rows per slice of :class:`Slices`: eight independent sums in flight, so that a row's chain of
@@ -315,3 +315,14 @@ def shared_law(h, members, log_w, beta, m, a, floor, u, c1, kept, out):
         if with_u:
             y = y + u[b] * c1
         out[b] = y
+
+
+@njit(cache=True)
+def conditional_row(base, c, shared, succ, corr, out):
+    """``out = base * c + shared``, then ``out[succ] += corr`` (float64 ``(V,)`` arrays, int64
+    ``succ`` of distinct tokens): numpy's ``np.multiply(base, c); out += shared;
+    out[succ] += corr``, the same roundings in one pass."""
+    for b in range(out.size):
+        out[b] = base[b] * c + shared[b]
+    for j in range(succ.size):
+        out[succ[j]] = out[succ[j]] + corr[j]

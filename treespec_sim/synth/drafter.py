@@ -59,7 +59,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from .class_kernels import Slices, chain, rank_top, shared_law, slices, top_classes
+from .class_kernels import Slices, chain, conditional_row, rank_top, shared_law, slices, top_classes
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -95,6 +95,7 @@ _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats ea
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
 _TIE_ULPS = 16
 _NO_LAW = np.empty(0)   # shared_law's u when there is none
+_NO_SUCC = np.empty(0, dtype=np.int64)
 
 
 class BlockDiffusionDrafter:
@@ -418,11 +419,14 @@ class BlockDiffusionDrafter:
             self._conditional_shared.move_to_end(key)
         scale = kappa * (1.0 - j) * (1.0 - eta)
         a = int(parent_token)
-        out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
-        out += shared
+        out = np.empty(self.vocab_size)
         if k.n_successors:
             # a row's successors are distinct; its class's corrections, no (V, s) table
-            out[k.succ[a]] += scale * k.correction_row(a)
+            conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, k.succ[a],
+                            scale * k.correction_row(a), out)
+        else:
+            conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, _NO_SUCC,
+                            _NO_LAW, out)
         return out
 
 
