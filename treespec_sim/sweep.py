@@ -97,6 +97,7 @@ from .families.render import cost_label, missing
 from .files import atomic_write_text, default_file_mode, read_json, read_toml
 from .report import findings_lines, summary_markdown, write_figures
 from .synth import is_regime_file, regime_file, register_regime
+from .warmup import warm_up
 
 try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
     import fcntl
@@ -588,6 +589,7 @@ def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
     ``--resume``.
     """
     settings.register_regimes()  # a worker process knows the plan's file regimes by name
+    warm_up()                    # once per process; dask's workers compile once per machine
     with record_extrapolation() as log:
         rows = run_cell(cell, settings)
     notes = log.records()
@@ -681,6 +683,7 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             import multiprocessing
 
             chunks = _chunks_by_regime(todo, workers)
+            warm_up()   # compiled here, inherited by the forked workers
             # multiprocessing.Pool, not concurrent.futures: its terminate() stops the workers
             # mid-cell, where an executor's shutdown waits for every running chunk (~20 s of
             # work after a Ctrl-C in the paper preset).
