@@ -61,8 +61,8 @@ def _machine_lock() -> Iterator[None]:
 
 def warm_up() -> float:
     """Compile (or load from the cache) every kernel of :data:`ROUNDS` and the builder on raw
-    arrays, once per process, under the machine's lock; returns the seconds it took (``0.0`` when already done in this process
-    or when ``NUMBA_DISABLE_JIT`` is set)."""
+    arrays, once per process, under the machine's lock; returns the seconds it took (``0.0``
+    when already done in this process or when ``NUMBA_DISABLE_JIT`` is set)."""
     global _done
     if _done or os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         _done = True
