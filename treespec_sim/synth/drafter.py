@@ -346,7 +346,7 @@ class BlockDiffusionDrafter:
         sums = self._beta_class_sums(key[0], tab)
         h, norms = self._chain(tab, key[1], sums)
         lazy = ClassLogMarginals(tab, h, norms, self._classes[0], self._cls_of,
-                                 beta=self.beta, junk=self.junk, sharpen_sums=sums)
+                                 beta=self.beta, junk=self.junk)
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
             self._lazy.popitem(last=False)
@@ -525,13 +525,11 @@ class ClassLogMarginals(LazyLogMarginals):
         Class of each token.
     beta, junk : ndarray of float64, shape (L,)
         ``beta_d`` and ``j_d``.
-    sharpen_sums : ndarray of float64, shape (L, V / m)
-        ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
     """
 
     def __init__(self, table: _ClassTable, h: np.ndarray, norms: tuple,
                  members: np.ndarray, cls_of: np.ndarray, *, beta: np.ndarray,
-                 junk: np.ndarray, sharpen_sums: np.ndarray) -> None:
+                 junk: np.ndarray) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
         self._w = table.w
         self._w_max = table.w_max
@@ -541,7 +539,6 @@ class ClassLogMarginals(LazyLogMarginals):
         self._beta = beta
         self._keep = 1.0 - junk                 # the same floats as log_marginals' dense path
         self._floor = junk / table.w.shape[0]
-        self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
         self._norm_m, self._norm_z, self._kept, self._n_kept = norms
