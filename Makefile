@@ -32,13 +32,16 @@ sweep: $(VENV)/.stamp-core
 # thread pools (not reproduced; the suite then takes the same 2.5 minutes either way).
 test: $(VENV)/.stamp-test
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q $(ARGS)
+	$(MAKE) --no-print-directory test-nojit
 	OMP_NUM_THREADS=1 $(BIN)/python -m real_models.validate --quick
 
-## The compiled modules' tests with numba off (the same source as Python): the small cases only.
+## The compiled modules' tests with numba off (the same source as Python): the small cases only
+## (part of `make test`).
 test-nojit: $(VENV)/.stamp-test
 	NUMBA_DISABLE_JIT=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q \
 		tests/sim/test_world_numerics.py tests/sim/test_numerics.py tests/sim/test_tree.py \
-		tests/sim/test_ddtree.py -k "not scale and not million and not torch and not peaked"
+		tests/sim/test_ddtree.py tests/sim/test_traversal.py \
+		-k "not scale and not million and not torch and not peaked and (not test_traversal or residual)"
 
 ## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
 validate: $(VENV)/.stamp-test

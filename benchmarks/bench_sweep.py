@@ -16,7 +16,8 @@ over rounds, per-topic tables warmed first: a sweep builds them once per process
 ranked/array ratio; and the wall clock of a small sweep at 1 and 2 worker processes.
 
 Also the fresh-context targets (``docs/performance.md``): rounds/s of ddtree ``B = 64`` at
-``T = 0`` and ``T = 1`` and of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets,
+``T = 0`` and ``T = 1``, of the nested ``B = 512`` tree with exact ``E[tau]`` at six budgets
+and of Tsubame ``B = 64`` with UniVer at ``T = 1``,
 each against its target (:func:`fresh_rounds`; ``--fresh-only`` runs just those), by the wall
 clock and per CPU second of this process (steadier on a shared machine), and the time of the
 drafter's class chain alone on fresh contexts: the rate a round could reach on this CPU if all
@@ -97,7 +98,7 @@ def split(regime: str, vocab: int, budget: int, rounds: int, seed: int = 0,
 #: The performance targets (``docs/performance.md``; rounds/s, one process, exact E[tau]) for
 #: :func:`fresh_rounds`.
 FRESH_TARGETS = {"ddtree B=64 T=0": 1000.0, "ddtree B=64 T=1": 1000.0,
-                 "nested B=512, tau at 6 budgets": 500.0}
+                 "nested B=512, tau at 6 budgets": 500.0, "tsubame B=64 + univer T=1": 100.0}
 NESTED_BUDGETS = (8, 16, 32, 64, 128, 512)
 
 
@@ -107,7 +108,9 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
     Every round samples a new context (so the drafter's per-context caches miss, as in a
     sweep) and reads exact ``E[tau]`` and the exit decomposition (``follow``); the nested case
     builds the ``B = 512`` tree once and reads both at the six budgets of
-    :data:`NESTED_BUDGETS`. Per-topic tables are warmed first (built once per process).
+    :data:`NESTED_BUDGETS`; the Tsubame case fills a ``B = 64`` tree by sampling at ``T = 1``
+    and reads its exact ``E[tau]`` under UniVer. Per-topic tables are warmed first (built once
+    per process).
 
     After each block of 50 rounds, the drafter's class chain alone (``world.draft_lazy`` on 10
     further fresh contexts, drawn from their own generator so the rounds' stream is the same)
@@ -125,7 +128,11 @@ def fresh_rounds(regime: str, rounds: int, seed: int = 0) -> list[dict]:
 
         def one(rng=rng, t=t, name=name) -> None:
             ctx = world.sample_context(rng)
-            if name.startswith("nested"):
+            if name.startswith("tsubame"):
+                rnd = run_round(world, ctx, method="tsubame", budget=64, rule="univer",
+                                temperature=t, rng=rng, sample=False)
+                rnd.expected_tau  # noqa: B018
+            elif name.startswith("nested"):
                 big = run_round(world, ctx, method="ddtree", budget=NESTED_BUDGETS[-1],
                                 rule="follow", temperature=0.0, rng=rng, sample=False,
                                 nested=True)

@@ -104,11 +104,7 @@ from .sweep_store import (
     save_cell,
     write_results,
 )
-
-try:  # POSIX: the --out lock is an flock, released by the kernel if its holder dies
-    import fcntl
-except ImportError:  # pragma: no cover - elsewhere the lock file's pid decides alone
-    fcntl = None
+from .warmup import warm_up
 
 __all__ = ["COLUMNS", "EARLIER_RUN_KEYS", "LOCK_NAME", "PRESETS", "Plan", "check_out",
            "load_config", "main", "out_lock", "plan_from_dict", "run_plan", "trace_plan",
@@ -139,6 +135,7 @@ def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
     ``--resume``.
     """
     settings.register_regimes()  # a worker process knows the plan's file regimes by name
+    warm_up()                    # once per process; dask's workers compile once per machine
     with record_extrapolation() as log:
         rows = run_cell(cell, settings)
     notes = log.records()
@@ -232,6 +229,7 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
             import multiprocessing
 
             chunks = _chunks_by_regime(todo, workers)
+            warm_up()   # compiled here, inherited by the forked workers
             # multiprocessing.Pool, not concurrent.futures: its terminate() stops the workers
             # mid-cell, where an executor's shutdown waits for every running chunk (~20 s of
             # work after a Ctrl-C in the paper preset).

@@ -319,13 +319,12 @@ def _has_duplicate_siblings(parent: np.ndarray, token: np.ndarray) -> bool:
 @njit(cache=True)
 def ancestor_mask(parent: np.ndarray, out: np.ndarray) -> None:
     """Write the ancestor-or-self mask of a tree into ``out``, bool ``(n+1, n+1)`` (its old
-    contents do not matter): row ``i`` is row ``parent[i]``'s first ``i`` entries, then True on
-    the diagonal, then False (``parent[0] = -1``, ``0 <= parent[i] < i``; every entry written
-    once: the mask's ``(n+1)^2`` writes are its cost)."""
-    n1 = parent.size
-    out[0, 0] = True
-    out[0, 1:] = False
-    for i in range(1, n1):
-        out[i, :i] = out[parent[i], :i]
-        out[i, i] = True
-        out[i, i + 1:] = False
+    contents do not matter): all False, then each node's path to the root set True
+    (``parent[0] = -1``, ``0 <= parent[i] < i``): ``(n+1)^2`` cleared bytes and ``sum of
+    depths`` writes."""
+    out[:, :] = False
+    for i in range(parent.size):
+        j = i
+        while j >= 0:
+            out[i, j] = True
+            j = parent[j]

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from treespec_sim import numerics
 from treespec_sim.marginals import ranked_candidates
 from treespec_sim.numerics import fixed_exp, fixed_log
 from treespec_sim.synth import get_regime, make_world
@@ -28,14 +29,14 @@ def _world(regime: str, vocab: int, **knobs):
 
 def _reference_chain(drafter, topic: int, last_token: int) -> np.ndarray:
     """``h_d = (1 - eta_d) (G^T nu + nu . pi) + eta_d``, ``nu = w_cls h_{d-1}``, ``nu_0 = e_c0``;
-    ``nu . pi`` the products, then numpy's pairwise sum (not a BLAS dot)."""
+    ``G^T nu`` by scipy, ``nu . pi`` by numerics.dot (its order is tested apart)."""
     tab = drafter._class_table(topic)
     nu = np.zeros(tab.pi.shape[0])
     nu[drafter._cls_of[last_token]] = 1.0
     out = []
     for d in range(drafter.depth):
         h = tab.gt @ nu
-        h += float(np.add.reduce(nu * tab.pi))
+        h += numerics.dot(nu, tab.pi)
         if drafter.eta[d]:
             h *= 1.0 - drafter.eta[d]
             h += drafter.eta[d]
@@ -50,8 +51,8 @@ def test_class_chain_is_the_reference_loop_bit_for_bit(regime):
     rng = np.random.default_rng(0)
     for _ in range(5):
         ctx = world.sample_context(rng)
-        got = np.array(list(world.drafter._class_h(world.drafter._class_table(ctx.topic),
-                                                   ctx.last_token)))
+        tab = world.drafter._class_table(ctx.topic)
+        got = world.drafter._chain(tab, ctx.last_token)[0]
         np.testing.assert_array_equal(got, _reference_chain(world.drafter, ctx.topic,
                                                             ctx.last_token))
 
@@ -147,3 +148,34 @@ def test_shared_law_is_the_dense_marginals_mixture(regime):
             want = (1.0 - kappa) * q[d] + kappa * j / world.vocab_size + kappa * (1 - j) * eta * u
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
             assert abs(got.sum() - (1.0 - kappa * (1.0 - j) * (1.0 - eta))) < 1e-12
+
+
+@pytest.mark.parametrize("regime,knobs", [("math500", {}), ("gsm8k", {}), ("mbpp", {}),
+                                          ("math500", {"junk": 0.0})])   # no floor: no skip
+def test_shared_law_forms_only_tokens_off_the_floor_and_is_its_definition_bit_for_bit(regime,
+                                                                                       knobs):
+    # the compiled law skips the classes the norms leave out; every token must still be the
+    # definition's float: exp(beta (log h + log w) - m) * a + floor (+ c1 u), numpy in that order
+    world = _world(regime, 8192, **knobs)
+    dr = world.drafter
+    assert (dr.beta != 1.0).any()
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        ctx = world.sample_context(rng)
+        lazy = world.draft_lazy(ctx)
+        tab = dr._class_table(ctx.topic)
+        norm_m, norm_z = lazy._norms()
+        u = dr.kernel(ctx.topic).base_law
+        for d in np.flatnonzero(dr.beta != 1.0).tolist():
+            j = float(dr.junk[d])
+            a = (1.0 - dr.correction_quality) * (1.0 - j) / float(norm_z[d])
+            x = fixed_log(lazy._h[d])[dr._cls_of]
+            x += tab.log_w
+            x *= dr.beta[d]
+            x -= norm_m[d]
+            for with_u in (False, True):
+                want = fixed_exp(x) * a + j / world.vocab_size
+                if with_u:
+                    want += 0.3 * u
+                got = dr._shared_law(ctx.topic, ctx.last_token, d, u if with_u else None, 0.3)
+                np.testing.assert_array_equal(got, want)

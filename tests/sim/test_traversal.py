@@ -13,7 +13,7 @@ from treespec_sim import DraftTree
 from treespec_sim.rows import ArrayOracle
 from treespec_sim.verify import RULES, expected_length, verify
 from treespec_sim.verify.block import block_round_law
-from treespec_sim.verify.traversal import _POINT, _lazy_trials
+from treespec_sim.verify.traversal import _POINT, _lazy_trials, _residual
 from treespec_sim.verify.univer import trials
 
 EXACT_TOL = 1e-9
@@ -149,3 +149,25 @@ def test_lazy_trials_are_the_trials(step):
                     assert want[tokens[pos]] == 1.0 and want.sum() == 1.0
                 else:
                     assert np.array_equal(rho, want)
+
+
+def test_residual_is_the_positive_part_and_its_masses_in_eight_lanes():
+    # the compiled residual against its definition: out = max(s r - rho, 0) (numpy's floats),
+    # Z and R summed in the stated order spelled out in Python
+    rng = np.random.default_rng(11)
+    for n, s in ((1, 1.0), (9, 0.5), (4099, 0.83), (32768, 1.0)):
+        r = rng.dirichlet(np.ones(n))
+        rho = rng.dirichlet(np.ones(n))
+        out = np.empty(n)
+        z, big_r = _residual(r, s, rho, out)
+        np.testing.assert_array_equal(out, np.maximum(np.multiply(r, s) - rho, 0.0))
+        lanes_z, lanes_r = [0.0] * 8, [0.0] * 8
+        for i, d in enumerate((np.multiply(r, s) - rho).tolist()):
+            if d > 0.0:
+                lanes_z[i % 8] += d
+            else:
+                lanes_r[i % 8] -= d
+        for got, lanes in ((z, lanes_z), (big_r, lanes_r)):
+            assert got == ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+                ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        assert z - big_r == pytest.approx(s - 1.0, abs=1e-12)   # sum(s r - rho) = s - 1

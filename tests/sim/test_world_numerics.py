@@ -18,12 +18,14 @@ def test_norms_leave_out_only_terms_below_the_cut():
     v[17] = 1.0
     sums = 1.0 + 3.0 * rng.random(n)
     for beta in (0.5, 1.3, 3.0):
-        m, z = norm_row(v, np.ones(n), beta, sums)
+        classes = np.empty(n, np.int32)
+        m, z, count = norm_row(v, np.ones(n), beta, sums, v.max(), classes)
         x = beta * np.log(v)
         assert m == pytest.approx(x.max(), abs=1e-13)
         full = np.exp(x - x.max()) @ sums
         assert z == pytest.approx(full, rel=1e-14)
-        kept = v >= v.max() * np.exp(-64.0 / beta)
+        kept = v >= v.max() * fixed_exp1(-64.0 / beta)
+        np.testing.assert_array_equal(classes[:count], np.flatnonzero(kept))
         assert 0 < kept.sum() < n // 2            # the cut leaves most of this row out
         left_out = np.exp(x[~kept] - x.max()) @ sums[~kept]
         assert left_out < 1e-23 * z
@@ -62,4 +64,5 @@ def test_norms_sum_in_eight_lanes_in_class_order():
                     lanes[c % 8] += fixed_exp1(fixed_log1(x) * beta - m) * float(sums[c])
             want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
                 ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-            assert norm_row(h, w_max, beta, sums) == (m, want)
+            assert norm_row(h, w_max, beta, sums, max(v), np.empty(n, np.int32))[:2] == (m, want)
+

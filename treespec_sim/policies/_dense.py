@@ -26,7 +26,8 @@ the heap pops instead (:func:`best_first`; ``enum_cap = 0`` forces it). Scores a
 ``score(parent) + value`` in float64, summed from the root; ranks order a row by decreasing
 value, ties to the smaller token id.
 
-The same pass forms each row's total mass for the input check (:mod:`treespec_sim.rowmass`).
+Each row's total mass for the input check (:mod:`treespec_sim.rowmass`) is formed in a pass of
+its own just before the row is read (the row is then in cache; the mass loop stays vectorised).
 """
 
 from __future__ import annotations
@@ -130,37 +131,29 @@ def _float32_below(theta):
 
 
 @njit(cache=True)
-def _row_pass(row, want_sum, theta, tok, val, scratch, cap, k, poly, expo):
-    """One read of ``row``: its total mass (if ``want_sum``; else 0) and, if ``k > 0``, every
-    entry ``>= theta`` into ``tok``/``val`` (compacted to the ``k`` best when full). Returns
-    ``(mass, n, theta, cut)``."""
+def _row_pass(row, theta, tok, val, scratch, cap, k):
+    """One read of ``row``: every entry ``>= theta`` into ``tok``/``val`` (compacted to the
+    ``k`` best when full). Returns ``(n, theta, cut)``."""
     V = row.size
-    mass = 0.0
     n = 0
     cut = False
     below = _float32_below(theta)
-    for lo in range(0, V, BLOCK):
-        x = row[lo:lo + BLOCK]
-        if want_sum:
-            mass += block_mass(x, poly, expo)
-        if k == 0:
+    for lo in range(0, V, _CHUNK):
+        part = row[lo:lo + _CHUNK]
+        hits = 0
+        for i in range(part.size):                # branch-free: vectorised
+            if part[i] >= below:
+                hits += 1
+        if hits == 0:
             continue
-        for c in range(0, x.size, _CHUNK):     # the block is still in L1
-            part = x[c:c + _CHUNK]
-            hits = 0
-            for i in range(part.size):
-                if part[i] >= below:
-                    hits += 1
-            if hits == 0:
-                continue
-            for i in range(part.size):
-                v = np.float64(part[i])
-                if v >= theta:
-                    n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta, lo + c + i, v)
-                    if dropped:
-                        cut = True
-                        below = _float32_below(theta)
-    return mass, n, theta, cut
+        for i in range(part.size):
+            v = np.float64(part[i])
+            if v >= theta:
+                n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta, lo + i, v)
+                if dropped:
+                    cut = True
+                    below = _float32_below(theta)
+    return n, theta, cut
 
 
 @njit(cache=True)
@@ -476,7 +469,7 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     budget : int
         ``B >= 1``.
     want_sum : bool
-        Form each row's total mass (:mod:`treespec_sim.rowmass`) in the same pass.
+        Form each row's total mass (:mod:`treespec_sim.rowmass`).
     enum_cap : int
         The most nodes above the certified bound to enumerate before the heap pops the tree
         instead (-1: ``4 B + 64``; 0: always the heap; the same tree either way).
@@ -516,8 +509,10 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
         guessed = False
         if not math.isfinite(t) and V > 8 * k0:
             guessed, theta = _sample_threshold(row, k0, theta, sample)
-        mass[d], n, theta, dropped = _row_pass(row, want_sum, theta, tok, val, scratch, cap,
-                                               k0, poly, expo)
+        if want_sum:                              # its own pass: the exp loop stays vectorised
+            for lo in range(0, V, BLOCK):
+                mass[d] += block_mass(row[lo:lo + BLOCK], poly, expo)
+        n, theta, dropped = _row_pass(row, theta, tok, val, scratch, cap, k0)
         m = min(row_max[d], 0.0)
         pbest[d + 1] = pbest[d] + m
         cut[d] = theta if (guessed or dropped) else -math.inf
@@ -546,8 +541,7 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
             theta = thr
             if guess:
                 guess, theta = _sample_threshold(row, K, theta, sample)
-            _, n, theta, dropped = _row_pass(row, False, theta, tok, val, scratch, wcap, K,
-                                             poly, expo)
+            n, theta, dropped = _row_pass(row, theta, tok, val, scratch, wcap, K)
             if not guess or dropped or n >= K:
                 break
             guess = False

@@ -1,5 +1,6 @@
 """The word-class drafter's loops over the ``V / m`` classes, compiled by numba: the chain's
-sparse product and the sharpened rows' normalisers (:mod:`treespec_sim.synth.drafter`).
+sparse product (in sliced form), the sharpened rows' normalisers and the rows' top lists
+(:mod:`treespec_sim.synth.drafter`).
 
 Each loop states its order of additions, so its floats are the same on every CPU (numba keeps a
 loop's order and contracts no multiply-add without ``fastmath``).
@@ -8,65 +9,320 @@ loop's order and contracts no multiply-add without ``fastmath``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
-from ..numerics import NORM_CUT, fixed_exp1, fixed_log1
+from ..numerics import NORM_CUT, dot, fixed_exp1, fixed_log1
 
-__all__ = ["class_norms", "norm_row", "rows_times"]
+__all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top", "shared_law",
+           "slices", "top_classes"]
+
+
+#: Rows per slice of :class:`Slices`: eight independent sums in flight, so that a row's chain of
+#: dependent additions does not set the pace.
+LANES = 8
+
+
+@dataclass(frozen=True)
+class Slices:
+    """A CSR matrix's rows in slices of :data:`LANES` (sliced ELLPACK): rows sorted by decreasing
+    length, each slice's rows side by side term by term and padded with ``0.0`` terms to its
+    longest row.
+
+    A padded term adds ``0.0 * x[0]``: exact for the non-negative finite sums it is used for.
+    """
+
+    rows: np.ndarray     # int64 (S * LANES,): the row in each slot, -1 for a padding slot
+    offsets: np.ndarray  # int64 (S + 1,): slice s's terms are terms[offsets[s]:offsets[s + 1]]
+    columns: np.ndarray  # uint16 (or int32 past 65536 columns) (nnz + padding,), slot-interleaved
+    values: np.ndarray   # float64, the same layout
+
+
+def slices(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int) -> Slices:
+    """:class:`Slices` of the CSR matrix ``(indptr, indices, data)`` with ``n_cols`` columns; each
+    row's terms keep their stored order."""
+    n = indptr.size - 1
+    lengths = np.diff(indptr).astype(np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    n_slices = -(-n // LANES)
+    rows = np.full(n_slices * LANES, -1, dtype=np.int64)
+    rows[:n] = order
+    padded = np.zeros(n_slices * LANES, dtype=np.int64)
+    padded[:n] = lengths[order]
+    widths = padded.reshape(n_slices, LANES).max(axis=1) if n else np.zeros(0, np.int64)
+    offsets = np.zeros(n_slices + 1, dtype=np.int64)
+    np.cumsum(widths * LANES, out=offsets[1:])
+    columns = np.zeros(int(offsets[-1]), dtype=np.uint16 if n_cols <= 65536 else np.int32)
+    values = np.zeros(int(offsets[-1]))
+    _fill_slices(np.asarray(indptr, np.int64), np.asarray(indices, np.int64),
+                 np.asarray(data, np.float64), rows, offsets, columns, values)
+    return Slices(rows=rows, offsets=offsets, columns=columns, values=values)
 
 
 @njit(cache=True)
-def rows_times(indptr, indices, data, x, out):
-    """``out = A x`` for ``A`` in CSR form (int ``indptr``, ``indices``, float64 ``data``): each
-    entry sums its terms in the row's stored order from ``0.0`` -- for column-sorted rows,
-    scipy's ``csc_matvec`` order for ``A``'s CSC form, term by term."""
-    for i in range(out.size):
-        acc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            acc += data[k] * x[indices[k]]
-        out[i] = acc
+def _fill_slices(indptr, indices, data, rows, offsets, columns, values):
+    for s in range(offsets.size - 1):
+        for lane in range(LANES):
+            i = rows[s * LANES + lane]
+            if i < 0:
+                continue
+            at = offsets[s] + lane
+            for k in range(indptr[i], indptr[i + 1]):
+                columns[at] = indices[k]
+                values[at] = data[k]
+                at += LANES
 
 
 @njit(cache=True)
-def norm_row(h, w_max, beta, sums):
-    """``(m, Z)`` of one sharpened row (``ClassLogMarginals._norms``) from its class chain row
-    ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1`` and the class sums
-    ``S``: with ``v = h * w_max``, ``m = beta log max v`` and
-    ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes ``v[c] >= max v e^(-64 / beta)``.
+def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w_cls, w_max,
+          eta, beta, sums, h, norm_m, norm_z, kept, n_kept):
+    """The class chain ``h_1..h_L`` into ``h`` (float64 ``(L, n)``) and, for each row with
+    ``beta[d] != 1``, its normalisers :func:`norm_row` (sharpening ``beta[d]``, class sums
+    ``sums[d]``) into ``norm_m[d]``, ``norm_z[d]`` and the classes it keeps into
+    ``kept[d, :n_kept[d]]`` (int32 ``(L, n)``, int64 ``(L,)``; the other rows' entries are left
+    as they are), each computed while its row is still in cache.
+
+    ``h_1 = G^T e_c0 + pi[c0]`` (row ``c0`` of ``G``: ``g_*`` in CSR form); then per depth
+    ``h_d = A nu + nu . pi``, and where ``eta_d != 0`` ``h_d = h_d (1 - eta_d) + eta_d``, with
+    ``nu = w_cls * h_{d-1}``: each step its own rounding, in that order. ``A = G^T`` in
+    :class:`Slices` form (``rows``, ``offsets``, ``columns``, ``values``); each entry of
+    ``A nu`` sums its row's terms from ``0.0`` in the row's stored order, eight rows at a time;
+    ``nu . pi`` is :func:`~treespec_sim.numerics.dot`.
+    """
+    n = pi.size
+    nu = np.empty(n)
+    for c in range(n):
+        h[0, c] = 0.0
+    for k in range(g_indptr[c0], g_indptr[c0 + 1]):
+        h[0, g_indices[k]] = g_data[k]
+    for c in range(n):
+        h[0, c] = h[0, c] + pi[c0]
+        nu[c] = w_cls[c] * h[0, c]
+    if beta[0] != 1.0:
+        norm_m[0], norm_z[0], n_kept[0] = norm_row(h[0], w_max, beta[0], sums[0],
+                                                   _row_top(h[0], w_max), kept[0])
+    # unsigned positions: numba then skips the negative-index check on every load
+    eight = np.uint64(LANES)
+    for d in range(1, h.shape[0]):
+        add = dot(nu, pi)
+        scale = 1.0 - eta[d]
+        shift = eta[d]
+        row = h[d]
+        for s in range(offsets.size - 1):
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+            k = np.uint64(offsets[s])
+            end = np.uint64(offsets[s + 1])
+            while k < end:
+                a0 += values[k] * nu[columns[k]]
+                a1 += values[k + np.uint64(1)] * nu[columns[k + np.uint64(1)]]
+                a2 += values[k + np.uint64(2)] * nu[columns[k + np.uint64(2)]]
+                a3 += values[k + np.uint64(3)] * nu[columns[k + np.uint64(3)]]
+                a4 += values[k + np.uint64(4)] * nu[columns[k + np.uint64(4)]]
+                a5 += values[k + np.uint64(5)] * nu[columns[k + np.uint64(5)]]
+                a6 += values[k + np.uint64(6)] * nu[columns[k + np.uint64(6)]]
+                a7 += values[k + np.uint64(7)] * nu[columns[k + np.uint64(7)]]
+                k += eight
+            acc = (a0, a1, a2, a3, a4, a5, a6, a7)
+            for lane in range(LANES):
+                i = rows[s * LANES + lane]
+                if i >= 0:
+                    r = acc[lane] + add
+                    if shift != 0.0:
+                        r = r * scale
+                        r = r + shift
+                    row[i] = r
+        for c in range(n):
+            nu[c] = w_cls[c] * row[c]
+        if beta[d] != 1.0:
+            norm_m[d], norm_z[d], n_kept[d] = norm_row(row, w_max, beta[d], sums[d],
+                                                       _row_top(row, w_max), kept[d])
+
+
+@njit(cache=True)
+def _row_top(h, w_max):
+    """``max_c h[c] w_max[c]``; NaN if a product is NaN."""
+    best = -math.inf
+    for c in range(h.size):
+        v = h[c] * w_max[c]
+        if v != v:
+            return math.nan
+        best = v if v > best else best
+    return best
+
+
+@njit(cache=True)
+def norm_row(h, w_max, beta, sums, v_max, kept):
+    """``(m, Z, count)`` of one sharpened row (``ClassLogMarginals._norms``) from its class
+    chain row ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums
+    ``S`` and ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log
+    v_max`` and ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes
+    ``v[c] >= v_max e^(-64 / beta)``, which go into ``kept[:count]`` in increasing order.
 
     ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1``; the sum runs
     in eight lanes (class ``c`` to lane ``c % 8``, each in class order, combined
     ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``): one order, every CPU's floats.
     """
-    n = h.size
-    v_max = -math.inf
-    nan = False
-    for c in range(n):
-        v = h[c] * w_max[c]
-        if v != v:
-            nan = True
-        elif v > v_max:
-            v_max = v
-    if nan:                                       # as numpy's max: m NaN, no class kept
-        return math.nan, 0.0
+    if v_max != v_max:                            # as numpy's max: m NaN, no class kept
+        return math.nan, 0.0, 0
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
-    lanes = np.zeros(8)
-    for c in range(n):
+    lanes = np.zeros(LANES)
+    count = 0
+    for c in range(h.size):
         v = h[c] * w_max[c]
         if v >= cut:
-            lanes[c % 8] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
+            lanes[c % LANES] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
+            kept[count] = c
+            count += 1
     z = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5])
                                                            + (lanes[6] + lanes[7]))
-    return m, z
+    return m, z, count
 
 
 @njit(cache=True)
-def class_norms(h, w_max, beta, sums, m_out, z_out):
-    """:func:`norm_row` of every row ``d`` of ``h`` (float64 ``(L, n)``) with ``beta[d] != 1``
-    into ``m_out[d]``, ``z_out[d]`` (the others are left as they are)."""
-    for d in range(h.shape[0]):
-        if beta[d] != 1.0:
-            m_out[d], z_out[d] = norm_row(h[d], w_max, beta[d], sums[d])
+def top_classes(h, w_max, rows, k, classes, outside):
+    """The ``k`` best classes of rows ``rows`` of the class chain ``h`` (float64 ``(L, n)``, ``k <
+    n``) by their maxima ``v = h[r] * w_max`` (:meth:`ClassLogMarginals._class_max`'s floats).
+
+    For row ``i`` (``r = rows[i]``): when exactly ``k`` classes reach the ``k``-th largest ``v``
+    (the ``(k + 1)``-th is smaller) and no ``v`` is NaN, ``classes[i]`` gets those ``k`` classes
+    in increasing order, ``outside[i]`` the ``(k + 1)``-th largest ``v``, and ``ok[i]`` is True;
+    otherwise the row is left to the caller. Returns ``ok`` (bool ``(len(rows),)``).
+    """
+    n = w_max.size
+    ok = np.zeros(rows.size, np.bool_)
+    heap = np.empty(k + 1)                  # the k + 1 largest values so far, a min-heap
+    for i in range(rows.size):
+        r = rows[i]
+        size = 0
+        nan = False
+        for c in range(n):
+            x = h[r, c] * w_max[c]
+            if x != x:
+                nan = True
+                break
+            if size <= k:                   # sift up
+                j = size
+                size += 1
+                while j > 0 and heap[(j - 1) // 2] > x:
+                    heap[j] = heap[(j - 1) // 2]
+                    j = (j - 1) // 2
+                heap[j] = x
+            elif x > heap[0]:               # replace the smallest, sift down
+                j = 0
+                while True:
+                    child = 2 * j + 1
+                    if child >= size:
+                        break
+                    if child + 1 < size and heap[child + 1] < heap[child]:
+                        child += 1
+                    if heap[child] >= x:
+                        break
+                    heap[j] = heap[child]
+                    j = child
+                heap[j] = x
+        if nan:
+            continue
+        below = heap[0]                     # the (k + 1)-th largest
+        kth = heap[1] if size == 2 else min(heap[1], heap[2])
+        if not below < kth:
+            continue
+        j = 0
+        for c in range(n):
+            if h[r, c] * w_max[c] >= kth:
+                classes[i, j] = c
+                j += 1
+        outside[i] = below
+        ok[i] = True
+    return ok
+
+
+@njit(cache=True)
+def rank_top(toks, vals, toks_out, vals_out):
+    """Per row of ``(toks, vals)`` (int64 and float64 ``(n, K)``, distinct tokens in a row), the
+    ``k = toks_out.shape[1]`` best pairs by decreasing value, ties to the smaller token, into
+    ``toks_out``, ``vals_out`` ``(n, k)``: a stable sort by token, then a stable sort by value.
+    Returns which rows it wrote (bool ``(n,)``): a row holding a NaN value is left out."""
+    n, k = toks_out.shape
+    ok = np.zeros(n, np.bool_)
+    for i in range(n):
+        row = vals[i]
+        nan = False
+        for x in row:
+            if x != x:
+                nan = True
+        if nan:
+            continue
+        by_tok = np.argsort(toks[i], kind="mergesort")
+        neg = np.empty(row.size)
+        for j in range(row.size):
+            neg[j] = -row[by_tok[j]]
+        by_val = np.argsort(neg, kind="mergesort")
+        for j in range(k):
+            at = by_tok[by_val[j]]
+            toks_out[i, j] = toks[i, at]
+            vals_out[i, j] = row[at]
+        ok[i] = True
+    return ok
+
+
+@njit(cache=True)
+def shared_law(h, members, log_w, beta, m, a, floor, u, c1, kept, out):
+    """The correction proposal's parent-independent part at a sharpened row (``beta != 1``;
+    ``BlockDiffusionDrafter._shared_law``) into ``out`` (float64 ``(V,)``): for every token
+    ``b`` of class ``c``, ``e = fixed_exp(((fixed_log(h[c]) + log_w[b]) * beta) - m)`` and
+    ``out[b] = (e * a + floor) + u[b] * c1`` (``u`` of size 0: no last term), each step one
+    rounding in that order.
+
+    Only the classes the norms keep (``kept``, :func:`norm_row`) are computed when that is
+    exact: every other token has ``x = beta log(h_c w_b) - m < -64``, so where ``e^(x + 1) a``
+    is below an eighth of ``floor``'s ulp ``e a + floor`` rounds to ``floor`` whatever ``e`` is
+    (``fixed_exp`` is within 2 ulps of ``exp``) -- the same floats. ``members``: int64
+    ``(n, m)``, the tokens of each class (a partition of the vocabulary).
+    """
+    n, per_class = members.shape
+    with_u = u.size > 0
+    skip = False
+    if floor > 0.0 and floor < math.inf and a > 0.0 and a < math.inf and beta > 0.0:
+        gap = np.nextafter(floor, math.inf) - floor
+        skip = math.log(gap / (8.0 * a)) - 1.0 >= -63.0
+    if skip:
+        if with_u:
+            for b in range(out.size):
+                out[b] = floor + u[b] * c1
+        else:
+            out[:] = floor
+    # gather the exponents, exp them in one loop (no branch: vectorised), then scatter
+    n_cls = kept.size if skip else n
+    toks = np.empty(n_cls * per_class, np.int64)
+    x = np.empty(n_cls * per_class)
+    at = 0
+    for i in range(n_cls):
+        c = kept[i] if skip else i
+        lh = fixed_log1(h[c])
+        for q in range(per_class):
+            b = members[c, q]
+            toks[at] = b
+            x[at] = ((lh + log_w[b]) * beta) - m
+            at += 1
+    for i in range(x.size):
+        x[i] = fixed_exp1(x[i])
+    for i in range(x.size):
+        b = toks[i]
+        y = x[i] * a + floor
+        if with_u:
+            y = y + u[b] * c1
+        out[b] = y
+
+
+@njit(cache=True)
+def conditional_row(base, c, shared, succ, corr, out):
+    """``out = base * c + shared``, then ``out[succ] += corr`` (float64 ``(V,)`` arrays, int64
+    ``succ`` of distinct tokens): numpy's ``np.multiply(base, c); out += shared;
+    out[succ] += corr``, the same roundings in one pass."""
+    for b in range(out.size):
+        out[b] = base[b] * c + shared[b]
+    for j in range(succ.size):
+        out[succ[j]] = out[succ[j]] + corr[j]

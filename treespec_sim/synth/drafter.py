@@ -59,8 +59,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from ..numerics import dot, fixed_exp, fixed_log
-from .class_kernels import class_norms, rows_times
+from .class_kernels import Slices, chain, conditional_row, rank_top, shared_law, slices, top_classes
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -75,8 +74,9 @@ class _ClassTable:
     w_cls: np.ndarray       # (V/m,) class sums of w
     g: sp.csr_matrix        # G[c, sc_cj] = pi_c gamma_cj
     gt: sp.csr_matrix       # G^T, each row in column order
-    gt_indptr: np.ndarray   # its indptr and indices as int64 (a compiled gather reads them
-    gt_indices: np.ndarray  # without widening each int32)
+    gt_slices: Slices       # G^T's rows in slices (the chain's product reads these)
+    g_indptr: np.ndarray    # G's indptr and indices as int64 (the chain's first depth)
+    g_indices: np.ndarray
     w_max: np.ndarray       # (V/m,) largest w in each class
     log_w: np.ndarray       # (V,) log softmax(base / calibration), no underflow
 
@@ -94,6 +94,8 @@ _SHARPEN_CACHE = 32     # per-topic class sums of w^beta_d, O(L V / m) floats ea
 #: ClassLogMarginals.top: an outside token provably ranks below the k-th value when its upper
 #: bound is this many ulps below it (margin for ulp-level non-monotone rounding of exp/log).
 _TIE_ULPS = 16
+_NO_LAW = np.empty(0)   # shared_law's u when there is none
+_NO_SUCC = np.empty(0, dtype=np.int64)
 
 
 class BlockDiffusionDrafter:
@@ -203,7 +205,7 @@ class BlockDiffusionDrafter:
         if self._classes is not None:
             tab = self._class_table(int(topic))
             mu = np.empty((self.depth, self.vocab_size))
-            for d, h in enumerate(self._class_h(tab, int(last_token))):
+            for d, h in enumerate(self._chain(tab, int(last_token))[0]):
                 np.multiply(tab.w, h[self._cls_of], out=mu[d])
         else:
             k = self.kernel(topic)
@@ -235,7 +237,7 @@ class BlockDiffusionDrafter:
         tab = self._class_table(int(topic))
         members = self._classes[0]
         out = np.empty(self.depth, dtype=np.int64)
-        for d, h in enumerate(self._class_h(tab, int(last_token))):
+        for d, h in enumerate(self._chain(tab, int(last_token))[0]):
             # mu_d[b] = w[b] h[c(b)]; rounding is monotone, so a row maximum is w_max[c] h[c].
             v = h * tab.w_max
             top = np.flatnonzero(v == v.max())
@@ -244,46 +246,28 @@ class BlockDiffusionDrafter:
             out[d] = toks[vals == vals.max()].min()
         return out
 
-    def _class_h(self, tab: _ClassTable, last_token: int):
-        """Yield ``h_1..h_L`` with ``mu_d = w * h_d[c(.)]`` (module docstring), float64 (V / m,).
+    def _chain(self, tab: _ClassTable, last_token: int, sums: np.ndarray | None = None
+               ) -> tuple[np.ndarray, tuple]:
+        """``h_1..h_L`` float64 (L, V / m) with ``mu_d = w * h_d[c(.)]`` (module docstring), and
+        the sharpened rows' normalisers ``(m_d, Z_d, kept, n_kept)`` (ClassLogMarginals'
+        ``norms``; NaN where ``beta_d = 1``, or for every row without the class sums ``sums``).
 
         ``h_d[c] = (1 - eta_d) (nu . pi + sum_c' nu[c'] pi_c' gamma_c'->c) + eta_d`` with
-        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``). One sparse product per depth (``G^T nu``,
-        :func:`~treespec_sim.synth.class_kernels.rows_times`: every entry sums its terms in
-        column order) and one dot
-        (:func:`~treespec_sim.numerics.dot`: the products, then numpy's pairwise sum -- not
-        BLAS's order, which changes with the library and its threads). A generator, so that
-        a consumer works on each row while it is still in cache.
+        ``nu = w_cls * h_{d-1}`` (``nu_0 = e_{c(x_0)}``): one sparse product ``G^T nu`` and one
+        dot per depth (:func:`~treespec_sim.synth.class_kernels.chain`, one compiled call). The
+        chain comes first, then the rows' norms and top lists (ClassLogMarginals).
         """
-        gt = tab.gt
-        c0 = int(self._cls_of[last_token])
-        # Depth 1, nu = e_c0: G^T e_c0 is column c0 of G^T (the product's floats, 0 + g * 1.0)
-        # and nu . pi = pi[c0] exactly (every other term is +0.0); eta_1 = 0.
-        lo, hi = tab.g.indptr[c0], tab.g.indptr[c0 + 1]    # row c0 of G: column c0 of G^T
-        row = np.zeros(tab.pi.shape[0])
-        row[tab.g.indices[lo:hi]] = tab.g.data[lo:hi]
-        row += tab.pi[c0]
-        yield row
-        nu = tab.w_cls * row
-        for d in range(1, self.depth):
-            row = np.empty(nu.size)
-            rows_times(tab.gt_indptr, tab.gt_indices, gt.data, nu, row)
-            row += dot(nu, tab.pi)  # a fixed order on every machine and BLAS
-            eta = self.eta[d]
-            if eta:
-                row *= 1.0 - eta
-                row += eta
-            yield row
-            np.multiply(tab.w_cls, row, out=nu)
-
-    def _chain(self, tab: _ClassTable, last_token: int) -> np.ndarray:
-        """``h_1..h_L`` float64 (L, V / m) (:meth:`_class_h`'s rows). The chain comes first,
-        then the rows' norms and top lists (ClassLogMarginals)."""
         n = tab.pi.shape[0]
         h = np.empty((self.depth, n))
-        for d, row in enumerate(self._class_h(tab, last_token)):
-            h[d] = row
-        return h
+        norm_m, norm_z = np.full(self.depth, np.nan), np.full(self.depth, np.nan)
+        kept, n_kept = np.empty((self.depth, n), dtype=np.int32), np.zeros(self.depth, np.int64)
+        beta = self.beta if sums is not None else np.ones(self.depth)
+        sums = sums if sums is not None else np.empty((self.depth, n))
+        sl = tab.gt_slices
+        chain(int(self._cls_of[last_token]), tab.g_indptr, tab.g_indices, tab.g.data, sl.rows,
+              sl.offsets, sl.columns, sl.values, tab.pi, tab.w_cls, tab.w_max, self.eta, beta,
+              sums, h, norm_m, norm_z, kept, n_kept)
+        return h, (norm_m, norm_z, kept, n_kept)
 
     def _class_table(self, topic: int) -> _ClassTable:
         """The class-level chain of ``Q_draft`` for ``topic``, cached (no token-level kernel).
@@ -319,8 +303,8 @@ class BlockDiffusionDrafter:
         gt = g.T.tocsr()
         gt.sort_indices()
         tab = _ClassTable(pi=np.exp(log_pi), w=w, w_cls=w_cls, g=g, gt=gt,
-                          gt_indptr=gt.indptr.astype(np.int64),
-                          gt_indices=gt.indices.astype(np.int64),
+                          gt_slices=slices(gt.indptr, gt.indices, gt.data, n_cls),
+                          g_indptr=g.indptr.astype(np.int64), g_indices=g.indices.astype(np.int64),
                           w_max=w[members].max(axis=1), log_w=log_w)
         self._class_tables[topic] = tab
         if len(self._class_tables) > _KERNEL_CACHE:
@@ -359,9 +343,10 @@ class BlockDiffusionDrafter:
             self._lazy.move_to_end(key)
             return lazy
         tab = self._class_table(key[0])
-        h = self._chain(tab, key[1])
-        lazy = ClassLogMarginals(tab, h, self._classes[0], self._cls_of, beta=self.beta,
-                                 junk=self.junk, sharpen_sums=self._beta_class_sums(key[0], tab))
+        sums = self._beta_class_sums(key[0], tab)
+        h, norms = self._chain(tab, key[1], sums)
+        lazy = ClassLogMarginals(tab, h, norms, self._classes[0], self._cls_of,
+                                 beta=self.beta, junk=self.junk)
         self._lazy[key] = lazy
         if len(self._lazy) > _LAZY_CACHE:
             self._lazy.popitem(last=False)
@@ -434,11 +419,14 @@ class BlockDiffusionDrafter:
             self._conditional_shared.move_to_end(key)
         scale = kappa * (1.0 - j) * (1.0 - eta)
         a = int(parent_token)
-        out = np.multiply(k.base_law, scale * float(k.base_mass[a]))
-        out += shared
+        out = np.empty(self.vocab_size)
         if k.n_successors:
             # a row's successors are distinct; its class's corrections, no (V, s) table
-            out[k.succ[a]] += scale * k.correction_row(a)
+            conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, k.succ[a],
+                            scale * k.correction_row(a), out)
+        else:
+            conditional_row(k.base_law, scale * float(k.base_mass[a]), shared, _NO_SUCC,
+                            _NO_LAW, out)
         return out
 
 
@@ -451,8 +439,9 @@ class BlockDiffusionDrafter:
         ``s_d(b) = exp(beta_d (log h_d[c(b)] + log w[b]) - m_d) / Z_d`` (``beta_d != 1``),
         ``s_d(b) = w[b] h_d[c(b)]`` (``beta_d = 1``).
 
-        ``log``/``exp`` are treespec's own (:func:`~treespec_sim.numerics.fixed_log`,
-        :func:`~treespec_sim.numerics.fixed_exp`), ``(1 - kappa) (1 - j) / Z_d`` is one factor,
+        ``log``/``exp`` are treespec's own (:func:`~treespec_sim.synth.class_kernels.shared_law`,
+        which forms only the tokens that can differ from the floor), ``(1 - kappa) (1 - j) / Z_d``
+        is one factor,
         and ``m_d``, ``Z_d`` are :class:`ClassLogMarginals`' norms, so no pass over the
         vocabulary looks for a maximum or a sum. ``s_d`` sums to 1 up to rounding; the sampled fill
         normalises every law it draws from.
@@ -471,13 +460,10 @@ class BlockDiffusionDrafter:
         floor = j / self.vocab_size
         out = np.empty(self.vocab_size)
         if beta != 1.0:
-            x = fixed_log(h)[self._cls_of]
-            x += tab.log_w
-            x *= beta
-            x -= m
-            np.copyto(out, fixed_exp(x))
-        else:
-            np.multiply(tab.w, h[self._cls_of], out=out)
+            shared_law(h, self._classes[0], tab.log_w, beta, m, a, floor,
+                       _NO_LAW if u is None else u, c1, lazy._kept[d, :lazy._n_kept[d]], out)
+            return out
+        np.multiply(tab.w, h[self._cls_of], out=out)
         out *= a
         out += floor
         if u is not None:
@@ -495,43 +481,6 @@ def _sharpen_row(row: np.ndarray, beta: float) -> np.ndarray:
         np.exp(r, out=r)
         r /= r.sum()
     return r
-
-
-def _rank_rows(toks: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the ``k`` best ``(tok, val)`` pairs by decreasing ``val``, ties to smaller ``tok``.
-
-    ``np.lexsort`` over whole rows costs 3x an ``argpartition`` + ``argsort`` of the top ``k``;
-    that is exact whenever a row has no tied values in its top ``k`` (nor across the cut). A
-    row with ties is ranked from its ``k``-th value ``t``: the entries above ``t`` lexsorted (a
-    few), then the smallest tokens at ``t`` (often a junk-floor plateau: an integer sort).
-    ``toks`` must be distinct within a row.
-    """
-    width = vals.shape[1]
-    if k < width:
-        sel = np.argpartition(-vals, k - 1, axis=1)[:, :k]
-        toks_k = np.take_along_axis(toks, sel, axis=1)
-        vals_k = np.take_along_axis(vals, sel, axis=1)
-    else:
-        toks_k, vals_k = toks, vals
-    order = np.argsort(-vals_k, axis=1)
-    toks_k = np.take_along_axis(toks_k, order, axis=1)
-    vals_k = np.take_along_axis(vals_k, order, axis=1)
-    tied = np.any(vals_k[:, 1:] == vals_k[:, :-1], axis=1)
-    if k < width:
-        tied |= (vals >= vals_k[:, -1:]).sum(axis=1) > k
-    for r in np.flatnonzero(tied):
-        t = vals_k[r, -1]                       # the k-th largest value of the row
-        above = vals[r] > t
-        order = np.lexsort((toks[r][above], -vals[r][above]))
-        at_t = np.sort(toks[r][vals[r] == t])[: k - order.size]
-        if order.size + at_t.size != k:         # NaN entries: rank the whole row
-            order = np.lexsort((toks[r], -vals[r]))[:k]
-            toks_k[r], vals_k[r] = toks[r][order], vals[r][order]
-            continue
-        toks_k[r] = np.concatenate([toks[r][above][order], at_t])
-        vals_k[r, : order.size] = vals[r][above][order]
-        vals_k[r, order.size:] = t
-    return toks_k, vals_k
 
 
 class ClassLogMarginals(LazyLogMarginals):
@@ -566,19 +515,21 @@ class ClassLogMarginals(LazyLogMarginals):
         The topic's class table (``w``, ``w_max``, ...).
     h : ndarray of float64, shape (L, V / m)
         ``h_1..h_L``.
+    norms : tuple
+        ``(m_d, Z_d)`` of :meth:`_norms` (float64 ``(L,)`` each) and the classes each row's sum
+        kept (int32 ``(L, V / m)``, the first ``n_kept[d]`` of row ``d``; int64 ``(L,)``),
+        computed with the chain (:func:`~treespec_sim.synth.class_kernels.chain`).
     members : ndarray of int64, shape (V / m, m)
         Tokens of each class.
     cls_of : ndarray of int64, shape (V,)
         Class of each token.
     beta, junk : ndarray of float64, shape (L,)
         ``beta_d`` and ``j_d``.
-    sharpen_sums : ndarray of float64, shape (L, V / m)
-        ``sum_{b in c} (w[b] / w_max[c])^beta_d`` for the rows with ``beta_d != 1``.
     """
 
-    def __init__(self, table: _ClassTable, h: np.ndarray, members: np.ndarray,
-                 cls_of: np.ndarray, *, beta: np.ndarray, junk: np.ndarray,
-                 sharpen_sums: np.ndarray) -> None:
+    def __init__(self, table: _ClassTable, h: np.ndarray, norms: tuple,
+                 members: np.ndarray, cls_of: np.ndarray, *, beta: np.ndarray,
+                 junk: np.ndarray) -> None:
         super().__init__(h.shape[0], table.w.shape[0])
         self._w = table.w
         self._w_max = table.w_max
@@ -588,11 +539,9 @@ class ClassLogMarginals(LazyLogMarginals):
         self._beta = beta
         self._keep = 1.0 - junk                 # the same floats as log_marginals' dense path
         self._floor = junk / table.w.shape[0]
-        self._sums = sharpen_sums
         self._sharp = beta != 1.0
         self._vmax: np.ndarray | None = None    # (L, V / m) class maxima, on first use
-        self._norm_m: np.ndarray | None = None  # (L,) m_d (NaN where beta_d = 1), on first use
-        self._norm_z: np.ndarray | None = None  # (L,) Z_d
+        self._norm_m, self._norm_z, self._kept, self._n_kept = norms
         self._factors: dict[tuple[str, bytes], tuple] = {}  # _row_factors, per row set
 
     # -------------------------------------------------------------- per-row quantities
@@ -604,7 +553,8 @@ class ClassLogMarginals(LazyLogMarginals):
         return self._vmax
 
     def _norms(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed once:
+        """``(m_d, Z_d)`` of every row with ``beta_d != 1`` (NaN elsewhere), computed with the
+        chain:
 
         ``m_d = beta_d log v_max``, ``Z_d = sum_c exp(beta_d log v_d[c] - m_d) S[d, c]``
 
@@ -619,12 +569,6 @@ class ClassLogMarginals(LazyLogMarginals):
         :func:`~treespec_sim.synth.class_kernels.norm_row`): fixed sequences of IEEE
         operations, the same floats on every CPU.
         """
-        if self._norm_z is None:
-            L = self.shape[0]
-            m = np.full(L, np.nan)
-            z = np.full(L, np.nan)
-            class_norms(self._h, self._w_max, self._beta, self._sums, m, z)
-            self._norm_m, self._norm_z = m, z
         return self._norm_m, self._norm_z
 
     def _from_mu(self, row: int, mu: np.ndarray) -> np.ndarray:
@@ -750,34 +694,22 @@ class ClassLogMarginals(LazyLogMarginals):
         decide).
 
         The ``k`` best classes of a row are those whose maximum is above its ``(k + 1)``-th
-        best (:func:`_kth_pair`, ties excluded); their ``k m`` tokens are ranked
-        (:func:`_rank_rows`), and a row is certain when the best outside class maximum maps
-        to a value provably below the ``k``-th (or, an exact tie, is filled in id order by
-        :meth:`_fill_ties`).
+        best (:func:`~treespec_sim.synth.class_kernels.top_classes`, ties excluded); their
+        ``k m`` tokens are ranked (:func:`~treespec_sim.synth.class_kernels.rank_top`), and a
+        row is certain when the best outside class maximum maps to a value provably below the
+        ``k``-th (or, an exact tie, is filled in id order by :meth:`_fill_ties`).
         """
         m = self._members.shape[1]
-        given = rows
-
-        def pick(a: np.ndarray) -> np.ndarray:
-            # every row (top_all) or one row (top): a view, not a 1 MB gathered copy
-            if given is None:
-                return a
-            return a[int(given[0]):int(given[0]) + 1] if given.size == 1 else a[given]
-
-        if rows is None:
-            rows = np.arange(self.shape[0])
+        rows = (np.arange(self.shape[0]) if rows is None
+                else np.ascontiguousarray(rows, dtype=np.int64))
         done = np.zeros(rows.size, dtype=bool)
-        v = pick(self._class_max())
-        thr, v_out, cand_r, cand_c = _kth_pair(v, k)
-        exact = v_out < thr                          # exactly k classes reach the k-th maximum
+        classes = np.empty((rows.size, k), dtype=np.int64)
+        outside = np.empty(rows.size)
+        exact = top_classes(self._h, self._w_max, rows, k, classes, outside)
         if not exact.any():
             return done
-        keep = v[cand_r, cand_c] >= thr[cand_r]
-        if not exact.all():
-            keep &= exact[cand_r]
         pos = np.flatnonzero(exact)
-        idx = cand_c[keep].reshape(pos.size, k)      # the k best classes of each exact row
-        v_out = v_out[pos]
+        idx, v_out = classes[pos], outside[pos]      # the k best classes of each exact row
         sub = rows[pos]
         n = sub.size
         # the candidates' mu and, in the last column, the best outside class maximum: one
@@ -790,15 +722,17 @@ class ClassLogMarginals(LazyLogMarginals):
         mu[:, -1] = v_out
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
-        vals = np.ascontiguousarray(both[:, :-1])
-        toks, vals = _rank_rows(toks, vals, k)
+        toks_k, vals = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+        ranked = rank_top(toks, np.ascontiguousarray(both[:, :-1]), toks_k, vals)
+        toks = toks_k
         kth = vals[:, -1]
         with np.errstate(invalid="ignore"):
             sure = (kth - best_out > _TIE_ULPS * np.spacing(np.abs(kth))) | np.isneginf(v_out)
+        sure &= ranked
         toks_out[pos[sure]], vals_out[pos[sure]] = toks[sure], vals[sure]
         done[pos[sure]] = True
         if not sure.all():
-            for i in np.flatnonzero(~sure).tolist():
+            for i in np.flatnonzero(~sure & ranked).tolist():
                 if best_out[i] == kth[i]:
                     got = self._fill_ties(int(sub[i]), toks[i], vals[i], k)
                 else:
@@ -900,35 +834,3 @@ class ClassLogMarginals(LazyLogMarginals):
             np.multiply(self._w, self._h[row][self._cls_of], out=out[row])
             self._from_mu_rows(out[row][None, :], np.array([row]))
         return out
-
-
-def _kth_pair(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``v`` ``(n, c)`` (``k < c``): the ``k``-th and ``(k + 1)``-th largest values,
-    and ``(rows, cols)`` of a set of entries (row-major) holding every entry ``>=`` the k-th.
-
-    A strided sample proposes a per-row cut ``s`` below about the ``2 k``-th value; the
-    entries ``>= s`` (a few ``k`` per row) are selected from, if every row has at least
-    ``k + 1``. Otherwise (or when the cut lets most of a row through: massive ties) the
-    whole rows are partitioned.
-    """
-    n, c = v.shape
-    stride = c // (4 * k + 256)
-    if stride >= 2:
-        sample = v[:, ::stride]
-        ns = sample.shape[1]
-        rank = min(ns, 2 * math.ceil((k + 1) / stride) + 4)
-        s = np.partition(sample, ns - rank, axis=1)[:, ns - rank]
-        # flatnonzero + divmod: np.nonzero of a 2-D mask is ~5x slower than of its ravel.
-        cand_r, cand_c = np.divmod(np.flatnonzero(v >= s[:, None]), c)
-        cnt = np.bincount(cand_r, minlength=n)
-        width = int(cnt.max())
-        if int(cnt.min()) > k and width <= c // 4:
-            start = np.cumsum(cnt) - cnt
-            pad = np.full((n, width), -np.inf)
-            pad[cand_r, np.arange(cand_r.size) - start[cand_r]] = v[cand_r, cand_c]
-            part = np.partition(pad, (width - k - 1, width - k), axis=1)
-            return part[:, width - k], part[:, width - k - 1], cand_r, cand_c
-    part = np.partition(v, (c - k - 1, c - k), axis=1)
-    thr = part[:, c - k]
-    cand_r, cand_c = np.divmod(np.flatnonzero(v >= thr[:, None]), c)
-    return thr, part[:, c - k - 1], cand_r, cand_c

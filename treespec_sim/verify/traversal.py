@@ -54,6 +54,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
+from numba import njit
 
 from .._sampling import sample_categorical
 from ..proposal import ProposalRows
@@ -68,6 +69,26 @@ __all__ = ["HORIZONTAL_STEPS", "emission_weights", "opportunities", "opportuniti
 
 #: Rejection or residual mass below this is treated as exactly zero (rounding of ``r == rho``).
 _ZERO_MASS = 1e-15
+
+
+@njit(cache=True)
+def _residual(r, s, rho, out):
+    """``out = max(s r - rho, 0)`` (float64 ``(V,)``; ``out`` may be ``r``) and its two masses
+    ``(Z, R) = (sum out, sum max(rho - s r, 0))``, in one pass: each sum adds entry ``i`` to
+    lane ``i % 8`` in index order and combines the lanes ``((l0 + l1) + (l2 + l3)) + ((l4 +
+    l5) + (l6 + l7))`` -- one order, the same floats on every CPU."""
+    z = np.zeros(8)
+    g = np.zeros(8)
+    for i in range(out.size):
+        d = s * r[i] - rho[i]
+        if d > 0.0:
+            out[i] = d
+            z[i % 8] += d
+        else:
+            out[i] = 0.0
+            g[i % 8] -= d
+    return (((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7])),
+            ((g[0] + g[1]) + (g[2] + g[3])) + ((g[4] + g[5]) + (g[6] + g[7])))
 
 #: Rules (step choosers) known to :func:`opportunities`.
 HORIZONTAL_STEPS = tuple(CHOOSERS)
@@ -234,10 +255,10 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     reads a leaf's target row, ``_bonus=False`` (exact E[tau]) yields ``None`` for every bonus
     law and skips the last residual's normalisation.
 
-    The trial proposal, ``mu`` and the differences are written into three work arrays shared
-    by all nodes (used between child visits only); each node's residual lives in one array of
-    its own for the node's run (a fresh one where it may be yielded as a bonus law, a pooled
-    one otherwise). The floats are those of the plain expressions they replace.
+    The trial proposal is written into a work array shared by all nodes (used between child
+    visits only); each node's residual lives in one array of its own for the node's run (a
+    fresh one where it may be yielded as a bonus law, a pooled one otherwise), formed with its
+    two masses in one compiled pass (:func:`_residual`, sums in a stated order).
     """
     if callable(step):
         choose = step
@@ -250,7 +271,7 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
     sizes = _subtree_sizes(tree)
     paths = [(), *tree.paths()]
-    scratch: list[np.ndarray] = []  # [rho, mu, diff], taken on first use
+    scratch: list[np.ndarray] = []  # [rho], taken on first use
 
     def visit(v: int, s: float, r) -> Iterator[Opportunity]:
         kids = tree.children(v)
@@ -276,8 +297,8 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
             law = int(proposal.row_of[v])
             q_sum = stats[law][1] if law >= 0 else None
         if not scratch:
-            scratch.extend(_take(r.size) for _ in range(3))
-        rho_buf, mu, diff = scratch
+            scratch.append(_take(r.size))
+        rho_buf = scratch[0]
         own = None  # this node's residual array (r is the caller's until the first update)
         try:
             n_left = kids.size
@@ -304,18 +325,11 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
                 else:
                     if callable(rho):
                         rho = rho()
-                    # mu = s r (r itself at s = 1: r * 1.0 is r). np.maximum, not np.clip
-                    # (same values, ~10x faster). R = sum (rho - mu)_+ is -sum min(mu - rho, 0)
-                    # exactly: rho - mu is -(mu - rho) bit for bit, and rounding is symmetric,
-                    # so the (pairwise) sum of the negated terms is the negated sum (the sign
-                    # of an all-zero R aside, which only meets the <= _ZERO_MASS test)
-                    m = r if s == 1.0 else np.multiply(r, s, out=mu)
-                    np.subtract(m, rho, out=diff)
-                    resid = np.maximum(diff, 0.0, out=own)  # may overwrite r: m is read
-                    z_mass = float(resid.sum())
+                    # (mu - rho)_+ with mu = s r, and both masses, in one compiled pass
+                    z_mass, r_mass = _residual(r, s, np.asarray(rho, np.float64), own)
+                    resid = own
                     if z_mass <= _ZERO_MASS and v != 0:
-                        return  # v is deleted for sure (below), whatever R is: not summed
-                    r_mass = -float(np.minimum(diff, 0.0, out=diff).sum())
+                        return  # v is deleted for sure (below), whatever R is
                 if r_mass <= _ZERO_MASS:
                     return  # rho <= mu everywhere: the trial could not fail
                 if z_mass <= _ZERO_MASS:

@@ -545,10 +545,10 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
             gone = np.flatnonzero(~(d > 0))
             e_nz, c_nz = _drop(e, gone, "e_nz"), _drop(cond, gone, "c_nz")
             f = _sum_min_sorted(*sup[:3], c_nz, c_lo, c_hi, out=_work("f", e_nz.size))
-            a2 = dot(e_nz, f, out=_work("ef", e_nz.size))
+            a2 = dot(e_nz, f)
         out = np.array([a1, a2])
     else:
-        held = dot(first, mu, out=_work("held", mu.size))
+        held = dot(first, mu)
         sup = terms.sorted_support(family, mu)
         if sup is None:
             return _two_child_reference(mu, step, terms)
@@ -557,7 +557,7 @@ def two_child_accepts(mu: np.ndarray, q: np.ndarray, step: str, *,
         mu_nz = mu if nz is None else np.take(mu, nz, out=_work("mu_nz", m), mode="clip")
         f = _sum_min_sorted(*sup[:3], cond_nz, c_lo, c_hi, out=_work("f", m))
         inner = np.subtract(f, np.minimum(mu_nz, ch_nz, out=_work("a", m)), out=f)
-        out = np.array([held, dot(first_nz, inner, out=_work("fi", m))])
+        out = np.array([held, dot(first_nz, inner)])
     # reverse (x2 tried first) and condrev (x2 held) computed x2's mass first
     return out if family == "fwd" else out[::-1].copy()
 
