@@ -10,7 +10,9 @@ wrong prefix, a wrong off-by-one in the token count or a wrong tie rule shows up
 violation.
 
 Also here: the automatic search for a step (tiled) cost under which CaDDTree's greedy stop is a
-strict local maximum of :math:`\theta`, smallest instance first.
+strict local maximum of :math:`\theta`, smallest instance first; and the batch's shared budget
+(``batch_caddtree``, ``docs/theory/batch_caddtree.md``) checked against every budget vector of
+small batches, each request's tree rebuilt for each of its budgets.
 """
 
 from __future__ import annotations
@@ -23,13 +25,23 @@ import numpy as np
 from treespec_sim import DraftTree
 from treespec_sim.cost import TiledCost
 from treespec_sim.exits import reach_probabilities
-from treespec_sim.policies import caddtree, ddtree, longrun_budget
+from treespec_sim.policies import (
+    batch_budget_curve,
+    batch_caddtree,
+    caddtree,
+    ddtree,
+    longrun_budget,
+)
 from treespec_sim.surrogate import surrogate_length
 
 from .reference import caddtree_heap_reference
 
 __all__ = [
+    "BATCH_STEP_INSTANCE",
     "StepCounterexample",
+    "batch_instances",
+    "batch_step_loss",
+    "batch_vector_table",
     "find_step_counterexample",
     "random_convex_costs",
     "random_log_q",
@@ -292,3 +304,118 @@ def step_counterexample_exists(rng: np.random.Generator, size: int) -> tuple[int
     of the smallest instance found (> 0 when found)."""
     found = find_step_counterexample()
     return 1, (found.loss if found is not None else 0.0)
+
+
+# ----------------------------------------------------------------- one budget across a batch
+def batch_instances(rng: np.random.Generator, count: int, *, max_batch: int = 3,
+                    max_budget: int = 4):
+    """``count`` small batches ``(log_qs, draft, verify, max_budget)``: ``b <= max_batch``
+    requests of depth <= 3 and vocabulary <= 3 (ties and exact zeros), one convex cost for the
+    batch (``verify[n-1] = C_v(n)`` up to every root and node verified)."""
+    for _ in range(count):
+        b = int(rng.integers(1, max_batch + 1))
+        lps = [random_log_q(rng, max_depth=3, max_vocab=3) for _ in range(b)]
+        m = int(rng.integers(1, max_budget + 1))
+        draft, verify = random_convex_costs(rng, b * (m + 1))
+        yield lps, draft, verify, m
+
+
+def batch_vector_table(lps: list[np.ndarray], max_budget: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    r"""Every budget vector of a batch and its surrogate tokens, each tree rebuilt.
+
+    Returns ``(vectors, tokens)``: ``vectors`` int (M, b), every ``(B_1..B_b)`` with ``0 <=
+    B_i <= min(max_budget, prefixes of request i)``; ``tokens`` float (M,),
+    :math:`\sum_i E_q[\tau_i]` of ``ddtree(log_qs[i], B_i)`` (the root alone at 0).
+    """
+    per = []
+    for lp in lps:
+        tokens = [1.0]
+        for b in range(1, max_budget + 1):
+            tree = ddtree(lp, b)
+            if tree.size < b:
+                break  # fewer prefixes than b exist
+            tokens.append(surrogate_length(tree, lp))
+        per.append(np.array(tokens))
+    vectors = np.array(list(itertools.product(*[range(t.size) for t in per])), dtype=np.int64)
+    tokens = sum(t[vectors[:, i]] for i, t in enumerate(per))
+    return vectors, np.asarray(tokens, dtype=np.float64)
+
+
+def batch_union_optimal(rng: np.random.Generator, size: int) -> tuple[int, float]:
+    r"""For every total ``N``, the union's first ``N`` pops carry the largest surrogate of all
+    budget vectors with :math:`\sum_i B_i = N` (and the union reaches every feasible total).
+    Violation: the largest gap, relative to the batch size."""
+    worst, n = 0.0, 0
+    for lps, draft, verify, m in batch_instances(rng, 20 * size):
+        vectors, tokens = batch_vector_table(lps, m)
+        curve = batch_budget_curve(lps, draft_cost=draft,
+                                   verify_cost=lambda k, v=verify: v[k - 1], max_budget=m)
+        totals = vectors.sum(axis=1)
+        best = np.array([tokens[totals == t].max() for t in range(int(totals.max()) + 1)])
+        union = curve.expected_tokens
+        if union.size != best.size:
+            worst = max(worst, 1.0)
+        else:
+            worst = max(worst, float(np.abs(best - union).max()) / len(lps))
+        n += 1
+    return n, worst
+
+
+def batch_greedy_is_exhaustive(rng: np.random.Generator, size: int) -> tuple[int, float]:
+    r"""Convex costs: ``batch_caddtree``'s trees reach the largest :math:`\theta` over every
+    budget vector (enumerated, each tree rebuilt); with one request they are ``caddtree``'s.
+    Violation: relative theta gap (beyond ``THETA_RTOL``), or 1 where the trees are not
+    ``ddtree`` at their budgets or a single request's tree is not ``caddtree``'s."""
+    worst, n = 0.0, 0
+    for lps, draft, verify, m in batch_instances(rng, 20 * size):
+        cost = lambda k, v=verify: v[k - 1]  # noqa: E731
+        vectors, tokens = batch_vector_table(lps, m)
+        theta = tokens / (draft + verify[vectors.sum(axis=1) + len(lps) - 1])
+        top = float(theta.max())
+        trees = batch_caddtree(lps, draft_cost=draft, verify_cost=cost, max_budget=m)
+        got = sum(surrogate_length(t, lp) for t, lp in zip(trees, lps, strict=True)) / (
+            draft + verify[sum(t.size + 1 for t in trees) - 1])
+        gap = (top - got) / top
+        worst = max(worst, gap if gap > THETA_RTOL else 0.0)
+        for t, lp in zip(trees, lps, strict=True):
+            ref = ddtree(lp, t.size) if t.size else DraftTree.root_only()
+            if t != ref:
+                worst = 1.0
+        if len(lps) == 1 and trees[0] != caddtree(lps[0], draft_cost=draft, verify_cost=cost,
+                                                 max_budget=m):
+            worst = 1.0
+        n += 1
+    return n, worst
+
+
+#: The smallest tiled-cost instance of ``docs/theory/batch_caddtree.md``: two requests, one
+#: position each with two equally likely tokens; ``C_d = 1``, ``C_v(n) = 0.5 ceil(n / 2)``.
+BATCH_STEP_INSTANCE = (
+    [np.log(np.array([[0.5, 0.5]])), np.log(np.array([[0.5, 0.5]]))],
+    TiledCost(base_s=0.0, slope_s=0.0, tile_tokens=2, step_s=0.5, draft_s=1.0,
+              name="tiled-batch-witness", provenance="docs/theory/batch_caddtree.md"),
+)
+
+
+def batch_step_loss(lps: list[np.ndarray], cost: TiledCost, max_budget: int
+                    ) -> tuple[float, int, int]:
+    """``(relative loss, greedy total, best total)`` of ``batch_caddtree`` against every budget
+    vector (enumerated) under ``cost``."""
+    vectors, tokens = batch_vector_table(lps, max_budget)
+    totals = vectors.sum(axis=1)
+    theta = tokens / (cost.draft_cost() + np.asarray(cost.verify_cost(totals + len(lps))))
+    trees = batch_caddtree(lps, draft_cost=cost.draft_cost(), verify_cost=cost.verify_cost,
+                           max_budget=max_budget)
+    greedy = sum(t.size for t in trees)
+    got = sum(surrogate_length(t, lp) for t, lp in zip(trees, lps, strict=True)) / (
+        cost.draft_cost() + float(cost.verify_cost(greedy + len(lps))))
+    best = int(totals[int(np.argmax(theta))])
+    return float(1.0 - got / theta.max()), greedy, best
+
+
+def batch_step_counterexample(rng: np.random.Generator, size: int) -> tuple[int, float]:
+    """Witness: a tiled cost where the batch's greedy stop loses throughput to the best budget
+    vector. Value: the relative loss on :data:`BATCH_STEP_INSTANCE` (1/6)."""
+    lps, cost = BATCH_STEP_INSTANCE
+    return 1, batch_step_loss(lps, cost, 4)[0]

@@ -794,6 +794,16 @@ CHECKS: list[Check] = [
           _sampled_lossless("block", "iid", vocab=3, shapes=CHAIN_SHAPES)),
     *[Check(f"caught[{name}]", "caught", CAUGHT_TOL, v.description, _caught(name))
       for name, v in BUGGY_VARIANTS.items() if v.shipped],
+    # one budget across a batch: docs/theory/batch_caddtree.md (appended: earlier seeds kept)
+    Check("batch_union_optimal", "theorem", EXACT_TOL,
+          "for every total N, the union's first N pops maximise the batch's surrogate over "
+          "all budget vectors summing to N", budget.batch_union_optimal),
+    Check("batch_caddtree=exhaustive[convex]", "theorem", EXACT_TOL,
+          "convex verify cost: batch_caddtree reaches the largest batch theta over every "
+          "budget vector; one request: caddtree's tree", budget.batch_greedy_is_exhaustive),
+    Check("batch_greedy_local_max[tiled]", "witness", EXACT_TOL,
+          "a tiled verify cost where the batch's greedy stop loses to a larger budget vector",
+          budget.batch_step_counterexample),
 ]
 
 

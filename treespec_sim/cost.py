@@ -283,29 +283,33 @@ def _context_ignored(model: LatencyModel) -> None:
                   "the context length is ignored", UserWarning, stacklevel=3)
 
 
-def round_cost(draft_cost: float, verify_cost: VerifyCost, budget: int | np.ndarray
-               ) -> float | np.ndarray:
+def round_cost(draft_cost: float, verify_cost: VerifyCost, budget: int | np.ndarray, *,
+               batch_size: int = 1) -> float | np.ndarray:
     r"""Seconds for one round with ``budget`` tree nodes, :math:`D(B) = C_d + C_v(B + 1)`.
 
     The one place the round cost is written: a draft forward plus one verification forward
-    over the root and the ``B`` nodes (``docs/theory/caddtree.md``).
+    over the root and the ``B`` nodes (``docs/theory/caddtree.md``). For a batch of ``b``
+    requests, ``budget`` counts the nodes of all their trees and every request's root is
+    verified too: :math:`D = C_d + C_v(B + b)` (``docs/theory/batch_caddtree.md``).
 
     Parameters
     ----------
     draft_cost : float
-        :math:`C_d`, seconds per drafter forward.
+        :math:`C_d`, seconds per drafter forward (the batch's, for a batch).
     verify_cost : callable
-        ``verify_cost(n_tokens) -> seconds`` for ``n_tokens`` query tokens, root included;
-        called once, with ``budget + 1`` (an int array when ``budget`` is one).
+        ``verify_cost(n_tokens) -> seconds`` for ``n_tokens`` query tokens, roots included;
+        called once, with ``budget + batch_size`` (an int array when ``budget`` is one).
     budget : int or array_like of int, shape (k,)
-        Tree nodes, root excluded.
+        Tree nodes, roots excluded (summed over the batch's trees).
+    batch_size : int, default 1
+        Requests verified in the pass (one root each).
 
     Returns
     -------
     float or ndarray, shape (k,)
         :math:`D(B)` for each budget.
     """
-    return draft_cost + verify_cost(np.asarray(budget) + 1)
+    return draft_cost + verify_cost(np.asarray(budget) + batch_size)
 
 
 def round_time(model: LatencyModel, budget: int | np.ndarray,

@@ -57,6 +57,7 @@ __all__ = [
     "check_flag",
     "check_log_q",
     "check_log_q_shape",
+    "check_log_qs",
     "check_masses",
     "check_nonnegative_int",
     "check_param",
@@ -64,6 +65,7 @@ __all__ = [
     "check_real",
     "check_rng",
     "check_root_token",
+    "check_root_tokens",
     "check_temperature",
     "check_tree",
     "checked_row_max",
@@ -157,6 +159,55 @@ def check_log_q(log_q, name: str = "log_q", *, check_sums: bool = True, clamp: b
     if check_sums:
         check_masses(lp, row_masses(np.ascontiguousarray(lp)), source, name)
     return lp, row_max
+
+
+def check_log_qs(log_qs, name: str = "log_qs", *, check_sums: bool = True
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Validate a batch's drafter log-probabilities: one :func:`check_log_q` per request.
+
+    Parameters
+    ----------
+    log_qs : sequence of array_like, each shape (L_i, V_i), or array_like, shape (b, L, V)
+        Each request's log-probabilities at depths ``1..L_i`` (requests may differ in depth and
+        vocabulary); at least one request.
+
+    Returns
+    -------
+    list of (ndarray (L_i, V_i), ndarray (L_i,))
+        ``(array, row_max)`` per request, as :func:`check_log_q` returns them.
+
+    Raises
+    ------
+    ValueError
+        An empty batch, something that is not a sequence, or a bad request (the message
+        names ``log_qs[i]``).
+    """
+    if isinstance(log_qs, str | bytes) or not hasattr(log_qs, "__len__") \
+            or not hasattr(log_qs, "__getitem__"):
+        raise ValueError(f"{name} must be a sequence of (L, V) log-probability arrays, one per "
+                         f"request; got {type(log_qs).__name__}")
+    if len(log_qs) == 0:
+        raise ValueError(f"{name} must hold at least one request's (L, V) log-probabilities; "
+                         "got an empty batch")
+    return [check_log_q(log_qs[i], f"{name}[{i}]", check_sums=check_sums)
+            for i in range(len(log_qs))]
+
+
+def check_root_tokens(root_tokens, vocab_sizes: list[int], name: str = "root_tokens"
+                      ) -> list[int]:
+    """A batch's root tokens: ``None`` (every root unknown, ``-1``) or one
+    :func:`check_root_token` per request, as many as ``vocab_sizes``."""
+    b = len(vocab_sizes)
+    if root_tokens is None:
+        return [-1] * b
+    if isinstance(root_tokens, str | bytes) or not hasattr(root_tokens, "__len__"):
+        raise ValueError(f"{name} must be None or a sequence of {b} token ids; got "
+                         f"{type(root_tokens).__name__}")
+    if len(root_tokens) != b:
+        raise ValueError(f"{name} must hold one token per request ({b}); got "
+                         f"{len(root_tokens)}")
+    return [check_root_token(r, f"{name}[{i}]", vocab_size=v)
+            for i, (r, v) in enumerate(zip(root_tokens, vocab_sizes, strict=True))]
 
 
 def check_log_q_shape(lp: np.ndarray, name: str = "log_q") -> None:

@@ -1,7 +1,8 @@
 """Tree builders (policies): from drafter log-marginals to a :class:`~treespec_sim.DraftTree`.
 
 Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
-``exhaustive_budget_tree``, ``longrun_tree``) return a tree; sampled ones (``fill_tree``,
+``exhaustive_budget_tree``, ``longrun_tree``) return a tree, and their batch forms
+(``batch_caddtree``, ``batch_exhaustive``) one tree per request; sampled ones (``fill_tree``,
 ``sampled_chain``, ``tsubame``, ``fill_shape``) return a :class:`Draft` (the tree with the
 proposal rows its tokens were drawn from). The one table of *methods* that the round loop, the
 sweep and the real-model decoder use, with each method's scheme and lossless rules, is
@@ -22,14 +23,19 @@ from __future__ import annotations
 from ..paths import path_probabilities
 from ..tree import prefix_tree
 from ._caddtree import (
+    BatchCurve,
     CaDDTreePolicy,
     LongRunPolicy,
+    batch_budget_curve,
+    batch_caddtree,
+    batch_exhaustive,
     budget_curve,
     caddtree,
     exhaustive_budget_tree,
     first_non_increase,
     longrun_budget,
     longrun_tree,
+    merge_candidates,
 )
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
@@ -47,10 +53,10 @@ from .sampled import (
     tempered,
 )
 
-__all__ = ["SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
-           "budget_curve", "caddtree", "chain", "conditional_tree", "ddtree", "ddtree_with_mask",
-           "dynamic_tree",
+__all__ = ["SAMPLING_SCHEMES", "BatchCurve", "CaDDTreePolicy", "Draft", "LongRunPolicy",
+           "batch_budget_curve", "batch_caddtree", "batch_exhaustive", "budget_curve", "caddtree",
+           "chain", "conditional_tree", "ddtree", "ddtree_with_mask", "dynamic_tree",
            "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
            "k_ary_shape", "longrun_budget", "longrun_tree", "marginal_proposal",
-           "path_probabilities", "prefix_tree", "sampled_chain", "tempered", "tsubame",
-           "tsubame_shape"]
+           "merge_candidates", "path_probabilities", "prefix_tree", "sampled_chain", "tempered",
+           "tsubame", "tsubame_shape"]

@@ -25,6 +25,11 @@ Three rules choose ``B`` (``docs/theory/caddtree.md`` has the proofs):
     :math:`p_{B+1} > \lambda\,\Delta_{B+1}` for one global :math:`\lambda` (the throughput the
     decoder achieves); :class:`LongRunPolicy` estimates it as a running ratio.
 
+For a batch, :func:`batch_caddtree` shares one budget across the requests' trees: best-first
+over the union of their DDTree pops (:func:`merge_candidates`), stopped by the same rule with
+the batch's costs :math:`D = C_d + C_v(\sum_i (B_i + 1))` (``docs/theory/batch_caddtree.md``);
+:func:`batch_exhaustive` takes the argmax over every total instead.
+
 Implementation: the heap's pops are DDTree's node order, so each rule builds
 ``ddtree(log_q, max_budget)`` once, evaluates :math:`\theta` for every prefix in one vectorised
 pass, and keeps the chosen prefix (a prefix of the pop order is always a valid tree).
@@ -41,21 +46,33 @@ from .. import cost
 from ..cost import VerifyCost
 from ..paths import LogQ, path_probabilities
 from ..tree import DraftTree, prefix_tree
-from ..validation import check_budget, check_log_q, check_real, check_root_token
+from ..validation import (
+    check_budget,
+    check_log_q,
+    check_log_qs,
+    check_real,
+    check_root_token,
+    check_root_tokens,
+)
 from ._ddtree import build_nodes as _ddtree_build
 from ._ddtree import ddtree
 from ._ddtree import trusted_tree as _ddtree_tree
 
 __all__ = [
+    "BatchCurve",
     "BudgetCurve",
     "CaDDTreePolicy",
     "LongRunPolicy",
+    "batch_budget_curve",
+    "batch_caddtree",
+    "batch_exhaustive",
     "budget_curve",
     "caddtree",
     "exhaustive_budget_tree",
     "first_non_increase",
     "longrun_budget",
     "longrun_tree",
+    "merge_candidates",
 ]
 
 #: The default largest budget (CaDDTree's reference uses ``min(1024, V)``).
@@ -112,15 +129,18 @@ def _verify_costs(verify_cost: VerifyCost, n: np.ndarray) -> np.ndarray:
     return cv
 
 
-def _costs(draft_cost: float, verify_cost: VerifyCost, max_tokens: int) -> np.ndarray:
-    """:math:`D(B)` (:func:`treespec_sim.cost.round_cost`) for ``B = 0..max_tokens - 1``,
-    float64 (max_tokens,), validated."""
+def _costs(draft_cost: float, verify_cost: VerifyCost, max_tokens: int, *,
+           batch_size: int = 1) -> np.ndarray:
+    """:math:`D(B)` (:func:`treespec_sim.cost.round_cost`) for ``B = 0..max_tokens - 1``
+    nodes in all (``batch_size`` roots besides), float64 (max_tokens,), validated."""
     cd = check_real(draft_cost, "draft_cost")
     if not callable(verify_cost):
         raise ValueError("verify_cost must be a callable n_tokens -> seconds")
-    total = cost.round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens))
+    total = cost.round_cost(cd, lambda n: _verify_costs(verify_cost, n), np.arange(max_tokens),
+                            batch_size=batch_size)
     if total[0] <= 0:
-        raise ValueError("draft_cost + verify_cost(1) must be > 0 (a round takes time)")
+        raise ValueError(f"draft_cost + verify_cost({batch_size}) must be > 0 (a round takes "
+                         "time)")
     return total
 
 
@@ -349,3 +369,181 @@ class LongRunPolicy:
         curve = budget_curve(log_q, draft_cost=self.draft_cost, verify_cost=self.verify_cost,
                              max_budget=max_budget, root_token=root_token)
         return prefix_tree(curve.tree, self.choose(curve))
+
+
+# ------------------------------------------------------------------------ one budget, a batch
+@dataclass(frozen=True)
+class BatchCurve:
+    r"""A batch's candidate nodes, best first over all its requests, with the batch's costs.
+
+    Every request ``i`` brings an ordered list of candidates whose surrogate probabilities
+    :math:`p_{i,1} \ge p_{i,2} \ge \dots` never increase (DDTree's pops; a chain's positions),
+    so that any prefix of its list is a tree. The union's pop ``k`` is the ``k``-th largest of all
+    the lists' probabilities (ties: the smaller request index, then the list order), so the
+    first ``k`` pops of the union hold a prefix of every request's list. With ``K`` pops of
+    ``b`` requests, one round verifying the first ``k`` is expected (under the surrogate) to
+    yield :math:`N(k) = b + \sum_{j \le k} p_{(j)}` tokens in
+    :math:`D(k) = C_d + C_v(b + k)` seconds (``docs/theory/batch_caddtree.md``).
+
+    Attributes
+    ----------
+    trees : tuple of DraftTree, length b
+        Each request's candidates as a tree, node ``j`` its ``j``-th candidate.
+    p : ndarray, shape (K,)
+        The union's pop probabilities, non-increasing.
+    owner : ndarray of int64, shape (K,)
+        The request of each pop.
+    round_cost : ndarray, shape (K + 1,)
+        :math:`D(k)` for ``k = 0..K`` nodes in all, seconds.
+    """
+
+    trees: tuple[DraftTree, ...]
+    p: np.ndarray
+    owner: np.ndarray
+    round_cost: np.ndarray
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.trees)
+
+    @property
+    def expected_tokens(self) -> np.ndarray:
+        """:math:`N(k) = b + \\sum_{j \\le k} p_{(j)}` for ``k = 0..K``."""
+        b = float(self.batch_size)
+        return np.concatenate([[b], b + np.cumsum(self.p)])
+
+    @property
+    def theta(self) -> np.ndarray:
+        r""":math:`\theta(k) = N(k) / D(k)` for ``k = 0..K`` (the batch's surrogate tokens per
+        second)."""
+        return self.expected_tokens / self.round_cost
+
+    def budgets(self, k: int) -> np.ndarray:
+        """Each request's nodes among the union's first ``k`` pops, int64 (b,)."""
+        return np.bincount(self.owner[:k], minlength=self.batch_size).astype(np.int64)
+
+    def trees_at(self, k: int) -> list[DraftTree]:
+        """The batch's trees when the union's first ``k`` pops are verified."""
+        return [prefix_tree(t, int(n)) for t, n in zip(self.trees, self.budgets(k),
+                                                        strict=True)]
+
+
+def merge_candidates(trees, pops, *, draft_cost: float, verify_cost: VerifyCost
+                     ) -> BatchCurve:
+    r"""The union of a batch's candidate lists, best first (:class:`BatchCurve`).
+
+    Parameters
+    ----------
+    trees : sequence of DraftTree, length b
+        Each request's candidates, node ``j`` the ``j``-th (a prefix of the node order must be
+        the tree a smaller budget gives: DDTree's trees, chains).
+    pops : sequence of ndarray, shape (trees[i].size,)
+        Each request's surrogate probabilities in node order, non-increasing.
+    draft_cost : float
+        The batch's drafting seconds per round.
+    verify_cost : callable
+        ``verify_cost(n) -> seconds`` of one verification pass over ``n`` query tokens in all
+        (every request's root counted), non-negative and non-decreasing.
+
+    Returns
+    -------
+    BatchCurve
+    """
+    b = len(trees)
+    sizes = np.array([t.size for t in trees], dtype=np.int64)
+    p = np.concatenate([np.asarray(q, dtype=np.float64) for q in pops]) if b else np.zeros(0)
+    owner = np.repeat(np.arange(b, dtype=np.int64), sizes)
+    pos = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes])
+    # order by the running minimum of each list: a rounding rise inside one request's list
+    # cannot put a node before its own predecessor (the lists are non-increasing in exact
+    # arithmetic); the sums use the probabilities themselves
+    key = np.concatenate([np.minimum.accumulate(np.asarray(q, dtype=np.float64))
+                          for q in pops]) if b else p
+    order = np.lexsort((pos, owner, -key))
+    return BatchCurve(tuple(trees), p[order], owner[order],
+                      _costs(draft_cost, verify_cost, int(sizes.sum()) + 1, batch_size=b))
+
+
+def batch_budget_curve(log_qs, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
+                       root_tokens=None) -> BatchCurve:
+    """Every request's DDTree at ``max_budget`` and their union, best first, with the batch's
+    round costs (arguments as :func:`batch_caddtree`)."""
+    checked = check_log_qs(log_qs)
+    max_budget = check_budget(max_budget, "max_budget")
+    roots = check_root_tokens(root_tokens, [lp.shape[1] for lp, _ in checked])
+    check_real(draft_cost, "draft_cost")
+    trees, pops = [], []
+    for (lp, row_max), root in zip(checked, roots, strict=True):
+        # ddtree's builder on the already validated array (each request read once)
+        tree = _ddtree_tree(*_ddtree_build(lp, row_max, max_budget), root)
+        trees.append(tree)
+        pops.append(path_probabilities(tree, lp))
+    return merge_candidates(trees, pops, draft_cost=draft_cost, verify_cost=verify_cost)
+
+
+def batch_caddtree(log_qs, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
+                   root_tokens=None) -> list[DraftTree]:
+    r"""One budget shared across a batch: the trees that maximise the batch's surrogate tokens
+    per second.
+
+    Best-first over the union of the requests' DDTree candidates, stopped by CaDDTree's rule:
+    the union's next pop is taken while it raises
+
+    .. math:: \theta = \frac{\sum_i E_q[\tau_i]}{C_d + C_v\bigl(\sum_i (B_i + 1)\bigr)},
+
+    i.e. while :math:`p_{(k+1)} > \theta(k)\,\bigl(C_v(b + k + 1) - C_v(b + k)\bigr)`; ties stop.
+    For every total ``k`` the union's first ``k`` pops maximise the surrogate over all budget
+    vectors with that total, and under a convex ``verify_cost`` the stop maximises
+    :math:`\theta` over all budget vectors (``docs/theory/batch_caddtree.md``; ``proofs_check``
+    rows ``batch_union_optimal``, ``batch_caddtree=exhaustive[convex]``). With one request it
+    is :func:`caddtree`, tree for tree.
+
+    Parameters
+    ----------
+    log_qs : sequence of array_like, each shape (L_i, V_i)
+        Each request's drafter log-probabilities at depths ``1..L_i``.
+    draft_cost : float
+        :math:`C_d`, the batch's drafting seconds per round.
+    verify_cost : callable
+        ``verify_cost(n) -> seconds`` of one verification pass over ``n`` query tokens in all,
+        every request's root counted (``n = sum_i (B_i + 1)``); called with an int array
+        (or per element if it takes scalars only); non-negative and non-decreasing.
+    max_budget : int
+        The largest tree of any one request.
+    root_tokens : sequence of int, optional
+        Each request's root token (default ``-1``, unknown).
+
+    Returns
+    -------
+    list of DraftTree, length b
+        Request ``i``'s tree: ``ddtree(log_qs[i], B_i)`` (the root alone for ``B_i = 0``).
+
+    Raises
+    ------
+    ValueError
+        An empty batch, a bad request's ``log_q`` (named ``log_qs[i]``), a bad ``max_budget``
+        or root token; negative, non-finite or decreasing costs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> easy = np.log([[0.9, 0.1], [0.9, 0.1]])
+    >>> hard = np.log([[0.5, 0.5], [0.5, 0.5]])
+    >>> trees = batch_caddtree([easy, hard], draft_cost=1.0,
+    ...                        verify_cost=lambda n: 1.0 + 0.2 * n, max_budget=4)
+    >>> [t.size for t in trees]
+    [2, 2]
+    """
+    curve = batch_budget_curve(log_qs, draft_cost=draft_cost, verify_cost=verify_cost,
+                               max_budget=max_budget, root_tokens=root_tokens)
+    return curve.trees_at(first_non_increase(curve.theta))
+
+
+def batch_exhaustive(log_qs, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
+                     root_tokens=None) -> list[DraftTree]:
+    r"""The union's prefix with the largest :math:`\theta` over every total (the smallest
+    such total on ties): the best budget vector for any non-decreasing cost, tiled ones
+    included (for each total the union is optimal); arguments as :func:`batch_caddtree`."""
+    curve = batch_budget_curve(log_qs, draft_cost=draft_cost, verify_cost=verify_cost,
+                               max_budget=max_budget, root_tokens=root_tokens)
+    return curve.trees_at(int(np.argmax(curve.theta)))
