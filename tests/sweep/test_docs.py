@@ -74,6 +74,7 @@ THEORY_PRODUCED = {
     "univer.md": ("| shape | traversal | univer-fixed |", "| claim | balanced | deep-first |",
                   "| regime | tree | Traversal |"),
     "caddtree.md": ("| B | N(B) | query tokens |",),
+    "batch_caddtree.md": ("| N (nodes in all) | G*(N) |",),
     "verification.md": ("job                                          median s",),
 }
 
