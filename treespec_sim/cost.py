@@ -40,10 +40,31 @@ extends the last slope; outside the measured contexts it clamps), such a model s
 such request in a :func:`record_extrapolation` block is logged with the requested and the
 measured range (the sweep keeps that log per cell). No price changes.
 
+Batches
+-------
+One verification pass over ``b`` requests reads the target's weights once, each request's KV
+cache once, and computes over the total query tokens :math:`n = \sum_i (B_i + 1)`; the drafter
+runs one forward for the batch. A :class:`BatchLatencyModel` prices that
+(``batch_draft_cost(contexts)``, ``batch_verify_cost(n, contexts)``, one context length per
+request) and :func:`batch_costs` hands a batch's :math:`(C_d, C_v)` to
+:func:`treespec_sim.policies.batch_caddtree`:
+
+:class:`BatchRooflineCost`
+    the roofline of one pass: a fixed overhead plus the larger of the memory time (weights once,
+    every request's cache) and the compute time (every query token, its attention over its
+    context); convex in ``n``. The ``*-batch`` presets are datasheet estimates.
+:class:`BatchTabulatedCost`
+    measured tables, one :class:`TabulatedCost` per batch size over the pass's total query
+    tokens (latency files ``treespec-latency/2``; ``real_models.profile --batch-sizes``).
+
+Every other model prices batch 1 only (a ``treespec-latency/1`` file reads as batch 1).
+
 Presets (:data:`PRESETS`, :func:`get_cost_model`): the measured A800 / HF-transformers profiles
 for Qwen3-4B and Qwen3-8B from the CaDDTree release (data files in ``treespec_sim/data/latency``,
 with attribution), and H100/H200 roofline estimates (``docs/theory/caddtree.md``, "The H100/H200
-estimates"), marked ``estimate=True``.
+estimates"), marked ``estimate=True``; and the batched roofline estimates ``{a800,h100,h200}-
+qwen3-{4b,8b}-batch`` from the GPUs' datasheets and the models' published shapes
+(``docs/usage.md``, "Batched costs").
 """
 
 from __future__ import annotations
@@ -53,9 +74,10 @@ import contextvars
 import json
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,7 +88,13 @@ from .validation import check_positive_int
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTH",
+    "GPU_DATASHEETS",
     "PRESETS",
+    "QWEN3_SHAPES",
+    "ROOFLINE_ASSUMPTIONS",
+    "BatchLatencyModel",
+    "BatchRooflineCost",
+    "BatchTabulatedCost",
     "ExtrapolationLog",
     "ExtrapolationWarning",
     "LatencyModel",
@@ -75,6 +103,8 @@ __all__ = [
     "TabulatedCost",
     "TiledCost",
     "VerifyCost",
+    "batch_costs",
+    "batch_sizes",
     "cost_model_from_dict",
     "fit_monotone_convex",
     "get_cost_model",
@@ -93,8 +123,11 @@ VerifyCost = Callable[[int | np.ndarray], float | np.ndarray]
 #: Context length used when a caller does not give one (tokens; a mid-length chat turn).
 DEFAULT_CONTEXT_LENGTH = 1024
 
-#: Identifies latency files written by this package.
+#: Identifies latency files written by this package (batch 1).
 SCHEMA = "treespec-latency/1"
+#: Latency files with a batch axis: a table per batch size (:class:`BatchTabulatedCost`) or a
+#: :class:`BatchRooflineCost`. Files of :data:`SCHEMA` still read, as batch 1.
+SCHEMA_BATCH = "treespec-latency/2"
 
 #: Slack for monotonicity/convexity checks on measured tables (seconds; the released fits are
 #: rounded to 1e-9 s, which makes some second differences -1e-9).
@@ -132,6 +165,8 @@ def describe(model: LatencyModel) -> str:
                   f"{list(model.context_lengths)}")
     elif isinstance(model, PiecewiseLinearCost):
         extent = f"{len(model.tokens)} knots {model.tokens[0]:g}..{model.tokens[-1]:g} tokens"
+    elif isinstance(model, BatchTabulatedCost):
+        extent = f"batch sizes {list(model.batch_sizes)}"
     else:
         extent = ""
     prov = str(model.provenance)
@@ -149,9 +184,9 @@ class ExtrapolationWarning(UserWarning):
     """A latency model was asked to price a request outside the range it was measured on.
 
     Issued at most once per model instance and axis (``"tokens"``: query tokens per
-    verification forward; ``"context"``: the context length), so a policy that prices every
-    budget up to 1024 on a table measured to 512 gets one line, not one per node. Every such
-    request is still logged by :func:`record_extrapolation`.
+    verification forward; ``"context"``: the context length; ``"batch"``: the batch size), so
+    a policy that prices every budget up to 1024 on a table measured to 512 gets one line, not
+    one per node. Every such request is still logged by :func:`record_extrapolation`.
     """
 
 
@@ -186,6 +221,8 @@ class ExtrapolationLog:
         for (name, kind, axis, measured), (low, high) in self.entries.items():
             if axis == "context":
                 action = "clamped to the nearest measured context"
+            elif axis == "batch":
+                action = "clamped to the nearest measured batch size"
             else:
                 action = "; ".join(
                     [*(["below: the first measured cost (clamped)"] if low < measured[0]
@@ -267,6 +304,10 @@ def _outside(model: LatencyModel, axis: str, request: tuple[float, float] | None
     if axis == "context":
         what = (f"context length {_plain(low if low < measured[0] else high)} is outside the "
                 f"measured range [{lo}, {hi}]; the nearest measured curve is used (clamped)")
+    elif axis == "batch":
+        what = (f"batch size {_plain(low if low < measured[0] else high)} is outside the "
+                f"measured batch sizes [{lo}, {hi}]; the nearest measured table is used "
+                "(clamped)")
     else:
         asked = _plain(high if high > measured[1] else low)
         how = ("extended with the last measured slope" if high > measured[1]
@@ -790,8 +831,284 @@ class TiledCost:
         return {"schema": SCHEMA, "cost_model": "tiled", **asdict(self)}
 
 
+# -------------------------------------------------------------------------------- batches
+@runtime_checkable
+class BatchLatencyModel(LatencyModel, Protocol):
+    """A latency model with a batch axis: one pass over ``b`` requests, each at its context
+    length (``context_lengths``, one per request; ``b = len(context_lengths)``)."""
+
+    def batch_draft_cost(self, context_lengths: Sequence[float]) -> float:
+        """Seconds for the drafter's forward over the batch."""
+        ...
+
+    def batch_verify_cost(self, n_tokens: int | np.ndarray, context_lengths: Sequence[float]
+                          ) -> float | np.ndarray:
+        """Seconds for one verification pass over ``n_tokens`` query tokens in all (every
+        request's root included, so ``n_tokens >= b``)."""
+        ...
+
+
+def _contexts(context_lengths) -> np.ndarray:
+    """Checked context lengths of a batch, float64 (b,), ``b >= 1``."""
+    try:
+        c = np.asarray(context_lengths, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("context_lengths must be a sequence of numbers, one per request; got "
+                         f"{context_lengths!r}") from None
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError("context_lengths must be a non-empty sequence, one context length per "
+                         f"request; got {context_lengths!r}")
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        raise ValueError(f"context_lengths must be finite and >= 0; got {context_lengths!r}")
+    return c
+
+
+def batch_sizes(model: LatencyModel) -> tuple[int, ...] | None:
+    """The batch sizes a model prices from measurements: a :class:`BatchTabulatedCost`'s,
+    ``(1,)`` for a model without a batch axis (every ``treespec-latency/1`` file), ``None`` for
+    a formula valid at every batch size (:class:`BatchRooflineCost`)."""
+    if isinstance(model, BatchTabulatedCost):
+        return model.batch_sizes
+    if isinstance(model, BatchLatencyModel):
+        return None
+    return (1,)
+
+
+def batch_costs(model: LatencyModel, context_lengths: Sequence[float]
+                ) -> tuple[float, VerifyCost]:
+    """A batch's drafting seconds and its ``verify_cost(n)`` (``n`` query tokens in all, every
+    root included): what :func:`treespec_sim.policies.batch_caddtree` takes.
+
+    Parameters
+    ----------
+    model : LatencyModel
+        A :class:`BatchLatencyModel`, or any model at batch 1 (one context length).
+    context_lengths : sequence of float, shape (b,)
+        Each request's context length.
+
+    Raises
+    ------
+    ValueError
+        Bad context lengths, or ``b > 1`` on a model without a batch axis.
+    """
+    c = _contexts(context_lengths)
+    if isinstance(model, BatchLatencyModel):
+        return (float(model.batch_draft_cost(c)),
+                lambda n: model.batch_verify_cost(n, c))
+    if c.size != 1:
+        raise ValueError(f"latency model {getattr(model, 'name', '?')!r} "
+                         f"({type(model).__name__}) prices batch 1 only; a batch of {c.size} "
+                         "needs a batched model (the *-batch presets, a treespec-latency/2 "
+                         "file from python -m real_models.profile --batch-sizes)")
+    ell = float(c[0])
+    return float(model.draft_cost(ell)), lambda n: model.verify_cost(n, ell)
+
+
+@dataclass(frozen=True)
+class BatchRooflineCost:
+    r"""The roofline of one pass over a batch: weights once, every cache, every token.
+
+    For ``b`` requests with contexts :math:`c_i` and :math:`n` query tokens in all (roots
+    included; :math:`n \ge b`), one verification pass takes
+
+    .. math::
+        C_v(n; c) = t_o + \max\Bigl(\frac{W + k\,(\sum_i c_i + n)}{\beta},\;
+                                   \frac{(f + a\,\bar c)\,n}{\phi}\Bigr),
+
+    the weights :math:`W` read once, every request's KV cache read (:math:`k` bytes per
+    cached token) and the new tokens' written, against the matrix products (:math:`f` FLOPs per
+    query token) and each token's attention over its context (:math:`a` FLOPs per query and
+    context token, at the mean context :math:`\bar c`: exact for equal contexts); :math:`\beta`
+    and :math:`\phi` the effective bandwidth and compute, :math:`t_o` a fixed overhead per pass.
+    Memory-bound (flat but for the KV written) up to the crossover, compute-bound past it: convex
+    in ``n``. The drafter's forward is the same roofline over its ``draft_tokens`` block
+    positions per request. Batch 1 (``draft_cost``, ``verify_cost``) is ``b = 1``.
+
+    Parameters
+    ----------
+    weight_bytes, kv_bytes_per_token, flops_per_token, attention_flops : float
+        The target's :math:`W`, :math:`k`, :math:`f`, :math:`a`.
+    bandwidth_bytes_s, flops_s : float
+        Effective memory bandwidth (bytes/s) and compute (FLOP/s).
+    overhead_s : float
+        Fixed seconds per verification pass.
+    draft_weight_bytes, draft_kv_bytes_per_token, draft_flops_per_token, draft_attention_flops
+        The drafter's counterparts.
+    draft_tokens : int
+        Positions the drafter computes per request per round (a DFlash block).
+    draft_overhead_s : float
+        Fixed seconds per drafter forward.
+    meta : dict
+        Where the numbers come from (datasheet peaks, utilisation, model shapes); kept in the
+        file.
+    """
+
+    weight_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+    attention_flops: float
+    bandwidth_bytes_s: float
+    flops_s: float
+    overhead_s: float
+    draft_weight_bytes: float
+    draft_kv_bytes_per_token: float
+    draft_flops_per_token: float
+    draft_attention_flops: float
+    draft_tokens: int
+    draft_overhead_s: float
+    name: str = "batch-roofline"
+    provenance: str = "user-defined"
+    estimate: bool = True
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        for f in ("weight_bytes", "kv_bytes_per_token", "flops_per_token", "attention_flops",
+                  "overhead_s", "draft_weight_bytes", "draft_kv_bytes_per_token",
+                  "draft_flops_per_token", "draft_attention_flops", "draft_overhead_s"):
+            _positive_float(getattr(self, f), f)
+        _positive_float(self.bandwidth_bytes_s, "bandwidth_bytes_s", allow_zero=False)
+        _positive_float(self.flops_s, "flops_s", allow_zero=False)
+        check_positive_int(self.draft_tokens, "draft_tokens")
+
+    def __repr__(self) -> str:
+        return describe(self)
+
+    def batch_draft_cost(self, context_lengths: Sequence[float]) -> float:
+        c = _contexts(context_lengths)
+        mem = self.draft_weight_bytes + self.draft_kv_bytes_per_token * c.sum()
+        compute = ((self.draft_flops_per_token + self.draft_attention_flops * c.mean())
+                   * self.draft_tokens * c.size)
+        return float(self.draft_overhead_s + max(mem / self.bandwidth_bytes_s,
+                                                 compute / self.flops_s))
+
+    def batch_verify_cost(self, n_tokens: int | np.ndarray, context_lengths: Sequence[float]
+                          ) -> float | np.ndarray:
+        c = _contexts(context_lengths)
+        n = np.maximum(_tokens(n_tokens), float(c.size))  # every request verifies its root
+        mem = self.weight_bytes + self.kv_bytes_per_token * (c.sum() + n)
+        compute = (self.flops_per_token + self.attention_flops * c.mean()) * n
+        t = self.overhead_s + np.maximum(mem / self.bandwidth_bytes_s, compute / self.flops_s)
+        return _scalar_or_array(t, n_tokens)
+
+    def crossover_tokens(self, context_lengths: Sequence[float]) -> float:
+        """Query tokens in all where the pass turns from memory- to compute-bound."""
+        c = _contexts(context_lengths)
+        per_token = ((self.flops_per_token + self.attention_flops * c.mean()) / self.flops_s
+                     - self.kv_bytes_per_token / self.bandwidth_bytes_s)
+        fixed = (self.weight_bytes + self.kv_bytes_per_token * c.sum()) / self.bandwidth_bytes_s
+        return float(fixed / per_token) if per_token > 0 else math.inf
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        return self.batch_draft_cost([_context(context_length)])
+
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
+        return self.batch_verify_cost(n_tokens, [_context(context_length)])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "meta"}
+        return {"schema": SCHEMA_BATCH, "cost_model": "batch-roofline", **self.meta, **d}
+
+
+#: Keys of a table's JSON that belong to the whole batched file, not to one batch size.
+_FILE_KEYS = ("schema", "cost_model", "name", "attribution", "estimate", "node_count_meaning")
+
+
+@dataclass(frozen=True)
+class BatchTabulatedCost:
+    """Measured verification and draft costs per batch size, interpolated.
+
+    ``tables[j] = (b_j, T_j)``: a :class:`TabulatedCost` measured with ``b_j`` requests per
+    pass, its ``node_counts`` the pass's total query tokens (every root included) and its
+    contexts each request's context length. A batch of ``b`` requests at contexts ``c`` is
+    priced at the mean context by the table of ``b`` if measured, else mixed linearly in ``b``
+    between the two nearest measured batch sizes (convex tables stay convex), clamped outside
+    them with an :class:`ExtrapolationWarning` (axis ``"batch"``). A ``treespec-latency/1``
+    file is this with one table at batch 1 (:func:`batch_sizes` says ``(1,)`` of it).
+
+    Parameters
+    ----------
+    tables : sequence of (int, TabulatedCost)
+        Strictly increasing batch sizes, each with its table.
+    """
+
+    tables: tuple[tuple[int, TabulatedCost], ...]
+    name: str = "tabulated-batch"
+    provenance: str = "user-defined"
+    estimate: bool = False
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        tables = tuple((check_positive_int(b, "batch size"), t) for b, t in self.tables)
+        if not tables:
+            raise ValueError("tables must hold at least one (batch size, TabulatedCost)")
+        sizes = [b for b, _ in tables]
+        if any(b2 <= b1 for b1, b2 in pairwise(sizes)):
+            raise ValueError(f"batch sizes must be strictly increasing; got {sizes}")
+        for b, t in tables:
+            if not isinstance(t, TabulatedCost):
+                raise ValueError(f"the table of batch {b} must be a TabulatedCost; got "
+                                 f"{type(t).__name__}")
+        object.__setattr__(self, "tables", tables)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(b for b, _ in self.tables)
+
+    def __repr__(self) -> str:
+        return describe(self)
+
+    def _mix(self, b: int) -> list[tuple[float, TabulatedCost]]:
+        """``(weight, table)`` pairs pricing batch ``b`` (warns outside the measured sizes)."""
+        sizes = self.batch_sizes
+        _outside(self, "batch", (b, b), (sizes[0], sizes[-1]))
+        if b <= sizes[0]:
+            return [(1.0, self.tables[0][1])]
+        if b >= sizes[-1]:
+            return [(1.0, self.tables[-1][1])]
+        j = int(np.searchsorted(sizes, b))
+        if sizes[j] == b:
+            return [(1.0, self.tables[j][1])]
+        w = (b - sizes[j - 1]) / (sizes[j] - sizes[j - 1])
+        return [(1.0 - w, self.tables[j - 1][1]), (w, self.tables[j][1])]
+
+    def batch_draft_cost(self, context_lengths: Sequence[float]) -> float:
+        c = _contexts(context_lengths)
+        return float(sum(w * t.draft_cost(float(c.mean())) for w, t in self._mix(c.size)))
+
+    def batch_verify_cost(self, n_tokens: int | np.ndarray, context_lengths: Sequence[float]
+                          ) -> float | np.ndarray:
+        c = _contexts(context_lengths)
+        n = _tokens(n_tokens)
+        out = sum(w * np.asarray(t.verify_cost(n, float(c.mean()))) for w, t in self._mix(c.size))
+        return _scalar_or_array(np.asarray(out, dtype=np.float64), n_tokens)
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        return self.batch_draft_cost([_context(context_length)])
+
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
+        return self.batch_verify_cost(n_tokens, [_context(context_length)])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``treespec-latency/2`` schema: one latency table per batch size."""
+        batches = {}
+        for b, t in self.tables:
+            body = t.to_dict()
+            for k in _FILE_KEYS:
+                body.pop(k, None)
+            batches[str(b)] = body
+        return {"schema": SCHEMA_BATCH, "cost_model": "tabulated", "name": self.name,
+                "attribution": self.provenance, "estimate": self.estimate, **self.meta,
+                "batch_sizes": list(self.batch_sizes),
+                "node_count_meaning": "query tokens in one verification pass over the whole "
+                                      "batch (every request's root included)",
+                "batches": batches}
+
+
 # --------------------------------------------------------------------------- (de)serialise
-_KINDS = {"roofline": RooflineCost, "piecewise": PiecewiseLinearCost, "tiled": TiledCost}
+_KINDS = {"roofline": RooflineCost, "piecewise": PiecewiseLinearCost, "tiled": TiledCost,
+          "batch-roofline": BatchRooflineCost}
 _TABLE_KEYS = ("draft_cost_s", "node_counts", "context_lengths", "verify_cost_s")
 
 
@@ -804,9 +1121,11 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
     """
     if not isinstance(d, dict):
         raise ValueError(f"a latency model must be a JSON object; got {type(d).__name__}")
-    if "schema" in d and d["schema"] != SCHEMA:
-        raise ValueError(f"schema: this package reads {SCHEMA!r} latency files; got "
-                         f"{d['schema']!r}")
+    if "schema" in d and d["schema"] not in (SCHEMA, SCHEMA_BATCH):
+        raise ValueError(f"schema: this package reads {SCHEMA!r} and {SCHEMA_BATCH!r} latency "
+                         f"files; got {d['schema']!r}")
+    if "batches" in d:
+        return _batch_table_from_dict(d)
     kind = d.get("cost_model", "tabulated" if "verify_cost_s" in d else None)
     if kind == "tabulated":
         missing = [k for k in _TABLE_KEYS if k not in d]
@@ -840,6 +1159,10 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
                          f"{', '.join(['tabulated', *sorted(_KINDS)])}")
     cls = _KINDS[kind]
     fields = {k: v for k, v in d.items() if k not in ("schema", "cost_model")}
+    if cls is BatchRooflineCost:  # every key that is no field is where the numbers came from
+        names = set(BatchRooflineCost.__dataclass_fields__)
+        fields = {k: v for k, v in fields.items() if k in names} | {
+            "meta": {k: v for k, v in fields.items() if k not in names}}
     try:
         if cls is PiecewiseLinearCost:
             fields["tokens"], fields["seconds"] = tuple(fields["tokens"]), tuple(fields["seconds"])
@@ -848,6 +1171,42 @@ def cost_model_from_dict(d: dict[str, Any]) -> LatencyModel:
         raise ValueError(f"bad fields for a {kind} latency model: {exc}") from None
     except KeyError as exc:
         raise ValueError(f"a {kind} latency model needs the key {exc}") from None
+
+
+def _batch_table_from_dict(d: dict[str, Any]) -> BatchTabulatedCost:
+    """A ``treespec-latency/2`` file's tables (:meth:`BatchTabulatedCost.to_dict`)."""
+    batches = d["batches"]
+    if not isinstance(batches, dict) or not batches:
+        raise ValueError("batches must be a non-empty object {batch size: latency table}")
+    name = d.get("name", "tabulated-batch")
+    provenance = d.get("attribution", d.get("source", "unknown"))
+    tables = []
+    for key, body in batches.items():
+        try:
+            b = int(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"batches: key {key!r} is not a batch size") from None
+        if b < 1 or str(b) != str(key).strip():
+            raise ValueError(f"batches: key {key!r} is not a positive integer batch size")
+        if not isinstance(body, dict):
+            raise ValueError(f"batches[{key!r}] must be a latency table (an object)")
+        try:
+            table = cost_model_from_dict({**body, "cost_model": "tabulated",
+                                          "name": f"{name}@b={b}", "attribution": provenance,
+                                          "estimate": bool(d.get("estimate", False))})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"batches[{key!r}]: {exc}") from None
+        tables.append((b, table))
+    tables.sort(key=lambda bt: bt[0])
+    listed = d.get("batch_sizes")
+    if listed is not None and [int(x) for x in listed] != [b for b, _ in tables]:
+        raise ValueError(f"batch_sizes {listed} must match the keys of batches "
+                         f"({[b for b, _ in tables]})")
+    known = {"schema", "cost_model", "name", "attribution", "estimate", "batch_sizes",
+             "node_count_meaning", "batches"}
+    return BatchTabulatedCost(tuple(tables), name=name, provenance=provenance,
+                              estimate=bool(d.get("estimate", False)),
+                              meta={k: v for k, v in d.items() if k not in known})
 
 
 def load_cost_model(path: str | Path) -> LatencyModel:
@@ -887,6 +1246,59 @@ def _estimate(name: str, t0_ms: float, s_lo_us: float, knee: float, s_hi_us: flo
                         name=name, provenance=_ROOFLINE, estimate=True)
 
 
+#: Datasheet peaks, ``(dense BF16 tensor-core FLOP/s, HBM bytes/s)``: NVIDIA's A800 80GB SXM
+#: (312 TFLOPS, 2,039 GB/s), H100 SXM (989 TFLOPS, 3.35 TB/s) and H200 SXM (989 TFLOPS,
+#: 4.8 TB/s) datasheets; the BF16 figures the datasheets headline are with sparsity, halved here.
+GPU_DATASHEETS = {"a800": (312e12, 2.039e12), "h100": (989e12, 3.35e12),
+                  "h200": (989e12, 4.8e12)}
+#: Published shapes (Qwen/Qwen3-4B and Qwen/Qwen3-8B config.json): hidden size, MLP size; both
+#: have 36 layers, 32 query and 8 KV heads of 128, a vocabulary of 151,936.
+QWEN3_SHAPES = {"qwen3-4b": (2560, 9728), "qwen3-8b": (4096, 12288)}
+#: What the roofline estimates assume (not measured): the shares of the datasheet peaks a
+#: decode pass reaches, the fixed time per target pass and per drafter forward (launches,
+#: sampling: the gap between the weight-streaming floor and the batch-1 step times engines
+#: report, caddtree.md), and the drafter: DFlash, 5 layers of the target's width, block 16
+#: (z-lab/Qwen3-{4B,8B}-DFlash-b16).
+ROOFLINE_ASSUMPTIONS = {"bandwidth_utilisation": 0.8, "compute_utilisation": 0.6,
+                        "overhead_s": 1.0e-3, "draft_overhead_s": 0.3e-3,
+                        "drafter_layers": 5, "draft_block": 16, "bytes_per_parameter": 2}
+
+
+def _batch_estimate(gpu: str, model: str) -> BatchRooflineCost:
+    """The roofline of ``model`` on ``gpu`` from :data:`GPU_DATASHEETS`, :data:`QWEN3_SHAPES`
+    and :data:`ROOFLINE_ASSUMPTIONS` (bf16 weights and cache)."""
+    flops_peak, bw_peak = GPU_DATASHEETS[gpu]
+    hidden, mlp = QWEN3_SHAPES[model]
+    a = ROOFLINE_ASSUMPTIONS
+    layers, q_heads, kv_heads, head_dim, vocab = 36, 32, 8, 128, 151936
+    layer = 2 * hidden * q_heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * mlp
+    lm_head = hidden * vocab
+    nbytes = a["bytes_per_parameter"]
+    kv = 2 * kv_heads * head_dim * nbytes  # K and V of one layer, per cached token
+    d = a["drafter_layers"]
+    return BatchRooflineCost(
+        weight_bytes=nbytes * (layers * layer + lm_head),
+        kv_bytes_per_token=layers * kv,
+        flops_per_token=2 * (layers * layer + lm_head),
+        attention_flops=4 * layers * q_heads * head_dim,
+        bandwidth_bytes_s=a["bandwidth_utilisation"] * bw_peak,
+        flops_s=a["compute_utilisation"] * flops_peak,
+        overhead_s=a["overhead_s"],
+        # the drafter reads its layers, its feature projection (d target layers -> hidden) and
+        # the target's LM head; it computes its block's positions
+        draft_weight_bytes=nbytes * (d * layer + d * hidden * hidden + lm_head),
+        draft_kv_bytes_per_token=d * kv,
+        draft_flops_per_token=2 * (d * layer + lm_head),
+        draft_attention_flops=4 * d * q_heads * head_dim,
+        draft_tokens=a["draft_block"],
+        draft_overhead_s=a["draft_overhead_s"],
+        name=f"{gpu}-{model}-batch", estimate=True,
+        provenance=(f"roofline estimate from the {gpu.upper()} datasheet and {model}'s published "
+                    "shapes (docs/usage.md, 'Batched costs'); not measured"),
+        meta={"device": gpu, "model": model, "peak_bf16_dense_flops": flops_peak,
+              "peak_bandwidth_bytes_s": bw_peak, "assumptions": dict(a)})
+
+
 #: Named latency presets: name -> zero-argument factory (loading is lazy).
 PRESETS = {
     "a800-qwen3-4b": lambda: _packaged("a800_qwen3_4b.json"),
@@ -902,6 +1314,9 @@ PRESETS = {
         name="tiled-illustrative", estimate=True,
         provenance="illustrative step cost, not measured: H200-8B-like floor (5 ms, 2 us/token) "
                    "plus 0.1 ms per 16-token tile"),
+    # batched roofline estimates (a pass over b requests): datasheets, not measured
+    **{f"{gpu}-{model}-batch": (lambda gpu=gpu, model=model: _batch_estimate(gpu, model))
+       for gpu in GPU_DATASHEETS for model in QWEN3_SHAPES},
 }
 
 

@@ -28,7 +28,8 @@ def test_presets_load_round_trip_and_are_monotone(name, tmp_path):
     assert model.provenance and model.name == name
     assert np.all(np.diff(cost) >= -1e-12) and cost[0] > 0
     assert model.draft_cost() > 0
-    assert model.estimate == (not name.startswith("a800"))  # only the A800 rows are measured
+    # only the A800 batch-1 rows are measured (the *-batch presets are datasheet estimates)
+    assert model.estimate == (not name.startswith("a800") or name.endswith("-batch"))
     path = tmp_path / "m.json"
     save_cost_model(model, path)
     again = load_cost_model(path)
