@@ -137,6 +137,23 @@ class Drafting:
         return torch.log_softmax(logits, dim=-1).cpu().numpy(), logits
 
     @torch.inference_mode()
+    def log_q_batch(self, cache: DraftCache, roots, start: int) -> np.ndarray:
+        """:meth:`log_q` for ``b`` requests in one drafter forward: float32 numpy (b, L, V).
+
+        ``cache`` holds the ``b`` requests' contexts (batch ``b``, one length ``start``);
+        ``roots`` their last committed tokens. What ``real_models.profile --batch-sizes``
+        times as a batch's draft stage.
+        """
+        block = self.block.expand(len(roots), -1).clone()
+        block[:, 0] = torch.as_tensor(np.asarray(roots, dtype=np.int64), device=block.device)
+        emb = self.embed(block)
+        if self.bundle.spec.input_embedding_scale != 1.0:
+            emb = emb * self.bundle.spec.input_embedding_scale
+        hidden = self.bundle.drafter.draft(cache, emb, start)
+        logits = self.bundle.drafter.logits(hidden, self.head).float()
+        return torch.log_softmax(logits, dim=-1).cpu().numpy()
+
+    @torch.inference_mode()
     def conditional_probs(self, cache: DraftCache, root: int, start: int, depth: int,
                           written) -> np.ndarray:
         """The depth-``depth`` law given each block's written tokens: float64 numpy (k, V).

@@ -61,7 +61,7 @@ from treespec_sim.cli import (
     positive_int,
     run,
 )
-from treespec_sim.cost import TabulatedCost, cost_model_from_dict
+from treespec_sim.cost import SCHEMA_BATCH, BatchTabulatedCost, TabulatedCost, cost_model_from_dict
 from treespec_sim.files import atomic_path, atomic_write_text
 from treespec_sim.policies import ddtree
 
@@ -74,9 +74,9 @@ from .target import TargetBackend
 
 torch = require("torch")
 
-__all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "build_parser", "build_random_bundle",
-           "check_profile", "fit_document", "load_profile", "main", "model_signature",
-           "profile_bundle", "raw_document", "small_arch"]
+__all__ = ["ARCHS", "SCHEMA", "ProfileMismatch", "batch_document", "build_parser",
+           "build_random_bundle", "check_profile", "fit_document", "load_profile", "main",
+           "model_signature", "profile_bundle", "raw_document", "small_arch"]
 
 SCHEMA = "treespec-latency/1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -250,12 +250,13 @@ class ProfileResult:
     draft_s: np.ndarray               # (C,) medians
     seconds: float
     meta: dict = field(default_factory=dict)
+    batch_size: int = 1               # requests per pass (node_counts are per request)
 
 
 @torch.inference_mode()
 def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_CONTEXTS,
                    warmup: int = 2, repeats: int = 7, time_budget_s: float | None = None,
-                   progress: bool = False, on_row=None) -> ProfileResult:
+                   progress: bool = False, on_row=None, batch_size: int = 1) -> ProfileResult:
     """Time verification forwards and draft rounds on ``bundle`` (see the module docstring).
 
     Parameters
@@ -276,6 +277,11 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         Called with the :class:`ProfileResult` of the rows measured so far after each context
         row (``meta["partial"]`` says how many of how many), so that a caller can save partial
         results before a time limit interrupts the profile.
+    batch_size : int
+        Requests per pass (``b``): each verification pass verifies ``b`` trees of ``n - 1``
+        nodes after ``b`` cached contexts of ``ℓ`` tokens (``b n`` query tokens in all), and
+        the draft stage is one drafter forward over ``b`` blocks plus their cache updates.
+        ``node_counts`` stay per request; :func:`batch_document` turns them into totals.
     """
     nc = tuple(int(n) for n in node_counts)
     cl = tuple(int(c) for c in context_lengths)
@@ -285,6 +291,9 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         raise ValueError(f"context_lengths must be increasing integers >= 2; got {cl}")
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
+    b = batch_size
     if bundle.drafter is None:
         raise ValueError("profiling needs a drafter (the draft cost is part of the model)")
     limit = min(bundle.max_positions, int(bundle.drafter.config.max_position_embeddings))
@@ -302,11 +311,17 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
     spread = np.full_like(raw, np.nan)
     draft = np.full(len(cl), np.nan)
     # global warm-up: allocator and kernels at the largest size
-    target.prefill(rng.integers(2, V, size=cl[0]), want_features=True)
+    if b == 1:
+        target.prefill(rng.integers(2, V, size=cl[0]), want_features=True)
+    else:
+        target.prefill_batch(rng.integers(2, V, size=(b, cl[0])))
     snap0 = target.snapshot()
     for _ in range(max(warmup, 1)):
         target.restore(snap0)
-        target.verify_forward(trees[nc[-1]], want_features=True)
+        if b == 1:
+            target.verify_forward(trees[nc[-1]], want_features=True)
+        else:
+            target.verify_batch_forward(trees[nc[-1]], b)
     t_start = time.perf_counter()
     done = 0
     truncated = None
@@ -315,12 +330,17 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         if time_budget_s is not None and done and elapsed / done * (done + 1) > time_budget_s:
             truncated = f"stopped after {done} of {len(cl)} contexts (time budget {time_budget_s}s)"
             break
-        prompt = rng.integers(2, V, size=ell + 1)
-        feats = target.prefill(prompt[:-1], want_features=True)
+        prompt = rng.integers(2, V, size=(b, ell + 1))
+        if b == 1:
+            feats = target.prefill(prompt[0, :-1], want_features=True)
+        else:
+            feats = target.prefill_batch(prompt[:, :-1])
         dcache = DraftCache(len(bundle.drafter.layers))
-        bundle.drafter.extend_cache(dcache, feats, torch.arange(ell, device=dev)[None])
+        bundle.drafter.extend_cache(dcache, feats,
+                                    torch.arange(ell, device=dev)[None].expand(b, -1))
         snap = target.snapshot()
-        masks = {n: (target.tree_mask(trees[n], ell) if trees[n].size else None) for n in nc}
+        masks = {n: (target.tree_mask(trees[n], ell) if trees[n].size or b > 1 else None)
+                 for n in nc}
         times: dict[int, list[float]] = {n: [] for n in nc}
         # interleaved: every repeat visits every token count in a fresh random order, so slow
         # drifts of a shared machine spread over all cells instead of biasing a few
@@ -330,7 +350,10 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
                 target.restore(snap)
                 _sync(dev)
                 t0 = time.perf_counter()
-                target.verify_forward(trees[n], want_features=True, mask=masks[n])
+                if b == 1:
+                    target.verify_forward(trees[n], want_features=True, mask=masks[n])
+                else:
+                    target.verify_batch_forward(trees[n], b, mask=masks[n])
                 _sync(dev)
                 if r >= warmup:
                     times[n].append(time.perf_counter() - t0)
@@ -343,16 +366,20 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         del masks
         # draft stage: block forward + log-softmax to host + cache update for k accepted tokens
         target.restore(snap)
-        fwd = target.verify_forward(trees[nc[-1]], want_features=True)
+        fwd = (target.verify_forward(trees[nc[-1]], want_features=True) if b == 1
+               else target.verify_batch_forward(trees[nc[-1]], b))
         kf = fwd.features[:, : min(k_acc, fwd.features.shape[1])]
-        pos = torch.arange(ell, ell + kf.shape[1], device=dev)[None]
+        pos = torch.arange(ell, ell + kf.shape[1], device=dev)[None].expand(b, -1)
         ds = []
         for r in range(warmup + repeats):
             c = DraftCache(len(bundle.drafter.layers))
             c.keys, c.values, c.length = list(dcache.keys), list(dcache.values), dcache.length
             _sync(dev)
             t0 = time.perf_counter()
-            drafting.log_q(c, int(prompt[-1]), ell)
+            if b == 1:
+                drafting.log_q(c, int(prompt[0, -1]), ell)
+            else:
+                drafting.log_q_batch(c, prompt[:, -1], ell)
             bundle.drafter.extend_cache(c, kf, pos)
             _sync(dev)
             if r >= warmup:
@@ -360,7 +387,8 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
         draft[ci] = float(np.median(ds))
         done += 1
         if progress:
-            print(f"  context {ell}: verify {raw[ci, 0] * 1e3:.2f} .. {raw[ci, -1] * 1e3:.2f} ms "
+            where = f"context {ell}" if b == 1 else f"batch {b}, context {ell}"
+            print(f"  {where}: verify {raw[ci, 0] * 1e3:.2f} .. {raw[ci, -1] * 1e3:.2f} ms "
                   f"(n = {nc[0]} .. {nc[-1]}), draft {draft[ci] * 1e3:.2f} ms "
                   f"({time.perf_counter() - t_start:.0f}s)", flush=True)
         if on_row is not None and done < len(cl):
@@ -370,7 +398,7 @@ def profile_bundle(bundle, *, node_counts=CPU_NODE_COUNTS, context_lengths=CPU_C
     keep = slice(0, done)
     meta = {"truncated": truncated} if truncated else {}
     return ProfileResult(nc, cl[keep], raw[keep], spread[keep], draft[keep],
-                         time.perf_counter() - t_start, meta)
+                         time.perf_counter() - t_start, meta, b)
 
 
 def profile_meta(bundle, result: ProfileResult, *, warmup: int = 2, repeats: int = 7) -> dict:
@@ -448,6 +476,39 @@ def to_cost_model(bundle, result: ProfileResult, *, name: str | None = None,
                                      repeats=repeats))
 
 
+def batch_document(bundle, results: dict[int, ProfileResult], *, name: str | None = None,
+                   warmup: int = 2, repeats: int = 7) -> dict:
+    """A ``treespec-latency/2`` file of :func:`profile_bundle` results at several batch sizes.
+
+    Each batch size's table is :func:`fit_document` of its raw medians with ``node_counts`` the
+    pass's total query tokens (``b`` times the per-request counts); the device, models and
+    versions are stated once, each table keeps its raw medians.
+    """
+    if not results:
+        raise ValueError("results: no batch size was profiled")
+    first = results[min(results)]
+    common = profile_meta(bundle, first, warmup=warmup, repeats=repeats)
+    per_batch = ("raw_verify_s", "iqr_over_median", "draft_cost_s_by_context", "profile",
+                 "truncated", "partial")
+    tables = []
+    for b in sorted(results):
+        res = results[b]
+        raw = raw_document(bundle, res, name=name, warmup=warmup, repeats=repeats)
+        raw["node_counts"] = [b * n for n in res.node_counts]
+        table = fit_document(raw)
+        keep = {k: v for k, v in table.meta.items() if k in per_batch}
+        tables.append((b, TabulatedCost(table.node_counts, table.context_lengths,
+                                        table.verify_s, table.draft_s, meta=keep)))
+    dev = device_identity(bundle.device)[0]
+    runtime = common["runtime"].replace("batch 1", f"batches {sorted(results)}")
+    meta = {k: v for k, v in common.items() if k not in per_batch} | {"runtime": runtime}
+    model = BatchTabulatedCost(
+        tuple(tables), name=name or f"{dev}-{Path(str(bundle.target_dir)).name}",
+        provenance=f"measured by python -m real_models.profile --batch-sizes on {dev} "
+                   f"({common['device_name']})", estimate=False, meta=meta)
+    return model.to_dict()
+
+
 # ------------------------------------------------------------------------------ checking
 def check_profile(data: dict, bundle, *, where: str = "latency file") -> list[str]:
     """Check a latency file's contents against ``bundle``; return warnings.
@@ -469,8 +530,9 @@ def check_profile(data: dict, bundle, *, where: str = "latency file") -> list[st
     if not isinstance(data, dict):
         raise ValueError(f"{where}: a latency file must be a JSON object; got "
                          f"{type(data).__name__}")
-    if data.get("schema") != SCHEMA:
+    if data.get("schema") not in (SCHEMA, SCHEMA_BATCH):
         raise ValueError(f"{where}: schema is {data.get('schema')!r}, expected {SCHEMA!r} "
+                         f"or {SCHEMA_BATCH!r} "
                          f"(write latency files with python -m real_models.profile or "
                          f"treespec_sim.cost.save_cost_model)")
     notes = []
@@ -629,6 +691,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="increasing cached context lengths (default: "
                          f"{' '.join(map(str, CPU_CONTEXTS))} on CPU, "
                          f"{' '.join(map(str, GPU_CONTEXTS))} on CUDA)")
+    ap.add_argument("--batch-sizes", type=positive_int, nargs="+", metavar="B", default=None,
+                    help="profile passes over B requests at once (increasing; --tokens are per "
+                         "request) and write a treespec-latency/2 file with a table per batch "
+                         "size (default: batch 1, a treespec-latency/1 file)")
     ap.add_argument("--warmup", type=nonnegative_int, default=2,
                     help="untimed calls before each cell (default: %(default)s)")
     add_repeats(ap, default=7,
@@ -662,7 +728,8 @@ def _check_args(args: argparse.Namespace) -> torch.device:
                          "--target/--drafter")
     if args.small and not args.arch:
         raise ValueError("--small scales down an --arch; give --arch too")
-    for opt, values, low in (("--tokens", args.tokens, 1), ("--contexts", args.contexts, 2)):
+    for opt, values, low in (("--tokens", args.tokens, 1), ("--contexts", args.contexts, 2),
+                             ("--batch-sizes", args.batch_sizes, 1)):
         if values is not None and (any(v < low for v in values)
                                    or any(b <= a for a, b in itertools.pairwise(values))):
             raise ValueError(f"{opt} must be increasing integers >= {low}; got "
@@ -691,6 +758,8 @@ def _main(args: argparse.Namespace) -> int:
           f"{len(tokens)} token counts x {len(contexts)} contexts, "
           f"{args.warmup} warm-up + {args.repeats} timed calls each", flush=True)
     save = dict(figure=args.figure, name=name, warmup=args.warmup, repeats=args.repeats)
+    if args.batch_sizes:
+        return _batches(args, bundle, tokens, contexts, name)
 
     def on_row(partial: ProfileResult) -> None:
         # partial results survive a time limit that interrupts the later rows
@@ -727,6 +796,29 @@ def _main(args: argparse.Namespace) -> int:
         print(f"context {c} (fit, ms): {row}")
     print(f"draft stage {data['draft_cost_s'] * 1e3:.2f} ms; {res.seconds:.0f}s")
     return 0
+
+def _batches(args: argparse.Namespace, bundle, tokens, contexts, name) -> int:
+    """``--batch-sizes``: one profile per batch size, one treespec-latency/2 document."""
+    results = {}
+    for b in args.batch_sizes:
+        results[b] = profile_bundle(bundle, node_counts=tokens, context_lengths=contexts,
+                                    warmup=args.warmup, repeats=args.repeats,
+                                    time_budget_s=args.time_budget, progress=True, batch_size=b)
+    data = batch_document(bundle, results, name=name, warmup=args.warmup, repeats=args.repeats)
+    text = json.dumps(data, indent=1) + "\n"
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    for b, body in data["batches"].items():
+        for c in body["context_lengths"]:
+            row = ", ".join(f"{n}: {t * 1e3:.2f}" for n, t in
+                            zip(body["node_counts"], body["verify_cost_s"][str(c)], strict=True))
+            print(f"batch {b}, context {c} (fit, ms, query tokens in all): {row}")
+        print(f"batch {b}: draft stage {body['draft_cost_s'] * 1e3:.2f} ms")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -212,6 +212,49 @@ class TargetBackend:
             self.feature_layers), logits_to_keep=1)
         return feats
 
+    @torch.inference_mode()
+    def prefill_batch(self, prompt_ids):
+        """Start ``b`` sequences of one length ``P`` at once (``prompt_ids`` (b, P)): a cache of
+        batch ``b``, to time a batch's verification pass (``real_models.profile
+        --batch-sizes``); :meth:`snapshot` and :meth:`restore` keep its batch.
+
+        Returns the context features (b, P, k*d), or None without feature layers.
+        """
+        self.reset()
+        ids = torch.as_tensor(np.asarray(prompt_ids, dtype=np.int64), device=self.device)
+        if ids.ndim != 2:
+            raise ValueError(f"prompt_ids must be (b, P); got shape {tuple(ids.shape)}")
+        pos = torch.arange(ids.shape[1], device=self.device)[None].expand(ids.shape[0], -1)
+        want = bool(self.feature_layers)
+        out = self.model(input_ids=ids, position_ids=pos, use_cache=True,
+                         output_hidden_states=want, logits_to_keep=1, **{self._kw: self.cache})
+        if not want:
+            return None
+        return torch.cat([out.hidden_states[i + 1] for i in self.feature_layers], dim=-1)
+
+    @torch.inference_mode()
+    def verify_batch_forward(self, tree: DraftTree, batch_size: int, *, mask=None
+                             ) -> TreeForward:
+        """One pass over ``batch_size`` copies of ``tree``, each after its own cached sequence
+        (a cache of that batch, :meth:`prefill_batch`): every request's root and nodes, in one
+        forward. ``logits`` (b, n+1, V), ``features`` (b, n+1, k*d); the cache grows by
+        ``n + 1`` per sequence. ``mask`` is :meth:`tree_mask` (built here when not given).
+        """
+        start = self.length
+        if tree.root_token < 0:
+            raise ValueError("tree.token[0] (root) must be the last committed token; got -1")
+        b = int(batch_size)
+        ids = torch.tensor(tree.token, device=self.device)[None].expand(b, -1)
+        pos = torch.tensor(tree.position_ids(start), device=self.device)[None].expand(b, -1)
+        if mask is None:
+            mask = self.tree_mask(tree, start)
+        want = bool(self.feature_layers)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask.expand(b, -1, -1, -1),
+                         use_cache=True, output_hidden_states=want, **{self._kw: self.cache})
+        feats = (torch.cat([out.hidden_states[i + 1] for i in self.feature_layers], dim=-1)
+                 if want else None)
+        return TreeForward(out.logits, feats, start)
+
     # ------------------------------------------------------------------ verification
     def tree_mask(self, tree: DraftTree, start: int):
         """The 4-D additive mask ``(1, 1, n+1, start+n+1)`` for a tree after ``start`` tokens.

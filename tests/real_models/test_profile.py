@@ -225,3 +225,60 @@ def test_partial_results_survive_an_interrupted_profile(tmp_path):
     m = get_cost_model(str(out))
     assert isinstance(m, TabulatedCost) and m.is_convex and m.verify_cost(16, 8) > 0
     assert fig.is_file() and fig.stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------ batches (issue 47)
+def test_a_batched_pass_gives_each_request_its_own_verification(bundle):
+    """verify_batch_forward over b requests = b single-sequence verify_forward calls, request
+    by request (its own cache, positions and tree mask)."""
+    from treespec_sim.policies import ddtree
+
+    logits = np.random.default_rng(1).standard_normal((bundle.depth, bundle.vocab_size)) * 3
+    tree = ddtree(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True), 6, root_token=2)
+    prompts = np.random.default_rng(0).integers(2, bundle.vocab_size, size=(3, 12))
+    target = bundle.target
+    target.prefill_batch(prompts)
+    batched = target.verify_batch_forward(tree, 3)
+    assert tuple(batched.logits.shape[:2]) == (3, tree.n_nodes)
+    for i in range(3):
+        target.prefill(prompts[i], want_features=True)
+        one = target.verify_forward(tree, want_features=True)
+        torch.testing.assert_close(batched.logits[i], one.logits, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(batched.features[i], one.features[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_profile_is_a_v2_file_with_totals(bundle, tmp_path):
+    from real_models.profile import batch_document
+    from treespec_sim.cost import BatchTabulatedCost, batch_costs
+
+    results = {b: profile_bundle(bundle, node_counts=(1, 4), context_lengths=(8,), warmup=0,
+                                 repeats=1, batch_size=b) for b in (1, 3)}
+    data = batch_document(bundle, results, name="t", warmup=0, repeats=1)
+    assert data["schema"] == "treespec-latency/2" and data["batch_sizes"] == [1, 3]
+    assert data["batches"]["3"]["node_counts"] == [3, 12]   # totals: b x per-request tokens
+    assert data["batches"]["1"]["node_counts"] == [1, 4]
+    assert "raw_verify_s" in data["batches"]["3"] and data["device"] == "cpu"
+    assert check_profile(data, bundle) == []
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps(data))
+    model = get_cost_model(str(path))
+    assert isinstance(model, BatchTabulatedCost) and model.batch_sizes == (1, 3)
+    draft, verify = batch_costs(model, [8, 8, 8])
+    assert draft > 0 and np.all(np.diff(verify(np.arange(3, 13))) >= 0)
+
+
+def test_the_committed_batch_profile_reads(bundle):
+    from treespec_sim.cost import BatchTabulatedCost
+
+    path = ROOT / "real_models" / "profiles" / "cpu_tiny_batch.json"
+    model = get_cost_model(str(path))
+    assert isinstance(model, BatchTabulatedCost) and model.batch_sizes[0] == 1
+    data = json.loads(path.read_text())
+    assert data["target_arch"] == model_signature(bundle)["target_arch"]
+    for b, body in data["batches"].items():
+        assert body["node_counts"][0] == int(b)   # a pass verifies at least every root
+
+
+def test_batch_sizes_must_increase(capsys):
+    assert profile_mod.main(["--batch-sizes", "4", "1"]) == 2
+    assert "--batch-sizes must be increasing integers >= 1; got 4 1" in capsys.readouterr().err
