@@ -2,11 +2,12 @@
 
 Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
 ``exhaustive_budget_tree``, ``longrun_tree``) return a tree, and their batch forms
-(``batch_caddtree``, ``batch_exhaustive``) one tree per request; sampled ones (``fill_tree``,
-``sampled_chain``, ``tsubame``, ``fill_shape``) return a :class:`Draft` (the tree with the
-proposal rows its tokens were drawn from). The one table of *methods* that the round loop, the
-sweep and the real-model decoder use, with each method's scheme and lossless rules, is
-:mod:`treespec_sim.methods`.
+(``batch_caddtree``, ``batch_exhaustive``) one tree per request, beside the batch baselines
+(``fixed_budget_trees``, ``independent_caddtree``, ``tetris_chains``, ``best_fixed_budget``;
+private module ``_batch``); sampled ones (``fill_tree``, ``sampled_chain``, ``tsubame``,
+``fill_shape``) return a :class:`Draft` (the tree with the proposal rows its tokens were drawn
+from). The one table of *methods* that the round loop, the sweep and the real-model decoder
+use, with each method's scheme and lossless rules, is :mod:`treespec_sim.methods`.
 
 The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtree``,
 ``_tsubame``: a function and its module never share a name); import them from this package,
@@ -22,6 +23,15 @@ from __future__ import annotations
 
 from ..paths import path_probabilities
 from ..tree import prefix_tree
+from ._batch import (
+    FixedBudgetChoice,
+    batch_theta,
+    best_fixed_budget,
+    fixed_budget_trees,
+    independent_caddtree,
+    surrogate_tau_curves,
+    tetris_chains,
+)
 from ._caddtree import (
     BatchCurve,
     CaDDTreePolicy,
@@ -53,10 +63,42 @@ from .sampled import (
     tempered,
 )
 
-__all__ = ["SAMPLING_SCHEMES", "BatchCurve", "CaDDTreePolicy", "Draft", "LongRunPolicy",
-           "batch_budget_curve", "batch_caddtree", "batch_exhaustive", "budget_curve", "caddtree",
-           "chain", "conditional_tree", "ddtree", "ddtree_with_mask", "dynamic_tree",
-           "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
-           "k_ary_shape", "longrun_budget", "longrun_tree", "marginal_proposal",
-           "merge_candidates", "path_probabilities", "prefix_tree", "sampled_chain", "tempered",
-           "tsubame", "tsubame_shape"]
+__all__ = [
+    "SAMPLING_SCHEMES",
+    "BatchCurve",
+    "CaDDTreePolicy",
+    "Draft",
+    "FixedBudgetChoice",
+    "LongRunPolicy",
+    "batch_budget_curve",
+    "batch_caddtree",
+    "batch_exhaustive",
+    "batch_theta",
+    "best_fixed_budget",
+    "budget_curve",
+    "caddtree",
+    "chain",
+    "conditional_tree",
+    "ddtree",
+    "ddtree_with_mask",
+    "dynamic_tree",
+    "exhaustive_budget_tree",
+    "fill_shape",
+    "fill_tree",
+    "first_non_increase",
+    "fixed_budget_trees",
+    "independent_caddtree",
+    "k_ary_shape",
+    "longrun_budget",
+    "longrun_tree",
+    "marginal_proposal",
+    "merge_candidates",
+    "path_probabilities",
+    "prefix_tree",
+    "sampled_chain",
+    "surrogate_tau_curves",
+    "tempered",
+    "tetris_chains",
+    "tsubame",
+    "tsubame_shape",
+]
