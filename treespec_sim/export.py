@@ -28,18 +28,32 @@ From a regime (a calibrated one, or one fitted to an engine's log by
   with the most tokens per second under a latency model (the nested DDTree curve,
   :attr:`treespec_sim.engine.Round.tau_curve`).
 
-Design for schedules: every exporter is a function of one :class:`ExportRequest` (the regime,
-drafter, temperature, budget, latency model and, reserved, ``batch_size``) returning an
+Schedules per batch size: every exporter is a function of one :class:`ExportRequest` (the
+regime, drafter, temperature, budget, latency model, ``batch_size``) returning an
 :class:`EngineSetting` (the settings, the text in the engine's syntax, the ``tau`` they give).
-A per-batch-size schedule (vLLM's ``num_speculative_tokens_per_batch_size``, TensorRT-LLM's
-``draft_len_schedule``) is one request per batch size, each with that batch's latency model,
-collected into ``{batch_size: EngineSetting}`` and rendered by one more function per engine;
-nothing here assumes a single batch size.
+:func:`batch_point` is the one for a batch of ``b`` requests of the regime: the chain length
+and the DDTree budget with the most tokens per second under the batch's costs
+(:func:`treespec_sim.cost.batch_costs`; a batched latency model); :func:`schedule` runs it per
+batch size into ``{batch_size: EngineSetting}``, and one function per engine renders that:
+
+* **vLLM** ``num_speculative_tokens_per_batch_size`` (:func:`vllm_schedule`; Dynamic SD,
+  vllm-project/vllm PR #32374): inclusive ``"lo-hi"`` batch-size ranges to a chain length, ``0``
+  turning speculation off, ``num_speculative_tokens`` the startup maximum;
+* **TensorRT-LLM** ``draft_len_schedule`` (:func:`trtllm_schedule`; NVIDIA/TensorRT-LLM PR
+  #10860, ``dict[int, int]`` of the speculative config): each key the largest batch size of its
+  draft length, speculation off past the largest key;
+* the DDTree budget per batch size (:func:`ddtree_schedule`): no engine takes one yet (SGLang's
+  ``--speculative-ddtree-budget``, PR #29907, is one value: the row of your batch size).
+
+A batch size between two computed ones takes the value computed at the next larger one in both
+engines' schedules (the keys are the computed sizes).
 
 Command line::
 
     python -m treespec_sim.export REGIME --temperature 0 --drafter autoregressive \
            [--budget 16] [--engine all|trtllm|sglang|vllm|sglang-ddtree] [--cost-model M] [--json]
+    python -m treespec_sim.export REGIME --temperature 0 --drafter block-diffusion \
+           --batch-sizes 1 4 16 64 [--cost-model h200-qwen3-8b-batch] [--context-length 1024]
 """
 
 from __future__ import annotations
@@ -50,7 +64,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -66,18 +80,20 @@ from .cli import (
     run,
     temperature,
 )
-from .cost import get_cost_model, round_time
+from .cost import DEFAULT_CONTEXT_LENGTH, batch_costs, get_cost_model, round_time
 from .engine import run_round
 from .files import atomic_write_text, read_json
 from .marginals import ranked_candidates
+from .methods import METHODS
 from .regime_laws import DRAFTERS, WorldSet, drafter_spec
 from .stats import MeanCI, world_ci
 from .synth import RegimeSpec, is_regime_file, resolve_regime
 from .tree import DraftTree
 from .validation import check_budget, check_positive_int, check_temperature, is_int
 
-__all__ = ["ENGINES", "EXPORTERS", "EngineSetting", "ExportRequest", "StaticTree",
-           "best_static_tree", "export", "main", "rank_tree", "sglang_triples"]
+__all__ = ["ENGINES", "EXPORTERS", "SCHEDULES", "EngineSetting", "ExportRequest", "StaticTree",
+           "batch_point", "best_static_tree", "ddtree_schedule", "export", "main", "rank_tree",
+           "schedule", "sglang_triples", "trtllm_schedule", "vllm_schedule"]
 
 #: Ranks a static tree may use at each node (its children are the drafter's top ``K``).
 MAX_RANK = 16
@@ -111,7 +127,9 @@ class ExportRequest:
     max_rank : int
         Candidates per node of the static tree.
     batch_size : int or None
-        Reserved for per-batch-size schedules (the latency model's batch); ``None``: one batch.
+        Requests per verification pass for :func:`batch_point` (``None``: 1).
+    context_length : int
+        Each request's context length, where :func:`batch_point` prices the batch.
     """
 
     regime: RegimeSpec
@@ -125,6 +143,7 @@ class ExportRequest:
     seed: int = 0
     max_rank: int = MAX_RANK
     batch_size: int | None = None
+    context_length: int = DEFAULT_CONTEXT_LENGTH
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -134,6 +153,9 @@ class ExportRequest:
         check_positive_int(self.max_rank, "max_rank")
         if self.width is not None and not 1 <= self.width <= self.regime.depth:
             raise ValueError(f"width must be in [1, L = {self.regime.depth}]; got {self.width}")
+        if self.batch_size is not None:
+            check_positive_int(self.batch_size, "batch_size")
+        check_positive_int(self.context_length, "context_length")
 
     def worlds_set(self) -> WorldSet:
         return _world_set(self.regime, self.contexts, self.worlds, self.seed)
@@ -432,21 +454,38 @@ def _vllm(req: ExportRequest) -> EngineSetting:
     return EngineSetting("vllm", settings, text, _tau_ci(d.world_means()), tuple(notes))
 
 
+_CURVES: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _tau_curves(req: ExportRequest, method: str, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact ``follow`` tokens per round at every budget ``0..top`` of one deterministic round
+    per context (a nested tree, or a chain, read by its prefixes:
+    :attr:`~treespec_sim.engine.Round.tau_curve`), and each context's world: float64
+    ``(contexts, top + 1)``, int64 ``(contexts,)``. Kept per request in a process (a schedule
+    reads them at every batch size)."""
+    key = (req.regime, req.temperature, req.contexts, req.worlds, req.seed, method, top)
+    if key not in _CURVES:
+        if len(_CURVES) > 8:
+            _CURVES.clear()
+        ws = req.worlds_set()
+        curves, world_of = [], []
+        for i, (w, cs) in enumerate(zip(ws.ref, ws.contexts, strict=True)):
+            for c in cs:
+                rnd = run_round(w, c, method=method, budget=top, temperature=req.temperature,
+                                rng=np.random.default_rng(0), sample=False,
+                                nested=METHODS[method].nested)
+                curve = np.asarray(rnd.tau_curve, dtype=np.float64)
+                curves.append(np.pad(curve, (0, top + 1 - curve.size), mode="edge"))
+                world_of.append(i)
+        _CURVES[key] = (np.array(curves), np.array(world_of))
+    return _CURVES[key]
+
+
 def _sglang_ddtree(req: ExportRequest) -> EngineSetting:
     cost = get_cost_model(req.cost)
     method = "ar-ddtree" if req.drafter == "autoregressive" else "ddtree"
-    ws = req.worlds_set()
     top = max(b for b in DDTREE_BUDGETS if b <= 1024)
-    curves, world_of = [], []
-    for i, (w, cs) in enumerate(zip(ws.ref, ws.contexts, strict=True)):
-        for c in cs:
-            rnd = run_round(w, c, method=method, budget=top, temperature=req.temperature,
-                            rng=np.random.default_rng(0), sample=False, nested=True)
-            curve = np.asarray(rnd.tau_curve, dtype=np.float64)
-            curves.append(np.pad(curve, (0, top + 1 - curve.size), mode="edge"))
-            world_of.append(i)
-    curves = np.array(curves)
-    world_of = np.array(world_of)
+    curves, world_of = _tau_curves(req, method, top)
     rows = []
     for b in DDTREE_BUDGETS:
         seconds = float(round_time(cost, b))
@@ -467,6 +506,171 @@ def _sglang_ddtree(req: ExportRequest) -> EngineSetting:
     return EngineSetting("sglang-ddtree", settings, text,
                          MeanCI(best["tau"], best["tau_low"], best["tau_high"]), tuple(notes),
                          tuple(rows))
+
+
+# ------------------------------------------------------------------- schedules per batch size
+def _world_rates(curves: np.ndarray, world_of: np.ndarray, b: int, seconds: np.ndarray
+                 ) -> np.ndarray:
+    """Tokens per second of a batch of ``b`` requests per world (rows) and budget (columns):
+    ``b`` times the world's mean tokens per round over the round's seconds."""
+    means = np.array([curves[world_of == i].mean(axis=0) for i in np.unique(world_of)])
+    return b * means / seconds[None, :]
+
+
+def batch_point(req: ExportRequest) -> EngineSetting:
+    """The chain length and the DDTree budget with the most tokens per second for a batch of
+    ``req.batch_size`` requests of the regime, each at ``req.context_length``.
+
+    A chain of ``K`` drafts (``K = 0``: no speculation, one token per request from a pass over
+    the ``b`` roots, no drafter) and a DDTree of ``B`` nodes per request are priced by the
+    batch's costs (:func:`treespec_sim.cost.batch_costs`: the drafter's forward plus a pass over
+    ``b (K + 1)`` or ``b (B + 1)`` query tokens); their tokens per round are the regime's exact
+    ``follow`` curves (every chain length and every budget from one round per context), every
+    request of the batch from the regime (a homogeneous batch). ``tau`` of the returned
+    setting is the chosen chain's, with its between-world interval; ``settings`` also holds the
+    rates (tokens per second of the batch) with theirs.
+
+    Raises
+    ------
+    ValueError
+        A latency model without a batch axis for ``batch_size > 1``.
+    """
+    b = req.batch_size or 1
+    model = get_cost_model(req.cost)
+    draft, verify = batch_costs(model, [req.context_length] * b)
+    auto = req.drafter == "autoregressive"
+    L = req.regime.depth
+    chain_curves, world_of = _tau_curves(req, "ar-chain" if auto else "chain", L)
+    top = max(DDTREE_BUDGETS)
+    tree_curves, tree_world = _tau_curves(req, "ar-ddtree" if auto else "ddtree", top)
+    plain_s = float(np.asarray(verify(b)))
+    ks = np.arange(L + 1)
+    chain_s = np.asarray(verify(b * (ks + 1)), dtype=np.float64) + draft
+    chain_s[0] = plain_s  # K = 0: no drafter runs
+    chain_rates = _world_rates(chain_curves, world_of, b, chain_s)
+    chain_rates[:, 0] = b / plain_s
+    budgets = np.arange(1, top + 1)
+    tree_s = np.asarray(verify(b * (budgets + 1)), dtype=np.float64) + draft
+    tree_rates = _world_rates(tree_curves[:, 1:], tree_world, b, tree_s)
+    k = int(np.argmax(chain_rates.mean(axis=0)))
+    j = int(np.argmax(tree_rates.mean(axis=0)))
+    chain_ci, tree_ci = world_ci(chain_rates[:, k]), world_ci(tree_rates[:, j])
+    tau = _tau_ci(np.array([chain_curves[world_of == i, k].mean()
+                            for i in np.unique(world_of)]))
+    settings = {"batch_size": b, "chain_length": k, "ddtree_budget": int(budgets[j]),
+                "context_length": req.context_length, "cost_model": str(req.cost),
+                "chain_tokens_per_s": chain_ci.to_dict(), "ddtree_tokens_per_s": tree_ci.to_dict(),
+                "plain_tokens_per_s": b / plain_s}
+    table = ([{"batch_size": b, "drafts": "chain", "size": int(x),
+               "tokens_per_s": float(chain_rates[:, x].mean())} for x in ks]
+             + [{"batch_size": b, "drafts": "ddtree", "size": int(B),
+                 "tokens_per_s": float(tree_rates[:, B - 1].mean())}
+                for B in DDTREE_BUDGETS if B <= top])
+    text = (f"batch {b}: chain length {k} ({chain_ci.text(0)} tokens/s), DDTree budget "
+            f"{int(budgets[j])} ({tree_ci.text(0)} tokens/s), no speculation "
+            f"{b / plain_s:.0f} tokens/s")
+    notes = (f"a batch of {b} requests of {req.regime.name} at context {req.context_length}, "
+             f"priced by {req.cost}; tokens/s of the whole batch (per request: divide by {b}); "
+             "intervals between worlds",)
+    return EngineSetting("batch", settings, text, tau, notes, tuple(table))
+
+
+#: Batch sizes :func:`schedule` is computed at when none are given.
+SCHEDULE_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def schedule(req: ExportRequest, batch_sizes=SCHEDULE_BATCH_SIZES) -> dict[int, EngineSetting]:
+    """:func:`batch_point` at each batch size (strictly increasing positive integers)."""
+    sizes = [check_positive_int(b, "batch_sizes[]") for b in batch_sizes]
+    if not sizes or any(b2 <= b1 for b1, b2 in pairwise(sizes)):
+        raise ValueError(f"batch_sizes must be strictly increasing positive integers; got "
+                         f"{list(batch_sizes)}")
+    return {b: batch_point(replace(req, batch_size=b)) for b in sizes}
+
+
+def _schedule_table(points: dict[int, EngineSetting]) -> tuple[dict, ...]:
+    return tuple({k: p.settings[k] for k in ("batch_size", "chain_length", "ddtree_budget")}
+                 | {"chain_tokens_per_s": p.settings["chain_tokens_per_s"]["mean"],
+                    "ddtree_tokens_per_s": p.settings["ddtree_tokens_per_s"]["mean"],
+                    "plain_tokens_per_s": p.settings["plain_tokens_per_s"]}
+                 for _, p in sorted(points.items()))
+
+
+def _last_key(points: dict[int, EngineSetting], max_batch_size: int | None) -> int:
+    last = max(points)
+    if max_batch_size is None:
+        return last
+    return max(last, check_positive_int(max_batch_size, "max_batch_size"))
+
+
+def vllm_schedule(points: dict[int, EngineSetting], *, max_batch_size: int | None = None
+                  ) -> EngineSetting:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` from :func:`schedule`'s points.
+
+    Keys are inclusive ``"lo-hi"`` ranges: the value computed at batch size ``b_j`` covers
+    ``b_{j-1} + 1 .. b_j`` (the last range reaches ``max_batch_size``);
+    ``num_speculative_tokens`` is the largest chain length (the engine's startup maximum).
+    """
+    sizes = sorted(points)
+    last = _last_key(points, max_batch_size)
+    per_size, lo = {}, 1
+    for b in sizes:
+        hi = last if b == sizes[-1] else b
+        per_size[f"{lo}-{hi}"] = int(points[b].settings["chain_length"])
+        lo = b + 1
+    top = max(1, *per_size.values())
+    settings = {"num_speculative_tokens": top, "num_speculative_tokens_per_batch_size": per_size}
+    text = json.dumps({"speculative_config": settings})
+    notes = ("vLLM Dynamic SD (vllm-project/vllm PR #32374): inclusive batch-size ranges to the "
+             "chain length scheduled at that batch size, 0 turning speculation off; "
+             "num_speculative_tokens is the startup maximum (add your method and model to the "
+             "speculative_config)",)
+    return EngineSetting("vllm-schedule", settings, text, points[sizes[0]].tau, notes,
+                         _schedule_table(points))
+
+
+def trtllm_schedule(points: dict[int, EngineSetting], *, max_batch_size: int | None = None
+                    ) -> EngineSetting:
+    """TensorRT-LLM's ``draft_len_schedule`` from :func:`schedule`'s points.
+
+    Each key is the largest batch size of its draft length (the value computed there covers
+    the sizes above the previous key); past the largest key TensorRT-LLM turns speculation
+    off, so the last key is ``max_batch_size`` (default the largest computed size).
+    """
+    sizes = sorted(points)
+    last = _last_key(points, max_batch_size)
+    per_size = {(last if b == sizes[-1] else b): int(points[b].settings["chain_length"])
+                for b in sizes}
+    top = max(1, *per_size.values())
+    settings = {"max_draft_len": top, "draft_len_schedule": per_size}
+    text = ("speculative_config:\n"
+            f"  max_draft_len: {top}\n"
+            "  draft_len_schedule:\n"
+            + "".join(f"    {b}: {k}\n" for b, k in per_size.items()))
+    notes = ("TensorRT-LLM draft_len_schedule (NVIDIA/TensorRT-LLM PR #10860): batch size -> "
+             "draft length, each key the largest batch size of its value; past the largest key "
+             "speculation is off (for trtllm-serve --extra_llm_api_options FILE.yaml, with your "
+             "decoding_type and drafter)",)
+    return EngineSetting("trtllm-schedule", settings, text, points[sizes[0]].tau, notes,
+                         _schedule_table(points))
+
+
+def ddtree_schedule(points: dict[int, EngineSetting]) -> EngineSetting:
+    """The DDTree budget per batch size from :func:`schedule`'s points (no engine takes a
+    schedule of it yet: one value, the row of the batch size served)."""
+    per_size = {b: int(p.settings["ddtree_budget"]) for b, p in sorted(points.items())}
+    settings = {"ddtree_budget_per_batch_size": per_size}
+    notes = ("no engine takes a per-batch-size DDTree budget; SGLang's --speculative-ddtree-"
+             "budget (sgl-project/sglang PR #29907) is one value: use the row of the batch "
+             "size you serve",)
+    return EngineSetting("ddtree-schedule", settings, json.dumps(settings),
+                         points[min(points)].tau, notes, _schedule_table(points))
+
+
+#: Schedule renderers: name -> ``(points, max_batch_size) -> EngineSetting``.
+SCHEDULES: dict[str, Callable[..., EngineSetting]] = {
+    "vllm-schedule": vllm_schedule, "trtllm-schedule": trtllm_schedule,
+    "ddtree-schedule": lambda points, max_batch_size=None: ddtree_schedule(points)}
 
 
 #: Engine -> exporter ``(ExportRequest) -> EngineSetting``.
@@ -532,8 +736,20 @@ def build_parser() -> OneLineParser:
                          "log a fitted regime's file was fitted to, else the drafter's depth)")
     ap.add_argument("--engine", nargs="+", choices=(*ENGINES, "all"), default=["all"],
                     help="which engines (default: all)")
-    ap.add_argument("--cost-model", default="h200-qwen3-8b", metavar="M",
-                    help="latency preset or file for the DDTree budget (default: %(default)s)")
+    ap.add_argument("--cost-model", default=None, metavar="M",
+                    help="latency preset or file for the DDTree budget and the schedules "
+                         "(default: h200-qwen3-8b; h200-qwen3-8b-batch with --batch-sizes)")
+    ap.add_argument("--batch-sizes", type=positive_int, nargs="+", metavar="B", default=None,
+                    help="instead of one request's settings, the schedules per batch size: "
+                         "vLLM's num_speculative_tokens_per_batch_size, TensorRT-LLM's "
+                         "draft_len_schedule and the DDTree budget, at these increasing batch "
+                         "sizes (a batched --cost-model; default: none)")
+    ap.add_argument("--max-batch-size", type=positive_int, default=None, metavar="N",
+                    help="with --batch-sizes: the last schedule key's batch size (TensorRT-LLM "
+                         "turns speculation off past it; default: the largest --batch-sizes)")
+    ap.add_argument("--context-length", type=positive_int, default=DEFAULT_CONTEXT_LENGTH,
+                    metavar="L", help="with --batch-sizes: each request's context length "
+                                      "(default: %(default)s)")
     ap.add_argument("--contexts", type=positive_int, default=128,
                     help="contexts (default: %(default)s)")
     ap.add_argument("--worlds", type=positive_int, default=4,
@@ -558,17 +774,37 @@ def _body(args: argparse.Namespace) -> int:
     width = args.width
     if width is None and (_regime_width(fit) or spec.depth + 1) <= spec.depth:
         width = _regime_width(fit)
+    cost = args.cost_model or ("h200-qwen3-8b-batch" if args.batch_sizes else "h200-qwen3-8b")
     req = ExportRequest(spec, drafter, args.temperature, args.budget, width,
-                        args.cost_model, args.contexts, args.worlds, args.seed, args.max_rank)
-    engines = ENGINES if "all" in args.engine else tuple(dict.fromkeys(args.engine))
-    out = export(req, engines)
+                        cost, args.contexts, args.worlds, args.seed, args.max_rank,
+                        context_length=args.context_length)
     data = {"regime": spec.name, "drafter": drafter, "temperature": args.temperature,
-            "budget": args.budget, "settings": [s.to_dict() for s in out]}
+            "budget": args.budget}
+    if args.batch_sizes:
+        if args.engine != ["all"]:
+            raise ValueError("--engine does not apply with --batch-sizes (the schedules are "
+                             f"{', '.join(SCHEDULES)})")
+        points = schedule(req, args.batch_sizes)
+        out = [render(points, max_batch_size=args.max_batch_size)
+               for render in SCHEDULES.values()]
+        data["points"] = [p.to_dict() for _, p in sorted(points.items())]
+        if not args.json:
+            print(f"Regime {spec.name} ({drafter} drafter, T = {args.temperature:g}), batches of "
+                  f"{', '.join(map(str, sorted(points)))} under {cost}:")
+            for _, p in sorted(points.items()):
+                print(f"  {p.text}")
+    else:
+        if args.max_batch_size is not None:
+            raise ValueError("--max-batch-size applies with --batch-sizes only")
+        engines = ENGINES if "all" in args.engine else tuple(dict.fromkeys(args.engine))
+        out = export(req, engines)
+    data["settings"] = [s.to_dict() for s in out]
     if args.json:
         print(json.dumps(data, indent=1, default=_json_default))
     else:
-        print(f"Regime {spec.name} ({drafter} drafter, T = {args.temperature:g}), budget "
-              f"{args.budget}:")
+        if not args.batch_sizes:
+            print(f"Regime {spec.name} ({drafter} drafter, T = {args.temperature:g}), budget "
+                  f"{args.budget}:")
         for s in out:
             print(f"\n[{s.engine}] tau {s.tau.text()}")
             print(s.text.rstrip())
