@@ -61,6 +61,7 @@ bench: $(VENV)/.stamp-core
 	$(BIN)/python benchmarks/bench_ddtree.py
 	$(BIN)/python benchmarks/bench_verification.py
 	$(BIN)/python benchmarks/bench_caddtree.py
+	$(BIN)/python benchmarks/bench_batch_caddtree.py
 	$(BIN)/python benchmarks/bench_sweep.py
 
 ## Every theorem as an exact check (table; ARGS="--json" for JSON).

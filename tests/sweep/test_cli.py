@@ -23,7 +23,8 @@ from treespec_sim.validation import check_nonnegative_int, check_positive_int, c
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("treespec_sim.sweep", "treespec_sim.calibrate", "treespec_sim.report",
               "treespec_sim.acceptance", "treespec_sim.export",
-              "proofs_check.__main__", "bench_caddtree", "bench_sampled_fill", "bench_sweep",
+              "proofs_check.__main__", "bench_batch_caddtree", "bench_caddtree",
+              "bench_sampled_fill", "bench_sweep",
               "bench_verification", "bench_verifiers")
 #: Every entry point and its ``prog`` (the benchmarks as scripts, the rest with ``-m``).
 ENTRY_POINTS = {
@@ -40,8 +41,8 @@ ENTRY_POINTS = {
     "real_models.train": "python -m real_models.train",
     "real_models.record": "python -m real_models.record",
     **{f"bench_{b}": f"python benchmarks/bench_{b}.py"
-       for b in ("caddtree", "ddtree", "real_models", "sampled_fill", "sweep", "verification",
-                 "verifiers")},
+       for b in ("batch_caddtree", "caddtree", "ddtree", "real_models", "sampled_fill", "sweep",
+                 "verification", "verifiers")},
 }
 #: The entry points whose parsers take their shared options from ``treespec_sim.cli``.
 CONVERTED = list(ENTRY_POINTS)
