@@ -9,7 +9,7 @@ told the shared budget in advance would pay). Medians of interleaved repeats in 
 on DFlash-like marginals (as bench_ddtree), the requests' sharpness mixed.
 
 Run: ``python benchmarks/bench_batch_caddtree.py`` (``--batch``, ``--max-budget``, ``--repeats``,
-``--json``). Issue 47's bar: the ratio to the one-by-one loop at most 2.
+``--json``). The bar (docs/performance.md): the ratio to the one-by-one loop at most 2.
 """
 
 from __future__ import annotations
