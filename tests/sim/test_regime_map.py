@@ -1,6 +1,6 @@
 """The drafter's sampling law as a policy knob (``proposal_temperature``) and the regime map
 (``docs/theory/tsubame.md`` §5): the knob draws the law it records, leaves the plan alone, and
-the map's methods at ``T_q = T`` are the registered methods they are named after."""
+the map's rounds are registered methods reading it as an option."""
 
 from collections import Counter
 
@@ -75,22 +75,29 @@ def test_proposal_temperature_default_and_equal_to_t_change_nothing():
     assert z.scheme == "deterministic"
 
 
-@pytest.mark.parametrize(("label", "kind", "registered", "rule"), [
-    ("sampled-chain-corrected", "corrected", "sampled-chain-corrected", "rrs"),
-    ("tsubame-rrsw", "corrected", "tsubame-rrsw", "rrsw"),
-    ("sampled-chain", "marginal", "sampled-chain", "rrs")])
-def test_map_methods_at_tq_equal_t_are_the_registered_methods(label, kind, registered, rule):
+@pytest.mark.parametrize(("method", "rule"), [
+    ("sampled-chain-corrected", "rrs"), ("tsubame-rrsw", "rrsw"), ("sampled-chain", "rrs"),
+    ("tsubame-rrsw-marginal", "rrsw")])
+def test_the_proposal_temperature_option_of_the_map_methods(method, rule):
+    """The map's rounds are registered methods with ``options={"proposal_temperature": T_q}``:
+    at ``T_q = T`` the same round as without the option, at another ``T_q`` other draws."""
     world = synth.make_world("small", seed=1)
     ctx = world.sample_context(np.random.default_rng(2))
-    fn = st.map_builder(label, kind, world, ctx, t=1.0, t_q=1.0,
-                         rng=np.random.default_rng(9))
-    a = engine.run_round(world, ctx, method=fn, budget=6, rule=rule, temperature=1.0,
-                         rng=np.random.default_rng(0), sample=False)
-    b = engine.run_round(world, ctx, method=registered, budget=6, rule=rule, temperature=1.0,
-                         rng=np.random.default_rng(9), sample=False)
-    assert a.method == label and a.tree == b.tree
+
+    def rnd(**options):
+        return engine.run_round(world, ctx, method=method, budget=6, rule=rule,
+                                temperature=1.0, rng=np.random.default_rng(9), sample=False,
+                                options=options)
+
+    a, b, c = rnd(proposal_temperature=1.0), rnd(), rnd(proposal_temperature=3.0)
+    assert a.tree == b.tree and a.expected_tau == b.expected_tau
     np.testing.assert_array_equal(np.asarray(a.proposal), np.asarray(b.proposal))
-    assert a.expected_tau == b.expected_tau
+    assert not np.array_equal(np.asarray(c.proposal), np.asarray(b.proposal))
+    if method == "tsubame-rrsw-marginal":  # Tsubame's plan, its children drawn from q_d
+        q = np.exp(np.asarray(world.draft(ctx), dtype=np.float64))
+        for v in np.flatnonzero(~b.tree.is_leaf()):
+            np.testing.assert_allclose(b.proposal[v], q[int(b.tree.depth[v])]
+                                       / q[int(b.tree.depth[v])].sum(), rtol=1e-9)
 
 
 def test_a_small_map_cell_and_its_report():

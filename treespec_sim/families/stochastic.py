@@ -43,8 +43,6 @@ import numpy as np
 
 from ..engine import run_round, run_rounds
 from ..methods import get_method, uses_budget
-from ..policies import tsubame
-from ..policies.sampled import marginal_proposal, sampled_chain
 from ..seeds import cell_rng
 from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
@@ -102,7 +100,6 @@ __all__ = [
     "drafter_spec",
     "figures",
     "grid",
-    "map_builder",
     "map_claims",
     "map_crossings",
     "map_points",
@@ -704,10 +701,10 @@ def console_rows(rows: list[dict]) -> list[dict]:
 #: What ``--preset stochastic-map`` runs.
 MAP_PRESET_NOTE = ("the regime map at T = 1: drafter sampling law (proposal temperature, "
                    "correction quality) x target entropy (a few minutes on 2 workers)")
-#: The map's methods: (label, rule, proposal: "none" (deterministic), "marginal" or
-#: "corrected"). Labels are registered method names where the method is the registered one
-#: (``chain``, ``ddtree``, ``sampled-chain``, ``sampled-chain-corrected``, ``tsubame-rrsw``)
-#: drawing at ``T_q``; ``tsubame-rrsw-marginal`` is Tsubame's plan filled from the marginals.
+#: The map's methods: (registered method, rule, proposal: "none" (deterministic), "marginal"
+#: or "corrected"); the sampled ones draw at the proposal temperature ``T_q``
+#: (``options={"proposal_temperature": T_q}``); ``tsubame-rrsw-marginal`` is Tsubame's plan
+#: filled from the marginals.
 MAP_METHODS = (("chain", "follow", "none"), ("ddtree", "follow", "none"),
                ("sampled-chain", "rrs", "marginal"),
                ("sampled-chain-corrected", "rrs", "corrected"),
@@ -789,22 +786,6 @@ def _entropy(row) -> float:
     return float(-(nz * np.log(nz)).sum())
 
 
-def map_builder(label: str, kind: str, world, ctx, *, t: float, t_q: float | None,
-                 rng: np.random.Generator):
-    """``fn(log_q, budget, *, root_token) -> Draft`` for one map method on one context (the
-    engine drafts ``log_q``; the draws read ``world``'s correction for ``ctx``)."""
-    def fn(log_q, budget, *, root_token):
-        proposal = (marginal_proposal(log_q) if kind == "marginal" else
-                    (lambda d, x: world.draft_conditional(ctx, d, x)))
-        if label.startswith("sampled-chain"):
-            return sampled_chain(proposal, int(np.shape(log_q)[0]), rng=rng, temperature=t,
-                                 root_token=root_token, proposal_temperature=t_q)
-        return tsubame(log_q, budget, rng=rng, scheme="without_replacement", temperature=t,
-                       proposal=proposal, root_token=root_token, proposal_temperature=t_q)
-    fn.__name__ = label
-    return fn
-
-
 def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
     """One map cell: every method at every proposal temperature and correction quality on
     the same contexts of every world; one row each (``map`` rows, see :func:`map_points`)."""
@@ -840,11 +821,11 @@ def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
                                    else kappa)
                     rng = cell_rng(s.seed, f"{key}|{label}|{t_q!r}|{kappa!r}")
                     recs = []
+                    options = None if t_q is None else {"proposal_temperature": t_q}
                     for c in cs:
-                        method = label if kind == "none" else map_builder(
-                            label, kind, w, c, t=t, t_q=t_q, rng=rng)
-                        rnd = run_round(w, c, method=method, budget=b, rule=rule,
-                                        temperature=t, rng=rng, sample=False, cost=cost)
+                        rnd = run_round(w, c, method=label, budget=b, rule=rule,
+                                        temperature=t, rng=rng, sample=False, cost=cost,
+                                        options=options)
                         tree = rnd.tree
                         inner = tree.depth[np.unique(tree.parent[1:])] if tree.size else []
                         levels = int(np.count_nonzero(np.unique(inner) >= 1)) \

@@ -553,7 +553,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         arms = [Arm(rule, "recorded", rule) for rule in res.mean]
         names = dict.fromkeys(res.mean, name)
         extra = {"trace_units": len({c.prompt for c in tr.contexts})}
-        sizes = np.array([float(np.mean([tr.sampled_draft(c).tree.size for c in tr.contexts]))])
+        sizes = np.array([float(np.mean([tr.recorded_draft(c).tree.size for c in tr.contexts]))])
     else:
         parts = shares(cell, settings)
         res = measure([world_for(cell.regime, s.seed) for s in parts],
@@ -613,11 +613,10 @@ def measure_trace(tr, *, regime: str, seed: int = 0, boot: int = 2000) -> GainRe
                          "--sampled-tree SPEC)")
     rules = rules_for(str(sp["scheme"]))  # the recorded tree branches: no chain-only rule
     t = float(sp["temperature"])
-    method = tr.sampled_method
     lengths = np.empty((len(tr.contexts), len(rules)))
     rng = cell_rng(seed)  # run_round's argument; sample=False draws nothing
     for i, ctx in enumerate(tr.contexts):
-        rnd = run_round(tr, ctx, method=method, rule=rules[0], temperature=t, rng=rng,
+        rnd = run_round(tr, ctx, method="recorded", rule=rules[0], temperature=t, rng=rng,
                         sample=False)
         lengths[i] = [rnd.expected_tau_under(r) for r in rules]
     units = np.array([c.prompt for c in tr.contexts])
