@@ -205,7 +205,7 @@ class Round:
     Attributes
     ----------
     method : str
-        Registered name (or the callable's name).
+        The registered name it ran (``"sampled-tree[2x4]"``).
     rule : str
         The verification rule.
     temperature : float

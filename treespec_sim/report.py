@@ -230,8 +230,7 @@ def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
     """``"63 contexts per ddtree cell"``, or, for a precision target, the range the cells used."""
     unit = FAMILIES[family].grid.unit
     if plan.get("max_rounds") and not plan.get("precision"):
-        used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family
-                       and not r.get("map")})
+        used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family})
         span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
         return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then one second "
                 "stage where deciding a claim of the cell takes more and fits under "

@@ -14,12 +14,13 @@ calibrated ones are not installed):
 
 Each regime runs on 3 synthetic worlds in every family.
 
-Other presets: ``quick`` (under a minute), and one per family (``ddtree``, ``caddtree``,
-``stochastic``, ``verifiers``); ``--config FILE.toml`` for custom grids (validated before any
-work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs the families that run on
-traces on a recorded trace's rounds, the trace standing where a regime stands
-(``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in ``--out``
-(default ``runs/sweep-<preset>-<time>``):
+Other presets: ``quick`` (under a minute), one per family (``ddtree``, ``caddtree``,
+``stochastic``, ``verifiers``, ``stochastic-map``: the regime map at ``T = 1``) and the further
+presets a family names (``verifiers-engines``); ``--config FILE.toml`` for custom grids
+(validated before any work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs
+the families that run on traces on a recorded trace's rounds, the trace standing where a
+regime stands (``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in
+``--out`` (default ``runs/sweep-<preset>-<time>``):
 
 ``results.csv``
     the tidy table, one row per (cell, method, ...) and seed; columns :data:`COLUMNS`;

@@ -12,6 +12,7 @@ from proofs_check.sampled import enumerate_trees
 from proofs_check.tsubame import TsubameWorld
 from treespec_sim import DraftTree, engine, synth
 from treespec_sim.families import stochastic as st
+from treespec_sim.families import stochastic_map as sm
 from treespec_sim.families.base import RunSettings
 from treespec_sim.policies import tsubame, tsubame_shape
 from treespec_sim.policies.sampled import fill_tree, sampled_chain, tempered
@@ -101,18 +102,18 @@ def test_the_proposal_temperature_option_of_the_map_methods(method, rule):
 
 
 def test_a_small_map_cell_and_its_report():
-    g = st.StochasticMapGrid(("small",), logit_scales=(0.5,), proposal_temperatures=(1.0, 3.0),
+    g = sm.StochasticMapGrid(("small",), logit_scales=(0.5,), proposal_temperatures=(1.0, 3.0),
                              correction_qualities=(0.9,), budget=6, rounds=6, worlds=2)
     (cell,) = g.cells()
-    rows = st.run_map(cell, RunSettings())
+    rows = sm.run(cell, RunSettings())
     by = {(r["method"], r["proposal_temperature"], r["correction_quality"]): r for r in rows}
-    assert len(rows) == 2 + 2 * 2 + 2 * 2 and all(r["map"] for r in rows)
+    assert len(rows) == 2 + 2 * 2 + 2 * 2
     assert len({r["target_entropy"] for r in rows}) == 1 and rows[0]["target_entropy"] > 0
     # DDTree and the argmax chain ignore the drafter's sampling law; the drafts do not
     assert by[("ddtree", None, None)]["correction_levels_mean"] == 0
     assert by[("tsubame-rrsw", 1.0, 0.9)]["correction_levels_mean"] >= 1
     assert by[("sampled-chain", 1.0, 0.0)]["taus"] != by[("sampled-chain", 3.0, 0.0)]["taus"]
-    pts = st.map_points(rows)
+    pts = sm.points(rows)
     assert len(pts) == 4 and {p.kappa for p in pts} == {0.0, 0.9}
     for p in pts:
         dd = np.asarray(by[("ddtree", None, None)]["taus"])
@@ -120,25 +121,25 @@ def test_a_small_map_cell_and_its_report():
         sc = np.asarray(by[(chain, p.t_q, p.kappa)]["taus"])
         assert p.chain_gap.mean == pytest.approx(float(np.mean(dd - sc)))
         assert p.ddtree_behind == (p.chain_gap.high < 0)
-    text = "\n".join(st.tables(rows))
+    text = "\n".join(sm.tables(rows))
     assert "regime map" in text and "PR #169" in text
-    claims = st.claims(rows)
+    claims = sm.claims(rows)
     assert len(claims) == 2 and all("map points" in c.reason for c in claims)
     # 6 contexts a point: a smoke test, no verdict
     assert {c.verdict for c in claims} == {"no verdict"}
-    for c, (_, rule, _, _) in zip(claims, st.MAP_CLAIMS, strict=True):
+    for c, (_, rule, _, _) in zip(claims, sm.MAP_CLAIMS, strict=True):
         assert {rule(p).verdict for p in pts} == {"no verdict"}
         assert "smoke test: 6 contexts" in c.reason
 
 
 def _point(gap, vs_ddtree, vs_chain, contexts=40):
-    ci = lambda x: st.MeanCI(*x)  # noqa: E731
-    return st.MapPoint("r", 1.0, 0.8, 1.0, 0.5, ci(gap), ci(vs_ddtree), ci(vs_chain), 0.5, 1.2,
+    ci = lambda x: sm.MeanCI(*x)  # noqa: E731
+    return sm.MapPoint("r", 1.0, 0.8, 1.0, 0.5, ci(gap), ci(vs_ddtree), ci(vs_chain), 0.5, 1.2,
                        3.0, 3.0, 3.0, contexts)
 
 
 def test_map_claims_judge_each_point_by_the_one_rule(monkeypatch):
-    behind, tsubame = st.MAP_CLAIMS[0][1], st.MAP_CLAIMS[1][1]
+    behind, tsubame = sm.MAP_CLAIMS[0][1], sm.MAP_CLAIMS[1][1]
     # DDTree behind the chain: chain - DDTree > 0, i.e. the gap's interval below 0
     assert behind(_point((-0.5, -0.8, -0.2), (0, -1, 1), (0, -1, 1))).verdict == "holds"
     assert behind(_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1))).verdict == "does not hold"
@@ -151,18 +152,19 @@ def test_map_claims_judge_each_point_by_the_one_rule(monkeypatch):
     # the existential headline: "does not hold" only when it fails at every point
     pts = [_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1)),
            _point((-0.1, -0.4, 0.2), (0, -1, 1), (0, -1, 1))]
-    monkeypatch.setattr(st, "map_points", lambda rows: pts)
-    assert st.map_claims([{}])[0].verdict == "undecided"
-    monkeypatch.setattr(st, "map_points", lambda rows: pts[:1])
-    assert st.map_claims([{}])[0].verdict == "does not hold"
+    monkeypatch.setattr(sm, "points", lambda rows: pts)
+    assert sm.claims([{}])[0].verdict == "undecided"
+    monkeypatch.setattr(sm, "points", lambda rows: pts[:1])
+    assert sm.claims([{}])[0].verdict == "does not hold"
 
 
 def test_the_map_preset_and_the_existing_presets():
     plan = get_preset("stochastic-map")
     (g,) = plan.grids
-    assert isinstance(g, st.StochasticMapGrid) and len(plan.cells()) == 8
+    assert isinstance(g, sm.StochasticMapGrid) and len(plan.cells()) == 8
+    assert {c.family for c in plan.cells()} == {"stochastic-map"}
     assert all(c.temperature == 1.0 and c.budget == 64 for c in plan.cells())
-    # the family's other presets still hold only their own grids
+    # the stochastic family's preset holds only its own grid
     assert all(isinstance(x, st.StochasticGrid) for x in get_preset("stochastic").grids)
     with pytest.raises(ValueError, match="correction_qualities"):
-        st.StochasticMapGrid(("small",), correction_qualities=(0.0,))
+        sm.StochasticMapGrid(("small",), correction_qualities=(0.0,))

@@ -19,6 +19,7 @@ from treespec_sim.families import (
     DDTreeGrid,
     RunSettings,
     StochasticGrid,
+    StochasticMapGrid,
     VerifierGrid,
     run_cell,
     world_for,
@@ -108,6 +109,37 @@ def test_stochastic_family_equals_run_round():
                           rng=rng, sample=False).expected_tau for c in contexts]
         assert r["taus"] == pytest.approx(taus, abs=EXACT)
         assert r["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+
+
+def test_stochastic_map_family_equals_run_round():
+    """A map cell's rows: registered methods, the sampled ones at their proposal temperature
+    (``options``), on the contexts of world ``make_world(regime with the cell's logit scale and
+    correction quality, seed)``, each (method, T_q, kappa) from its own documented stream."""
+    from dataclasses import replace
+
+    from treespec_sim.synth import get_regime
+
+    grid = StochasticMapGrid(("small",), logit_scales=(0.5,), proposal_temperatures=(0.8,),
+                             correction_qualities=(0.9,), budget=6, rounds=4, worlds=1)
+    (cell,) = grid.cells()
+    rows = run_cell(cell, RunSettings(seed=3))
+    spec = get_regime("small")
+    world = make_world(replace(spec, name="small+map", logit_scale=0.5 * spec.logit_scale,
+                               correction_quality=0.9), seed=3)
+    key = "map|small|0.5|1.0|6"
+    rng_ctx = np.random.default_rng([3, zlib.crc32(key.encode()), 0])
+    contexts = [world.sample_context(rng_ctx) for _ in range(grid.rounds)]
+    assert len(rows) == 6  # chain, ddtree, two marginal and two corrected sampled methods
+    for r in rows:
+        t_q, kappa = r["proposal_temperature"], r["correction_quality"]
+        kappa = 0.9 if kappa is None else kappa  # deterministic rows: the first quality's key
+        stream = f"{key}|{r['method']}|{t_q!r}|{kappa!r}"
+        rng = np.random.default_rng([3, zlib.crc32(stream.encode())])
+        taus = [run_round(world, c, method=r["method"], budget=6, rule=r["verifier"],
+                          temperature=1.0, rng=rng, sample=False,
+                          options=None if t_q is None else {"proposal_temperature": t_q}
+                          ).expected_tau for c in contexts]
+        assert r["taus"] == pytest.approx(taus, abs=EXACT), r["method"]
 
 
 def test_verifier_family_equals_run_round():

@@ -16,6 +16,9 @@ loop over :data:`FAMILIES` and never name one.
     deterministic trees, sampled chains and Tsubame across temperatures and drafters.
 ``verifiers`` (:mod:`.verifiers`)
     RRSw, Traversal and UniVer on the same sampled trees at ``T > 0``.
+``stochastic-map`` (:mod:`.stochastic_map`)
+    the regime map at ``T = 1``: the drafter's sampling law and correction against the
+    target's entropy, where sampled trees beat deterministic ones.
 
 A cell runs in any process (a local worker or a dask worker): :func:`run_cell` finds its
 family by name, and the family builds (and caches, :func:`world_for`) its worlds; its
@@ -28,7 +31,7 @@ and a family that runs on traces has ``check_trace(grid, trace, regime)`` (refus
 any work, what the trace does not hold) and ``trace_preset(trace, regime)`` (its grid for
 ``--trace FILE``); :func:`check_trace_grid` and :func:`trace_grids` loop over them.
 
-Adding a family: one module with the :class:`Family` attributes (the four modules here are
+Adding a family: one module with the :class:`Family` attributes (the five modules here are
 the examples), and one line in the registry below (or :func:`register` from outside the
 package); ``docs/architecture.md`` says what its test must check.
 """
@@ -38,7 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from . import caddtree, ddtree, stochastic, verifiers
+from . import caddtree, ddtree, stochastic, stochastic_map, verifiers
 from .base import (
     COLUMNS,
     VERDICTS,
@@ -57,10 +60,12 @@ from .base import (
 from .caddtree import CaDDTreeGrid
 from .ddtree import DDTreeGrid
 from .stochastic import StochasticGrid
+from .stochastic_map import StochasticMapGrid
 from .verifiers import VerifierGrid
 
 __all__ = ["COLUMNS", "FAMILIES", "VERDICTS", "CaDDTreeGrid", "Cell", "Claim", "DDTreeGrid",
-           "Family", "FigureSpec", "RunSettings", "StochasticGrid", "VerifierGrid",
+           "Family", "FigureSpec", "RunSettings", "StochasticGrid", "StochasticMapGrid",
+           "VerifierGrid",
            "WorldShare", "all_claims", "cell_rng", "check_trace_grid", "is_trace", "register",
            "run_cell", "throughput_columns", "trace_grids", "trace_regime", "world_for",
            "world_shares"]
@@ -94,7 +99,7 @@ def register(family: Family) -> Family:
     return family
 
 
-for _family in (ddtree, caddtree, stochastic, verifiers):
+for _family in (ddtree, caddtree, stochastic, verifiers, stochastic_map):
     register(_family)
 
 

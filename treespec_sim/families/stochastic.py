@@ -32,7 +32,6 @@ Every round is one :func:`treespec_sim.engine.run_round` (``python -m treespec_s
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,15 +40,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..engine import run_round, run_rounds
+from ..engine import run_rounds
 from ..methods import get_method, uses_budget
 from ..seeds import cell_rng
 from ..stats import MeanCI, mean_ci, throughput, world_ci, world_columns
-from ..synth import DRAFTER_VARIANTS, drafter_variant, get_regime, make_world
-from ..tree import DraftTree
+from ..synth import DRAFTER_VARIANTS, drafter_variant
 from ..validation import check_budget, check_temperature
 from .base import (
-    NO_VERDICT,
     Cell,
     Claim,
     ClaimedRange,
@@ -86,34 +83,22 @@ __all__ = [
     "CLAIMS",
     "DEFAULT_METHODS",
     "DRAFTERS",
-    "MAP_METHODS",
-    "MAP_PRESET_NOTE",
     "STYLES",
     "CellRuns",
-    "MapPoint",
     "PairClaim",
     "PairedDifference",
     "StochasticGrid",
-    "StochasticMapGrid",
     "claims",
     "console_rows",
     "drafter_spec",
     "figures",
     "grid",
-    "map_claims",
-    "map_crossings",
-    "map_points",
-    "map_preset",
-    "map_tables",
     "name",
     "paired_differences",
-    "plot_regime_map",
     "plot_tau_vs_temperature",
     "preset",
     "preset_note",
-    "presets",
     "run",
-    "run_map",
     "tables",
 ]
 
@@ -204,8 +189,6 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
     (:class:`CellRuns`); with the grid's ``max_rounds``, the ``rounds`` are a pilot and one
     second stage adds the contexts that deciding the cell's undecided claims takes, up to
     ``max_rounds`` (:func:`~treespec_sim.verdicts.second_stage`)."""
-    if isinstance(cell.grid, StochasticMapGrid):
-        return run_map(cell, settings)
     g: StochasticGrid = cell.grid
     parts = shares(cell, settings)
     runs = CellRuns([world_for(cell.regime, s.seed, g.vocab or None, cell.option)
@@ -443,7 +426,7 @@ def paired_differences(rows: Sequence[dict], budget: int) -> list[PairedDifferen
     (regime, drafter, T) cell whose rows carry per-context values (``taus``), claim by claim,
     cells in sorted order."""
     index = {(r["regime"], r["drafter"], r["temperature"], r["method"]): r for r in rows
-             if "taus" in r and not r.get("map") and _at_budget(r, budget)}
+             if "taus" in r and _at_budget(r, budget)}
     cells = sorted({k[:3] for k in index})
     out = []
     for claim in CLAIMS:
@@ -494,16 +477,7 @@ def _verdict_cell(p: PairedDifference) -> str:
 
 
 def tables(rows: list[dict]) -> list[str]:
-    """The family's section of ``summary.md``: the paired claims table with its verdicts (and
-    the regime map's, :func:`map_tables`, when the rows hold a map)."""
-    mapped = map_tables(rows)
-    rows = [r for r in rows if not r.get("map")]
-    if not rows:
-        return mapped
-    return _pair_tables(rows) + mapped
-
-
-def _pair_tables(rows: list[dict]) -> list[str]:
+    """The family's section of ``summary.md``: the paired claims table with its verdicts."""
     b = default_budget(rows)
     k = worlds_label(rows)
     out = ["## Sampled trees at T > 0: does Tsubame reverse the sampled-chain advantage?", "",
@@ -532,10 +506,6 @@ def _margin(sign: int):
 def claims(rows: list[dict]) -> list[Claim]:
     """One headline per claim of :data:`CLAIMS` that states a sign, over the cells at the
     temperatures it is stated at (Δτ in tokens per round, pooled intervals)."""
-    extra = map_claims(rows)
-    rows = [r for r in rows if not r.get("map")]
-    if not rows:
-        return extra
     diffs = paired_differences(rows, default_budget(rows))
     out = []
     for claim in CLAIMS:
@@ -555,7 +525,7 @@ def claims(rows: list[dict]) -> list[Claim]:
                        cells="(regime, drafter, T) cells")
         if one is not None:
             out.append(one)
-    return out + extra
+    return out
 
 
 def preset(which: str) -> StochasticGrid | None:
@@ -603,18 +573,6 @@ def plot_tau_vs_temperature(rows: list[dict], path: Path, budget: int | None = N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if any(r.get("map") for r in rows):  # a map run: its figure beside this one
-        plot_regime_map(rows, Path(path).with_name("regime_map.png"))
-        rows = [r for r in rows if not r.get("map")]
-        if not rows:  # a map alone: say where its figure is rather than draw empty panels
-            fig, ax = plt.subplots(figsize=(6.0, 1.4), layout="constrained")
-            ax.axis("off")
-            ax.text(0.5, 0.5, "This run has no temperature sweep (only the regime map at "
-                    "T = 1):\nits figure is regime_map.png, in this folder.", ha="center",
-                    va="center", fontsize=10)
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            return
     if budget is None:
         budget = default_budget(rows)
     at = [r for r in rows if "taus" in r and _at_budget(r, budget)]
@@ -685,483 +643,5 @@ CONSOLE_METHODS = ("ddtree", "sampled-chain-corrected", "tsubame-rrsw", "tsubame
 
 def console_rows(rows: list[dict]) -> list[dict]:
     """DDTree, the corrected sampled chain and Tsubame at the default budget, every cell."""
-    mapped = [r for r in rows if r.get("map") and r["method"] in CONSOLE_METHODS
-              and r.get("proposal_temperature") in (None, 1.0)]
-    rows = [r for r in rows if not r.get("map")]
-    b = default_budget(rows) if rows else 0
-    return [r for r in rows if r["method"] in CONSOLE_METHODS and _at_budget(r, b)] + mapped
-
-
-# ============================================================================= the regime map
-# Where sampled trees beat deterministic ones at T = 1 (docs/theory/tsubame.md §5): the
-# drafter's sampling law (a proposal temperature T_q applied to its laws for the draws, its
-# ranking unchanged) and its correction's coherence (correction_quality) against the target's
-# entropy at T = 1 (its logit_scale, a multiple of the calibrated one).
-
-#: What ``--preset stochastic-map`` runs.
-MAP_PRESET_NOTE = ("the regime map at T = 1: drafter sampling law (proposal temperature, "
-                   "correction quality) x target entropy (a few minutes on 2 workers)")
-#: The map's methods: (registered method, rule, proposal: "none" (deterministic), "marginal"
-#: or "corrected"); the sampled ones draw at the proposal temperature ``T_q``
-#: (``options={"proposal_temperature": T_q}``); ``tsubame-rrsw-marginal`` is Tsubame's plan
-#: filled from the marginals.
-MAP_METHODS = (("chain", "follow", "none"), ("ddtree", "follow", "none"),
-               ("sampled-chain", "rrs", "marginal"),
-               ("sampled-chain-corrected", "rrs", "corrected"),
-               ("tsubame-rrsw-marginal", "rrsw", "marginal"),
-               ("tsubame-rrsw", "rrsw", "corrected"))
-#: The public points the map places (``docs/theory/tsubame.md`` §5).
-PR169_RATIO = 1.16 / 2.96    # z-lab/dflash#169: independent marginal sampling / argmax chain
-LUCEBOX_RATIO = 6.74 / 5.57  # Luce-Org/lucebox#413: sampled tree / chain, T = 1
-
-
-@dataclass(frozen=True)
-class StochasticMapGrid:
-    """The regime map: one cell per (regime, target logit-scale factor) at ``temperature``.
-
-    Every cell's contexts are shared by every method, proposal temperature and correction
-    quality (paired differences); DDTree and the argmax chain do not depend on the drafter's
-    sampling law, the marginal sampled methods not on the correction.
-    """
-
-    family: ClassVar[str] = "stochastic"
-    cell_axes: ClassVar[tuple[str, ...]] = ("regimes", "logit_scales")
-    unit: ClassVar[str] = "contexts"
-    regimes: tuple[str, ...]
-    #: Multiples of the regime's calibrated ``logit_scale`` (< 1: a flatter target at T = 1).
-    logit_scales: tuple[float, ...] = (0.25, 0.5, 1.0, 1.6)
-    #: Temperatures the drafter's laws are tempered to for the draws (1: its own law at T = 1).
-    proposal_temperatures: tuple[float, ...] = (0.5, 0.8, 1.0, 1.25, 1.6)
-    #: ``correction_quality`` values of the corrected methods (0 is the marginal methods).
-    correction_qualities: tuple[float, ...] = (0.8, 0.95)
-    temperature: float = 1.0
-    budget: int = 64
-    rounds: int = 30
-    worlds: int = 2
-
-    def __post_init__(self) -> None:
-        for name, cast in (("regimes", str), ("logit_scales", check_temperature),
-                           ("proposal_temperatures", check_temperature),
-                           ("correction_qualities", check_temperature)):
-            object.__setattr__(self, name, as_tuple(getattr(self, name), cast,
-                                                    f"{self.family}.{name}"))
-        check_regimes(self.regimes, self.family)
-        check_temperatures(self.logit_scales, f"{self.family}.logit_scales", positive=True)
-        check_temperatures(self.proposal_temperatures, self.family, positive=True)
-        check_temperatures((self.temperature,), self.family, positive=True)
-        for k in self.correction_qualities:
-            if not 0.0 < k <= 1.0:
-                raise ValueError(f"stochastic.correction_qualities must be in (0, 1]; got {k!r}")
-        object.__setattr__(self, "budget", check_budget(self.budget, f"{self.family}.budget"))
-        check_rounds(self.rounds, self.family)
-        check_worlds(self.worlds, self.rounds, self.family)
-
-    def cells(self) -> list[Cell]:
-        return [Cell(self, r, self.temperature, self.budget, f"alpha_x{a!r}")
-                for r in self.regimes for a in self.logit_scales]
-
-
-def map_preset() -> StochasticMapGrid:
-    """The ``stochastic-map`` preset: math500 and mt-bench (calibrated at T = 0 and T = 1)."""
-    return StochasticMapGrid(pick_regimes(paper_regimes(), ("math500", "mt-bench")))
-
-
-#: The family's further sweep presets (``python -m treespec_sim.sweep --preset NAME``):
-#: name -> (what it runs, grid factory).
-presets = {"stochastic-map": (MAP_PRESET_NOTE, map_preset)}
-
-
-@functools.lru_cache(maxsize=4)  # each V = 32768 world holds its per-topic kernels
-def _map_world(regime: str, seed: int, alpha: float, kappa: float):
-    """The regime with the target's ``logit_scale = alpha`` and the drafter's
-    ``correction_quality = kappa`` (neither moves the drafter's marginals)."""
-    spec = get_regime(regime)
-    return make_world(replace(spec, name=f"{regime}+map", logit_scale=alpha,
-                              correction_quality=kappa), seed=seed)
-
-
-def _entropy(row) -> float:
-    p = np.asarray(row, dtype=np.float64)
-    nz = p[p > 0]
-    return float(-(nz * np.log(nz)).sum())
-
-
-def run_map(cell: Cell, settings: RunSettings) -> list[dict]:
-    """One map cell: every method at every proposal temperature and correction quality on
-    the same contexts of every world; one row each (``map`` rows, see :func:`map_points`)."""
-    g: StochasticMapGrid = cell.grid
-    factor = float(cell.option.removeprefix("alpha_x"))
-    alpha = get_regime(cell.regime).logit_scale * factor
-    parts = shares(cell, settings)
-    cost = settings.cost(settings.cost_model)
-    t, b = cell.temperature, cell.budget
-    key = f"map|{cell.regime}|{factor!r}|{t!r}|{b}"
-    kappas = g.correction_qualities
-    contexts, entropy = [], []
-    for s in parts:
-        w = _map_world(cell.regime, s.seed, alpha, kappas[0])
-        rng_ctx = cell_rng(s.seed, key, 0)
-        cs = [w.sample_context(rng_ctx) for _ in range(s.rounds)]
-        contexts.append(cs)
-        root = [DraftTree.from_parents([-1], [c.last_token]) for c in cs]
-        entropy += [_entropy(np.asarray(w.target_oracle(c, r, t).row(0)))
-                    for c, r in zip(cs, root, strict=True)]
-    ent = np.asarray(entropy)
-    ar_seconds = float(cost.verify_cost(1))
-    depth = get_regime(cell.regime).depth
-    rows = []
-    for label, rule, kind in MAP_METHODS:
-        t_qs = (None,) if kind == "none" else g.proposal_temperatures
-        ks = kappas if kind == "corrected" else (kappas[0] if kind == "none" else 0.0,)
-        for t_q in t_qs:
-            for kappa in ks:
-                per_world = []
-                for s, cs in zip(parts, contexts, strict=True):
-                    w = _map_world(cell.regime, s.seed, alpha, kappas[0] if kappa == 0.0
-                                   else kappa)
-                    rng = cell_rng(s.seed, f"{key}|{label}|{t_q!r}|{kappa!r}")
-                    recs = []
-                    options = None if t_q is None else {"proposal_temperature": t_q}
-                    for c in cs:
-                        rnd = run_round(w, c, method=label, budget=b, rule=rule,
-                                        temperature=t, rng=rng, sample=False, cost=cost,
-                                        options=options)
-                        tree = rnd.tree
-                        inner = tree.depth[np.unique(tree.parent[1:])] if tree.size else []
-                        levels = int(np.count_nonzero(np.unique(inner) >= 1)) \
-                            if kind == "corrected" else 0
-                        recs.append((rnd.expected_tau, rnd.tree_size, rnd.cost_s, levels))
-                    per_world.append(recs)
-                per = [p for part in per_world for p in part]
-                taus = np.array([p[0] for p in per])
-                sizes = np.array([p[1] for p in per], dtype=np.float64)
-                seconds = np.array([p[2] for p in per])
-                charged = seconds + np.array([p[3] for p in per]) * float(cost.draft_cost())
-                ci = mean_ci(taus)
-                thr = throughput(taus, seconds)
-                drafter = ("—" if kind == "none" else
-                           f"T_q = {t_q:g}, kappa = {kappa:g}")
-                rows.append({
-                    "regime": cell.regime, "drafter": drafter, "method": label,
-                    "verifier": rule, "temperature": t,
-                    "budget": b if label not in ("chain",) and not label.startswith(
-                        "sampled-chain") else depth,
-                    "cost_model": settings.cost_model, "rounds": int(taus.size),
-                    "seed": parts[0].seed, "tau_mean": ci.mean, "tau_ci_low": ci.low,
-                    "tau_ci_high": ci.high,
-                    **world_columns([float(np.mean([p[0] for p in part]))
-                                     for part in per_world]),
-                    "tree_size_mean": float(sizes.mean()), "round_time_s": float(seconds.mean()),
-                    "throughput_tok_s": thr, "speedup_vs_ar": thr * ar_seconds,
-                    "taus": taus.tolist(), "map": True, "logit_scale_factor": factor,
-                    "logit_scale": alpha, "proposal_temperature": t_q,
-                    "correction_quality": kappa if kind != "none" else None,
-                    "target_entropy": float(ent.mean()),
-                    "target_entropy_low_frac": float(np.mean(ent < 0.05)),
-                    "throughput_charged_tok_s": throughput(taus, charged),
-                    "correction_levels_mean": float(np.mean([p[3] for p in per])),
-                })
-    return rows
-
-
-@dataclass(frozen=True)
-class MapPoint:
-    """One point of the regime map: a (regime, logit-scale factor, correction quality, proposal
-    temperature) and what its paired differences say.
-
-    ``kappa = 0`` is the marginal drafter (the marginal sampled chain and Tsubame filled from
-    the marginals); ``chain_gap`` is DDTree minus the sampled chain, ``vs_ddtree`` and
-    ``vs_chain`` Tsubame-RRSw minus DDTree and minus the sampled chain (paired over the
-    cell's contexts); the ratios are of mean E[tau].
-    """
-
-    regime: str
-    factor: float
-    kappa: float
-    t_q: float
-    entropy: float
-    chain_gap: MeanCI
-    vs_ddtree: MeanCI
-    vs_chain: MeanCI
-    marginal_over_argmax: float
-    tree_over_argmax: float
-    ddtree_tau: float
-    chain_tau: float
-    tsubame_tau: float
-    #: The shared contexts the paired intervals rest on.
-    contexts: int = 0
-
-    @property
-    def ddtree_behind(self) -> bool:
-        """DDTree falls behind the sampled chain (the paired interval below 0)."""
-        return self.chain_gap.high < 0
-
-    @property
-    def tsubame_best(self) -> bool:
-        """Tsubame-RRSw beats both DDTree and the sampled chain (both intervals above 0)."""
-        return self.vs_ddtree.low > 0 and self.vs_chain.low > 0
-
-    @property
-    def scope(self) -> str:
-        return (f"{self.regime} α×{self.factor:g} (H = {self.entropy:.2f} nats), "
-                f"κ = {self.kappa:g}, T_q = {self.t_q:g}")
-
-
-def map_points(rows: Sequence[dict]) -> list[MapPoint]:
-    """Every point of the regime map in ``rows`` (the ``map`` rows of a map cell)."""
-    cells: dict[tuple, dict] = {}
-    for r in rows:
-        if r.get("map"):
-            cells.setdefault((r["regime"], r["logit_scale_factor"]), {})[
-                (r["method"], r["proposal_temperature"], r["correction_quality"])] = r
-    out = []
-    for (regime, factor), c in sorted(cells.items()):
-        dd = next((r for (m, _, _), r in c.items() if m == "ddtree"), None)
-        am = next((r for (m, _, _), r in c.items() if m == "chain"), None)
-        if dd is None or am is None:
-            continue
-        for (m, t_q, kappa), sc in sorted(c.items(), key=lambda kv: str(kv[0])):
-            if m not in ("sampled-chain", "sampled-chain-corrected"):
-                continue
-            tree = c.get(("tsubame-rrsw" if m.endswith("corrected") else
-                          "tsubame-rrsw-marginal", t_q, kappa))
-            marg = c.get(("sampled-chain", t_q, 0.0))
-            if tree is None or marg is None:
-                continue
-            d, s, ts = (np.asarray(x["taus"]) for x in (dd, sc, tree))
-            out.append(MapPoint(regime, float(factor), float(kappa), float(t_q),
-                                float(dd["target_entropy"]), mean_ci(d - s), mean_ci(ts - d),
-                                mean_ci(ts - s), marg["tau_mean"] / am["tau_mean"],
-                                tree["tau_mean"] / am["tau_mean"], dd["tau_mean"],
-                                sc["tau_mean"], tree["tau_mean"], int(d.size)))
-    return sorted(out, key=lambda p: (p.regime, p.kappa, -p.entropy, p.t_q))
-
-
-def _crossing(xs: Sequence[float], ys: Sequence[float], level: float) -> float | None:
-    """The ``x`` (log-interpolated) where ``ys`` first crosses ``level``, or None."""
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys, strict=True), list(zip(xs, ys, strict=True))[1:],
-                                  strict=False):
-        if (y0 - level) * (y1 - level) <= 0 and y0 != y1:
-            f = (level - y0) / (y1 - y0)
-            return float(np.exp(np.log(x0) + f * (np.log(x1) - np.log(x0))))
-    return None
-
-
-def map_crossings(points: Sequence[MapPoint]) -> list[dict]:
-    """Where the public ratios fall on each (regime, α, κ) row of the map: the proposal
-    temperature at which the marginal sampled chain keeps PR #169's 0.39 of the argmax chain,
-    and at which Tsubame reaches Lucebox #413's 1.21 of it (None: not crossed in range)."""
-    rows: dict[tuple, list[MapPoint]] = {}
-    for p in points:
-        rows.setdefault((p.regime, p.factor, p.kappa), []).append(p)
-    out = []
-    for (regime, factor, kappa), ps in sorted(rows.items()):
-        ps = sorted(ps, key=lambda p: p.t_q)
-        xs = [p.t_q for p in ps]
-        out.append({"regime": regime, "factor": factor, "kappa": kappa,
-                    "entropy": ps[0].entropy,
-                    "pr169_t_q": _crossing(xs, [p.marginal_over_argmax for p in ps],
-                                           PR169_RATIO),
-                    "lucebox_t_q": _crossing(xs, [p.tree_over_argmax for p in ps],
-                                             LUCEBOX_RATIO)})
-    return out
-
-
-def _map_region_text(points: Sequence[MapPoint], test) -> str:
-    """Where ``test(point)`` holds, grouped per (regime, κ): the α factors and T_q values."""
-    groups: dict[tuple, list[str]] = {}
-    for p in points:
-        if test(p):
-            groups.setdefault((p.regime, p.kappa), []).append(f"α×{p.factor:g}/T_q {p.t_q:g}")
-    if not groups:
-        return "nowhere on the map"
-    return "; ".join(f"{r}, κ = {k:g}: {', '.join(v)}" for (r, k), v in groups.items())
-
-
-def map_tables(rows: Sequence[dict]) -> list[str]:
-    """The map's section of ``summary.md``: one line per point, then the public ratios."""
-    pts = map_points(rows)
-    if not pts:
-        return []
-    n = "/".join(sorted({str(len(r["taus"])) for r in rows if r.get("map")}))
-    out = ["## The regime map at T = 1: where sampled trees beat deterministic ones", "",
-           f"Paired differences of exact E[τ] over {n} shared contexts per point (95% "
-           "t-intervals), B = 64 (chains: L nodes). α×: the target's logit scale as a multiple "
-           "of the calibrated one (its mean next-token entropy H at T = 1 in nats); κ: the "
-           "drafter's correction quality (0: the marginal sampled chain and Tsubame filled "
-           "from the marginals); T_q: the temperature the drafter's laws are tempered to for "
-           "the draws (1: its own law; its ranking, hence DDTree, the argmax chain and "
-           "Tsubame's plan, never changes). The figure is `regime_map.png`.", "",
-           "| regime | α× | H (nats) | κ | T_q | DDTree τ | sampled chain τ | Tsubame τ | "
-           "DDTree − chain [95% CI] | Tsubame − DDTree | Tsubame − chain | marginal chain / "
-           "argmax | Tsubame / argmax | region |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|"]
-    for p in pts:
-        region = ("Tsubame beats both" if p.tsubame_best else "") + (
-            "; " if p.tsubame_best and p.ddtree_behind else "") + (
-            "DDTree behind the chain" if p.ddtree_behind else "")
-        out.append(
-            f"| {p.regime} | {p.factor:g} | {p.entropy:.2f} | {p.kappa:g} | {p.t_q:g} | "
-            f"{p.ddtree_tau:.2f} | {p.chain_tau:.2f} | {p.tsubame_tau:.2f} | "
-            f"{p.chain_gap.mean:+.2f} [{p.chain_gap.low:+.2f}, {p.chain_gap.high:+.2f}] | "
-            f"{p.vs_ddtree.mean:+.2f} [{p.vs_ddtree.low:+.2f}, {p.vs_ddtree.high:+.2f}] | "
-            f"{p.vs_chain.mean:+.2f} [{p.vs_chain.low:+.2f}, {p.vs_chain.high:+.2f}] | "
-            f"{p.marginal_over_argmax:.2f} | {p.tree_over_argmax:.2f} | {region or '—'} |")
-    out += ["", f"Public points placed on the map (ratios of mean E[τ] to the argmax chain): "
-            f"z-lab/dflash#169, independent marginal sampling / argmax = {PR169_RATIO:.2f}; "
-            f"Luce-Org/lucebox#413, sampled tree / chain = {LUCEBOX_RATIO:.2f} (read as "
-            "Tsubame-RRSw / argmax chain). The proposal temperature T_q at which each (regime, "
-            "α, κ) row crosses them (log-interpolated; — : not crossed in the grid):", "",
-            "| regime | α× | H (nats) | κ | T_q at PR #169's 0.39 (marginal chain / argmax) | "
-            "T_q at Lucebox's 1.21 (Tsubame / argmax) |", "|---|---:|---:|---:|---:|---:|"]
-    def f(x: float | None) -> str:
-        return "—" if x is None else f"{x:.2f}"
-
-    for c in map_crossings(pts):
-        out.append(f"| {c['regime']} | {c['factor']:g} | {c['entropy']:.2f} | {c['kappa']:g} | "
-                   f"{f(c['pr169_t_q'])} | {f(c['lucebox_t_q'])} |")
-    return [*out, ""]
-
-
-def _beats(ci: MeanCI, contexts: int) -> Judgement:
-    """:func:`judge` of a paired difference against ``> 0``."""
-    return judge(ci.mean, ci.low, ci.high, ClaimedRange(0.0, strict=True), units=contexts)
-
-
-def _both(a: Judgement, b: Judgement) -> Judgement:
-    """Two claims at once: holds when both hold, does not hold when either does not, no verdict
-    when either has none, else undecided (the larger count of units deciding it)."""
-    vs = (a.verdict, b.verdict)
-    if "does not hold" in vs:
-        return next(j for j in (a, b) if j.verdict == "does not hold")
-    if NO_VERDICT in vs:
-        return next(j for j in (a, b) if j.verdict == NO_VERDICT)
-    if vs == ("holds", "holds"):
-        return a
-    return max((j for j in (a, b) if j.verdict == "undecided"), key=lambda j: j.needed)
-
-
-#: The map's claims: (statement, its verdict at a point by :func:`judge`, the number shown,
-#: what the number is).
-MAP_CLAIMS = (
-    ("At T = 1 a deterministic tree (DDTree) falls behind the sampled chain in some settings "
-     "(Tsubame's abstract; DFlash PR #169)",
-     lambda p: _beats(MeanCI(-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
-                      p.contexts),
-     lambda p: (-p.chain_gap.mean, -p.chain_gap.high, -p.chain_gap.low),
-     "sampled chain − DDTree"),
-    ("At T = 1 Tsubame-RRSw beats both DDTree and the sampled chain (it keeps the tree's "
-     "structure and gains sampling's acceptance)",
-     lambda p: _both(_beats(p.vs_ddtree, p.contexts), _beats(p.vs_chain, p.contexts)),
-     lambda p: (p.vs_ddtree.mean, p.vs_ddtree.low, p.vs_ddtree.high), "Tsubame − DDTree"),
-)
-
-
-def map_claims(rows: Sequence[dict]) -> list[Claim]:
-    """One claim per :data:`MAP_CLAIMS`: the existential claims of the abstract ("in some
-    settings"), each point judged by the one rule (:func:`judge`), the points where it holds
-    listed in the reason (the number: the point with the largest margin). ``holds`` when it
-    holds at more points than one-sided 2.5% tails of 95% intervals would by chance alone
-    (``0.025 n`` of ``n``), ``does not hold`` when it does not hold at any point, ``no
-    verdict`` at fewer than :data:`~treespec_sim.verdicts.MIN_UNITS` contexts a point,
-    else ``undecided``."""
-    pts = map_points(rows)
-    if not pts:
-        return []
-    out = []
-    chance = 0.025 * len(pts)
-    for text, rule, number, what in MAP_CLAIMS:
-        judged = [(p, rule(p)) for p in pts]
-        where = [p for p, j in judged if j.verdict == "holds"]
-        best = max(where or pts, key=lambda p: number(p)[1])
-        est, lo, hi = number(best)
-        if any(j.verdict == NO_VERDICT for _, j in judged):
-            verdict, note = NO_VERDICT, f"; {next(j.reason for _, j in judged if j.reason)}"
-        elif len(where) > chance:
-            verdict, note = "holds", ""
-        elif all(j.verdict == "does not hold" for _, j in judged):
-            verdict, note = "does not hold", "; it does not hold at any point"
-        else:
-            verdict = "undecided"
-            note = f"; by chance alone about {chance:.1f} of {len(pts)} points would show it"
-        reason = (f"in {len(where)} of {len(pts)} map points{note}: "
-                  f"{_map_region_text(pts, lambda p, rule=rule: rule(p).verdict == 'holds')}; "
-                  f"shown ({what}): {best.scope}")
-        out.append(Claim(text, est, lo, hi, "tokens per round", verdict, reason=reason,
-                         page=MAP_PAGE, scope=f"regime map, {best.scope}", family=name,
-                         units=best.contexts))
-    return out
-
-
-#: The regime map's section of the Tsubame page.
-MAP_PAGE = "[tsubame.md §5](docs/theory/tsubame.md#5-the-regime-map-at-t--1)"
-
-#: Region colours of the map figure.
-_REGION_STYLE = {"both": ("tab:purple", "Tsubame beats both, and DDTree is behind the chain"),
-                 "tsubame": ("tab:red", "Tsubame beats both DDTree and the sampled chain"),
-                 "chain": ("tab:blue", "DDTree behind the sampled chain"),
-                 "none": ("0.75", "neither")}
-
-
-def plot_regime_map(rows: Sequence[dict], path: Path) -> None:
-    """The regime map: one panel per (regime, κ); x the proposal temperature, y the target's
-    entropy at T = 1; each point coloured by its region, labelled Tsubame / DDTree; the
-    proposal temperatures where PR #169's and Lucebox #413's ratios are crossed, and the
-    calibrated regime (α×1, T_q = 1), marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = map_points(rows)
-    panels = list(dict.fromkeys((p.regime, p.kappa) for p in pts)) or [("—", 0.0)]
-    regimes = list(dict.fromkeys(r for r, _ in panels))
-    kappas = sorted({k for _, k in panels})
-    fig, axes = plt.subplots(len(regimes), len(kappas), figsize=(4.4 * len(kappas),
-                             3.7 * len(regimes) + 1.2), squeeze=False, layout="constrained")
-    cross = map_crossings(pts)
-    for i, regime in enumerate(regimes):
-        for j, kappa in enumerate(kappas):
-            ax = axes[i][j]
-            ps = [p for p in pts if (p.regime, p.kappa) == (regime, kappa)]
-            for p in ps:
-                kind = ("both" if p.tsubame_best and p.ddtree_behind else
-                        "tsubame" if p.tsubame_best else "chain" if p.ddtree_behind else
-                        "none")
-                ax.scatter(p.t_q, p.entropy, s=150, color=_REGION_STYLE[kind][0],
-                           edgecolor="k", lw=0.5, zorder=3)
-                ax.annotate(f"{p.tsubame_tau / p.ddtree_tau:.2f}", (p.t_q, p.entropy),
-                            textcoords="offset points", xytext=(0, 9), ha="center",
-                            fontsize=7)
-                if p.factor == 1.0 and p.t_q == 1.0:
-                    ax.scatter(p.t_q, p.entropy, s=420, facecolor="none", edgecolor="k",
-                               lw=1.5, marker="*", zorder=4)
-            for c in (c for c in cross if (c["regime"], c["kappa"]) == (regime, kappa)):
-                if c["pr169_t_q"] is not None and kappa == 0:  # a marginal-sampling ratio
-                    ax.scatter(c["pr169_t_q"], c["entropy"], marker="x", color="tab:green",
-                               s=60, zorder=5)
-                if c["lucebox_t_q"] is not None:
-                    ax.scatter(c["lucebox_t_q"], c["entropy"], marker="+", color="tab:orange",
-                               s=90, zorder=5)
-            ax.set_xscale("log")
-            tq = sorted({p.t_q for p in ps}) or [1.0]
-            ax.set_xticks(tq, [f"{x:g}" for x in tq])
-            ax.minorticks_off()
-            ax.set_title(f"{regime} · κ = {kappa:g}" + (" (marginal drafter)" if kappa == 0
-                                                         else " (corrected)"), fontsize=9)
-            ax.set_xlabel("proposal temperature T_q (drafter's sampling law)")
-            ax.set_ylabel("target entropy at T = 1 (nats)")
-            ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], ls="", marker="o", ms=9, color=c, mec="k", label=lab)
-               for c, lab in _REGION_STYLE.values()]
-    handles += [plt.Line2D([], [], ls="", marker="*", ms=13, mfc="none", mec="k",
-                           label="calibrated regime (α×1, T_q = 1)"),
-                plt.Line2D([], [], ls="", marker="x", color="tab:green",
-                           label=f"PR #169: marginal chain / argmax = {PR169_RATIO:.2f}"),
-                plt.Line2D([], [], ls="", marker="+", ms=10, color="tab:orange",
-                           label=f"Lucebox #413: sampled tree / chain = {LUCEBOX_RATIO:.2f}")]
-    figure_legend(fig, handles, [h.get_label() for h in handles], max_cols=3,
-                  title="T = 1, B = 64; numbers: Tsubame-RRSw τ / DDTree τ; regions by "
-                        "paired 95% intervals")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    b = default_budget(rows)
+    return [r for r in rows if r["method"] in CONSOLE_METHODS and _at_budget(r, b)]
