@@ -13,9 +13,11 @@ from proofs_check.tsubame import TsubameWorld
 from treespec_sim import DraftTree, engine, synth
 from treespec_sim.families import stochastic as st
 from treespec_sim.families import stochastic_map as sm
+from treespec_sim.families import stochastic_map_report as smr
 from treespec_sim.families.base import RunSettings
 from treespec_sim.policies import tsubame, tsubame_shape
 from treespec_sim.policies.sampled import fill_tree, sampled_chain, tempered
+from treespec_sim.stats import MeanCI
 from treespec_sim.sweep import get_preset
 
 ALPHA = 1e-4
@@ -106,40 +108,40 @@ def test_a_small_map_cell_and_its_report():
                              correction_qualities=(0.9,), budget=6, rounds=6, worlds=2)
     (cell,) = g.cells()
     rows = sm.run(cell, RunSettings())
-    by = {(r["method"], r["proposal_temperature"], r["correction_quality"]): r for r in rows}
+    by = {(r.method, r.proposal_temperature, r.correction_quality): r for r in rows}
     assert len(rows) == 2 + 2 * 2 + 2 * 2
-    assert len({r["target_entropy"] for r in rows}) == 1 and rows[0]["target_entropy"] > 0
+    assert len({r.target_entropy for r in rows}) == 1 and rows[0].target_entropy > 0
     # DDTree and the argmax chain ignore the drafter's sampling law; the drafts do not
-    assert by[("ddtree", None, None)]["correction_levels_mean"] == 0
-    assert by[("tsubame-rrsw", 1.0, 0.9)]["correction_levels_mean"] >= 1
-    assert by[("sampled-chain", 1.0, 0.0)]["taus"] != by[("sampled-chain", 3.0, 0.0)]["taus"]
-    pts = sm.points(rows)
+    assert by[("ddtree", None, None)].correction_levels_mean == 0
+    assert by[("tsubame-rrsw", 1.0, 0.9)].correction_levels_mean >= 1
+    assert by[("sampled-chain", 1.0, 0.0)].taus != by[("sampled-chain", 3.0, 0.0)].taus
+    pts = smr.points(rows)
     assert len(pts) == 4 and {p.kappa for p in pts} == {0.0, 0.9}
     for p in pts:
-        dd = np.asarray(by[("ddtree", None, None)]["taus"])
+        dd = np.asarray(by[("ddtree", None, None)].taus)
         chain = "sampled-chain-corrected" if p.kappa else "sampled-chain"
-        sc = np.asarray(by[(chain, p.t_q, p.kappa)]["taus"])
+        sc = np.asarray(by[(chain, p.t_q, p.kappa)].taus)
         assert p.chain_gap.mean == pytest.approx(float(np.mean(dd - sc)))
         assert p.ddtree_behind == (p.chain_gap.high < 0)
-    text = "\n".join(sm.tables(rows))
+    text = "\n".join(smr.tables(rows))
     assert "regime map" in text and "PR #169" in text
-    claims = sm.claims(rows)
+    claims = smr.claims(rows)
     assert len(claims) == 2 and all("map points" in c.reason for c in claims)
     # 6 contexts a point: a smoke test, no verdict
     assert {c.verdict for c in claims} == {"no verdict"}
-    for c, (_, rule, _, _) in zip(claims, sm.MAP_CLAIMS, strict=True):
+    for c, (_, rule, _, _) in zip(claims, smr.MAP_CLAIMS, strict=True):
         assert {rule(p).verdict for p in pts} == {"no verdict"}
         assert "smoke test: 6 contexts" in c.reason
 
 
 def _point(gap, vs_ddtree, vs_chain, contexts=40):
-    ci = lambda x: sm.MeanCI(*x)  # noqa: E731
-    return sm.MapPoint("r", 1.0, 0.8, 1.0, 0.5, ci(gap), ci(vs_ddtree), ci(vs_chain), 0.5, 1.2,
+    ci = lambda x: MeanCI(*x)  # noqa: E731
+    return smr.MapPoint("r", 1.0, 0.8, 1.0, 0.5, ci(gap), ci(vs_ddtree), ci(vs_chain), 0.5, 1.2,
                        3.0, 3.0, 3.0, contexts)
 
 
 def test_map_claims_judge_each_point_by_the_one_rule(monkeypatch):
-    behind, tsubame = sm.MAP_CLAIMS[0][1], sm.MAP_CLAIMS[1][1]
+    behind, tsubame = smr.MAP_CLAIMS[0][1], smr.MAP_CLAIMS[1][1]
     # DDTree behind the chain: chain - DDTree > 0, i.e. the gap's interval below 0
     assert behind(_point((-0.5, -0.8, -0.2), (0, -1, 1), (0, -1, 1))).verdict == "holds"
     assert behind(_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1))).verdict == "does not hold"
@@ -152,10 +154,10 @@ def test_map_claims_judge_each_point_by_the_one_rule(monkeypatch):
     # the existential headline: "does not hold" only when it fails at every point
     pts = [_point((0.5, 0.2, 0.8), (0, -1, 1), (0, -1, 1)),
            _point((-0.1, -0.4, 0.2), (0, -1, 1), (0, -1, 1))]
-    monkeypatch.setattr(sm, "points", lambda rows: pts)
-    assert sm.claims([{}])[0].verdict == "undecided"
-    monkeypatch.setattr(sm, "points", lambda rows: pts[:1])
-    assert sm.claims([{}])[0].verdict == "does not hold"
+    monkeypatch.setattr(smr, "points", lambda rows: pts)
+    assert smr.claims([])[0].verdict == "undecided"
+    monkeypatch.setattr(smr, "points", lambda rows: pts[:1])
+    assert smr.claims([])[0].verdict == "does not hold"
 
 
 def test_the_map_preset_and_the_existing_presets():
