@@ -94,7 +94,6 @@ from .regime_laws import (
     Drafted,
     LogTarget,
     WorldSet,
-    chain_prefix,
     compare,
     compare_markdown,
     compare_target,
@@ -115,7 +114,7 @@ from .validation import check_positive_int, check_temperature
 __all__ = ["DEFAULT_WIDTH", "DRAFTERS", "FIT_KNOBS", "FIT_WARN_CDF_GAP", "FIT_WARN_TV",
            "FORMATS", "MEAN_TOLERANCE", "PREDICT_KNOBS", "AcceptanceLog", "Candidate",
            "Comparison", "Distribution", "Drafted", "LogFit", "Prediction", "Record",
-           "WorldSet", "chain_prefix", "compare", "compare_markdown", "drafter_spec", "fit_log",
+           "WorldSet", "compare", "compare_markdown", "drafter_spec", "fit_log",
            "guess_method", "load_torch_save", "main", "plot_comparison", "predict",
            "prediction_markdown", "read_log", "read_logs", "regime_distribution",
            "resolve_regime", "trace_distribution", "tv_noise", "write_fit", "write_regime"]

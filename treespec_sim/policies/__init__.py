@@ -1,16 +1,16 @@
 """Tree builders (policies): from drafter log-marginals to a :class:`~treespec_sim.DraftTree`.
 
 Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
-``exhaustive_budget_tree``, ``longrun_tree``) return a tree; sampled ones (``fill_tree``,
-``sampled_chain``, ``tsubame``, ``fill_shape``) return a :class:`Draft` (the tree with the
-proposal rows its tokens were drawn from). The one table of *methods* that the round loop, the
-sweep and the real-model decoder use, with each method's scheme and lossless rules, is
-:mod:`treespec_sim.methods`.
+``exhaustive_budget_tree``, ``longrun_tree``, ``superset``) return a tree; sampled ones
+(``fill_tree``, ``sampled_chain``, ``tsubame``, ``fill_shape``) return a :class:`Draft` (the
+tree with the proposal rows its tokens were drawn from). The one table of *methods* that the
+round loop, the sweep and the real-model decoder use, with each method's scheme and lossless
+rules, is :mod:`treespec_sim.methods`.
 
 The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtree``,
-``_tsubame``: a function and its module never share a name); import them from this package,
-``from treespec_sim.policies import ddtree``. ``conditional``, ``draft``, ``dynamic`` and
-``sampled`` are public modules (no function of theirs is called after them).
+``_tsubame``, ``_superset``: a function and its module never share a name); import them from
+this package, ``from treespec_sim.policies import ddtree``. ``conditional``, ``draft``,
+``dynamic`` and ``sampled`` are public modules (no function of theirs is called after them).
 
 ``prefix_tree`` (:mod:`treespec_sim.tree`) and ``path_probabilities``
 (:mod:`treespec_sim.paths`) are written below the builders, which share them with the round loop
@@ -33,6 +33,7 @@ from ._caddtree import (
 )
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
+from ._superset import superset
 from ._tsubame import tsubame, tsubame_shape
 from .conditional import conditional_tree
 from .draft import Draft
@@ -52,5 +53,5 @@ __all__ = ["SAMPLING_SCHEMES", "CaDDTreePolicy", "Draft", "LongRunPolicy",
            "dynamic_tree",
            "exhaustive_budget_tree", "fill_shape", "fill_tree", "first_non_increase",
            "k_ary_shape", "longrun_budget", "longrun_tree", "marginal_proposal",
-           "path_probabilities", "prefix_tree", "sampled_chain", "tempered", "tsubame",
-           "tsubame_shape"]
+           "path_probabilities", "prefix_tree", "sampled_chain", "superset", "tempered",
+           "tsubame", "tsubame_shape"]
