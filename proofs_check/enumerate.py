@@ -111,7 +111,7 @@ def decode_law(world, ctx, *, method, budget: int | None, round_law: RoundLaw,
     Branches over every round outcome, committing the emitted tokens and continuing until
     ``n_tokens``. Each round's tree and target rows come from
     :func:`treespec_sim.engine.run_round` (``sample=False``: the same loop the sweep runs), so
-    ``method`` is any deterministic registered method or a callable policy; ``round_law`` gives
+    ``method`` is any deterministic registered method (a name); ``round_law`` gives
     the round's emission law on them. ``round_args`` go to ``run_round`` (``cost``,
     ``options``).
     """

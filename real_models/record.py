@@ -160,11 +160,6 @@ def _proposal_laws(prop, tree) -> tuple[list[np.ndarray], np.ndarray]:
     return laws, row_of
 
 
-def _superset(log_q, budget: int, *, root_token: int):
-    """The round's superset tree (:func:`treespec_sim.trace.superset`), as a method."""
-    return trace.superset(log_q, budget, root_token=root_token)
-
-
 def _topk_rows(probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top ``k`` entries per row of ``probs`` (m, V): tokens, probabilities, remaining mass."""
     m = probs.shape[0]
@@ -221,7 +216,7 @@ def record(bundle, prompts: Sequence[np.ndarray], settings: RecordSettings, *,
                            s_target_logits=srnd.rows.logits.float().cpu().numpy(),
                            s_verify_s=srnd.timings["verify"])
                 discard_forward(be, ctx)
-            rnd = engine.run_round(be, ctx, method=_superset, budget=s.b_max, rule="follow",
+            rnd = engine.run_round(be, ctx, method="superset", budget=s.b_max, rule="follow",
                                    temperature=s.decode_temperature, rng=rng)
             lq = np.asarray(rnd.log_q, dtype=np.float32)
             if s.top_k:

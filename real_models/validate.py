@@ -50,6 +50,7 @@ from treespec_sim.cli import (
     positive_int,
     run,
 )
+from treespec_sim.methods import DraftRequest, Method, RuleSource, registered
 from treespec_sim.policies import tsubame
 from treespec_sim.policies.draft import Draft
 from treespec_sim.policies.sampled import tempered
@@ -301,6 +302,33 @@ def law_test(samples, bin_of, probs) -> tuple[float, float, int]:
     return float(stat), float(p), int(keep.sum() - 1)
 
 
+def _build_planted_pass1_reuse(req: DraftRequest) -> Draft:
+    """:func:`planted_pass1_reuse`'s builder: Tsubame's tree at ``T = 0`` (the top-``k`` of the
+    corrected proposals, asked with each node's sampled path), its rows told as the proposals
+    tempered to ``T``."""
+    cond = req.conditional
+    t = req.temperature
+    tree = tsubame(req.log_q, req.budget, rng=req.rng, temperature=0.0, proposal=cond,
+                   root_token=req.root_token).tree
+    paths = [(), *tree.paths()]
+    table: list[np.ndarray] = []
+    row_of = np.full(tree.n_nodes, -1, dtype=np.intp)
+    for v in np.flatnonzero(~tree.is_leaf()):
+        d = int(tree.depth[v]) + 1
+        row_of[v] = len(table)
+        table.append(tempered(cond(d, int(tree.token[v]),
+                                   path=tuple(paths[v]) if d >= 2 else None), t))
+    return Draft(tree, ProposalRows(tuple(table), row_of, table[0].size),
+                 "without_replacement", t)
+
+
+#: The planted bug as a method (registered only while :func:`planted_pass1_reuse` runs).
+PLANTED_PASS1_REUSE = Method(
+    "planted-pass1-reuse", _build_planted_pass1_reuse, RuleSource("without_replacement"),
+    scheme="without_replacement", needs_conditional=True,
+    description="a planted bug: Tsubame's T = 0 tokens told as drawn at T (never lossless)")
+
+
 def planted_pass1_reuse(bundle, pf: Prefilled, n_tokens: int, *, temperature: float,
                         rng: np.random.Generator, budget: int = 64) -> list[int]:
     """A planted bug (condition C3 of ``docs/theory/tsubame.md``): Tsubame's pass-1 tokens
@@ -317,29 +345,10 @@ def planted_pass1_reuse(bundle, pf: Prefilled, n_tokens: int, *, temperature: fl
     """
     backend = ModelBackend(bundle)
     state = backend.start(pf)
-    t = float(temperature)
-
-    def cond(d: int, x: int, path=None) -> np.ndarray:
-        return backend.draft_conditional(state, d, x, path=path)
-
-    cond.conditions_on_path = True  # each node's law given its sampled path, as run_round asks
-
-    def buggy(log_q, size, *, root_token):
-        tree = tsubame(log_q, size, rng=rng, temperature=0.0, proposal=cond,
-                       root_token=root_token).tree
-        paths = [(), *tree.paths()]
-        table: list[np.ndarray] = []
-        row_of = np.full(tree.n_nodes, -1, dtype=np.intp)
-        for v in np.flatnonzero(~tree.is_leaf()):
-            d = int(tree.depth[v]) + 1
-            row_of[v] = len(table)
-            table.append(tempered(cond(d, int(tree.token[v]),
-                                       path=tuple(paths[v]) if d >= 2 else None), t))
-        return Draft(tree, ProposalRows(tuple(table), row_of, table[0].size),
-                     "without_replacement", t)
-
-    res = engine.decode(backend, state, n_tokens=n_tokens, rng=rng, method=buggy,
-                        budget=budget, rule="rrsw", temperature=t)
+    with registered(PLANTED_PASS1_REUSE):
+        res = engine.decode(backend, state, n_tokens=n_tokens, rng=rng,
+                            method=PLANTED_PASS1_REUSE.name, budget=budget, rule="rrsw",
+                            temperature=float(temperature))
     return [int(x) for x in res.tokens]
 
 

@@ -92,8 +92,8 @@ from .regime_laws import (
     Comparison,
     Distribution,
     Drafted,
+    LogTarget,
     WorldSet,
-    chain_prefix,
     compare,
     compare_markdown,
     compare_target,
@@ -114,7 +114,7 @@ from .validation import check_positive_int, check_temperature
 __all__ = ["DEFAULT_WIDTH", "DRAFTERS", "FIT_KNOBS", "FIT_WARN_CDF_GAP", "FIT_WARN_TV",
            "FORMATS", "MEAN_TOLERANCE", "PREDICT_KNOBS", "AcceptanceLog", "Candidate",
            "Comparison", "Distribution", "Drafted", "LogFit", "Prediction", "Record",
-           "WorldSet", "chain_prefix", "compare", "compare_markdown", "drafter_spec", "fit_log",
+           "WorldSet", "compare", "compare_markdown", "drafter_spec", "fit_log",
            "guess_method", "load_torch_save", "main", "plot_comparison", "predict",
            "prediction_markdown", "read_log", "read_logs", "regime_distribution",
            "resolve_regime", "trace_distribution", "tv_noise", "write_fit", "write_regime"]
@@ -260,63 +260,96 @@ def fit_log(target: AcceptanceLog | Distribution | float, *, base: str | RegimeS
         An unknown knob or drafter, a knob that changes the target on a shared world, a log
         longer than the regime's depth allows, a bad count.
     """
-    from scipy.optimize import minimize
-
     tg = log_target(target)
     drafted = drafted or Drafted(method, budget, rule, drafter)
     spec0 = drafter_spec(resolve_regime(base), drafted.drafter)
     t = check_temperature(temperature)
+    knobs = _fit_knobs(knobs, t)
+    max_evals = check_positive_int(max_evals, "max_evals")
+    if vocab_size is not None:
+        vocab_size = check_positive_int(vocab_size, "vocab_size")
+    spec0 = regime_for_log(tg, spec0, depth)
+    run_args = drafted.run_args()
+    cost = get_cost_model(cost) if isinstance(cost, str) else cost
+    ws = WorldSet(spec0, contexts=contexts, worlds=worlds, seed=seed, vocab_size=vocab_size)
+    objective = _FitObjective(tg, ws, spec0, knobs, run_args, drafted.rule, t, cost)
+    start = {k: float(getattr(spec0, k)) for k in knobs}
+    z0 = np.array([_to_z(FIT_KNOBS[k], start[k]) for k in knobs])
+    f0 = objective(z0)
+    best = _nelder_mead(objective, z0, f0, max_evals)
+    spec = dataclasses.replace(objective.spec_at(best), name=name or f"fit-{spec0.name}",
+                               description=f"fitted to an acceptance log ({drafted.label}, "
+                                           f"T = {t:g}) from {spec0.name}")
+    dist = dataclasses.replace(objective.law_at(best),
+                               label=f"{spec.name} ({drafted.label}, T = {t:g})")
+    return LogFit(spec, {k: float(getattr(spec, k)) for k in knobs}, start, tg.probs,
+                  compare_target(tg, dist), f0, objective.evals, drafted, t,
+                  getattr(target, "path", getattr(target, "label", str(tg.label))))
+
+
+def _fit_knobs(knobs: Sequence[str] | None, t: float) -> tuple[str, ...]:
+    """The knobs to fit: ``knobs`` (each of :data:`FIT_KNOBS`), or by default ``hard_miss``,
+    ``variant_noise``, ``degradation`` and, at ``T > 0``, ``logit_scale``."""
     knobs = tuple(knobs) if knobs else (("hard_miss", "variant_noise", "degradation")
                                          + (("logit_scale",) if t > 0 else ()))
     for kname in knobs:
         if kname not in FIT_KNOBS:
             raise ValueError(f"knobs: {kname!r} is not a fittable knob; known: "
                              f"{', '.join(FIT_KNOBS)}")
-    max_evals = check_positive_int(max_evals, "max_evals")
-    if vocab_size is not None:
-        vocab_size = check_positive_int(vocab_size, "vocab_size")
-    spec0 = regime_for_log(tg, spec0, depth)
-    run_method, run_budget = drafted.run_args()
-    if isinstance(cost, str):
-        cost = get_cost_model(cost)
-    ws = WorldSet(spec0, contexts=contexts, worlds=worlds, seed=seed, vocab_size=vocab_size)
-    kinds = [FIT_KNOBS[k] for k in knobs]
-    start = {k: float(getattr(spec0, k)) for k in knobs}
-    z0 = np.array([_to_z(kind, start[k]) for k, kind in zip(knobs, kinds, strict=True)])
-    evals = {"n": 0}
-    cache: dict[tuple, tuple[float, Distribution | None]] = {}
+    return knobs
 
-    def spec_at(z: np.ndarray) -> RegimeSpec:
-        vals = {k: _from_z(kind, float(x)) for k, kind, x in zip(knobs, kinds, z, strict=True)}
-        return dataclasses.replace(spec0, **vals)
 
-    def objective(z: np.ndarray) -> float:
+class _FitObjective:
+    """:func:`fit_log`'s objective on unconstrained coordinates ``z`` (one per knob,
+    :data:`FIT_KNOBS`): the log's distance to the regime at ``z`` on the same worlds and
+    contexts every time; each point's law computed once (:meth:`law_at` reads it back)."""
+
+    def __init__(self, tg: LogTarget, ws: WorldSet, spec0: RegimeSpec, knobs: tuple[str, ...],
+                 run_args: tuple[Any, int | None], rule: str, t: float, cost: Any) -> None:
+        self.tg, self.ws, self.spec0, self.knobs = tg, ws, spec0, knobs
+        (self.run_method, self.run_budget), self.rule = run_args, rule
+        self.t, self.cost = t, cost
+        self.kinds = [FIT_KNOBS[k] for k in knobs]
+        self.evals = 0
+        self.cache: dict[tuple, tuple[float, Distribution | None]] = {}
+
+    def spec_at(self, z: np.ndarray) -> RegimeSpec:
+        """The base regime with the knobs at ``z``."""
+        vals = {k: _from_z(kind, float(x))
+                for k, kind, x in zip(self.knobs, self.kinds, z, strict=True)}
+        return dataclasses.replace(self.spec0, **vals)
+
+    def __call__(self, z: np.ndarray) -> float:
         key = tuple(np.round(z, 12))
-        if key not in cache:
-            evals["n"] += 1
+        if key not in self.cache:
+            self.evals += 1
             try:
-                dist = ws.law(spec_at(z), method=run_method, budget=run_budget, temperature=t,
-                              rule=drafted.rule, cost=cost)
+                dist = self.ws.law(self.spec_at(z), method=self.run_method,
+                                   budget=self.run_budget,
+                                   temperature=self.t, rule=self.rule, cost=self.cost)
             except ValueError:  # a knob value the regime refuses: outside the feasible set
-                cache[key] = (math.inf, None)
+                self.cache[key] = (math.inf, None)
             else:
-                cache[key] = (tg.objective(dist), dist)
-        return cache[key][0]
+                self.cache[key] = (self.tg.objective(dist), dist)
+        return self.cache[key][0]
 
-    f0 = objective(z0)
+    def law_at(self, z: np.ndarray) -> Distribution:
+        """The regime's law at an evaluated point ``z``."""
+        return self.cache[tuple(np.round(z, 12))][1]
+
+
+def _nelder_mead(objective: _FitObjective, z0: np.ndarray, f0: float, max_evals: int
+                 ) -> np.ndarray:
+    """Nelder-Mead (:func:`scipy.optimize.minimize`) from ``z0`` (objective ``f0``), a simplex
+    of steps 0.5 along each coordinate, ``max_evals`` evaluations in all: the best point, or
+    ``z0`` if nothing beat it."""
+    from scipy.optimize import minimize
+
     res = minimize(objective, z0, method="Nelder-Mead",
                    options={"maxfev": max(1, max_evals - 1), "xatol": 1e-3, "fatol": 1e-7,
                             "initial_simplex": np.vstack([z0] + [z0 + 0.5 * np.eye(len(z0))[i]
                                                                   for i in range(len(z0))])})
-    best = res.x if objective(res.x) <= f0 else z0
-    spec = dataclasses.replace(spec_at(best), name=name or f"fit-{spec0.name}",
-                               description=f"fitted to an acceptance log ({drafted.label}, "
-                                           f"T = {t:g}) from {spec0.name}")
-    dist = cache[tuple(np.round(best, 12))][1]
-    dist = dataclasses.replace(dist, label=f"{spec.name} ({drafted.label}, T = {t:g})")
-    return LogFit(spec, {k: float(getattr(spec, k)) for k in knobs}, start, tg.probs,
-                  compare_target(tg, dist), f0, evals["n"], drafted, t,
-                  getattr(target, "path", getattr(target, "label", str(tg.label))))
+    return res.x if objective(res.x) <= f0 else z0
 
 
 def write_fit(path: Path | str, fit: LogFit) -> Path:

@@ -645,91 +645,20 @@ def _prom_labels(text: str, where: str) -> dict[str, str]:
 def _prometheus(path: Path, width: int | None) -> AcceptanceLog:
     """vLLM's spec-decode counters from a ``/metrics`` scrape: one unit per label set (an
     engine, a model), position labels aside."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for n, line in read_lines(path):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        where = f"{path}: line {n}"
-        m = _PROM_LINE.match(s)
-        if not m:
-            raise ValueError(f"{where}: not a Prometheus sample line (name{{labels}} value)")
-        name = m.group(1).removesuffix("_total")
-        if m.group(1).endswith("_created") or name not in _PROM_NAMES:
-            continue
-        try:
-            value = float(m.group(4))
-        except ValueError:
-            raise ValueError(f"{where}: {m.group(1)} has value {m.group(4)!r:.40}, not a number"
-                             ) from None
-        value = float(_count(value, where, m.group(1)))
-        labels = _prom_labels(m.group(3) or "", where)
-        pos = labels.pop("position", None)
-        key = tuple(sorted(labels.items()))
-        g = groups.setdefault(key, {"per_pos": {}, "line": {}})
-        kind = _PROM_NAMES[name]
-        if kind == "per_pos":
-            if pos is None or not pos.isdigit():
-                raise ValueError(f"{where}: {m.group(1)} needs a position=\"i\" label")
-            if int(pos) in g["per_pos"]:
-                raise ValueError(f"{where}: {m.group(1)} position {pos} appears twice")
-            g["per_pos"][int(pos)] = value
-            g["line"][("per_pos", int(pos))] = n
-        else:
-            if kind in g:
-                raise ValueError(f"{where}: {m.group(1)} appears twice for the same labels")
-            g[kind] = value
-            g["line"][kind] = n
-    groups = {k: g for k, g in groups.items() if "drafts" in g or g["per_pos"]}
-    if not groups:
-        raise ValueError(f"{path}: no vllm:spec_decode_num_drafts_total counter")
     units = None
     k_all = None
     drafted_total = accepted_total = 0.0
-    for key, g in groups.items():
+    for key, g in _prom_groups(path).items():
         label = ", ".join(f"{a}={b!r}" for a, b in key) or "no labels"
-        if "drafts" not in g:
-            raise ValueError(f"{path}: the counters with {label} have per-position counts but no "
-                             "vllm:spec_decode_num_drafts_total")
-        drafts = g["drafts"]
-        pp = g["per_pos"]
-        if not pp:
-            raise ValueError(f"{path}: line {g['line']['drafts']}: no "
-                             "vllm:spec_decode_num_accepted_tokens_per_pos_total for "
-                             f"{label} (the law needs the per-position counts)")
-        k = max(pp) + 1
-        if k != len(pp):  # the first missing positions, never range(k): k is the file's word
-            missing = [i for i in range(len(pp) + 1) if i not in pp][:5]
-            raise ValueError(f"{path}: the per-position counters of {label} lack position(s) "
-                             f"{missing}{' ...' if k - len(pp) > len(missing) else ''} (the "
-                             f"largest is {k - 1})")
+        drafts, c = _prom_chain(path, label, g)
         if k_all is None:
-            k_all = k
-            w, why = _width(k, width, "the number of per-position counters, vLLM's "
-                                      "num_speculative_tokens")
+            k_all = c.size
+            w, why = _width(k_all, width, "the number of per-position counters, vLLM's "
+                                          "num_speculative_tokens")
             units = _Units(path, w, why)
-        c = np.array([pp[i] for i in range(k)])
-        prev = drafts
-        for i in range(k):
-            if c[i] > prev:
-                where = f"{path}: line {g['line'][('per_pos', i)]}"
-                what = ("vllm:spec_decode_num_drafts_total" if i == 0
-                        else f"position {i - 1}")
-                raise ValueError(f"{where}: accepted_tokens_per_pos at position {i} is {c[i]:g}, "
-                                 f"more than at {what} ({prev:g}): the counts are "
-                                 "non-increasing")
-            prev = c[i]
-        if "accepted" in g and abs(g["accepted"] - c.sum()) > 0.5:
-            raise ValueError(f"{path}: line {g['line']['accepted']}: "
-                             f"vllm:spec_decode_num_accepted_tokens_total = {g['accepted']:g} is "
-                             f"not the sum of the per-position counts ({c.sum():g})")
+        _prom_check_counts(path, g, drafts, c)
         if "draft_tokens" in g:
-            dt = g["draft_tokens"]
-            if dt < c.sum() or dt > drafts * k + 0.5:
-                raise ValueError(f"{path}: line {g['line']['draft_tokens']}: "
-                                 f"vllm:spec_decode_num_draft_tokens_total = {dt:g} is outside "
-                                 f"[accepted = {c.sum():g}, drafts x k = {drafts * k:g}]")
-            drafted_total += dt
+            drafted_total += g["draft_tokens"]
             accepted_total += c.sum()
         if drafts == 0:
             continue
@@ -742,6 +671,104 @@ def _prometheus(path: Path, width: int | None) -> AcceptanceLog:
     return units.build("vllm-prometheus", "vllm", unit_name="engine", width=k_all,
                        accept_rate=accepted_total / drafted_total if drafted_total else None,
                        notes=notes)
+
+
+def _prom_groups(path: Path) -> dict[tuple, dict[str, Any]]:
+    """The scrape's spec-decode counters by label set (position aside): each kind's value
+    (:data:`_PROM_NAMES`; ``per_pos``: position -> count) and the line it was on (``line``);
+    the label sets that have drafts or per-position counts."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for n, line in read_lines(path):
+        where = f"{path}: line {n}"
+        sample = _prom_sample(line, where)
+        if sample is None:
+            continue
+        metric, kind, value, key, pos = sample
+        g = groups.setdefault(key, {"per_pos": {}, "line": {}})
+        if kind == "per_pos":
+            if pos is None or not pos.isdigit():
+                raise ValueError(f"{where}: {metric} needs a position=\"i\" label")
+            if int(pos) in g["per_pos"]:
+                raise ValueError(f"{where}: {metric} position {pos} appears twice")
+            g["per_pos"][int(pos)] = value
+            g["line"][("per_pos", int(pos))] = n
+        else:
+            if kind in g:
+                raise ValueError(f"{where}: {metric} appears twice for the same labels")
+            g[kind] = value
+            g["line"][kind] = n
+    groups = {k: g for k, g in groups.items() if "drafts" in g or g["per_pos"]}
+    if not groups:
+        raise ValueError(f"{path}: no vllm:spec_decode_num_drafts_total counter")
+    return groups
+
+
+def _prom_sample(line: str, where: str) -> tuple[str, str, float, tuple, str | None] | None:
+    """A sample line of a spec-decode counter as ``(metric, kind, value, label set,
+    position label)``; ``None`` for a blank line, a comment or another metric."""
+    s = line.strip()
+    if not s or s.startswith("#"):
+        return None
+    m = _PROM_LINE.match(s)
+    if not m:
+        raise ValueError(f"{where}: not a Prometheus sample line (name{{labels}} value)")
+    name = m.group(1).removesuffix("_total")
+    if m.group(1).endswith("_created") or name not in _PROM_NAMES:
+        return None
+    try:
+        value = float(m.group(4))
+    except ValueError:
+        raise ValueError(f"{where}: {m.group(1)} has value {m.group(4)!r:.40}, not a number"
+                         ) from None
+    value = float(_count(value, where, m.group(1)))
+    labels = _prom_labels(m.group(3) or "", where)
+    pos = labels.pop("position", None)
+    return m.group(1), _PROM_NAMES[name], value, tuple(sorted(labels.items())), pos
+
+
+def _prom_chain(path: Path, label: str, g: dict[str, Any]) -> tuple[float, np.ndarray]:
+    """A label set's drafts and its accepted counts at positions ``0..k-1`` (float64
+    ``(k,)``): both present, no position missing."""
+    if "drafts" not in g:
+        raise ValueError(f"{path}: the counters with {label} have per-position counts but no "
+                         "vllm:spec_decode_num_drafts_total")
+    drafts = g["drafts"]
+    pp = g["per_pos"]
+    if not pp:
+        raise ValueError(f"{path}: line {g['line']['drafts']}: no "
+                         "vllm:spec_decode_num_accepted_tokens_per_pos_total for "
+                         f"{label} (the law needs the per-position counts)")
+    k = max(pp) + 1
+    if k != len(pp):  # the first missing positions, never range(k): k is the file's word
+        missing = [i for i in range(len(pp) + 1) if i not in pp][:5]
+        raise ValueError(f"{path}: the per-position counters of {label} lack position(s) "
+                         f"{missing}{' ...' if k - len(pp) > len(missing) else ''} (the "
+                         f"largest is {k - 1})")
+    return drafts, np.array([pp[i] for i in range(k)])
+
+
+def _prom_check_counts(path: Path, g: dict[str, Any], drafts: float, c: np.ndarray) -> None:
+    """The counters agree: the per-position counts ``c`` do not increase from ``drafts`` on,
+    sum to the accepted tokens, and lie within the draft tokens (where those are given)."""
+    k = c.size
+    prev = drafts
+    for i in range(k):
+        if c[i] > prev:
+            where = f"{path}: line {g['line'][('per_pos', i)]}"
+            what = "vllm:spec_decode_num_drafts_total" if i == 0 else f"position {i - 1}"
+            raise ValueError(f"{where}: accepted_tokens_per_pos at position {i} is {c[i]:g}, "
+                             f"more than at {what} ({prev:g}): the counts are non-increasing")
+        prev = c[i]
+    if "accepted" in g and abs(g["accepted"] - c.sum()) > 0.5:
+        raise ValueError(f"{path}: line {g['line']['accepted']}: "
+                         f"vllm:spec_decode_num_accepted_tokens_total = {g['accepted']:g} is "
+                         f"not the sum of the per-position counts ({c.sum():g})")
+    if "draft_tokens" in g:
+        dt = g["draft_tokens"]
+        if dt < c.sum() or dt > drafts * k + 0.5:
+            raise ValueError(f"{path}: line {g['line']['draft_tokens']}: "
+                             f"vllm:spec_decode_num_draft_tokens_total = {dt:g} is outside "
+                             f"[accepted = {c.sum():g}, drafts x k = {drafts * k:g}]")
 
 
 # ----------------------------------------------------------------------------- JSON records

@@ -51,6 +51,7 @@ from .methods import (
     check_temperature,
     get_method,
     no_conditional_message,
+    no_recorded_message,
     resolve_rule,
 )
 from .paths import LogQ, path_probabilities
@@ -85,6 +86,7 @@ __all__ = [
     "LazyDrafter",
     "LossyFacts",
     "MeanCI",
+    "RecordedDrafts",
     "Round",
     "RoundLimits",
     "RoundRecord",
@@ -148,6 +150,9 @@ class Backend(Protocol):
         Refuses (``ValueError``), before anything is built, a round the backend cannot serve
         exactly (a trace: a temperature it did not record, a cost-aware budget above its
         recorded drafter entries; ``docs/traces.md``).
+    recorded_draft(ctx) -> Draft
+        The draft recorded for ``ctx`` (a trace's sampled tree with its proposal laws): what
+        the ``recorded`` method replays.
     clock() -> float
         Seconds, synchronised with the device (default :func:`time.perf_counter`).
     """
@@ -200,7 +205,7 @@ class Round:
     Attributes
     ----------
     method : str
-        Registered name (or the callable's name).
+        The registered name it ran (``"sampled-tree[2x4]"``).
     rule : str
         The verification rule.
     temperature : float
@@ -521,25 +526,6 @@ class Round:
         return from_edges
 
 
-@dataclass(frozen=True)
-class _CallablePolicy:
-    """A user's callable ``fn(log_q, budget, *, root_token) -> DraftTree | Draft``."""
-
-    fn: Callable
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__name__", "custom")
-
-
-def _resolve(method: str | Callable) -> tuple[Method | _CallablePolicy, str, str]:
-    if callable(method) and not isinstance(method, str):
-        policy = _CallablePolicy(method)
-        return policy, "", policy.name
-    m, param = get_method(method)
-    return m, param, method
-
-
 # ---------------------------------------------------------------------------- the round's spec
 @dataclass(frozen=True)
 class RoundSpec:
@@ -547,8 +533,8 @@ class RoundSpec:
 
     Attributes
     ----------
-    method : Method or callable policy
-        The registry's entry (or a user's callable, wrapped).
+    method : Method
+        The registry's entry (:func:`treespec_sim.methods.get_method` of ``name``).
     name : str
         The method's name as given (``"sampled-tree[2x4]"``).
     param : str
@@ -564,7 +550,7 @@ class RoundSpec:
     options : dict
     """
 
-    method: Method | _CallablePolicy
+    method: Method
     name: str
     param: str
     budget: int | None
@@ -576,7 +562,7 @@ class RoundSpec:
     options: dict[str, Any]
 
     @classmethod
-    def of(cls, *, method: str | Callable, budget: int | None = None, rule: str | None = None,
+    def of(cls, *, method: str, budget: int | None = None, rule: str | None = None,
            temperature: float = 0.0, sample: bool = True,
            cost: LatencyModel | str | PurePath | None = None, nested: bool = False,
            options: Mapping[str, Any] | None = None) -> RoundSpec:
@@ -590,16 +576,13 @@ class RoundSpec:
             raise ValueError(f"options must be a mapping (a dict); got {type(options).__name__}")
         if isinstance(cost, str | PurePath):
             cost = get_cost_model(cost)  # a preset name or a latency file; models pass as they are
-        spec, param, name = _resolve(method)
-        if isinstance(spec, Method):
-            rule = resolve_rule(spec, rule, t)
-            if nested and not spec.nested:
-                raise ValueError(f"nested=True needs a nested method (DDTree); {name!r} is not")
-            if nested and rule != "follow":
-                raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
-        elif rule is None:
-            rule = "follow"
-        return cls(spec, name, param, budget, rule, t, sample, nested, cost, dict(options or {}))
+        spec, param = get_method(method)
+        rule = resolve_rule(spec, rule, t)
+        if nested and not spec.nested:
+            raise ValueError(f"nested=True needs a nested method (DDTree); {method!r} is not")
+        if nested and rule != "follow":
+            raise ValueError(f"nested=True computes rule 'follow' only; got {rule!r}")
+        return cls(spec, method, param, budget, rule, t, sample, nested, cost, dict(options or {}))
 
 
 # ---------------------------------------------------------------------------- capabilities
@@ -651,6 +634,14 @@ class RoundLimits(Protocol):
 
 
 @runtime_checkable
+class RecordedDrafts(Protocol):
+    """A draft recorded for each context (a trace's sampled tree and its proposal laws): what
+    the ``recorded`` method replays."""
+
+    def recorded_draft(self, ctx: Any) -> Draft: ...
+
+
+@runtime_checkable
 class Clocked(Protocol):
     """Seconds, synchronised with the device."""
 
@@ -682,13 +673,15 @@ class Capabilities:
     commit: Callable[[Any, Outcome], Any] | None
     context_length: Callable[[Any], int] | None
     check_round: Callable[..., None] | None
+    recorded_draft: Callable[[Any], Draft] | None
     clock: Callable[[], float]
 
 
 def capabilities(backend: Backend) -> Capabilities:
     """The one place the round loop asks a backend what it has (the optional protocols
     :class:`LazyDrafter`, :class:`ConditionalDrafter`, :class:`BatchedConditionalDrafter`,
-    :class:`Committer`, :class:`ContextLengths`, :class:`RoundLimits`, :class:`Clocked`)."""
+    :class:`Committer`, :class:`ContextLengths`, :class:`RoundLimits`, :class:`RecordedDrafts`,
+    :class:`Clocked`)."""
     names = {n for needs in _BACKEND_NEEDS.values() for n in needs} | {"advance"}
     return Capabilities(
         present=frozenset(n for n in names if hasattr(backend, n)),
@@ -700,6 +693,7 @@ def capabilities(backend: Backend) -> Capabilities:
         commit=getattr(backend, "commit", None),
         context_length=getattr(backend, "context_length", None),
         check_round=getattr(backend, "check_round", None),
+        recorded_draft=getattr(backend, "recorded_draft", None),
         clock=getattr(backend, "clock", time.perf_counter),
     )
 
@@ -729,7 +723,7 @@ def _check_width(what: str, shape, backend) -> None:
 
 
 # ---------------------------------------------------------------------------- the round
-def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTree | Draft],
+def run_round(backend: Backend, ctx: Any, *, method: str,
               budget: int | None = None, rule: str | None = None, temperature: float = 0.0,
               rng: np.random.Generator, sample: bool = True,
               cost: LatencyModel | str | PurePath | None = None, nested: bool = False,
@@ -742,10 +736,10 @@ def run_round(backend: Backend, ctx: Any, *, method: str | Callable[..., DraftTr
         A synthetic :class:`~treespec_sim.synth.World`, a real-model backend, or your own.
     ctx
         The backend's context (from ``sample_context``, ``advance`` or ``commit``).
-    method : str or callable
+    method : str
         A registered name (:data:`treespec_sim.methods.METHODS`, e.g. ``"ddtree"``,
-        ``"tsubame"``, ``"sampled-tree[2x4]"``), or a callable
-        ``fn(log_q, budget, *, root_token) -> DraftTree | Draft``.
+        ``"tsubame"``, ``"sampled-tree[2x4]"``); a builder of your own is registered first
+        (:func:`treespec_sim.methods.register`).
     budget : int, optional
         Tree nodes, root excluded (the maximum for cost-aware methods; ignored by chains).
     rule : str, optional
@@ -785,9 +779,10 @@ def run_spec(backend: Backend, ctx: Any, spec: RoundSpec, *, rng: np.random.Gene
     """:func:`run_round` of a checked :class:`RoundSpec`: resolve, draft, build, verify,
     price."""
     caps = check_backend(backend, "round", caps=caps)
-    if isinstance(spec.method, Method) and spec.method.needs_conditional \
-            and caps.draft_conditional is None:
+    if spec.method.needs_conditional and caps.draft_conditional is None:
         raise ValueError(no_conditional_message(spec.name))
+    if spec.method.needs_recorded and caps.recorded_draft is None:
+        raise ValueError(no_recorded_message(spec.name))
     if caps.check_round is not None:  # a backend's own limits (a trace's data)
         caps.check_round(ctx, method=spec.name, budget=spec.budget, temperature=spec.temperature)
     clock, timings = caps.clock, {}
@@ -819,16 +814,14 @@ def _build(spec: RoundSpec, caps: Capabilities, ctx: Any, log_q, ell: int | None
     """The method's draft of ``log_q`` (its rule checked); ``corrected`` gains the depths whose
     laws a correction pass gave."""
     root_token = int(getattr(ctx, "last_token", -1))
-    if isinstance(spec.method, Method):
-        req = DraftRequest(log_q=log_q, budget=spec.budget, temperature=spec.temperature,
-                           rule=spec.rule, root_token=root_token, rng=rng,
-                           conditional=_conditional_proposal(caps, ctx, corrected),
-                           cost=spec.cost, context_length=ell, param=spec.param,
-                           options=dict(spec.options))
-        draft = spec.method.build(req)
-    else:
-        built = spec.method.fn(log_q, spec.budget, root_token=root_token)
-        draft = built if isinstance(built, Draft) else Draft(built)
+    recorded = caps.recorded_draft
+    req = DraftRequest(log_q=log_q, budget=spec.budget, temperature=spec.temperature,
+                       rule=spec.rule, root_token=root_token, rng=rng,
+                       conditional=_conditional_proposal(caps, ctx, corrected),
+                       cost=spec.cost, context_length=ell, param=spec.param,
+                       options=dict(spec.options),
+                       recorded=None if recorded is None else (lambda: recorded(ctx)))
+    draft = spec.method.build(req)
     draft.check_rule(spec.rule, target_temperature=spec.temperature)
     return draft
 

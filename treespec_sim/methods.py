@@ -12,8 +12,10 @@ the real-model decoder read only this table.
 method                                  tokens              lossless rules (T > 0)
 ======================================  ==================  ===================================
 ``chain``                               argmax per depth    follow, tev, sample-match
+``chain-prefix``                        argmax, B tokens    follow, tev, sample-match
 ``ddtree``                              best-first top-B    follow, tev, sample-match
 ``dynamic``                             EAGLE-2-like beam   follow, tev, sample-match
+``superset``                            DDTree+chain+dyn.   follow, tev, sample-match
 ``caddtree`` / ``exhaustive``           DDTree prefix       follow, tev, sample-match
 ``longrun``                             DDTree prefix       follow, tev, sample-match
 ``sampled-chain``                       i.i.d. marginal     rrs, block
@@ -22,12 +24,14 @@ method                                  tokens              lossless rules (T > 
 ``tsubame-rrs``                         i.i.d. fill         rrs
 ``tsubame-rrsw`` / ``-univer``          fill w/o replacem.  rrsw, traversal, univer[-*]
 ``tsubame-rrsw-tempered-plan``          tempered plan       rrsw, traversal, univer[-*]
+``tsubame-rrsw-marginal``               marginal fill       rrsw, traversal, univer[-*]
 ``sampled-ddtree``                      DDTree shape, fill  rrsw, rrs, traversal, univer[-*]
 ``sampled-tree[WxD]``                   W-ary, depth D      rrsw, traversal, univer[-*]
 ``greedy-tree[WxD]``                    top W-1 + 1 draw    univer-fixed
 ``ar-chain``                            argmax conditional  follow, tev
 ``ar-ddtree``                           best-first, cond.   follow, tev
 ``ar-eagle[SxK]`` / ``eagle[SxK]``      SGLang's beam       follow, tev
+``recorded``                            the backend's       the recorded draws' rules
 ======================================  ==================  ===================================
 
 ``ar-*``: an *autoregressive* drafter's trees, from the backend's conditional proposal given
@@ -37,6 +41,18 @@ best-first rule on its path scores, ``ar-eagle[SxK]`` SGLang's EAGLE beam (``S``
 ``K``, ``budget = num_draft_tokens - 1``); ``eagle[SxK]`` the same beam on a block-diffusion
 drafter's marginals.
 
+``chain-prefix``: the argmax chain's first ``budget`` tokens (``chain`` always drafts ``L``);
+``superset``: the deterministic superset tree a trace records (DDTree at ``budget``, then the
+argmax chain's and the dynamic tree's nodes DDTree left out: ``docs/traces.md``);
+``tsubame-rrsw-marginal``: Tsubame's plan filled from the marginals instead of the correction;
+``recorded``: the draft the backend recorded for the context (a trace's sampled tree,
+:class:`treespec_sim.engine.RecordedDrafts`), verified by any rule lossless for how it was
+drawn.
+
+The sampled chains and Tsubame take ``options={"proposal_temperature": T_q}``: their draws
+come from the proposal tempered to ``T_q`` instead of the target's ``T``
+(``docs/theory/tsubame.md`` §5; the verifier is told the law they were drawn from).
+
 ``univer[-*]``: ``univer`` (safe per-node step choice), ``univer-guided``, ``univer-fixed``
 (:mod:`treespec_sim.verify.univer`, ``docs/theory/univer.md``).
 
@@ -44,14 +60,15 @@ At ``T = 0`` every sampled method takes the top-``k`` tokens of its proposals (t
 limit of its draws) and is verified with ``follow`` or ``tev``.
 
 To add a method: write a builder ``build(request: DraftRequest) -> Draft`` and
-:func:`register` a :class:`Method`; a plain callable ``fn(log_q, budget, *, root_token)`` can
-also be passed to ``run_round`` directly.
+:func:`register` a :class:`Method` (:func:`registered`: for a ``with`` block only); every round
+runs a registered method by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -65,6 +82,7 @@ from .policies import (
     dynamic_tree,
     exhaustive_budget_tree,
     longrun_tree,
+    superset,
     tsubame,
 )
 from .policies.draft import Draft
@@ -81,8 +99,9 @@ from .validation import check_budget, check_temperature
 from .verify import MATCHING_RULES, RULES, SCHEME_FOR_RULE, VerifierRule, on_register
 
 __all__ = ["METHODS", "SCHEME_FOR_RULE", "DraftRequest", "Method", "RuleSource",
-           "get_method", "lossless_rules", "method_names",
-           "no_conditional_message", "register", "resolve_rule", "rules_for", "uses_budget"]
+           "get_method", "lossless_rules", "method_names", "no_conditional_message",
+           "no_recorded_message", "register", "registered", "resolve_rule", "rules_for",
+           "uses_budget"]
 
 
 
@@ -147,7 +166,11 @@ class DraftRequest:
     param : str
         The bracketed parameter of a parametrised name (``"2x4"`` in ``sampled-tree[2x4]``).
     options : dict
-        Method-specific extras (``lam`` for ``longrun``).
+        Method-specific extras (``lam`` for ``longrun``; ``proposal_temperature`` for the
+        sampled chains and Tsubame).
+    recorded : callable or None
+        ``recorded() -> Draft``: the draft the backend recorded for this context
+        (:class:`treespec_sim.engine.RecordedDrafts`), or None where it records none.
     """
 
     log_q: Any
@@ -161,6 +184,7 @@ class DraftRequest:
     context_length: float | None = None
     param: str = ""
     options: dict = field(default_factory=dict)
+    recorded: Callable[[], Draft] | None = None
 
     def costs(self) -> tuple[float, Callable]:
         """``(draft seconds, n -> verify seconds)`` at :attr:`context_length`."""
@@ -201,6 +225,9 @@ class Method:
         (``draft_conditional``); a backend without one is refused.
     needs_positive_temperature : bool
         The method only samples (no ``T = 0`` limit is defined for it).
+    needs_recorded : bool
+        The method replays the backend's recorded draft (``recorded_draft``); a backend
+        without one is refused.
     description : str
     """
 
@@ -214,6 +241,7 @@ class Method:
     parametrised: bool = False
     needs_conditional: bool = False
     needs_positive_temperature: bool = False
+    needs_recorded: bool = False
     description: str = ""
     rules_from: RuleSource | None = None
 
@@ -250,6 +278,21 @@ def _need_budget(req: DraftRequest, name: str) -> int:
 def _build_chain(req: DraftRequest) -> Draft:
     # The DFlash chain always spends L nodes.
     return _deterministic(chain(req.log_q, root_token=req.root_token))
+
+
+def _build_chain_prefix(req: DraftRequest) -> Draft:
+    return _deterministic(chain(req.log_q, req.budget, root_token=req.root_token))
+
+
+def _build_superset(req: DraftRequest) -> Draft:
+    return _deterministic(superset(req.log_q, _need_budget(req, "superset"),
+                                   root_token=req.root_token))
+
+
+def _build_recorded(req: DraftRequest) -> Draft:
+    if req.recorded is None:
+        raise ValueError(no_recorded_message("recorded"))
+    return req.recorded()
 
 
 def _build_ddtree(req: DraftRequest) -> Draft:
@@ -328,22 +371,31 @@ def no_conditional_message(name: str) -> str:
             "draft_conditional")
 
 
+def no_recorded_message(name: str) -> str:
+    """Why ``name`` is refused on a backend without ``recorded_draft``."""
+    return (f"method {name!r} replays the draft the backend recorded for the context, and this "
+            "backend records none (no recorded_draft(ctx)); a trace recorded with "
+            "--sampled-tree SPEC has one")
+
+
 def _build_sampled_chain(corrected: bool) -> Callable[[DraftRequest], Draft]:
     def build(req: DraftRequest) -> Draft:
         name = "sampled-chain-corrected" if corrected else "sampled-chain"
         return sampled_chain(_proposal_fn(req, corrected, name), int(np.shape(req.log_q)[0]),
-                             rng=req.rng, temperature=req.temperature, root_token=req.root_token)
+                             rng=req.rng, temperature=req.temperature, root_token=req.root_token,
+                             proposal_temperature=req.options.get("proposal_temperature"))
     return build
 
 
-def _build_tsubame(planner: str, fixed_scheme: str | None, name: str
+def _build_tsubame(planner: str, fixed_scheme: str | None, name: str, *, corrected: bool = True
                    ) -> Callable[[DraftRequest], Draft]:
     def build(req: DraftRequest) -> Draft:
         scheme = fixed_scheme or (SCHEME_FOR_RULE[req.rule] if req.temperature > 0
                                   else "without_replacement")
         return tsubame(req.log_q, _need_budget(req, "tsubame"), rng=req.rng, scheme=scheme,
-                       temperature=req.temperature, proposal=_proposal_fn(req, True, name),
-                       root_token=req.root_token, planner=planner)
+                       temperature=req.temperature, proposal=_proposal_fn(req, corrected, name),
+                       root_token=req.root_token, planner=planner,
+                       proposal_temperature=req.options.get("proposal_temperature"))
     return build
 
 
@@ -423,6 +475,11 @@ for _m in (
     Method("ddtree", _build_ddtree, _DET, nested=True,
            description="DDTree: the B best sum-of-log-q prefixes, best first"),
     Method("dynamic", _build_dynamic, _DET, description="EAGLE-2-like dynamic tree"),
+    Method("chain-prefix", _build_chain_prefix, _DET,
+           description="the argmax chain's first budget tokens (default L)"),
+    Method("superset", _build_superset, _DET,
+           description="a trace's superset tree: DDTree, then the chain's and the dynamic "
+                       "tree's other nodes"),
     Method("caddtree", _cost_aware(caddtree, "caddtree"), _DET, needs_cost=True,
            description="CaDDTree: greedy stop on theta(B) = N(B)/D(B), budget = maximum"),
     Method("exhaustive", _cost_aware(exhaustive_budget_tree, "exhaustive"), _DET,
@@ -450,6 +507,11 @@ for _m in (
            _build_tsubame("tempered", "without_replacement", "tsubame-rrsw-tempered-plan"),
            _WO, scheme="without_replacement", needs_conditional=True,
            description="Tsubame planned on the tempered marginals"),
+    Method("tsubame-rrsw-marginal",
+           _build_tsubame("ddtree", "without_replacement", "tsubame-rrsw-marginal",
+                          corrected=False),
+           _WO, scheme="without_replacement",
+           description="Tsubame's plan filled without replacement from the marginals"),
     Method("sampled-ddtree", _build_sampled_ddtree, _SAMPLED, scheme="by-rule",
            description="DDTree's shape filled per depth from the tempered marginals"),
     Method("sampled-tree", _build_k_ary("without_replacement", "sampled-tree"),
@@ -466,6 +528,10 @@ for _m in (
            description="SGLang's EAGLE beam (S steps, top K) on an autoregressive drafter"),
     Method("eagle", _build_eagle(False), _DET, parametrised=True,
            description="SGLang's EAGLE beam (S steps, top K) on the marginals"),
+    Method("recorded", _build_recorded, _SAMPLED, scheme="by-rule", uses_budget=False,
+           needs_recorded=True,
+           description="the draft the backend recorded for the context (a trace's sampled "
+                       "tree)"),
 ):
     register(_m)
 
@@ -481,6 +547,21 @@ def _rules_registered(_rule: VerifierRule) -> None:
 on_register(_rules_registered)
 
 
+@contextlib.contextmanager
+def registered(method: Method) -> Iterator[Method]:
+    """``method`` registered for a ``with`` block only (a planted bug, a test's own builder);
+    the registry is as it was afterwards (a method it replaced is put back)."""
+    held = METHODS.get(method.name)
+    register(method, replace=True)
+    try:
+        yield METHODS[method.name]
+    finally:
+        if held is None:
+            METHODS.pop(method.name, None)
+        else:
+            METHODS[method.name] = held
+
+
 def method_names() -> tuple[str, ...]:
     """Registered names (parametrised ones as ``name[...]``)."""
     return tuple(f"{m.name}[...]" if m.parametrised else m.name for m in METHODS.values())
@@ -489,7 +570,7 @@ def method_names() -> tuple[str, ...]:
 def get_method(name: str) -> tuple[Method, str]:
     """``(Method, parameter)`` for a name such as ``"ddtree"`` or ``"sampled-tree[2x4]"``."""
     if not isinstance(name, str):
-        raise ValueError(f"method must be a registered name or a callable; got {name!r}")
+        raise ValueError(f"method must be a registered name (a string); got {name!r}")
     m = re.fullmatch(r"([^\[\]]+)(?:\[([^\[\]]*)\])?", name)
     base, param = (m.group(1), m.group(2) or "") if m else (name, "")
     method = METHODS.get(base)

@@ -203,26 +203,46 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
         rows = _check_rows(t, rows)
     path = _check_outcome(t, outcome) if outcome is not None else ()
     color_by, values = _values(t, color_by, rows, log_q)
+    labels = dict(labels or {})
 
-    import sys
-
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules and not _has_display():
-        # Headless and no backend chosen yet: Agg, rather than failing on a GUI backend.
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import networkx as nx
-    from matplotlib.colors import Normalize
-    from matplotlib.lines import Line2D
-
+    plt = _pyplot()
     pos = tree_layout(t)
     width = max(xy[0] for xy in pos.values()) + 1
     if ax is None:
         _, ax = plt.subplots(figsize=(min(24.0, max(4.0, 0.5 * width + 2.0)),
                                       max(2.5, 0.85 * (t.max_depth + 1) + 1.0)))
-    g = t.to_networkx()
+    _draw_edges(ax, t, pos, path)
+    xy = np.array([pos[v] for v in range(t.n_nodes)])
+    sc, norm = _draw_nodes(ax, t, xy, values, color_by, plt.get_cmap(cmap), path)
+    _draw_labels(ax, t, xy, labels, values, norm)
+    if values is not None and colorbar:
+        ax.figure.colorbar(sc, ax=ax, label=COLOR_BY[color_by], fraction=0.035, pad=0.02)
+    if outcome is not None:
+        _draw_accepted_legend(ax, t, path, getattr(outcome, "bonus", None), labels)
+    _depth_axis(ax, t, width, room_for_legend=outcome is not None)
+    return ax
 
+
+def _pyplot():
+    """``matplotlib.pyplot``, on the Agg backend when headless and no backend is chosen yet
+    (rather than failing on a GUI backend)."""
+    import sys
+
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules and not _has_display():
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _draw_edges(ax: Axes, t: DraftTree, pos: dict[int, tuple[float, float]],
+                path: tuple[int, ...]) -> None:
+    """The tree's edges in grey, and the accepted ``path`` (node ids) over them in red."""
+    import networkx as nx
+
+    g = t.to_networkx()
     edges = nx.draw_networkx_edges(g, pos, ax=ax, arrows=False, edge_color="0.55", width=1.0)
     edges.set_gid(GID_EDGES)
     edges.set_zorder(1)
@@ -233,9 +253,13 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
         hl.set_gid(GID_PATH)
         hl.set_zorder(2)
 
-    nodes = np.arange(t.n_nodes)
-    xy = np.array([pos[v] for v in nodes])
-    cm = plt.get_cmap(cmap)
+
+def _draw_nodes(ax: Axes, t: DraftTree, xy: np.ndarray, values: np.ndarray | None,
+                color_by: str | None, cm, path: tuple[int, ...]):
+    """The node discs at ``xy`` ``(n+1, 2)``, coloured by ``values`` (uniform if None), the
+    accepted path's outlined in red: the scatter collection and its colour norm (or None)."""
+    from matplotlib.colors import Normalize, to_rgba
+
     if values is None:
         norm = None
         sc = ax.scatter(xy[:, 0], xy[:, 1], s=440, c=[cm(0.35)], edgecolors="0.3",
@@ -252,13 +276,17 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
         on = np.array(path)
         widths = np.full(t.n_nodes, 0.8)
         widths[on] = 2.5
-        colors = np.array([matplotlib.colors.to_rgba("0.3")] * t.n_nodes)
-        colors[on] = matplotlib.colors.to_rgba(_PATH_COLOR)
+        colors = np.array([to_rgba("0.3")] * t.n_nodes)
+        colors[on] = to_rgba(_PATH_COLOR)
         sc.set_linewidths(widths)
         sc.set_edgecolors(colors)
+    return sc, norm
 
-    labels = dict(labels or {})
-    for v in nodes:
+
+def _draw_labels(ax: Axes, t: DraftTree, xy: np.ndarray, labels: Mapping[int, str],
+                 values: np.ndarray | None, norm) -> None:
+    """Each node's token (``labels``' text, else its id; an unknown root token: "root")."""
+    for v in range(t.n_nodes):
         tok = int(t.token[v])
         text = labels.get(tok, "root" if (v == 0 and tok < 0) else str(tok))
         # Dark nodes get white text; the threshold is where "Blues"/"viridis" turn dark.
@@ -267,17 +295,22 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
                 fontsize=8 if len(text) <= 3 else 6.5, color="white" if dark else "black",
                 gid=GID_LABEL)
 
-    if values is not None and colorbar:
-        ax.figure.colorbar(sc, ax=ax, label=COLOR_BY[color_by], fraction=0.035, pad=0.02)
-    if outcome is not None:
-        acc = " ".join(labels.get(int(t.token[v]), str(int(t.token[v]))) for v in path)
-        bonus = getattr(outcome, "bonus", None)
-        text = f"accepted: {acc}" if path else "nothing accepted"
-        if bonus is not None:
-            text += f" + bonus {labels.get(int(bonus), str(int(bonus)))}"
-        ax.legend(handles=[Line2D([], [], color=_PATH_COLOR, lw=3, label=text)],
-                  loc="lower left", fontsize=8, framealpha=0.9)
 
+def _draw_accepted_legend(ax: Axes, t: DraftTree, path: tuple[int, ...], bonus: int | None,
+                          labels: Mapping[int, str]) -> None:
+    """A legend naming the accepted tokens and the bonus token."""
+    from matplotlib.lines import Line2D
+
+    acc = " ".join(labels.get(int(t.token[v]), str(int(t.token[v]))) for v in path)
+    text = f"accepted: {acc}" if path else "nothing accepted"
+    if bonus is not None:
+        text += f" + bonus {labels.get(int(bonus), str(int(bonus)))}"
+    ax.legend(handles=[Line2D([], [], color=_PATH_COLOR, lw=3, label=text)],
+              loc="lower left", fontsize=8, framealpha=0.9)
+
+
+def _depth_axis(ax: Axes, t: DraftTree, width: float, *, room_for_legend: bool) -> None:
+    """A depth axis on the left, no other ticks or spines, limits around the discs."""
     depths = np.arange(t.max_depth + 1)
     # networkx's drawing hides both axes' ticks; the depth axis is worth keeping.
     ax.tick_params(axis="y", left=True, labelleft=True)
@@ -288,8 +321,7 @@ def tree(t: DraftTree, *, rows: Any = None, log_q: Any = None, ax: Axes | None =
         ax.spines[side].set_visible(False)
     # Room for the node discs and a legend row below the deepest level.
     ax.set_xlim(-0.7, width - 0.3)
-    ax.set_ylim(-t.max_depth - (1.1 if outcome is not None else 0.5), 0.5)
-    return ax
+    ax.set_ylim(-t.max_depth - (1.1 if room_for_legend else 0.5), 0.5)
 
 
 def figure_legend(fig, handles: list, labels: list[str], *, title: str = "",

@@ -366,73 +366,138 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     """
     tg = log_target(target)
     t = check_temperature(temperature)
+    drafted = _log_drafted(target, drafted, drafter)
+    _check_method(method, cost)
+    pred = Drafted(method, budget if method != "chain" else None, "follow", drafter)
+    pred_run, log_run = pred.run_args(), drafted.run_args()
+    cost_name = None if cost is None else (cost if isinstance(cost, str) else
+                                           type(cost).__name__)
+    cost = get_cost_model(cost) if isinstance(cost, str) else cost
+    knob_ranges = _knob_ranges(knobs)
+    structures, notes = _structures(regime, prior, knob_ranges)
+    task = _Task(log_run, pred_run, t, drafted.rule, cost)
+    worlds_of = _StructureWorlds(contexts, worlds, seed, vocab_size)
+    cands: list[Candidate] = []
+    for spec, knob in structures:
+        base = regime_for_log(tg, drafter_spec(spec, drafter), None)
+        cands.append(_candidate(tg, spec.name, base, knob, knob_ranges.get(knob),
+                                *worlds_of(base), task, max_evals))
+        if progress is not None:
+            progress(_candidate_line(cands[-1]))
+    used, best, warning = _used(cands, tg, knob_ranges)
+    tau, gain, extra = _intervals(cands, used, tg, cost_name)
+    notes += _notes(tg, drafter, method)
+    return Prediction(method, pred.budget, drafter, t, drafted, tg.mean, tuple(cands),
+                      tuple(used), *tau, *gain, **extra, best=best, warning=warning,
+                      notes=tuple(notes))
+
+
+def _log_drafted(target: AcceptanceLog | Distribution | float, drafted: Drafted | None,
+                 drafter: str) -> Drafted:
+    """What the log's rounds drafted, by ``drafter`` (default :func:`guess_method`, or a
+    chain)."""
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter: {drafter!r} is not one of {', '.join(DRAFTERS)}")
     if drafted is None:
         drafted = guess_method(target, drafter) if isinstance(target, AcceptanceLog) \
             else Drafted("chain", None, "follow", drafter)
-    drafted = dataclasses.replace(drafted, drafter=drafter)
+    return dataclasses.replace(drafted, drafter=drafter)
+
+
+def _check_method(method: str, cost: Any) -> None:
+    """The predicted method: ``ddtree``, ``chain``, or ``caddtree`` under a latency model."""
     if method not in ("ddtree", "caddtree", "chain"):
         raise ValueError(f"predict: method {method!r} is not ddtree, caddtree or chain")
     if method == "caddtree" and cost is None:
         raise ValueError("predict caddtree needs a latency model (--cost-model): its budget is "
                          "chosen by the cost")
-    pred = Drafted(method, budget if method != "chain" else None, "follow", drafter)
-    pred_run = pred.run_args()
-    log_run = drafted.run_args()
-    cost_name = None if cost is None else (cost if isinstance(cost, str) else
-                                           type(cost).__name__)
-    if isinstance(cost, str):
-        cost = get_cost_model(cost)
+
+
+def _knob_ranges(knobs: Sequence[str] | None) -> dict[str, tuple[float, float]]:
+    """The knobs to refit through (default :data:`PREDICT_KNOBS`) with their ranges."""
     for k in knobs or ():
         if k not in PREDICT_KNOBS:
             raise ValueError(f"knobs: {k!r} is not one of {', '.join(PREDICT_KNOBS)}")
-    knob_ranges = {k: PREDICT_KNOBS[k] for k in (knobs or PREDICT_KNOBS)}
-    notes = []
+    return {k: PREDICT_KNOBS[k] for k in (knobs or PREDICT_KNOBS)}
+
+
+def _structures(regime: str | RegimeSpec | None, prior: Sequence[str | RegimeSpec] | None,
+                knob_ranges: dict[str, tuple[float, float]]
+                ) -> tuple[list[tuple[RegimeSpec, str | None]], list[str]]:
+    """The ``(structure, knob)`` pairs to refit (``regime`` alone, as given: knob ``None``;
+    else every structure of ``prior``, default the calibrated regimes, with every knob), and
+    the notes they call for."""
     if regime is not None:
-        structures = [(resolve_regime(regime), None)]
-        notes.append("one regime as given: the interval is its worlds' only and does not "
-                     "include what the log cannot identify")
+        return [(resolve_regime(regime), None)], [
+            "one regime as given: the interval is its worlds' only and does not include what "
+            "the log cannot identify"]
+    names = list(prior) if prior is not None else _calibrated()
+    if not names:
+        raise ValueError("predict: no structures (no calibrated regime is installed; give "
+                         "--regime or --prior)")
+    return [(resolve_regime(n), k) for n in names for k in knob_ranges], []
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What each candidate runs: the log's method (``log_run``, to match the log; under its
+    ``rule``) and the predicted one (``pred_run``), as ``(method, budget)`` of
+    :meth:`Drafted.run_args`, at temperature ``t``, under latency model ``cost``."""
+
+    log_run: tuple[Any, int | None]
+    pred_run: tuple[Any, int | None]
+    t: float
+    rule: str
+    cost: Any
+
+
+class _StructureWorlds:
+    """A structure's world sets: the fit's, and fresh contexts of its worlds (stream 18) for
+    the prediction; one structure's at a time (~0.3 GB each at ``V = 32768``)."""
+
+    def __init__(self, contexts: int, worlds: int, seed: int, vocab_size: int | None) -> None:
+        self.contexts, self.worlds, self.seed, self.vocab_size = contexts, worlds, seed, vocab_size
+        self.sets: dict[str, tuple[WorldSet, WorldSet]] = {}
+
+    def __call__(self, base: RegimeSpec) -> tuple[WorldSet, WorldSet]:
+        if base.name not in self.sets:
+            self.sets.clear()
+            fit_set = WorldSet(base, contexts=self.contexts, worlds=self.worlds, seed=self.seed,
+                               vocab_size=self.vocab_size)
+            self.sets[base.name] = (fit_set, fit_set.with_stream(18))
+        return self.sets[base.name]
+
+
+def _candidate(tg: LogTarget, name: str, base: RegimeSpec, knob: str | None,
+               bounds: tuple[float, float] | None, fit_ws: WorldSet, new_ws: WorldSet,
+               task: _Task, max_evals: int) -> Candidate:
+    """Structure ``base`` refitted to the log's mean through ``knob`` (``None``: as given) on
+    ``fit_ws``, assessed against the log's law and, where it reached the mean, what it
+    predicts on ``new_ws``."""
+    if knob is None:
+        value, dist, why = None, fit_ws.law(method=task.log_run[0], budget=task.log_run[1],
+                                            temperature=task.t, rule=task.rule), ""
+        fitted = base
     else:
-        names = list(prior) if prior is not None else _calibrated()
-        if not names:
-            raise ValueError("predict: no structures (no calibrated regime is installed; give "
-                             "--regime or --prior)")
-        structures = [(resolve_regime(n), k) for n in names for k in knob_ranges]
-    scale = (1.0, 1.0)
-    if tg.mean.has_interval and tg.mean.mean > 0:
-        scale = (tg.mean.low / tg.mean.mean, tg.mean.high / tg.mean.mean)
-    cands: list[Candidate] = []
-    sets: dict[str, tuple[WorldSet, WorldSet]] = {}
-    for spec, knob in structures:
-        base = regime_for_log(tg, drafter_spec(spec, drafter), None)
-        if base.name not in sets:
-            sets.clear()  # one structure's worlds at a time (~0.3 GB each at V = 32768)
-            fit_set = WorldSet(base, contexts=contexts, worlds=worlds, seed=seed,
-                               vocab_size=vocab_size)
-            sets[base.name] = (fit_set, fit_set.with_stream(18))
-        fit_ws, new_ws = sets[base.name]
-        if knob is None:
-            value, dist, why = None, fit_ws.law(method=log_run[0], budget=log_run[1],
-                                                temperature=t, rule=drafted.rule), ""
-            fitted = base
-        else:
-            value, dist, why = _match_mean(tg, fit_ws, base, knob, knob_ranges[knob],
-                                           run=log_run, temperature=t, rule=drafted.rule,
-                                           max_evals=max_evals)
-            fitted = None if value is None else dataclasses.replace(
-                base, **{knob: value}, name=f"{base.name}+{knob}",
-                description=f"{base.name} with {knob} refitted to {Path(str(tg.label)).name}")
-        comp = None if dist is None else compare_target(tg, dist)
-        cand = Candidate(spec.name, knob, value, fitted, comp, False, why)
-        if fitted is not None:
-            cand = _assess(cand, tg, dist)
-        if fitted is not None:
-            cand = _predicted(cand, new_ws, fitted, pred_run, log_run, t, drafted.rule, cost,
-                              tg.mean.mean)
-        cands.append(cand)
-        if progress is not None:
-            progress(_candidate_line(cand))
+        value, dist, why = _match_mean(tg, fit_ws, base, knob, bounds, run=task.log_run,
+                                       temperature=task.t, rule=task.rule,
+                                       max_evals=max_evals)
+        fitted = None if value is None else dataclasses.replace(
+            base, **{knob: value}, name=f"{base.name}+{knob}",
+            description=f"{base.name} with {knob} refitted to {Path(str(tg.label)).name}")
+    comp = None if dist is None else compare_target(tg, dist)
+    cand = Candidate(name, knob, value, fitted, comp, False, why)
+    if fitted is None:
+        return cand
+    cand = _assess(cand, tg, dist)
+    return _predicted(cand, new_ws, fitted, task.pred_run, task.log_run, task.t, task.rule,
+                      task.cost, tg.mean.mean)
+
+
+def _used(cands: list[Candidate], tg: LogTarget, knob_ranges: dict[str, tuple[float, float]]
+          ) -> tuple[list[int], int, str | None]:
+    """The candidates the interval spans (the consistent ones, else every one that reached
+    the log's mean, with a warning), and the one closest to the log."""
     reached = [i for i, c in enumerate(cands) if c.spec is not None]
     if not reached:
         raise ValueError("predict: no structure reaches the log's mean tau "
@@ -448,26 +513,40 @@ def predict(target: AcceptanceLog | Distribution | float, *, temperature: float,
     best = min(reached, key=lambda i: (cands[i].comparison.tv if cands[i].comparison.law
                                        else abs(cands[i].comparison.model_mean.mean
                                                 - tg.mean.mean)))
+    return used, best, warning
+
+
+def _intervals(cands: list[Candidate], used: list[int], tg: LogTarget, cost_name: str | None
+               ) -> tuple[tuple[float, float, float], tuple[float, float, float], dict]:
+    """The prediction's ``tau`` and gain (median, low, high: :func:`_spread` over ``used``,
+    scaled by the log's own relative interval where it has one) and, under a latency model
+    (``cost_name``), its tokens/s and speedup as :class:`Prediction`'s fields."""
+    scale = (1.0, 1.0)
+    if tg.mean.has_interval and tg.mean.mean > 0:
+        scale = (tg.mean.low / tg.mean.mean, tg.mean.high / tg.mean.mean)
     # a round commits at least its bonus token, and nothing runs at negative speed: a bound
     # of a few worlds' t-interval past those says nothing more than the bound itself
     tau = _spread([cands[i].tau for i in used], scale, floor=1.0)
     gain = _spread([cands[i].gain for i in used], (1.0, 1.0), floor=0.0)
-    extra = {}
-    if cost is not None:
-        tps = _spread([cands[i].tokens_per_s for i in used], scale, floor=0.0)
-        sp = _spread([cands[i].speedup for i in used], (1.0, 1.0), floor=0.0)
-        extra = {"tokens_per_s": tps[0], "tokens_per_s_low": tps[1],
-                 "tokens_per_s_high": tps[2], "speedup": sp[0], "speedup_low": sp[1],
-                 "speedup_high": sp[2], "cost_model": cost_name}
+    if cost_name is None:
+        return tau, gain, {}
+    tps = _spread([cands[i].tokens_per_s for i in used], scale, floor=0.0)
+    sp = _spread([cands[i].speedup for i in used], (1.0, 1.0), floor=0.0)
+    return tau, gain, {"tokens_per_s": tps[0], "tokens_per_s_low": tps[1],
+                       "tokens_per_s_high": tps[2], "speedup": sp[0], "speedup_low": sp[1],
+                       "speedup_high": sp[2], "cost_model": cost_name}
+
+
+def _notes(tg: LogTarget, drafter: str, method: str) -> list[str]:
+    """What the reader of the prediction should know about the log and the method."""
+    notes = []
     if not tg.mean.has_interval:
         notes.append("the log's mean has no interval (a single unit): the prediction's "
                      "interval does not include the log's own sampling error")
     if drafter == "autoregressive" and method == "ddtree":
         notes.append("an autoregressive drafter: 'ddtree' is DDTree's best-first rule on its "
                      "conditional path scores (ar-ddtree, an EAGLE-2-style tree)")
-    return Prediction(method, pred.budget, drafter, t, drafted, tg.mean, tuple(cands),
-                      tuple(used), *tau, *gain, **extra, best=best, warning=warning,
-                      notes=tuple(notes))
+    return notes
 
 
 def _calibrated() -> list[str]:

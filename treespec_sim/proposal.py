@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from .validation import is_index
+
 __all__ = ["ConditionalProposal", "ProposalRows"]
 
 
@@ -100,10 +102,10 @@ class ProposalRows(NDArrayOperatorsMixin):
         return q
 
     def __getitem__(self, key):
-        if isinstance(key, tuple) and key and _is_int(key[0]):
+        if isinstance(key, tuple) and key and is_index(key[0]):
             rest = key[1:]
             return self.row(key[0])[rest] if rest else self.row(key[0])
-        if _is_int(key):
+        if is_index(key):
             return self.row(key)
         return np.asarray(self)[key]
 
@@ -123,16 +125,6 @@ class ProposalRows(NDArrayOperatorsMixin):
     def with_laws(self, laws) -> ProposalRows:
         """The same node-to-law map over replacement ``laws`` (e.g. renormalised)."""
         return ProposalRows(tuple(laws), self.row_of, self.vocab_size)
-
-
-def _is_int(x) -> bool:
-    if isinstance(x, (bool, np.bool_)):
-        return False
-    try:
-        operator.index(x)
-    except TypeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)

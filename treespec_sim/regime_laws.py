@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,14 +26,13 @@ import numpy as np
 from .acceptance_readers import FORMATS, AcceptanceLog
 from .cost import get_cost_model
 from .engine import run_round
-from .policies import chain
 from .seeds import cell_rng
 from .stats import MeanCI, mean_ci
 from .synth import RegimeSpec, make_world, resolve_regime
 from .validation import check_positive_int, check_rng, check_temperature
 
 __all__ = ["DRAFTERS", "FIT_WARN_CDF_GAP", "FIT_WARN_TV", "Comparison", "Distribution",
-           "Drafted", "LogTarget", "WorldSet", "chain_prefix", "compare", "compare_markdown",
+           "Drafted", "LogTarget", "WorldSet", "compare", "compare_markdown",
            "compare_target", "drafter_spec", "guess_method", "log_label", "log_target",
            "plot_comparison", "regime_distribution", "regime_for_log", "trace_distribution",
            "tv_noise"]
@@ -53,12 +51,6 @@ def drafter_spec(spec: RegimeSpec, drafter: str) -> RegimeSpec:
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter: {drafter!r} is not one of {', '.join(DRAFTERS)}")
     return dataclasses.replace(spec, **DRAFTERS[drafter]) if DRAFTERS[drafter] else spec
-
-
-def chain_prefix(log_q, budget: int | None, *, root_token: int = -1):
-    """The DFlash chain's first ``budget`` positions (an engine drafting ``k < L`` tokens from
-    a block-diffusion drafter): :func:`treespec_sim.policies.chain` with ``length=budget``."""
-    return chain(log_q, budget, root_token=root_token)
 
 
 # ----------------------------------------------------------------------------- what was drafted
@@ -99,13 +91,14 @@ class Drafted:
         return f"{self.method}{b}" + (" (autoregressive)" if self.drafter == "autoregressive"
                                       else "")
 
-    def run_args(self) -> tuple[str | Callable, int | None]:
-        """``(method, budget)`` for :func:`~treespec_sim.engine.run_round`."""
+    def run_args(self) -> tuple[str, int | None]:
+        """``(method, budget)`` for :func:`~treespec_sim.engine.run_round` (a chain of
+        ``k < L`` tokens from a block-diffusion drafter: ``chain-prefix`` at ``k``)."""
         ar = self.drafter == "autoregressive"
         if self.method == "chain":
             if ar:
                 return "ar-chain", self.budget
-            return ("chain", None) if self.budget is None else (chain_prefix, self.budget)
+            return ("chain", None) if self.budget is None else ("chain-prefix", self.budget)
         if self.method == "ddtree":
             return ("ar-ddtree" if ar else "ddtree"), self.budget
         if ar:
@@ -290,7 +283,7 @@ class WorldSet:
             other.states.append(rng.bit_generator.state)
         return other
 
-    def law(self, trial: RegimeSpec | None = None, *, method: str | Callable = "ddtree",
+    def law(self, trial: RegimeSpec | None = None, *, method: str = "ddtree",
             budget: int | None = 64, temperature: float = 0.0, rule: str = "follow",
             cost: Any = None, label: str | None = None) -> Distribution:
         """The law of ``trial`` (default the regime itself) on these worlds' contexts."""
@@ -318,16 +311,15 @@ class WorldSet:
             secs.append(sec)
             world.append(np.full(tau.size, i, dtype=np.int64))
         probs_all = np.concatenate(probs)
-        name = getattr(method, "__name__", method)
-        return Distribution(label or f"{spec.name} ({name}"
+        return Distribution(label or f"{spec.name} ({method}"
                             f"{'' if budget is None else f'@{budget}'}, T = {t:g})",
                             probs_all.mean(axis=0), np.concatenate(taus),
-                            np.arange(probs_all.shape[0]), str(name), budget, t, rule,
+                            np.arange(probs_all.shape[0]), method, budget, t, rule,
                             np.concatenate(world),
                             None if cost is None else np.concatenate(secs))
 
 
-def regime_distribution(regime: str | RegimeSpec, *, method: str | Callable = "ddtree",
+def regime_distribution(regime: str | RegimeSpec, *, method: str = "ddtree",
                         budget: int | None = 64, temperature: float = 0.0, rule: str = "follow",
                         contexts: int = 128, worlds: int = 2, seed: int = 0,
                         vocab_size: int | None = None, depth: int | None = None,
@@ -342,8 +334,8 @@ def regime_distribution(regime: str | RegimeSpec, *, method: str | Callable = "d
     ----------
     regime : str or RegimeSpec
         A name, a spec or a fitted regime's file (:func:`~treespec_sim.synth.resolve_regime`).
-    method : str or callable
-        A registered method or a builder callable (:func:`chain_prefix`).
+    method : str
+        A registered method (``chain-prefix``: a chain of ``budget`` tokens).
     vocab_size, depth : int, optional
         Override ``V`` (a smaller world is faster) and ``L`` (to match a log's block depth).
     cost : latency model or name, optional

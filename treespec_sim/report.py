@@ -31,7 +31,7 @@ from .calibration_data import (
     table1_targets,
 )
 from .cli import OneLineParser
-from .families import FAMILIES, Claim, all_claims
+from .families import FAMILIES, Claim, Row, all_claims
 from .families.base import (
     MIN_UNITS,
     NO_VERDICT,
@@ -47,8 +47,8 @@ __all__ = ["findings_lines", "findings_section", "results_page", "summary_markdo
            "write_figures"]
 
 
-def _fam(rows: Sequence[dict], family: str) -> list[dict]:
-    return [r for r in rows if r.get("family") == family]
+def _fam(rows: Sequence[Row], family: str) -> list[Row]:
+    return [r for r in rows if r.family == family]
 
 
 # ----------------------------------------------------------------------------- findings
@@ -92,7 +92,7 @@ def findings_lines(claims: Sequence[Claim], *, markdown: bool = True) -> list[st
     return out
 
 
-def findings_section(rows: Sequence[dict]) -> list[str]:
+def findings_section(rows: Sequence[Row]) -> list[str]:
     """``## Findings``: every family's claims, one line each (empty if no family has one).
 
     Parameters
@@ -128,7 +128,7 @@ def findings_section(rows: Sequence[dict]) -> list[str]:
 QWEN3_ENTROPY = {"median": "≈ 0", "p80": "0.672", "share_below_0.05": "> 50%"}
 
 
-def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list[str]:
+def _calibration_section(rows: Sequence[Row], data: dict | None = None) -> list[str]:
     """The published cells of the sweep's calibrated regimes beside this run's numbers (empty
     if it has none).
 
@@ -156,13 +156,14 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
             if r is None:
                 cells.append(f"{t['value']:.2f}{star} → —")
                 continue
-            rel = r["tau_mean"] / t["value"] - 1
-            half = (r["tau_ci_high"] - r["tau_ci_low"]) / 2 / r["tau_mean"]
-            cells.append(f"{t['value']:.2f}{star} → {r['tau_mean']:.2f} [{r['tau_ci_low']:.2f}, "
-                         f"{r['tau_ci_high']:.2f}] ({100 * rel:+.1f}%)")
+            mean, low, high = r.get("tau_mean"), r.get("tau_ci_low"), r.get("tau_ci_high")
+            rel = mean / t["value"] - 1
+            half = (high - low) / 2 / mean
+            cells.append(f"{t['value']:.2f}{star} → {mean:.2f} [{low:.2f}, "
+                         f"{high:.2f}] ({100 * rel:+.1f}%)")
             if t["published"]:
                 # the one verdict rule: within the tolerance when the interval lies inside it
-                v = judge(r["tau_mean"], r["tau_ci_low"], r["tau_ci_high"],
+                v = judge(mean, low, high,
                           published_band(t["value"]), units=interval_units(r)[0] or None).verdict
                 verdicts[v] = verdicts.get(v, 0) + 1
                 widest = max(widest, half)
@@ -208,11 +209,11 @@ def _calibration_section(rows: Sequence[dict], data: dict | None = None) -> list
     return [*out, ""]
 
 
-def _fidelity_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict]:
+def _fidelity_cells(rows: Sequence[Row]) -> dict[tuple[str, str], Row]:
     """``(regime, cell) -> row``: for each cell of :data:`CELLS` the row that measures it on the
     most contexts (:data:`treespec_sim.calibrate.CELL_SPECS`: exact E[τ] under ``follow``, the
     regime's own drafter), whichever family ran it."""
-    best: dict[tuple[str, str], dict] = {}
+    best: dict[tuple[str, str], Row] = {}
     for r in rows:
         if r.get("verifier") != "follow" or r.get("drafter") not in (None, "", "none"):
             continue
@@ -220,25 +221,24 @@ def _fidelity_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict]:
             if (r.get("method") == method and float(r.get("temperature", -1)) == t
                     and (budget is None or int(r.get("budget", -1)) == budget)
                     and not missing(r.get("tau_ci_low"))):
-                key = (r["regime"], q)
+                key = (r.get("regime"), q)
                 if key not in best or int(r.get("rounds", 0)) > int(best[key].get("rounds", 0)):
                     best[key] = r
     return best
 
 
-def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
+def _family_size(family: str, plan: dict, rows: Sequence[Row]) -> str:
     """``"63 contexts per ddtree cell"``, or, for a precision target, the range the cells used."""
     unit = FAMILIES[family].grid.unit
     if plan.get("max_rounds") and not plan.get("precision"):
-        used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family
-                       and not r.get("map")})
+        used = sorted({int(r.get("rounds")) for r in rows if r.get("family") == family})
         span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
         return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then one second "
                 "stage where deciding a claim of the cell takes more and fits under "
                 f"{plan['max_rounds']}; each row's `rounds` says how many)")
     if not plan.get("precision"):
         return f"{plan['rounds']} {unit} per {family} cell"
-    used = sorted({int(r["rounds"]) for r in rows if r.get("family") == family})
+    used = sorted({int(r.get("rounds")) for r in rows if r.get("family") == family})
     span = (f"{used[0]}" if len(used) == 1 else f"{used[0]} to {used[-1]}") if used else "?"
     cap = plan.get("max_rounds") or 64 * int(plan["rounds"])
     return (f"{span} {unit} per {family} cell (a pilot of {plan['rounds']}, then more until "
@@ -246,7 +246,7 @@ def _family_size(family: str, plan: dict, rows: Sequence[dict]) -> str:
             f"mean, at most {cap}; each row's `rounds` says how many)")
 
 
-def _trace_section(record: dict, rows: Sequence[dict]) -> list[str]:
+def _trace_section(record: dict, rows: Sequence[Row]) -> list[str]:
     """``## The trace``: what a ``trace:<name>`` regime's rows were replayed from (the models,
     dtype and device of the recording, its settings), and what their intervals are over (empty
     if the run has no trace; ``record["trace"]``, see :func:`treespec_sim.sweep.trace_record`).
@@ -285,7 +285,7 @@ def _trace_section(record: dict, rows: Sequence[dict]) -> list[str]:
             f"{tr.get('created', '?')} |", ""]
 
 
-def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[str]:
+def _run_size(record: dict, rows: Sequence[Row], *, calibrated: bool) -> list[str]:
     """How much data stands behind every interval (rounds per cell, worlds per regime), and
     what the two kinds of interval mean."""
     tr = record.get("trace") or {}
@@ -295,7 +295,7 @@ def _run_size(record: dict, rows: Sequence[dict], *, calibrated: bool) -> list[s
     plan = record.get("plan") or {}
     fams = {f: plan[f] for f in FAMILIES if isinstance(plan.get(f), dict) and "rounds" in plan[f]}
     worlds = sorted({int(p.get("worlds", 1)) for p in fams.values()}
-                    or {int(r["worlds"]) for r in rows if r.get("worlds")})
+                    or {int(r.get("worlds")) for r in rows if r.get("worlds")})
     if not worlds:
         return []
     k = "/".join(map(str, worlds))
@@ -390,7 +390,7 @@ def _extrapolation_section(record: dict) -> list[str]:
     return [*out, ""]
 
 
-def summary_markdown(rows: Sequence[dict], record: dict, *, folder: Path | None = None) -> str:
+def summary_markdown(rows: Sequence[Row], record: dict, *, folder: Path | None = None) -> str:
     """The human-readable summary of a sweep.
 
     Starts with the findings (:func:`findings_section`), then the run's size and what its
@@ -464,7 +464,7 @@ def _once(lines: Sequence[str], paragraphs) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- figures
-def write_figures(rows: Sequence[dict], out: Path) -> list[str]:
+def write_figures(rows: Sequence[Row], out: Path) -> list[str]:
     """Draw every figure of every family that has rows; return the file names written."""
     import matplotlib
 

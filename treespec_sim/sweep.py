@@ -14,12 +14,13 @@ calibrated ones are not installed):
 
 Each regime runs on 3 synthetic worlds in every family.
 
-Other presets: ``quick`` (under a minute), and one per family (``ddtree``, ``caddtree``,
-``stochastic``, ``verifiers``); ``--config FILE.toml`` for custom grids (validated before any
-work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs the families that run on
-traces on a recorded trace's rounds, the trace standing where a regime stands
-(``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in ``--out``
-(default ``runs/sweep-<preset>-<time>``):
+Other presets: ``quick`` (under a minute), one per family (``ddtree``, ``caddtree``,
+``stochastic``, ``verifiers``, ``stochastic-map``: the regime map at ``T = 1``) and the further
+presets a family names (``verifiers-engines``); ``--config FILE.toml`` for custom grids
+(validated before any work starts); ``--trace FILE`` (or ``trace = "FILE"`` in a config) runs
+the families that run on traces on a recorded trace's rounds, the trace standing where a
+regime stands (``docs/traces.md``, "The sweep on a trace"; :func:`trace_plan`). Outputs, in
+``--out`` (default ``runs/sweep-<preset>-<time>``):
 
 ``results.csv``
     the tidy table, one row per (cell, method, ...) and seed; columns :data:`COLUMNS`;
@@ -73,6 +74,7 @@ from .families import (
     FAMILIES,
     Cell,
     Claim,
+    Row,
     RunSettings,
     all_claims,
     is_trace,
@@ -125,12 +127,12 @@ def _chunks_by_regime(todo: list[Cell], workers: int) -> list[list[Cell]]:
     return [g[i: i + size] for g in groups.values() for i in range(0, len(g), size)]
 
 
-def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
+def _run_recorded(cell: Cell, settings: RunSettings) -> list[Row]:
     """:func:`run_cell`, with the cell's latency-model extrapolations on its rows.
 
     Every request a latency model priced outside its measured range during the cell
     (:func:`treespec_sim.cost.record_extrapolation`) goes, as a list of records, under the
-    rows' ``"extrapolated"`` key (absent if there was none): the rows are what a worker
+    rows' ``extrapolated`` field (empty if there was none): the rows are what a worker
     returns and what the cell file keeps, so the record survives worker processes, dask and
     ``--resume``.
     """
@@ -140,18 +142,17 @@ def _run_recorded(cell: Cell, settings: RunSettings) -> list[dict]:
         rows = run_cell(cell, settings)
     notes = log.records()
     if notes:
-        for r in rows:
-            r["extrapolated"] = notes
+        rows = [dataclasses.replace(r, extrapolated=notes) for r in rows]
     return rows
 
 
-def _cell_extrapolation(rows: Sequence[dict]) -> list[dict]:
+def _cell_extrapolation(rows: Sequence[Row]) -> list[dict]:
     """The extrapolation records a cell's rows carry (see :func:`_run_recorded`)."""
     return list(rows[0].get("extrapolated") or []) if rows else []
 
 
 def _run_chunk(cells: list[Cell], settings: RunSettings,
-               save: Callable[[Cell, list[dict]], None] | None) -> list[list[dict]]:
+               save: Callable[[Cell, list[Row]], None] | None) -> list[list[Row]]:
     """Run ``cells`` in order in one worker; ``save`` each as it finishes (nothing is lost)."""
     out = []
     for cell in cells:
@@ -162,7 +163,7 @@ def _run_chunk(cells: list[Cell], settings: RunSettings,
     return out
 
 
-def _run_indexed_chunk(task: tuple) -> tuple[int, list[list[dict]]]:
+def _run_indexed_chunk(task: tuple) -> tuple[int, list[list[Row]]]:
     """``(i, cells, settings, save) -> (i, rows of each cell)``: :func:`_run_chunk` for a pool
     that returns chunks in the order they finish."""
     i, cells, settings, save = task
@@ -181,8 +182,8 @@ SCHEDULER_TIMEOUT_S = 10
 
 
 def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler: str | None,
-             done: Callable[[Cell, list[dict]], None], progress: bool,
-             save: Callable[[Cell, list[dict]], None] | None = None) -> None:
+             done: Callable[[Cell, list[Row]], None], progress: bool,
+             save: Callable[[Cell, list[Row]], None] | None = None) -> None:
     """Run cells on the chosen backend, calling ``done`` in this process as each finishes.
 
     Local workers run chunks of same-regime cells (:func:`_chunks_by_regime`); ``save``
@@ -198,7 +199,7 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
         bar.start()
         task = bar.add_task("cells", total=len(todo))
 
-    def finish(cell: Cell, rows: list[dict]) -> None:
+    def finish(cell: Cell, rows: list[Row]) -> None:
         done(cell, rows)
         if bar is not None:
             bar.update(task, description=cell.key, advance=1)
@@ -260,7 +261,7 @@ def _execute(todo: list[Cell], settings: RunSettings, *, workers: int, scheduler
 
 def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
              scheduler: str | None = None, plot: bool = True, progress: bool = True,
-             preset: str | None = None) -> list[dict]:
+             preset: str | None = None) -> list[Row]:
     """Run every cell of ``plan`` into ``out``; return the rows (in plan order).
 
     ``out`` is locked for the run (:func:`out_lock`: a folder another running sweep holds is
@@ -277,17 +278,18 @@ def run_plan(plan: Plan, out: Path, *, resume: bool = False, workers: int = 1,
 
 
 def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler: str | None,
-                plot: bool, progress: bool, preset: str | None) -> list[dict]:
+                plot: bool, progress: bool, preset: str | None) -> list[Row]:
     """:func:`run_plan`'s work, with ``out`` locked."""
     previous = check_out(out, plan, resume=resume)
     settings = plan.settings()
     cells = plan.cells()
     started = time.time()
-    results: dict[str, list[dict]] = {}
+    results: dict[str, list[Row]] = {}
     todo = []
     for cell in cells:
         path = cell_path(out, cell, settings)
-        saved = load_cell(path) if resume and path.exists() else None
+        saved = (load_cell(path, FAMILIES[cell.family].row) if resume and path.exists()
+                 else None)
         if saved is not None:
             results[cell.key] = saved
         else:
@@ -296,7 +298,7 @@ def _run_locked(plan: Plan, out: Path, *, resume: bool, workers: int, scheduler:
 
     save = functools.partial(save_cell, out, settings)
 
-    def done(cell: Cell, rows: list[dict]) -> None:
+    def done(cell: Cell, rows: list[Row]) -> None:
         path = cell_path(out, cell, settings)
         # A local worker has saved it already during this run; anything older is rewritten.
         if not (path.exists() and path.stat().st_mtime >= started):
@@ -372,7 +374,7 @@ def print_findings(claims: Sequence[Claim]) -> None:
             print(line)
 
 
-def print_table(rows: Sequence[dict]) -> None:
+def print_table(rows: Sequence[Row]) -> None:
     """The findings, then each family's headline rows (``console_rows``) as one table."""
     from rich.console import Console
     from rich.table import Table
@@ -385,20 +387,21 @@ def print_table(rows: Sequence[dict]) -> None:
         table.add_column(col, justify="left" if col in ("family", "regime", "method",
                                                          "verifier", "cost model") else "right")
     for family in FAMILIES.values():
-        sub = [r for r in rows if r.get("family") == family.name]
+        sub = [r for r in rows if r.family == family.name]
         for r in family.console_rows(sub) if sub else []:
             thr = r.get("throughput_tok_s")
-            ci = (f"[{r['tau_ci_low']:.2f}, {r['tau_ci_high']:.2f}]"
+            ci = (f"[{r.get('tau_ci_low'):.2f}, {r.get('tau_ci_high'):.2f}]"
                   if not missing(r.get("tau_ci_low")) else "")
-            table.add_row(family.name, r["regime"], r["method"], str(r.get("verifier", "")),
-                          f"{r['temperature']:g}", _budget_text(r),
-                          f"{r['tau_mean']:.3f}", ci, f"{thr:.0f}" if thr else "",
-                          cost_label(str(r["cost_model"]), on_trace=is_trace(r["regime"]))
+            regime = r.get("regime")
+            table.add_row(family.name, regime, r.get("method"), str(r.get("verifier", "")),
+                          f"{r.get('temperature'):g}", _budget_text(r),
+                          f"{r.get('tau_mean'):.3f}", ci, f"{thr:.0f}" if thr else "",
+                          cost_label(str(r.get("cost_model")), on_trace=is_trace(regime))
                           if thr else "")
     Console(width=175).print(table)
 
 
-def _budget_text(r: dict) -> str:
+def _budget_text(r: Row) -> str:
     """The row's budget, with its mean tree size where they differ (an adaptive rule's budget
     is its cap: ``"512 (mean 61)"``)."""
     b, size = r.get("budget", ""), r.get("tree_size_mean")

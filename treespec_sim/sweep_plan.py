@@ -141,7 +141,7 @@ PRESETS: dict[str, tuple[str, Callable[[], Plan]]] = {
     # the further presets a family names (``presets``: name -> (note, grid factory)), each
     # its grid alone
     **{p: (note, lambda make=make: Plan((make(),))) for f in FAMILIES.values()
-       for p, (note, make) in getattr(f, "presets", {}).items()},
+       for p, (note, make) in f.presets.items()},
 }
 
 

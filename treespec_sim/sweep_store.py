@@ -16,6 +16,7 @@ from pathlib import Path
 from .families import (
     COLUMNS,
     Cell,
+    Row,
     RunSettings,
     is_trace,
 )
@@ -56,8 +57,10 @@ def cell_path(out: Path, cell: Cell, settings: RunSettings) -> Path:
             / f"{cell.key}__s{settings.seed}__{cell_fingerprint(cell, settings)}.json")
 
 
-def save_cell(out: Path, settings: RunSettings, cell: Cell, rows: list[dict]) -> None:
-    atomic_write_text(cell_path(out, cell, settings), json.dumps(rows))
+def save_cell(out: Path, settings: RunSettings, cell: Cell, rows: list[Row]) -> None:
+    """The cell's rows, each as :meth:`~treespec_sim.families.Row.as_dict`, in one JSON file
+    (written atomically)."""
+    atomic_write_text(cell_path(out, cell, settings), json.dumps([r.as_dict() for r in rows]))
 
 
 def plan_record(plan: Plan) -> dict:
@@ -221,13 +224,17 @@ def earlier_runs(previous: dict | None) -> list[dict]:
             {k: previous.get(k) for k in EARLIER_RUN_KEYS}]
 
 
-def load_cell(path: Path) -> list[dict] | None:
-    """A saved cell's rows, or None (with a warning, the file set aside) if it is corrupted."""
+def load_cell(path: Path, row: type[Row]) -> list[Row] | None:
+    """A saved cell's rows, read as its family's schema ``row``, or None (with a warning, the
+    file set aside) if it is corrupted or not rows of that schema."""
     try:
-        rows = read_json(path, "cell file")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        data = read_json(path, "cell file")
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ValueError("not a list of rows")
-        return rows
+        try:
+            return [row.from_dict(r) for r in data]
+        except TypeError as exc:  # a field the schema needs is missing
+            raise ValueError(f"not {row.__name__} rows ({exc})") from None
     except (OSError, ValueError) as exc:
         aside = path.with_name(path.name + ".corrupt")
         os.replace(path, aside)
@@ -236,14 +243,16 @@ def load_cell(path: Path) -> list[dict] | None:
         return None
 
 
-def write_results(out: Path, rows: Sequence[dict]) -> None:
+def write_results(out: Path, rows: Sequence[Row]) -> None:
+    """``results.csv``: every family's rows (their :data:`COLUMNS`; a column a family's rows
+    leave empty, an empty cell), one writer for all."""
     import io
 
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: csv_value(v) for k, v in r.items() if k in COLUMNS})
+        writer.writerow({k: csv_value(v) for k, v in r.as_dict().items() if k in COLUMNS})
     atomic_write_text(out / "results.csv", buf.getvalue())
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,7 @@ from .files import (
 )
 from .marginals import LazyLogMarginals
 from .methods import get_method
-from .paths import LogQ
-from .policies import chain, ddtree, dynamic_tree
+from .policies import superset
 from .policies.draft import Draft
 from .proposal import ProposalRows
 from .rows import same_tree
@@ -117,48 +116,6 @@ def expected_bytes(*, rounds: int, vocab_size: int, depth: int, b_max: int,
         laws = sampled_size if sampled_laws is None else sampled_laws
         per += 12 * s1 + laws * vocab_size * 8 + s1 * vocab_size * 4
     return int(rounds * per)
-
-
-# ----------------------------------------------------------------------------- superset
-def superset(log_q: LogQ, b_max: int, *, root_token: int = -1) -> DraftTree:
-    """The recorded deterministic superset tree of a round (``docs/traces.md``, "Superset").
-
-    DDTree at ``b_max`` first (its nodes in pop order, so every smaller DDTree is a prefix),
-    then the nodes of the argmax chain that DDTree left out (a flat drafter can rank more than
-    ``b_max`` shallow prefixes above a deep chain node), then those of the EAGLE-2-like dynamic
-    tree at ``b_max`` (:func:`treespec_sim.policies.dynamic_tree`, default width;
-    nested, so it holds the dynamic tree of every smaller budget), each in its own order.
-
-    Parameters
-    ----------
-    log_q : ndarray (L, V) or LazyLogMarginals
-    b_max : int
-    root_token : int
-
-    Returns
-    -------
-    DraftTree
-        At least ``min(b_max, ...)`` nodes; the first ``b_max`` are ``ddtree(log_q, b_max)``.
-    """
-    tree = ddtree(log_q, b_max, root_token=root_token)
-    parent, token = tree.parent.tolist(), tree.token.tolist()
-    kids = {(p, t): v for v, (p, t) in enumerate(zip(parent, token, strict=True)) if v}
-    for extra in (chain(log_q, root_token=root_token),
-                  dynamic_tree(log_q, b_max, root_token=root_token)):
-        mapped = [0]
-        for v in range(1, extra.n_nodes):
-            key = (mapped[int(extra.parent[v])], int(extra.token[v]))
-            u = kids.get(key)
-            if u is None:
-                u = len(parent)
-                parent.append(key[0])
-                token.append(key[1])
-                kids[key] = u
-            mapped.append(u)
-    if len(parent) == tree.n_nodes:
-        return tree
-    return DraftTree.from_parents(np.asarray(parent, dtype=np.int64),
-                                  np.asarray(token, dtype=np.int64))
 
 
 # ----------------------------------------------------------------------------- contexts
@@ -399,13 +356,12 @@ class Trace:
         self.contexts: tuple[TraceContext, ...] = tuple(ctxs)
         self._children: dict[int, dict[tuple[int, int], int]] = {}
         self._log_q: dict[int, Any] = {}
-        self._round_of_log_q: dict[int, int] = {}
         self._superset: dict[int, DraftTree] = {}
         self._sampled: dict[int, Draft] = {}
         sp = s.get("sampled")
         self.sampled_spec: dict | None = dict(sp) if sp else None
 
-    _CACHES = ("_children", "_log_q", "_round_of_log_q", "_superset", "_sampled")
+    _CACHES = ("_children", "_log_q", "_superset", "_sampled")
 
     def __getstate__(self) -> dict:
         """Pickled without its caches (a sweep's worker processes rebuild them)."""
@@ -506,7 +462,7 @@ class Trace:
             return
         try:
             m, _ = get_method(method)
-        except ValueError:  # a callable's name or an unknown method: nothing to check here
+        except ValueError:  # an unknown method: run_round names it
             return
         if m.needs_cost:
             raise ValueError(f"budget: {method!r} reads the drafter's marginals up to its "
@@ -526,7 +482,6 @@ class Trace:
             else:
                 lq = a["log_q"][r]
             self._log_q[r] = lq
-            self._round_of_log_q[id(lq)] = r
         return lq
 
     def _children_of(self, r: int) -> dict[tuple[int, int], int]:
@@ -601,32 +556,17 @@ class Trace:
             self._sampled[r] = d
         return d
 
-    def sampled_draft(self, ctx: TraceContext) -> Draft:
-        """The recorded sampled tree of ``ctx``'s round with its proposal laws."""
+    def recorded_draft(self, ctx: TraceContext) -> Draft:
+        """The recorded sampled tree of ``ctx``'s round with its proposal laws
+        (:class:`treespec_sim.engine.RecordedDrafts`: what the ``recorded`` method replays,
+        ``run_round(trace, ctx, method="recorded", rule="rrsw",
+        temperature=trace.sampled_spec["temperature"], rng=rng)``; the rule must be lossless
+        for its scheme)."""
         d = self._sampled_draft(self._ctx(ctx))
         if d is None:
             raise ValueError("this trace has no recorded sampled tree (record with "
                              "--sampled-tree SPEC)")
         return d
-
-    @property
-    def sampled_method(self) -> Callable[..., Draft]:
-        """A method for :func:`~treespec_sim.engine.run_round` that returns the recorded sampled
-        tree of the round (``run_round(trace, ctx, method=trace.sampled_method, rule="rrsw",
-        temperature=trace.sampled_spec["temperature"], rng=rng)``); the rule must be lossless
-        for its scheme."""
-        if self.sampled_spec is None:
-            raise ValueError("this trace has no recorded sampled tree (record with "
-                             "--sampled-tree SPEC)")
-
-        def recorded_sampled(log_q, budget=None, *, root_token: int = -1) -> Draft:
-            r = self._round_of_log_q.get(id(log_q))
-            if r is None or self._log_q.get(r) is not log_q:
-                raise ValueError("recorded_sampled reads the marginals this trace's draft() "
-                                 "returned; call it through run_round on this trace")
-            return self._sampled_draft(r)
-
-        return recorded_sampled
 
 
 # ----------------------------------------------------------------------------- files

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,7 @@ __all__ = [
     "check_temperature",
     "check_tree",
     "checked_row_max",
+    "is_index",
     "is_int",
     "is_number",
     "row_sum_tolerance",
@@ -260,6 +262,8 @@ def check_masses(lp: np.ndarray, mass: np.ndarray, source: str, name: str = "log
 
 def _integer(value) -> bool:
     """A Python or numpy integer, not a bool (``True`` is an ``int`` to Python)."""
+    if type(value) is int:  # the common case without the ABC check (a bool's type is bool)
+        return True
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
 
 
@@ -270,6 +274,18 @@ def is_int(value, *, numpy: bool = True) -> bool:
     if not numpy:
         return isinstance(value, int) and not isinstance(value, bool)
     return _integer(value)
+
+
+def is_index(value) -> bool:
+    """An integer as numpy's indexing reads one (``operator.index`` takes it: Python and
+    numpy integers, 0-d integer arrays), not a bool."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
 
 
 def is_number(value, *, numpy: bool = True) -> bool:
@@ -316,17 +332,23 @@ class Interval:
                     and (value > self.high or (value == self.high and not right)))
 
     def describe(self) -> str:
-        """``"an integer >= 1"``, ``"a number in [0, 1)"``, ..."""
+        """``"an integer >= 1"``, ``"a number in [0, 1)"``, ... (integer bounds in full)."""
         what = "an integer" if self.kind == "int" else "a number"
+        low, high = _bound_text(self.low), _bound_text(self.high)
         if self.low is not None and self.high is not None:
             lb = "[" if self.closed in ("both", "left") else "("
             rb = "]" if self.closed in ("both", "right") else ")"
-            return f"{what} in {lb}{self.low:g}, {self.high:g}{rb}"
+            return f"{what} in {lb}{low}, {high}{rb}"
         if self.low is not None:
-            return f"{what} {'>=' if self.closed in ('both', 'left') else '>'} {self.low:g}"
+            return f"{what} {'>=' if self.closed in ('both', 'left') else '>'} {low}"
         if self.high is not None:
-            return f"{what} {'<=' if self.closed in ('both', 'right') else '<'} {self.high:g}"
+            return f"{what} {'<=' if self.closed in ('both', 'right') else '<'} {high}"
         return what
+
+
+def _bound_text(x: float | None) -> str:
+    """A bound as a message prints it: an integer in full, a float by ``:g``."""
+    return str(int(x)) if _integer(x) else "" if x is None else f"{x:g}"
 
 
 def check_param(value, name: str, constraint: Interval):

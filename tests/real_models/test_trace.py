@@ -22,6 +22,8 @@ from real_models.record import RecordSettings, discard_forward, pack, parse_samp
 from real_models.validate import load_prompts
 from treespec_sim import DraftTree, engine, trace
 from treespec_sim.cost import get_cost_model, record_extrapolation
+from treespec_sim.methods import Method, registered, rules_for
+from treespec_sim.policies import Draft
 from treespec_sim.rows import same_tree
 from treespec_sim.verify.outcome import Outcome
 
@@ -131,7 +133,7 @@ def _live_walk(bundle, tr: trace.Trace, *, tie: float | None = None):
         for c in ctxs:
             assert live.tokens == c.tokens.tolist()
             yield be, live, c
-            rnd = engine.run_round(be, live, method=trace.superset, budget=tr.b_max, rule="follow",
+            rnd = engine.run_round(be, live, method="superset", budget=tr.b_max, rule="follow",
                                    temperature=0.0, rng=np.random.default_rng(0), sample=False)
             rec_tree = tr.superset_tree(c)
             path, bonus = tr.recorded_outcome(c)
@@ -188,7 +190,7 @@ def test_the_sampled_tree_replays_under_every_lossless_rule(bundle, recorded):
                              rule=sp["rule"], temperature=sp["temperature"],
                              rng=np.random.default_rng([5, c.prompt, c.round, 1]), sample=False)
         discard_forward(be, live)
-        b = engine.run_round(recorded, c, method=recorded.sampled_method, rule=sp["rule"],
+        b = engine.run_round(recorded, c, method="recorded", rule=sp["rule"],
                              temperature=sp["temperature"], rng=np.random.default_rng(0),
                              sample=False)
         assert same_tree(a.tree, b.tree)
@@ -219,9 +221,9 @@ def test_a_trace_stands_where_a_world_stands(recorded):
                               temperature=1.0, rng=rng, sample=False)
     assert [s[0].expected_tau for s in again] == per_ctx
     sp = copy.sampled_spec
-    b = engine.run_round(copy, copy.contexts[0], method=copy.sampled_method, rule="traversal",
+    b = engine.run_round(copy, copy.contexts[0], method="recorded", rule="traversal",
                          temperature=sp["temperature"], rng=rng, sample=False)
-    assert b.tree.size == recorded.sampled_draft(recorded.contexts[0]).tree.size
+    assert b.tree.size == recorded.recorded_draft(recorded.contexts[0]).tree.size
 
 
 def test_sampled_outcomes_and_decoding_along_the_trace(recorded):
@@ -249,12 +251,12 @@ def test_refusals_name_what_is_missing(recorded, recorded_topk):
     used = set(sup.token[sup.children(0)].tolist())
     tok = next(t for t in range(recorded.vocab_size) if t not in used)
 
-    def outside(log_q, budget, *, root_token):
-        return DraftTree.from_parents([-1, 0], [root_token, tok])
-
-    with pytest.raises(ValueError, match=rf"node 1 \(depth 1, path \[{tok}\]\) is outside the "
-                                         "recorded superset tree"):
-        engine.run_round(recorded, c, method=outside, temperature=0.0, rng=rng)
+    outside = Method("outside", lambda req: Draft(DraftTree.from_parents(
+        [-1, 0], [req.root_token, tok])), rules_for("deterministic"))
+    with registered(outside), pytest.raises(
+            ValueError, match=rf"node 1 \(depth 1, path \[{tok}\]\) is outside the recorded "
+                              "superset tree"):
+        engine.run_round(recorded, c, method="outside", temperature=0.0, rng=rng)
     # a top-k trace has no full target rows at T > 0: a sampled outcome is refused, exact
     # facts are not
     ct = recorded_topk.contexts[0]
@@ -367,7 +369,7 @@ def test_the_shipped_trace_replays_the_live_tiny_models(bundle):
                              rng=np.random.default_rng([seed, c.prompt, c.round, 1]),
                              sample=False)
         discard_forward(be, live)
-        b = engine.run_round(tr, c, method=tr.sampled_method, rule=sp["rule"],
+        b = engine.run_round(tr, c, method="recorded", rule=sp["rule"],
                              temperature=sp["temperature"], rng=np.random.default_rng(0),
                              sample=False)
         assert same_tree(a.tree, b.tree)

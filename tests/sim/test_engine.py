@@ -95,7 +95,7 @@ def _world_grids():
 
 
 def _keyed(rows):
-    return {(r["method"], r["verifier"], r["budget"], r.get("cost_model")): r for r in rows}
+    return {(r.method, r.verifier, r.budget, r.cost_model): r for r in rows}
 
 
 def _t_interval(values):
@@ -130,44 +130,44 @@ def test_a_cell_of_three_worlds_pools_its_three_one_world_runs(family):
             singles.append(_keyed(run_cell(cell1, RunSettings(seed=s.seed))))
         assert set(pooled) == set(singles[0])
         for key, row in pooled.items():
-            assert row["worlds"] == 3 and row["rounds"] == grid.rounds
-            lo, hi = _t_interval(row["tau_world_means"])
-            assert (row["tau_world_ci_low"], row["tau_world_ci_high"]) == \
+            assert row.worlds == 3 and row.rounds == grid.rounds
+            lo, hi = _t_interval(row.tau_world_means)
+            assert (row.tau_world_ci_low, row.tau_world_ci_high) == \
                 pytest.approx((lo, hi), abs=1e-12)
             if key[0] == "ddtree-oracle":  # the oracle budget is chosen on the pooled rounds
                 continue
             one = [sg[key] for sg in singles]
-            means = np.array([r["tau_mean"] for r in one])
-            assert row["tau_world_means"] == pytest.approx(means, abs=EXACT)
-            assert row["tau_mean"] == pytest.approx((n * means).sum() / n.sum(), abs=EXACT)
+            means = np.array([r.tau_mean for r in one])
+            assert row.tau_world_means == pytest.approx(means, abs=EXACT)
+            assert row.tau_mean == pytest.approx((n * means).sum() / n.sum(), abs=EXACT)
             if family in ("ddtree", "caddtree"):  # throughput over every round of every world
-                seconds = np.array([r["round_time_s"] for r in one])
-                assert row["throughput_tok_s"] == pytest.approx(
+                seconds = np.array([r.round_time_s for r in one])
+                assert row.throughput_tok_s == pytest.approx(
                     (n * means).sum() / (n * seconds).sum(), rel=1e-12)
             if family == "ddtree":
                 for col in ("coverage_mean", "lost_uncovered", "lost_budget", "lost_depth_cap"):
-                    values = np.array([r[col] for r in one])
-                    assert row[col] == pytest.approx((n * values).sum() / n.sum(), abs=EXACT)
+                    values = np.array([r.get(col) for r in one])
+                    assert row.get(col) == pytest.approx((n * values).sum() / n.sum(), abs=EXACT)
             if family == "stochastic":  # the pooled contexts, world after world
-                taus = [t for r in one for t in r["taus"]]
-                assert row["taus"] == pytest.approx(taus, abs=EXACT)
-                assert (row["tau_ci_low"], row["tau_ci_high"]) == \
+                taus = [t for r in one for t in r.taus]
+                assert row.taus == pytest.approx(taus, abs=EXACT)
+                assert (row.tau_ci_low, row.tau_ci_high) == \
                     pytest.approx(_t_interval(taus), abs=1e-12)
             if family == "verifiers":  # each world's gain over RRSw is its one-world gain
-                rel = [r["rel_to_baseline"] for r in one]
-                assert row["rel_world_means"] == pytest.approx(rel, abs=EXACT)
+                rel = [r.rel_to_baseline for r in one]
+                assert row.rel_world_means == pytest.approx(rel, abs=EXACT)
                 lo, hi = _t_interval(rel)
-                assert (row["rel_world_ci_low"], row["rel_world_ci_high"]) == \
+                assert (row.rel_world_ci_low, row.rel_world_ci_high) == \
                     pytest.approx((lo, hi), abs=1e-12)
         if family == "caddtree":  # per-world throughput ratios to the (pooled) oracle budget
             oracle = pooled[("ddtree-oracle", "follow", grid.max_budget, "h200-qwen3-8b")]
-            b = oracle["tree_size_mean"]
+            b = oracle.tree_size_mean
             fixed = [sg[("ddtree", "follow", int(b), "h200-qwen3-8b")] for sg in singles]
             for key, row in pooled.items():
                 if key[0] in ("caddtree", "exhaustive", "longrun"):
-                    want = [sg[key]["throughput_tok_s"] / f["throughput_tok_s"]
+                    want = [sg[key].throughput_tok_s / f.throughput_tok_s
                             for sg, f in zip(singles, fixed, strict=True)]
-                    assert row["rel_world_means"] == pytest.approx(want, rel=1e-12)
+                    assert row.rel_world_means == pytest.approx(want, rel=1e-12)
 
 
 # ------------------------------------------------------------------ correction passes

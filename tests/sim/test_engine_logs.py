@@ -102,7 +102,7 @@ def test_what_each_log_is_modelled_as():
         assert acceptance.guess_method(log).label == drafted, name
     d = acceptance.guess_method(acceptance.read_log(FIX / "vllm_issue.log"), "autoregressive")
     assert d.run_args() == ("ar-chain", 3)
-    assert acceptance.Drafted("chain", 3).run_args() == (acceptance.chain_prefix, 3)
+    assert acceptance.Drafted("chain", 3).run_args() == ("chain-prefix", 3)
     assert acceptance.Drafted.parse("ddtree@64", "autoregressive").run_args() == (
         "ar-ddtree", 64)
     with pytest.raises(ValueError, match="not defined here for an autoregressive"):

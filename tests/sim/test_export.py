@@ -16,6 +16,8 @@ import yaml
 
 from treespec_sim import acceptance, export, synth
 from treespec_sim.marginals import ranked_candidates
+from treespec_sim.methods import Method, registered, rules_for
+from treespec_sim.policies import Draft
 from treespec_sim.verify import expected_length
 
 
@@ -34,15 +36,15 @@ def _closed_subsets(universe, b):
             yield sorted(sub, key=lambda p: (len(p), p))
 
 
-def _marginal_tree_method(paths):
+def _marginal_tree_method(paths) -> Method:
     """A round-loop method drafting the static tree ``paths`` from a context's marginals."""
-    def build(log_q, budget, *, root_token):
-        lq = np.asarray(log_q, dtype=np.float64)
+    def build(req):
+        lq = np.asarray(req.log_q, dtype=np.float64)
 
         def ranked(depth, parents):
             return ranked_candidates(lq[depth - 1], -np.inf, 2)[0]
-        return export.rank_tree(paths, ranked, root_token)
-    return build
+        return Draft(export.rank_tree(paths, ranked, req.root_token))
+    return Method("static-tree", build, rules_for("deterministic"))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -56,7 +58,8 @@ def test_the_best_static_tree_is_the_best_of_every_static_tree(temperature):
     universe = [p for d in (1, 2, 3) for p in itertools.product(range(2), repeat=d)]
     taus = {}
     for sub in _closed_subsets(universe, 4):
-        law = ws.law(method=_marginal_tree_method(sub), budget=4, temperature=temperature)
+        with registered(_marginal_tree_method(sub)) as m:
+            law = ws.law(method=m.name, budget=4, temperature=temperature)
         taus[tuple(sub)] = float(law.taus.mean())
     assert len(taus) > 20
     top = max(taus.values())

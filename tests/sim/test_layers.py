@@ -169,6 +169,42 @@ def test_a_planted_upward_import_fails(tmp_path, module, line):
     assert len(found) == 1, found
 
 
+#: Inside ``families``, the presenting modules: each family's ``<name>_report`` and the shared
+#: ``render``. Every other module there computes (grids, runners, row schemas, ``base``) or is
+#: the registry (``__init__``, which puts each family's two modules together).
+PRESENTING = re.compile(rf"^{PACKAGE}\.families\.(\w+_report|render)$")
+
+
+def presenting_imports(graph: dict[str, set[str]]) -> list[str]:
+    """One line per import of a family's presenting module (or of matplotlib) by a computing
+    module of ``families``: a family computes apart from presenting."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        if (not mod.startswith(f"{PACKAGE}.families.") or PRESENTING.match(mod)):
+            continue
+        for t in sorted(targets):
+            if PRESENTING.match(t) or t.split(".")[0] == "matplotlib":
+                bad.append(f"{mod} imports {t}: computing imports presenting")
+    return bad
+
+
+def test_families_compute_apart_from_presenting():
+    graph = import_graph(ROOT)
+    reports = [m for m in graph if PRESENTING.match(m) and m.endswith("_report")]
+    assert len(reports) >= 5  # one presenting module per family
+    assert presenting_imports(graph) == []
+
+
+@pytest.mark.parametrize("line", ["from .ddtree_report import tables\n",
+                                  "from .render import pct\n", "import matplotlib\n"])
+def test_a_planted_presenting_import_in_computing_fails(tmp_path, line):
+    shutil.copytree(ROOT / PACKAGE, tmp_path / PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__", "data"))
+    target = tmp_path / PACKAGE / "families" / "caddtree.py"
+    target.write_text(target.read_text() + line)
+    assert len(presenting_imports(import_graph(tmp_path))) == 1
+
+
 def test_the_architecture_page_states_the_same_layers():
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = re.search(r"## Layers\n.*?```text\n(.*?)```", text, re.S)

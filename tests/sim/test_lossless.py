@@ -18,8 +18,8 @@ from proofs_check.enumerate import (
     target_law,
 )
 from treespec_sim.cost import get_cost_model
-from treespec_sim.engine import decode
-from treespec_sim.methods import METHODS
+from treespec_sim.engine import decode, run_round
+from treespec_sim.methods import METHODS, rules_for
 from treespec_sim.synth import Context, make_world
 
 EXACT_TOL = 1e-12
@@ -121,12 +121,16 @@ def _method_args(name: str) -> dict:
 
 
 DETERMINISTIC = [m.name for m in METHODS.values() if not m.sampled]
-SAMPLED_PAIRS = [(m.name, rule) for m in METHODS.values() if m.sampled for rule in m.rules]
+SAMPLED_PAIRS = [(m.name, rule) for m in METHODS.values()
+                 if m.sampled and not m.needs_recorded for rule in m.rules]
+#: Methods replaying a backend's recorded draft: checked on a backend that records one
+#: (:class:`_Recording`).
+RECORDED = [m.name for m in METHODS.values() if m.needs_recorded]
 
 
 def test_every_registered_method_is_covered():
-    assert set(DETERMINISTIC) | {m for m, _ in SAMPLED_PAIRS} == set(METHODS)
-    assert len(SAMPLED_PAIRS) >= 15
+    assert set(DETERMINISTIC) | {m for m, _ in SAMPLED_PAIRS} | set(RECORDED) == set(METHODS)
+    assert len(SAMPLED_PAIRS) >= 15 and RECORDED == ["recorded"]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.6, 1.0])
@@ -144,15 +148,34 @@ def test_decode_law_of_every_deterministic_method(name, temperature):
             assert max_law_gap(got, want) < EXACT_TOL, (name, rule, ctx)
 
 
-def _engine_pair_pvalue(temperature: float, n: int, **round_args) -> float:
+class _Recording:
+    """A world that records a draft of every context it is asked for: a fresh Tsubame-RRSw
+    round's (as ``real_models.record`` records a trace's sampled tree), which the
+    ``recorded`` method replays."""
+
+    def __init__(self, world, temperature: float, rng: np.random.Generator) -> None:
+        self.world, self.temperature, self.rng = world, temperature, rng
+
+    def __getattr__(self, name: str):
+        return getattr(self.world, name)
+
+    def recorded_draft(self, ctx):
+        return run_round(self.world, ctx, method="tsubame-rrsw", budget=8,
+                         temperature=self.temperature, rng=self.rng, sample=False).draft
+
+
+def _engine_pair_pvalue(temperature: float, n: int, *, recording: bool = False,
+                        **round_args) -> float:
     """Chi-square p-value of the (2nd, 3rd) decoded tokens, decoding through engine.decode
-    (V = 16, word classes), against the target's exact joint law."""
+    (V = 16, word classes), against the target's exact joint law (``recording``: on a
+    :class:`_Recording` of the world)."""
     world = make_world("mid-entropy", seed=0, vocab_size=16)
     ctx = Context(3, 5)
     rng = np.random.default_rng(7)
+    backend = _Recording(world, temperature, np.random.default_rng(8)) if recording else world
     counts = np.zeros((16, 16))
     for _ in range(n):
-        toks = decode(world, ctx, temperature=temperature, n_tokens=3, rng=rng,
+        toks = decode(backend, ctx, temperature=temperature, n_tokens=3, rng=rng,
                       **round_args).tokens
         counts[toks[1], toks[2]] += 1
     p = world.target_kernel(ctx.topic, temperature).dense()
@@ -167,6 +190,21 @@ def test_sampled_decodes_of_every_sampled_method(name, rule, temperature):
     lossless rules, decoded through engine.decode, follows the target's law."""
     p = _engine_pair_pvalue(temperature, 600, rule=rule, **_method_args(name))
     assert p > FALSE_ALARM
+
+
+@pytest.mark.parametrize("rule", rules_for("without_replacement"))
+def test_sampled_decodes_of_the_recorded_method(rule):
+    """Statistical: replaying a recorded Tsubame-RRSw draft (``recorded``) with each rule
+    lossless for draws without replacement follows the target's law."""
+    assert _engine_pair_pvalue(1.0, 600, recording=True, method="recorded", rule=rule) \
+        > FALSE_ALARM
+
+
+def test_the_recorded_method_needs_a_recording_backend():
+    world = make_world("small", seed=0)
+    with pytest.raises(ValueError, match="records none"):
+        run_round(world, world.sample_context(np.random.default_rng(0)), method="recorded",
+                  rule="rrsw", temperature=1.0, rng=np.random.default_rng(0))
 
 
 def test_engine_chi_square_catches_a_wrong_proposal(monkeypatch):

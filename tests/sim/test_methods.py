@@ -13,7 +13,10 @@ TEMPERATURES = (0.0, 0.6, 1.0)
 
 
 def _names():
-    return [m.name + ("[2x2]" if m.parametrised else "") for m in METHODS.values()]
+    """Every method a world runs (``recorded`` replays a backend's recorded draft:
+    ``tests/sim/test_lossless.py``)."""
+    return [m.name + ("[2x2]" if m.parametrised else "") for m in METHODS.values()
+            if not m.needs_recorded]
 
 
 @pytest.fixture(scope="module")

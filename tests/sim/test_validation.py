@@ -96,20 +96,32 @@ def test_check_log_q_refuses_logits_and_names_the_row():
     assert v.check_log_q(shifted, check_sums=False)[0] is shifted
 
 
-#: A hand-written type check: ``isinstance(x, bool)`` beside an integer or number test.
-_HAND_WRITTEN = re.compile(r"isinstance\([\w.]+, bool\)|not isinstance\([\w.]+, bool\)")
-#: Files whose checks move to treespec_sim.validation after the kernels issue (the synthetic
-#: world's modules are that issue's hot paths, being rewritten at the same time).
-_NOT_YET = ("synth/world.py", "synth/regimes.py", "synth/kernel.py")
+#: A hand-written type check: a bool test (``isinstance(x, bool)``, ``(bool, np.bool_)``,
+#: ``bool | np.bool_``) beside an integer or number test, or an ``Integral`` / ``Real`` test.
+_HAND_WRITTEN = re.compile(r"isinstance\([^,()]+,\s*\(?[^)]*\b(bool|Integral|Real)\b")
+#: Modules allowed a hand-written check, each with its reason: none.
+_EXCEPTIONS: dict[str, str] = {}
 
 
 def test_type_checks_are_written_once_in_validation():
     root = Path(__file__).resolve().parents[2] / "treespec_sim"
     found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
-             if p.name != "validation.py" and str(p.relative_to(root)) not in _NOT_YET
+             if p.name != "validation.py" and str(p.relative_to(root)) not in _EXCEPTIONS
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if _HAND_WRITTEN.search(line)]
-    assert found == [], "use validation.is_int / is_number / check_param"
+    assert found == [], "use validation.is_int / is_number / is_index / check_param"
+
+
+def test_the_type_check_grep_finds_each_form():
+    for line in ("if isinstance(x, bool) or not isinstance(x, int):",
+                 "if isinstance(x, (bool, np.bool_)):",
+                 "if isinstance(self.k, bool | np.bool_) or k < 0:",
+                 "if not isinstance(v, numbers.Integral):",
+                 "if isinstance(v, Real):"):
+        assert _HAND_WRITTEN.search(line), line
+    for line in ("if isinstance(x, int | np.integer):", "if isinstance(key, tuple) and key:",
+                 "flag = isinstance(x, dict)  # a bool"):
+        assert not _HAND_WRITTEN.search(line), line
 
 
 def test_interval_constraints_check_in_one_format():

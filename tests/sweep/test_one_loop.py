@@ -19,6 +19,7 @@ from treespec_sim.families import (
     DDTreeGrid,
     RunSettings,
     StochasticGrid,
+    StochasticMapGrid,
     VerifierGrid,
     run_cell,
     world_for,
@@ -31,7 +32,7 @@ EXACT = 1e-12
 
 
 def _rows(cell):
-    return {(r["method"], r["verifier"], r["budget"]): r
+    return {(r.method, r.verifier, r.budget): r
             for r in run_cell(cell, RunSettings(seed=3))}
 
 
@@ -58,9 +59,9 @@ def test_ddtree_family_equals_rebuilt_trees(temperature):
     for (method, b), values in got.items():
         row = rows[(method, "follow", world.depth if method == "chain" else b)]
         mean = np.mean(values, axis=0)
-        assert row["tau_mean"] == pytest.approx(mean[0], abs=EXACT)
-        assert row["coverage_mean"] == pytest.approx(mean[1], abs=EXACT)
-        assert [row["lost_uncovered"], row["lost_budget"], row["lost_depth_cap"]] == \
+        assert row.tau_mean == pytest.approx(mean[0], abs=EXACT)
+        assert row.coverage_mean == pytest.approx(mean[1], abs=EXACT)
+        assert [row.lost_uncovered, row.lost_budget, row.lost_depth_cap] == \
             pytest.approx(mean[2:], abs=EXACT)
 
 
@@ -68,8 +69,8 @@ def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
     grid = CaDDTreeGrid(("small",), rounds=10, max_budget=24, cost_models=("h200-qwen3-8b",),
                         worlds=1)
     cell = grid.cells()[0]
-    rows = {r["budget"]: r for r in run_cell(cell, RunSettings(seed=3))
-            if r["method"] == "ddtree"}
+    rows = {r.budget: r for r in run_cell(cell, RunSettings(seed=3))
+            if r.method == "ddtree"}
     world = make_world("small", seed=3)
     rng = np.random.default_rng([3, 7])  # the family's documented stream
     taus: dict = {b: [] for b in rows}
@@ -86,7 +87,7 @@ def test_caddtree_family_equals_rebuilt_trees_on_decoded_sequences():
             ctx = commit(world, ctx, big)
             done += 1
     for b, t in taus.items():
-        assert rows[b]["tau_mean"] == pytest.approx(np.mean(t), abs=EXACT)
+        assert rows[b].tau_mean == pytest.approx(np.mean(t), abs=EXACT)
 
 
 def test_stochastic_family_equals_run_round():
@@ -101,19 +102,50 @@ def test_stochastic_family_equals_run_round():
     rng_ctx = np.random.default_rng([3, zlib.crc32(ctx_key.encode()), 0])
     contexts = [world.sample_context(rng_ctx) for _ in range(grid.rounds)]
     for r in rows:
-        budget = r["budget"] if uses_budget(r["method"]) else 0  # chains: the cell of budget 0
-        assert r["budget"] == (budget or world.depth)  # a chain's budget is its L nodes
-        rng = np.random.default_rng([3, zlib.crc32(f"{ctx_key}|{budget}|{r['method']}".encode())])
-        taus = [run_round(world, c, method=r["method"], budget=budget or None, temperature=0.6,
+        budget = r.budget if uses_budget(r.method) else 0  # chains: the cell of budget 0
+        assert r.budget == (budget or world.depth)  # a chain's budget is its L nodes
+        rng = np.random.default_rng([3, zlib.crc32(f"{ctx_key}|{budget}|{r.method}".encode())])
+        taus = [run_round(world, c, method=r.method, budget=budget or None, temperature=0.6,
                           rng=rng, sample=False).expected_tau for c in contexts]
-        assert r["taus"] == pytest.approx(taus, abs=EXACT)
-        assert r["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+        assert r.taus == pytest.approx(taus, abs=EXACT)
+        assert r.tau_mean == pytest.approx(np.mean(taus), abs=EXACT)
+
+
+def test_stochastic_map_family_equals_run_round():
+    """A map cell's rows: registered methods, the sampled ones at their proposal temperature
+    (``options``), on the contexts of world ``make_world(regime with the cell's logit scale and
+    correction quality, seed)``, each (method, T_q, kappa) from its own documented stream."""
+    from dataclasses import replace
+
+    from treespec_sim.synth import get_regime
+
+    grid = StochasticMapGrid(("small",), logit_scales=(0.5,), proposal_temperatures=(0.8,),
+                             correction_qualities=(0.9,), budget=6, rounds=4, worlds=1)
+    (cell,) = grid.cells()
+    rows = run_cell(cell, RunSettings(seed=3))
+    spec = get_regime("small")
+    world = make_world(replace(spec, name="small+map", logit_scale=0.5 * spec.logit_scale,
+                               correction_quality=0.9), seed=3)
+    key = "map|small|0.5|1.0|6"
+    rng_ctx = np.random.default_rng([3, zlib.crc32(key.encode()), 0])
+    contexts = [world.sample_context(rng_ctx) for _ in range(grid.rounds)]
+    assert len(rows) == 6  # chain, ddtree, two marginal and two corrected sampled methods
+    for r in rows:
+        t_q, kappa = r.proposal_temperature, r.correction_quality
+        kappa = 0.9 if kappa is None else kappa  # deterministic rows: the first quality's key
+        stream = f"{key}|{r.method}|{t_q!r}|{kappa!r}"
+        rng = np.random.default_rng([3, zlib.crc32(stream.encode())])
+        taus = [run_round(world, c, method=r.method, budget=6, rule=r.verifier,
+                          temperature=1.0, rng=rng, sample=False,
+                          options=None if t_q is None else {"proposal_temperature": t_q}
+                          ).expected_tau for c in contexts]
+        assert r.taus == pytest.approx(taus, abs=EXACT), r.method
 
 
 def test_verifier_family_equals_run_round():
     grid = VerifierGrid(("small",), shapes=("2x2",), rounds=6, worlds=1)
     cell = grid.cells()[0]
-    rows = {(r["method"], r["verifier"]): r for r in run_cell(cell, RunSettings(seed=3))}
+    rows = {(r.method, r.verifier): r for r in run_cell(cell, RunSettings(seed=3))}
     world = make_world("small", seed=3)
     rng = np.random.default_rng(3 + 1)  # the family's documented stream
     got: dict = {}
@@ -128,7 +160,7 @@ def test_verifier_family_equals_run_round():
         got.setdefault(("sampled-tree[2x2]+greedy", greedy.rule), []).append(
             greedy.expected_tau)
     for key, taus in got.items():
-        assert rows[key]["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
+        assert rows[key].tau_mean == pytest.approx(np.mean(taus), abs=EXACT)
 
 
 def test_verifier_family_on_tsubame_trees_equals_run_round():
@@ -137,7 +169,7 @@ def test_verifier_family_on_tsubame_trees_equals_run_round():
     grid = VerifierGrid(("small",), shapes=("tsubame6",), rounds=6, worlds=1)
     cell = grid.cells()[0]
     assert cell.budget == 6
-    rows = {(r["method"], r["verifier"]): r for r in run_cell(cell, RunSettings(seed=3))}
+    rows = {(r.method, r.verifier): r for r in run_cell(cell, RunSettings(seed=3))}
     assert not any("greedy" in m for m, _ in rows)
     world = make_world("small", seed=3)
     rng = np.random.default_rng(3 + 1)
@@ -150,13 +182,13 @@ def test_verifier_family_on_tsubame_trees_equals_run_round():
             got.setdefault(rule, []).append(rnd.expected_tau_under(rule))
     for rule, taus in got.items():
         row = rows[("tsubame-rrsw[B=6]", rule)]
-        assert row["tau_mean"] == pytest.approx(np.mean(taus), abs=EXACT)
-        assert row["rel_to_baseline"] == pytest.approx(np.mean(taus) / np.mean(got["rrsw"]))
+        assert row.tau_mean == pytest.approx(np.mean(taus), abs=EXACT)
+        assert row.rel_to_baseline == pytest.approx(np.mean(taus) / np.mean(got["rrsw"]))
         if rule.startswith("univer"):
-            assert row["rel_traversal"] == pytest.approx(
+            assert row.rel_traversal == pytest.approx(
                 np.mean(taus) / np.mean(got["traversal"]))
-            assert row["rel_traversal_ci_low"] <= row["rel_traversal"] \
-                <= row["rel_traversal_ci_high"]
+            assert row.rel_traversal_ci_low <= row.rel_traversal \
+                <= row.rel_traversal_ci_high
     with pytest.raises(ValueError, match=r"verifiers\.shapes.*tsubameB"):
         VerifierGrid(("small",), shapes=("tsubame",))
 

@@ -4,6 +4,7 @@ inside the canvas, labelled intervals)."""
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,10 @@ from treespec_sim.calibrate import (
     calibration_rows,
     table1_targets,
 )
+from treespec_sim.families.caddtree import CaDDTreeRow
+from treespec_sim.families.ddtree import DDTreeRow
+from treespec_sim.families.stochastic import StochasticRow
+from treespec_sim.families.verifiers import VerifierRow
 from treespec_sim.report import summary_markdown
 
 RECORD = {"preset": "test", "cells": 1, "seed": 0, "git_commit": "0" * 40,
@@ -29,14 +34,26 @@ def stored() -> dict:
     return json.loads(CALIBRATION_FILE.read_text())
 
 
-def ddtree_rows(regime: str) -> list[dict]:
+def row(schema, **values):
+    """A row of ``schema`` with neutral values for the required fields a test does not set."""
+    base = {"regime": "a", "method": "ddtree", "verifier": "follow", "temperature": 0.0,
+            "budget": 64, "rounds": 64, "tau_mean": 1.0, "tau_ci_low": 1.0, "tau_ci_high": 1.0}
+    if schema is StochasticRow:
+        base["drafter"] = "none"
+    if schema is CaDDTreeRow:
+        base["cost_model"] = "h200-qwen3-8b"
+    return schema(**{**base, **values})
+
+
+def ddtree_rows(regime: str) -> list[DDTreeRow]:
     """A chain row and a DDTree B = 64 row at T = 0, enough for the DDTree tables."""
-    common = {"family": "ddtree", "regime": regime, "verifier": "follow", "temperature": 0.0,
+    common = {"regime": regime, "verifier": "follow", "temperature": 0.0, "rounds": 64,
               "tau_mean": 5.0,
               "tau_ci_low": 4.9, "tau_ci_high": 5.1, "throughput_tok_s": 100.0,
               "cost_model": "h200-qwen3-8b", "lost_uncovered": 0.5, "lost_budget": 0.3,
               "lost_depth_cap": 0.2, "coverage_mean": 4.0}
-    return [dict(common, method="chain", budget=15), dict(common, method="ddtree", budget=64)]
+    return [DDTreeRow(**common, method="chain", budget=15),
+            DDTreeRow(**common, method="ddtree", budget=64)]
 
 
 def section(summary: str) -> list[str]:
@@ -90,10 +107,11 @@ def test_the_calibration_section_reads_the_most_precise_row_and_the_regimes_draf
     from treespec_sim.report import _calibration_section
 
     rows = ddtree_rows("gsm8k")
-    more = dict(rows[0], family="other", rounds=900, tau_mean=6.5, tau_ci_low=6.45,
-                tau_ci_high=6.55)
-    variant = dict(more, rounds=5000, drafter="corrected", tau_mean=1.0)
-    rows = [dict(r, rounds=64) for r in rows] + [more, variant]
+    # another family's chain at T = 0 on more contexts, and on another drafter on still more
+    more = row(StochasticRow, regime="gsm8k", method="chain", budget=15, rounds=900,
+               tau_mean=6.5, tau_ci_low=6.45, tau_ci_high=6.55)
+    variant = replace(more, rounds=5000, drafter="corrected", tau_mean=1.0)
+    rows = [*rows, more, variant]
     cells = _table(_calibration_section(rows))["gsm8k"]
     assert cells[0] == "6.57 → 6.50 [6.45, 6.55] (-1.1%)"
 
@@ -202,15 +220,13 @@ def lost_rows(split: bool = True) -> list[dict]:
                 table[-1, :2] = 0       # only leaves at depth L: all depth cap
                 table[:-1, 2] = 0
                 table /= table.sum()
-                row = {"family": "ddtree", "regime": regime, "method": "ddtree",
-                       "temperature": t, "budget": b, "rounds": 64,
-                       "exit_by_depth": table.sum(axis=1).tolist(),
-                       **{f"lost_{c}": float(x) for c, x in
-                          zip(("uncovered", "budget", "depth_cap"), table.sum(axis=0),
-                              strict=True)}}
-                if split:
-                    row["exit_by_depth_cause"] = table.tolist()
-                rows.append(row)
+                rows.append(row(
+                    DDTreeRow, regime=regime, method="ddtree", temperature=t, budget=b,
+                    rounds=64, exit_by_depth=table.sum(axis=1).tolist(),
+                    exit_by_depth_cause=table.tolist() if split else None,
+                    **{f"lost_{c}": float(x) for c, x in
+                       zip(("uncovered", "budget", "depth_cap"), table.sum(axis=0),
+                           strict=True)}))
     return rows
 
 
@@ -235,27 +251,27 @@ def _legends_inside(fig) -> None:
 
 @pytest.mark.parametrize("split", [True, False])
 def test_lost_mass_bars_stack_to_the_exit_law(tmp_path, captured, split):
-    from treespec_sim.families.ddtree import plot_lost_mass
+    from treespec_sim.families.ddtree_report import plot_lost_mass
 
     rows = lost_rows(split)
     plot_lost_mass(rows, tmp_path / "lost.png")
     assert (tmp_path / "lost.png").exists()
     fig, = captured
     axes = [ax for ax in fig.axes if ax.patches]
-    shown = [r for r in rows if r["temperature"] == 0.0 and r["budget"] == 64]
+    shown = [r for r in rows if r.temperature == 0.0 and r.budget == 64]
     assert len(axes) == len(shown) == 2
     for ax, r in zip(axes, shown, strict=True):
-        assert r["regime"] in ax.get_title() and "B = 64" in ax.get_title()
+        assert r.regime in ax.get_title() and "B = 64" in ax.get_title()
         heights = np.zeros(16)
         for bar in ax.patches:
             heights[round(bar.get_x() + bar.get_width() / 2)] += bar.get_height()
-        np.testing.assert_allclose(heights, r["exit_by_depth"], atol=1e-12)
+        np.testing.assert_allclose(heights, r.exit_by_depth, atol=1e-12)
         assert heights.sum() == pytest.approx(1.0)   # every continuation leaves somewhere
         ticks = ax.get_xticks()
         assert np.array_equal(ticks, np.round(ticks)) and set(ticks) == set(range(16))
         texts = [x.get_text() for x in ax.get_legend().get_texts()]
-        assert texts[1:] == [f"budget: {r['lost_budget']:.2f}",
-                             f"depth cap: {r['lost_depth_cap']:.2f}"]
+        assert texts[1:] == [f"budget: {r.lost_budget:.2f}",
+                             f"depth cap: {r.lost_depth_cap:.2f}"]
         assert texts[0].startswith("uncovered" if split else "uncovered or budget")
         if split:   # per cause, the bars of a panel add up to that cause's total
             by_color: dict = {}
@@ -263,7 +279,7 @@ def test_lost_mass_bars_stack_to_the_exit_law(tmp_path, captured, split):
                 key = tuple(np.round(bar.get_facecolor(), 6))
                 by_color[key] = by_color.get(key, 0.0) + bar.get_height()
             assert sorted(by_color.values()) == pytest.approx(sorted(
-                r[f"lost_{c}"] for c in ("uncovered", "budget", "depth_cap")))
+                r.get(f"lost_{c}") for c in ("uncovered", "budget", "depth_cap")))
     legend = " ".join(t.get_text() for t in fig.legends[0].get_texts())
     for spelled in ("none of the node's children carry", "above the depth limit",
                     "at the drafter's depth L"):
@@ -297,32 +313,34 @@ def test_every_sweep_figure_keeps_its_legends_and_labels_its_intervals(tmp_path,
 
 
 def test_interval_label_names_the_unit_of_each_family():
-    from treespec_sim.families import caddtree, ddtree
+    from treespec_sim.families import caddtree_report, ddtree_report
 
-    assert ddtree.interval_label([{"rounds": 64}]) == "95% t-interval over 64 contexts"
-    assert caddtree.interval_label([{"rounds": 96}]).startswith(
+    assert ddtree_report.interval_label([row(DDTreeRow, rounds=64)]) == \
+        "95% t-interval over 64 contexts"
+    assert caddtree_report.interval_label([row(CaDDTreeRow, rounds=96)]).startswith(
         "95% percentile-bootstrap interval over 96 decoded rounds")
 
 
 # ----------------------------------------------------------------------------- wording
-def verifier_rows() -> list[dict]:
-    base = {"family": "verifiers", "regime": "alpaca", "temperature": 1.0,
-            "method": "sampled-tree[2x4]", "tau_mean": 3.0, "rounds": 48}
-    return [dict(base, verifier="rrsw", rel_to_baseline=1.0, rel_ci_low=1.0, rel_ci_high=1.0),
-            dict(base, verifier="traversal", rel_to_baseline=1.05, rel_ci_low=1.01,
-                 rel_ci_high=1.09),
-            dict(base, verifier="univer", rel_to_baseline=0.95, rel_ci_low=0.92,
-                 rel_ci_high=0.98)]
+def verifier_rows() -> list[VerifierRow]:
+    base = {"regime": "alpaca", "temperature": 1.0, "method": "sampled-tree[2x4]",
+            "tau_mean": 3.0, "rounds": 48}
+    return [row(VerifierRow, **base, verifier="rrsw", rel_to_baseline=1.0, rel_ci_low=1.0,
+                rel_ci_high=1.0),
+            row(VerifierRow, **base, verifier="traversal", rel_to_baseline=1.05,
+                rel_ci_low=1.01, rel_ci_high=1.09),
+            row(VerifierRow, **base, verifier="univer", rel_to_baseline=0.95, rel_ci_low=0.92,
+                rel_ci_high=0.98)]
 
 
-def stochastic_rows(repeat: int = 8) -> list[dict]:
+def stochastic_rows(repeat: int = 8) -> list[StochasticRow]:
     """One stochastic cell, each method's four values repeated ``repeat`` times (32 contexts:
     a verdict needs 30)."""
-    base = {"family": "stochastic", "regime": "alpaca", "drafter": "corrected",
-            "temperature": 1.0, "budget": 64, "rounds": 4 * repeat, "verifier": "rrsw"}
+    base = {"regime": "alpaca", "drafter": "corrected", "temperature": 1.0, "budget": 64,
+            "rounds": 4 * repeat, "verifier": "rrsw"}
     taus = {"tsubame-rrsw": [3.0, 3.2, 3.1, 3.3], "tsubame-univer": [2.5, 2.8, 2.6, 2.7],
             "ddtree": [2.0, 2.1, 2.2, 2.0]}
-    return [dict(base, method=m, taus=t * repeat, tau_mean=float(np.mean(t)))
+    return [row(StochasticRow, **base, method=m, taus=t * repeat, tau_mean=float(np.mean(t)))
             for m, t in taus.items()]
 
 
@@ -422,23 +440,23 @@ def test_tables_show_the_between_world_interval_beside_the_pooled_one(tmp_path):
         in text
     assert "Δτ = a − b [95% CI, contexts pooled]" in text and "Δτ between worlds" in text
     # DDTree: a pooled row and a between-world row per regime
-    dd = {r["budget"]: r for r in rows if r["family"] == "ddtree" and r["method"] == "ddtree"}
+    dd = {r.budget: r for r in rows if r.family == "ddtree" and r.method == "ddtree"}
     pooled, worlds = _row_of(lines, "| small |"), _row_of(lines, "| ↳ 3 worlds |")
     r = dd[4]
-    assert pooled[3] == f"{r['tau_mean']:.2f} [{r['tau_ci_low']:.2f}, {r['tau_ci_high']:.2f}]"
-    lo, hi = _hand_t(r["tau_world_means"])
-    each = " / ".join(f"{x:.2f}" for x in r["tau_world_means"])
+    assert pooled[3] == f"{r.tau_mean:.2f} [{r.tau_ci_low:.2f}, {r.tau_ci_high:.2f}]"
+    lo, hi = _hand_t(r.tau_world_means)
+    each = " / ".join(f"{x:.2f}" for x in r.tau_world_means)
     assert worlds[3] == f"[{lo:.2f}, {hi:.2f}] ({each})"
     # verifiers: each world's gain, and the t-interval over them
-    v = next(r for r in rows if r["family"] == "verifiers" and r["verifier"] == "traversal")
+    v = next(r for r in rows if r.family == "verifiers" and r.verifier == "traversal")
     cells = _row_of(lines, "| small | 1 | sampled-tree[2x2] | traversal |")
-    gains = [100 * (x - 1) for x in v["rel_world_means"]]
+    gains = [100 * (x - 1) for x in v.rel_world_means]
     lo, hi = _hand_t(gains)
     assert cells[6] == (f"{np.mean(gains):+.1f}% [{lo:+.1f}%, {hi:+.1f}%] ("
                         + " / ".join(f"{g:+.1f}%" for g in gains) + ")")
     # stochastic: the per-world paired differences
-    st = {r["method"]: r for r in rows if r["family"] == "stochastic"}
-    diff = np.subtract(st["tsubame-rrsw"]["tau_world_means"], st["ddtree"]["tau_world_means"])
+    st = {r.method: r for r in rows if r.family == "stochastic"}
+    diff = np.subtract(st["tsubame-rrsw"].tau_world_means, st["ddtree"].tau_world_means)
     lo, hi = _hand_t(diff)
     cells = _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")
     assert cells[6] == (f"{diff.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] ("
@@ -450,27 +468,27 @@ def test_tables_show_the_between_world_interval_beside_the_pooled_one(tmp_path):
 
 
 def test_a_claim_that_holds_pooled_only_says_so():
-    rows = stochastic_rows()
-    for r in rows:  # three worlds; Tsubame-RRSw - DDTree is +1.08 pooled, spread over worlds
-        r["tau_world_means"] = {"tsubame-rrsw": [3.6, 2.8, 3.0], "tsubame-univer": [2.6] * 3,
-                                "ddtree": [2.0, 2.1, 2.2]}[r["method"]]
+    # three worlds; Tsubame-RRSw - DDTree is +1.08 pooled, spread over worlds
+    spread = {"tsubame-rrsw": [3.6, 2.8, 3.0], "tsubame-univer": [2.6] * 3,
+              "ddtree": [2.0, 2.1, 2.2]}
+    rows = [replace(r, tau_world_means=spread[r.method]) for r in stochastic_rows()]
     lines = summary_markdown(rows, RECORD).splitlines()
     cells = _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")
     assert cells[6].startswith("+1.03 [") and cells[-1] == "holds pooled; not shown between worlds"
     assert "Smoke test" not in "\n".join(lines)
-    for r in rows:
-        r["tau_world_means"] = [x + 0.05 * i for i, x in enumerate([r["tau_mean"]] * 3)]
+    rows = [replace(r, tau_world_means=[x + 0.05 * i for i, x in enumerate([r.tau_mean] * 3)])
+            for r in rows]
     lines = summary_markdown(rows, RECORD).splitlines()
     assert _row_of(lines, "| Tsubame-RRSw vs deterministic tree |")[-1] == \
         "holds, also between worlds"
 
 
 def test_interval_labels_say_pooled_over_worlds():
-    from treespec_sim.families import caddtree, ddtree
+    from treespec_sim.families import caddtree_report, ddtree_report
 
-    assert ddtree.interval_label([{"rounds": 63, "worlds": 3}]) == \
+    assert ddtree_report.interval_label([row(DDTreeRow, rounds=63, worlds=3)]) == \
         "95% t-interval over 63 contexts pooled over 3 worlds"
-    assert caddtree.interval_label([{"rounds": 96, "worlds": 3}]) == \
+    assert caddtree_report.interval_label([row(CaDDTreeRow, rounds=96, worlds=3)]) == \
         ("95% percentile-bootstrap interval over 96 decoded rounds pooled over 3 worlds "
          "(resampled by sequence)")
 
@@ -479,8 +497,8 @@ def test_rows_of_one_world_say_so():
     from treespec_sim.report import summary_markdown
 
     base = ddtree_rows("tiny")
-    one = [dict(r, worlds=1, tau_world_means=[5.0], tau_world_ci_low=float("nan"),
-                tau_world_ci_high=float("nan")) for r in base]
+    one = [replace(r, worlds=1, tau_world_means=[5.0], tau_world_ci_low=float("nan"),
+                   tau_world_ci_high=float("nan")) for r in base]
     text = summary_markdown(one, RECORD)
     assert "| ↳ 1 world | (5.00) | one world (5.00) | |" in text
     assert "One world per regime" in text and "Two kinds of interval" not in text
@@ -560,14 +578,13 @@ def test_an_undecided_claim_says_how_many_contexts_would_decide_it():
     # verdict says so and gives n (h / d)^2: d the estimate's distance to the edge 0, h the
     # interval's reach past the estimate on that side.
     rows = stochastic_rows()
-    univer = next(r for r in rows if r["method"] == "tsubame-univer")
-    rrsw = next(r for r in rows if r["method"] == "tsubame-rrsw")
-    univer["taus"] = [x + d for x, d in zip(rrsw["taus"], [0.4, -0.3, 0.2, -0.1] * 8,
-                                            strict=True)]
-    univer["tau_mean"] = float(np.mean(univer["taus"]))
+    rrsw = next(r for r in rows if r.method == "tsubame-rrsw")
+    taus = [x + d for x, d in zip(rrsw.taus, [0.4, -0.3, 0.2, -0.1] * 8, strict=True)]
+    rows = [replace(r, taus=taus, tau_mean=float(np.mean(taus)))
+            if r.method == "tsubame-univer" else r for r in rows]
     line = next(ln for ln in summary_markdown(rows, RECORD).splitlines()
                 if ln.startswith("| Tsubame-UniVer vs Tsubame-RRSw |"))
-    diff = np.subtract(univer["taus"], rrsw["taus"])
+    diff = np.subtract(taus, rrsw.taus)
     lo, hi = _hand_t(diff)
     mean = float(diff.mean())
     assert lo < 0 < mean < hi   # inside the claim (> 0), its interval across the edge 0
@@ -579,9 +596,9 @@ def test_an_undecided_claim_says_how_many_contexts_would_decide_it():
 def test_cells_of_a_precision_run_give_their_context_range():
     # A precision target gives every cell its own number of contexts: the text says the range
     # (in numeric order), not a list of every count.
-    rows = [dict(r, rounds=n) for n, r in zip([642, 7596, 1950, 888], ddtree_rows("tiny")
-                                               + ddtree_rows("tinier"), strict=True)]
+    rows = [replace(r, rounds=n) for n, r in zip([642, 7596, 1950, 888], ddtree_rows("tiny")
+                                                  + ddtree_rows("tinier"), strict=True)]
     text = summary_markdown(rows, RECORD)
     assert "over the 642 to 7,596 (each row's `rounds`) contexts" in text
-    fixed = summary_markdown([dict(r, rounds=63) for r in ddtree_rows("tiny")], RECORD)
+    fixed = summary_markdown([replace(r, rounds=63) for r in ddtree_rows("tiny")], RECORD)
     assert "over the 63 contexts" in fixed

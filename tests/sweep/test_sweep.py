@@ -33,9 +33,9 @@ def small_plan(seed: int = 0) -> Plan:
 
 
 def _numbers(rows):
-    return [(r["family"], r["regime"], r["method"], r["temperature"], r.get("budget"),
-             r.get("cost_model"), r["tau_mean"], r.get("throughput_tok_s"), r["worlds"],
-             tuple(r["tau_world_means"]), r["tau_world_ci_low"], r["tau_world_ci_high"],
+    return [(r.family, r.regime, r.method, r.temperature, r.budget,
+             r.cost_model, r.tau_mean, r.throughput_tok_s, r.worlds,
+             tuple(r.tau_world_means), r.tau_world_ci_low, r.tau_world_ci_high,
              tuple(r.get("rel_world_means", ()))) for r in rows]
 
 
@@ -93,15 +93,15 @@ def test_outputs_and_resume_after_deleting_a_cell(tmp_path):
         table = list(csv.DictReader(fh))
     assert len(table) == len(rows)
     for r, line in zip(rows, table, strict=True):  # list columns are ';'-joined
-        assert int(line["worlds"]) == r["worlds"] == 3
+        assert int(line["worlds"]) == r.worlds == 3
         assert [float(x) for x in line["tau_world_means"].split(";")] == \
-            pytest.approx(r["tau_world_means"], rel=1e-5)
-        if r["family"] in ("caddtree", "verifiers"):
+            pytest.approx(r.tau_world_means, rel=1e-5)
+        if r.family in ("caddtree", "verifiers"):
             assert len(line["rel_world_means"].split(";")) == 3
             assert float(line["rel_world_ci_low"]) <= float(line["rel_world_ci_high"])
         else:
             assert line["rel_world_means"] == ""
-    methods = {r["method"] for r in rows}
+    methods = {r.method for r in rows}
     for m in ("chain", "ddtree", "ddtree-oracle", "caddtree", "sampled-chain", "tsubame-rrsw"):
         assert m in methods
     record = json.loads((tmp_path / "run.json").read_text())
@@ -142,7 +142,7 @@ def test_resume_redoes_cells_whose_settings_changed(tmp_path):
     (tmp_path / "run.json").unlink()
     rows = run_plan(Plan((more,)), tmp_path, resume=True, progress=False, plot=False)
     assert json.loads((tmp_path / "run.json").read_text())["cells_skipped_on_resume"] == 0
-    assert {r["rounds"] for r in rows} == {8}
+    assert {r.rounds for r in rows} == {8}
     # Another regime list leaves the fingerprint (and the finished cells) alone
     wider = dataclasses.replace(more, regimes=("tiny", "small", "low-entropy"))
     (tmp_path / "run.json").unlink()
@@ -157,8 +157,8 @@ def test_resume_redoes_cells_whose_settings_changed(tmp_path):
     two = run_plan(Plan((fewer,)), tmp_path, resume=True, progress=False, plot=False)
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["cells_skipped_on_resume"] == 0 and record["plan"]["ddtree"]["worlds"] == 2
-    assert {r["worlds"] for r in two} == {2}
-    assert {len(r["tau_world_means"]) for r in two} == {2}
+    assert {r.worlds for r in two} == {2}
+    assert {len(r.tau_world_means) for r in two} == {2}
 
 
 def test_world_shares_split_the_rounds_and_number_the_seeds():
@@ -380,7 +380,7 @@ def test_resume_of_a_finished_run_computes_only_the_new_cells(tmp_path, monkeypa
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["cells_skipped_on_resume"] == len(cells) and record["cells"] == len(cells) + 5
     assert record["plan"]["ddtree"]["regimes"] == ["tiny", "small", "low-entropy"]
-    tau = lambda rs: {(r["cell"], r["method"], r.get("budget")): r["tau_mean"]  # noqa: E731
+    tau = lambda rs: {(r.cell, r.method, r.budget): r.tau_mean  # noqa: E731
                       for r in rs}
     old, now = tau(first), tau(rows)
     assert len(old) == len(first) and {k: now[k] for k in old} == old

@@ -72,12 +72,15 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, monkeyp
     assert calls == [] and target.read_text() == "mine"
 
 
-def test_a_corrupted_cell_is_named_set_aside_and_recomputed(tmp_path, capsys):
+@pytest.mark.parametrize("text", ['{"rows": [\x01',           # not JSON
+                                  '[{"regime": "tiny"}]',      # not the family's rows
+                                  '[{"map": true}]'])          # a field its rows do not have
+def test_a_corrupted_cell_is_named_set_aside_and_recomputed(tmp_path, capsys, text):
     out = tmp_path / "run"
     assert _run(out) == 0
     rows_before = (out / "results.csv").read_text()
     cell = sorted((out / "cells").rglob("*.json"))[0]
-    cell.write_text('{"rows": [\x01')
+    cell.write_text(text)
     (out / "run.json").unlink()  # an interrupted run, resumed
     capsys.readouterr()
     assert _run(out, "--resume") == 0

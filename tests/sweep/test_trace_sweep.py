@@ -113,7 +113,7 @@ def test_verifier_rows_replay_the_recorded_sampled_tree(swept, shipped):
     sp = shipped.sampled_spec
     assert set(rows) == set(rules_for(sp["scheme"]))  # a sampled tree: chains-only rules out
     for rule in ("rrsw", "traversal", "univer"):
-        taus = [engine.run_round(shipped, c, method=shipped.sampled_method, rule=rule,
+        taus = [engine.run_round(shipped, c, method="recorded", rule=rule,
                                  temperature=sp["temperature"], rng=np.random.default_rng(0),
                                  sample=False).expected_tau for c in shipped.contexts]
         assert float(rows[rule]["tau_mean"]) == pytest.approx(np.mean(taus), rel=1e-5)

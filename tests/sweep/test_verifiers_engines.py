@@ -7,9 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from treespec_sim.engine import run_round
-from treespec_sim.families import verifiers
+from treespec_sim.families import verifiers, verifiers_report
 from treespec_sim.families.base import world_for
-from treespec_sim.families.verifiers import arm_facts, arms_for, has_engine_rows, parse_tree
+from treespec_sim.families.verifiers import VerifierRow, arm_facts, arms_for, parse_tree
+from treespec_sim.families.verifiers_report import has_engine_rows
+
+
+def _row(method: str) -> VerifierRow:
+    return VerifierRow(regime="a", method=method, verifier="rrsw", temperature=1.0, budget=64,
+                       rounds=30, tau_mean=3.0, tau_ci_low=2.9, tau_ci_high=3.1)
 
 
 def test_tsubame_rrsw_arms_draw_what_a_plain_loop_draws():
@@ -43,9 +49,8 @@ def test_block_and_rrs_verify_the_same_drawn_chain(monkeypatch):
 
 
 def test_the_engines_figure_is_drawn_only_for_runs_with_engine_cells():
-    assert not has_engine_rows([{"method": "tsubame-rrsw[B=64]"},
-                                {"method": "sampled-tree[2x5]"}])
-    assert has_engine_rows([{"method": "ddtree[B=64]"}])
-    assert has_engine_rows([{"method": "sampled-chain-corrected"}])
-    spec = verifiers.figures["engine_rules.png"]
+    assert not has_engine_rows([_row("tsubame-rrsw[B=64]"), _row("sampled-tree[2x5]")])
+    assert has_engine_rows([_row("ddtree[B=64]")])
+    assert has_engine_rows([_row("sampled-chain-corrected")])
+    spec = verifiers_report.figures["engine_rules.png"]
     assert spec.applies is has_engine_rows

@@ -1,10 +1,14 @@
-r"""The sweep's families: one module per family, one registry.
+r"""The sweep's families: two modules per family, one registry.
 
-Each family (:class:`~treespec_sim.families.base.Family`) owns its grid (a frozen, validated
+Each family (:class:`~treespec_sim.families.base.Family`) computes in one module and presents
+in another. The computing module (``ddtree.py``) owns its grid (a frozen, validated
 dataclass), the cells it expands into, the runner of one cell (through
-:func:`treespec_sim.engine.run_round`), its rows, its tables and figures in the report, and its
-claims as numbers (:class:`Claim`). :mod:`treespec_sim.sweep` and :mod:`treespec_sim.report`
-loop over :data:`FAMILIES` and never name one.
+:func:`treespec_sim.engine.run_round`) and the schema of its rows (a frozen
+:class:`~treespec_sim.families.base.Row` dataclass, ``ddtree.row``); the presenting module
+(``ddtree_report.py``) its tables and figures in the report and its claims as numbers
+(:class:`Claim`), read off those rows. Presenting imports computing's public names; computing
+never imports presenting (``tests/sim/test_layers.py``). :mod:`treespec_sim.sweep` and
+:mod:`treespec_sim.report` loop over :data:`FAMILIES` and never name one.
 
 ``ddtree`` (:mod:`.ddtree`)
     DDTree (and the DFlash chain, the dynamic tree) across budgets and temperatures: exact
@@ -16,6 +20,9 @@ loop over :data:`FAMILIES` and never name one.
     deterministic trees, sampled chains and Tsubame across temperatures and drafters.
 ``verifiers`` (:mod:`.verifiers`)
     RRSw, Traversal and UniVer on the same sampled trees at ``T > 0``.
+``stochastic-map`` (:mod:`.stochastic_map`)
+    the regime map at ``T = 1``: the drafter's sampling law and correction against the
+    target's entropy, where sampled trees beat deterministic ones.
 
 A cell runs in any process (a local worker or a dask worker): :func:`run_cell` finds its
 family by name, and the family builds (and caches, :func:`world_for`) its worlds; its
@@ -28,9 +35,10 @@ and a family that runs on traces has ``check_trace(grid, trace, regime)`` (refus
 any work, what the trace does not hold) and ``trace_preset(trace, regime)`` (its grid for
 ``--trace FILE``); :func:`check_trace_grid` and :func:`trace_grids` loop over them.
 
-Adding a family: one module with the :class:`Family` attributes (the four modules here are
-the examples), and one line in the registry below (or :func:`register` from outside the
-package); ``docs/architecture.md`` says what its test must check.
+Adding a family: a computing module and a presenting module with the :class:`Family`
+attributes (the five pairs here are the examples; one module may hold both), and one line in
+the registry below (or :func:`register` from outside the package); ``docs/architecture.md``
+says what its test must check.
 """
 
 from __future__ import annotations
@@ -38,7 +46,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from . import caddtree, ddtree, stochastic, verifiers
+from . import (
+    caddtree,
+    caddtree_report,
+    ddtree,
+    ddtree_report,
+    stochastic,
+    stochastic_map,
+    stochastic_map_report,
+    stochastic_report,
+    verifiers,
+    verifiers_report,
+)
 from .base import (
     COLUMNS,
     VERDICTS,
@@ -46,6 +65,7 @@ from .base import (
     Claim,
     Family,
     FigureSpec,
+    Row,
     RunSettings,
     WorldShare,
     is_trace,
@@ -57,72 +77,67 @@ from .base import (
 from .caddtree import CaDDTreeGrid
 from .ddtree import DDTreeGrid
 from .stochastic import StochasticGrid
+from .stochastic_map import StochasticMapGrid
 from .verifiers import VerifierGrid
 
 __all__ = ["COLUMNS", "FAMILIES", "VERDICTS", "CaDDTreeGrid", "Cell", "Claim", "DDTreeGrid",
-           "Family", "FigureSpec", "RunSettings", "StochasticGrid", "VerifierGrid",
-           "WorldShare", "all_claims", "cell_rng", "check_trace_grid", "is_trace", "register",
+           "Family", "FigureSpec", "Row", "RunSettings", "StochasticGrid", "StochasticMapGrid",
+           "VerifierGrid", "WorldShare", "all_claims", "check_trace_grid", "is_trace", "register",
            "run_cell", "throughput_columns", "trace_grids", "trace_regime", "world_for",
            "world_shares"]
 
-#: The registry: family name -> family (a module satisfying :class:`Family`), in report order.
+#: The registry: family name -> family (:class:`Family`), in report order.
 FAMILIES: dict[str, Family] = {}
 
 
-def register(family: Family) -> Family:
-    """Add ``family`` to :data:`FAMILIES` (under ``family.name``); returns it.
+def register(computing, presenting=None) -> Family:
+    """Add the family of ``computing`` and ``presenting`` (its two modules, or objects with
+    their names; ``presenting`` None: one module holds both) to :data:`FAMILIES`, under its
+    name; returns its :class:`Family`.
 
     Raises
     ------
     ValueError
-        ``family`` lacks an attribute of :class:`Family`, its grid names another family, or
-        its name is taken by another family.
+        A module lacks a name of :class:`Family`, the grid names another family, or the name
+        is taken by another family.
     """
-    if not isinstance(family, Family):
-        missing = [a for a in ("name", "grid", "figures", "preset_note", "run", "tables",
-                               "claims", "console_rows", "preset")
-                   if not hasattr(family, a)]
-        raise ValueError(f"family {getattr(family, '__name__', family)!r} lacks "
-                         f"{', '.join(missing)} (see treespec_sim.families.Family)")
+    family = Family.of(computing, presenting)
     if getattr(family.grid, "family", None) != family.name:
         raise ValueError(f"family {family.name!r}: its grid's family is "
                          f"{getattr(family.grid, 'family', None)!r}")
     held = FAMILIES.get(family.name)
-    if held is not None and held is not family:
+    if held is not None and held != family:
         raise ValueError(f"a family named {family.name!r} is already registered")
     FAMILIES[family.name] = family
     return family
 
 
-for _family in (ddtree, caddtree, stochastic, verifiers):
-    register(_family)
+for _computing, _presenting in ((ddtree, ddtree_report), (caddtree, caddtree_report),
+                                (stochastic, stochastic_report), (verifiers, verifiers_report),
+                                (stochastic_map, stochastic_map_report)):
+    register(_computing, _presenting)
 
 
-def run_cell(cell: Cell, settings: RunSettings) -> list[dict]:
-    """Run one cell; return its rows (dicts with :data:`COLUMNS` keys, plus per-family extras).
+def run_cell(cell: Cell, settings: RunSettings) -> list[Row]:
+    """Run one cell; return its rows (its family's :class:`Row` schema).
 
     Pure given ``(cell, settings)``: the same inputs give the same rows in any process. The
-    family's runner gives the rows; every row gets ``family``, ``seed``, ``worlds`` (unless
-    set), ``cell`` (the key) and ``wall_s`` (the cell's wall clock shared over its rows).
+    family's runner gives the rows; each is :meth:`~Row.stamped` with its family, the seed,
+    the worlds (where the runner left them empty), the cell's key and ``wall_s`` (the cell's
+    wall clock shared over its rows).
     """
     start = time.perf_counter()
     rows = FAMILIES[cell.family].run(cell, settings)
     wall = time.perf_counter() - start
-    for r in rows:
-        r.setdefault("family", cell.family)
-        r.setdefault("seed", settings.seed)
-        r.setdefault("worlds", cell.grid.worlds)
-        r["wall_s"] = wall / max(1, len(rows))
-        r["cell"] = cell.key
-    return rows
+    return [r.stamped(cell, settings, wall / max(1, len(rows))) for r in rows]
 
 
-def all_claims(rows: Sequence[dict]) -> list[Claim]:
+def all_claims(rows: Sequence[Row]) -> list[Claim]:
     """Every family's headline claims measured on ``rows``, in registry order.
 
     Parameters
     ----------
-    rows : sequence of dict
+    rows : sequence of Row
         Result rows of any families (each family's ``claims`` gets its own; a family without
         rows gives none).
 
@@ -132,7 +147,7 @@ def all_claims(rows: Sequence[dict]) -> list[Claim]:
     """
     out: list[Claim] = []
     for family in FAMILIES.values():
-        sub = [r for r in rows if r.get("family") == family.name]
+        sub = [r for r in rows if r.family == family.name]
         if sub:
             out += family.claims(sub)
     return out
@@ -147,10 +162,9 @@ def check_trace_grid(grid, tr, regime: str) -> None:
     ------
     ValueError
     """
-    family = FAMILIES[grid.family]
-    check = getattr(family, "check_trace", None)
+    check = FAMILIES[grid.family].check_trace
     if check is None:
-        runs = ", ".join(f for f, fam in FAMILIES.items() if hasattr(fam, "check_trace"))
+        runs = ", ".join(f for f, fam in FAMILIES.items() if fam.check_trace is not None)
         raise ValueError(f"{grid.family}: this family does not run on a trace (its rounds "
                          f"leave the recorded data); families that do: {runs}")
     check(grid, tr, regime)
@@ -162,7 +176,7 @@ def trace_grids(tr, regime: str) -> tuple:
     tree, is left out)."""
     out = []
     for family in FAMILIES.values():
-        make = getattr(family, "trace_preset", None)
+        make = family.trace_preset
         grid = make(tr, regime) if make is not None else None
         if grid is not None:
             out.append(grid)

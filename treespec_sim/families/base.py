@@ -1,13 +1,16 @@
-r"""What every sweep family shares: cells, worlds, settings, grid checks, claims, the protocol.
+r"""What every sweep family shares: cells, worlds, settings, grid checks, rows, claims, the
+registry's record of a family.
 
-A *family* (:class:`Family`) is one module of :mod:`treespec_sim.families` that owns one kind
-of comparison from end to end: its *grid* (a frozen, validated dataclass describing which
-regimes, temperatures, budgets, ... it compares), the *cells* the grid expands into (the unit
-of work, of resumption and of distribution), the runner of one cell (through
-:func:`treespec_sim.engine.run_round`), the rows it returns, its tables and figures in the
-report, and its *claims* (:class:`Claim`: a statement, the measured number with its interval
-and unit, and a verdict). The sweep and the report loop over the registry
-(:data:`treespec_sim.families.FAMILIES`) and never name a family.
+A *family* (:class:`Family`) owns one kind of comparison from end to end, in two modules of
+:mod:`treespec_sim.families`. Its *computing* module (``ddtree.py``) holds its *grid* (a frozen,
+validated dataclass describing which regimes, temperatures, budgets, ... it compares), the
+*cells* the grid expands into (the unit of work, of resumption and of distribution), the
+runner of one cell (through :func:`treespec_sim.engine.run_round`) and the schema of the rows
+it returns (a :class:`Row` dataclass); its *presenting* module (``ddtree_report.py``) turns
+those rows into its tables and figures in the report and its *claims* (:class:`Claim`: a
+statement, the measured number with its interval and unit, and a verdict). The sweep and the
+report loop over the registry (:data:`treespec_sim.families.FAMILIES`) and never name a
+family.
 
 Worlds
 ------
@@ -34,13 +37,14 @@ written ``;``-joined.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -61,16 +65,15 @@ from ..verdicts import (
     second_stage,
 )
 
-__all__ = ["CALIBRATED", "COLUMNS", "DECIDE_MARGIN", "MIN_UNITS", "NO_VERDICT",
-           "SYNTHETIC", "TRACE_PREFIX", "VERDICTS", "Cell", "Claim", "ClaimedRange",
-           "Family", "FigureSpec", "Judgement", "RunSettings", "WorldShare", "as_tuple",
-           "check_budgets", "check_max_rounds", "check_regimes", "check_rounds",
-           "check_temperatures",
-           "check_trace_budget", "check_trace_temperatures", "check_worlds",
-           "deciding_cost", "format_number", "headline", "interval_units", "is_trace",
-           "judge", "paper_regimes", "pick_regimes", "second_stage", "seconds_per_unit",
-           "shares", "smoke_test", "throughput_columns", "trace_for", "trace_regime",
-           "trace_sha256", "unit_ci", "world_for", "world_shares"]
+__all__ = ["CALIBRATED", "COLUMNS", "DECIDE_MARGIN", "MIN_UNITS", "NO_VERDICT", "SYNTHETIC",
+           "TRACE_PREFIX", "TSUBAME_PAGE", "UNIVER_PAGE", "VERDICTS", "Cell", "Claim",
+           "ClaimedRange", "Family", "FigureSpec", "Judgement", "Row", "RunSettings",
+           "WorldShare", "as_tuple", "check_budgets", "check_max_rounds", "check_regimes",
+           "check_rounds", "check_temperatures", "check_trace_budget", "check_trace_temperatures",
+           "check_worlds", "deciding_cost", "format_number", "headline", "interval_units",
+           "is_trace", "judge", "paper_regimes", "pick_regimes", "second_stage",
+           "seconds_per_unit", "shares", "smoke_test", "throughput_columns", "trace_for",
+           "trace_regime", "trace_sha256", "unit_ci", "world_for", "world_shares"]
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
@@ -436,6 +439,12 @@ def check_cost_models(names: Sequence[str], family: str) -> None:
 
 # ---------------------------------------------------------------------------------- claims
 # (the verdict rule itself, :func:`judge`, is :mod:`treespec_sim.verdicts`'s)
+#: Pages that explain a result which does not go the way a paper (or our own theory) says (a
+#: claim's ``page``). Paths are from the repository root; the report rewrites them relative to
+#: the run folder (where summary.md lies), results_page relative to its page.
+UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-t--1)"
+TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
+
 @dataclass(frozen=True)
 class Claim:
     """A claim and what the sweep measured about it: a number, its interval, a verdict.
@@ -517,7 +526,7 @@ def _number_or_none(x) -> float | None:
     return None if math.isnan(v) else v
 
 
-def interval_units(row: Mapping) -> tuple[int, str]:
+def interval_units(row: Row) -> tuple[int, str]:
     """``(n, what)``: the independent units a row's intervals rest on -- a trace's recorded
     prompts (``trace_units``), decoded sequences (``sequences``), else its paired contexts
     (``diff_contexts``) or contexts (``rounds``)."""
@@ -529,7 +538,7 @@ def interval_units(row: Mapping) -> tuple[int, str]:
     return 0, "contexts"
 
 
-def seconds_per_unit(rows: Sequence[Mapping], row: Mapping, units: int) -> float:
+def seconds_per_unit(rows: Sequence[Row], row: Row, units: int) -> float:
     """What one unit of ``row``'s cell cost in its run: the cell's wall clock (the ``wall_s``
     of every row of the same ``cell``) over ``units`` (0 when not known)."""
     cell = row.get("cell")
@@ -646,20 +655,66 @@ def headline(text: str, evidence: Sequence[Claim], *, margin: Callable[[Claim], 
                  seconds_per_unit=weakest.seconds_per_unit)
 
 
-# ---------------------------------------------------------------------------------- protocol
+# ---------------------------------------------------------------------------------- rows
+class Row:
+    """A result row: the base of every family's row schema.
+
+    A family's schema is a frozen, keyword-only dataclass subclassing this (``DDTreeRow``,
+    ...): its fields are the :data:`COLUMNS` it fills, in ``results.csv``'s order (``family``
+    first, ``wall_s`` last), then its own values that are not columns (per-context values,
+    exit laws, ...) and the two the sweep keeps with every row, ``cell`` (the cell's key) and
+    ``extrapolated`` (the cell's latency-model extrapolations). ``None`` is an empty value
+    (an empty cell of ``results.csv``). One writer writes every family's rows
+    (:func:`treespec_sim.sweep_store.write_results`); a cell file keeps :meth:`as_dict` and is
+    read back with :meth:`from_dict`.
+    """
+
+    def get(self, column: str, default: Any = None) -> Any:
+        """The value of ``column``, or ``default`` where this family's rows have no such field
+        or leave it empty (the report and the console read columns across families)."""
+        value = getattr(self, column, None)
+        return default if value is None else value
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field with a value (empty ones left out), in field order."""
+        return {f.name: v for f in dataclasses.fields(self)
+                if (v := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A row from :meth:`as_dict`'s form (a cell file's JSON); ``ValueError`` naming a key
+        the schema does not have."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}")
+        return cls(**data)
+
+    def stamped(self, cell: Cell, settings: RunSettings, wall_s: float) -> Self:
+        """The row as the sweep keeps it: its family, the sweep's seed and the grid's worlds
+        where the runner left them empty, the cell's key and ``wall_s`` (its share of the
+        cell's wall clock)."""
+        return dataclasses.replace(
+            self, family=cell.family, seed=settings.seed if self.seed is None else self.seed,
+            worlds=cell.grid.worlds if self.worlds is None else self.worlds, wall_s=wall_s,
+            cell=cell.key)
+
+
+# ---------------------------------------------------------------------------------- families
 @dataclass(frozen=True)
 class FigureSpec:
     """One figure of a family: its title (on the results page), how to draw it, and which
     runs have it (``applies(rows)``; default: every run with rows of the family)."""
 
     title: str
-    draw: Callable[[list[dict], Path], None]
-    applies: Callable[[list[dict]], bool] = bool
+    draw: Callable[[list[Row], Path], None]
+    applies: Callable[[list[Row]], bool] = bool
 
 
-@runtime_checkable
-class Family(Protocol):
-    """What the registry holds: one module per family satisfies it.
+@dataclass(frozen=True)
+class Family:
+    """What the registry holds for one family: its computing module's names and its
+    presenting module's, read once (:meth:`of`).
 
     Attributes
     ----------
@@ -667,31 +722,64 @@ class Family(Protocol):
         The family's name: its ``[table]`` in a config file, the rows' ``family``.
     grid : type
         Its frozen, validated grid dataclass (``family`` and ``unit`` class attributes,
-        ``cells()``; optionally ``cell_axes``: the fields each cell takes one value of, which the
-        sweep leaves out of a cell's settings fingerprint).
-    figures : mapping str -> FigureSpec
-        File name -> figure, drawn from the family's rows.
+        ``cells()``; optionally ``cell_axes``: the fields each cell takes one value of, which
+        the sweep leaves out of a cell's settings fingerprint).
+    row : type
+        Its row schema (a :class:`Row` dataclass).
+    run : callable
+        ``run(cell, settings) -> list[row]``: one cell's rows.
+    preset : callable
+        ``preset(name)``: its grid in the sweep preset ``name`` (``"paper"``, ``"quick"``,
+        its own name), None if that preset leaves it out.
     preset_note : str
         What its own preset (``--preset <name>``) runs.
+    tables : callable
+        ``tables(rows) -> list[str]``: its section of ``summary.md`` (Markdown lines).
+    figures : mapping str -> FigureSpec
+        File name -> figure, drawn from its rows.
+    claims : callable
+        ``claims(rows) -> list[Claim]``: its headline claims, measured on ``rows``.
+    console_rows : callable
+        ``console_rows(rows)``: the few of its rows the console table shows.
+    presets : mapping
+        Its further sweep presets, name -> (what it runs, grid factory).
+    check_trace, trace_preset : callable or None
+        A family that runs on traces: ``check_trace(grid, trace, regime)`` refuses what the
+        trace does not hold, ``trace_preset(trace, regime)`` its grid for ``--trace FILE``.
     """
 
     name: str
     grid: type
-    figures: Mapping[str, FigureSpec]
+    row: type[Row]
+    run: Callable[[Cell, RunSettings], list[Row]]
+    preset: Callable[[str], Any]
     preset_note: str
+    tables: Callable[[list[Row]], list[str]]
+    figures: Mapping[str, FigureSpec]
+    claims: Callable[[list[Row]], list[Claim]]
+    console_rows: Callable[[list[Row]], list[Row]]
+    presets: Mapping[str, tuple[str, Callable[[], Any]]] = field(default_factory=dict)
+    check_trace: Callable[..., None] | None = None
+    trace_preset: Callable[..., Any] | None = None
 
-    def run(self, cell: Cell, settings: RunSettings) -> list[dict]:
-        """Run one cell; rows with :data:`COLUMNS` keys (plus extras)."""
+    #: What the computing module names (the last three optional), and the presenting one.
+    COMPUTING: ClassVar[tuple[str, ...]] = ("name", "grid", "row", "run", "preset",
+                                            "preset_note")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("presets", "check_trace", "trace_preset")
+    PRESENTING: ClassVar[tuple[str, ...]] = ("tables", "figures", "claims", "console_rows")
 
-    def tables(self, rows: list[dict]) -> list[str]:
-        """The family's section of ``summary.md`` (Markdown lines)."""
-
-    def claims(self, rows: list[dict]) -> list[Claim]:
-        """Its headline claims, one per claim, measured on ``rows``."""
-
-    def console_rows(self, rows: list[dict]) -> list[dict]:
-        """The few of its rows the console table shows (the rest are in ``results.csv``)."""
-
-    def preset(self, name: str):
-        """Its grid in the sweep preset ``name`` (``"paper"``, ``"quick"``, its own name);
-        None if that preset leaves it out."""
+    @classmethod
+    def of(cls, computing: Any, presenting: Any = None) -> Family:
+        """The family of a computing module and a presenting one (``presenting`` None: one
+        module holds both); ``ValueError`` naming what either lacks."""
+        presenting = computing if presenting is None else presenting
+        missing = ([a for a in cls.COMPUTING if not hasattr(computing, a)]
+                   + [a for a in cls.PRESENTING if not hasattr(presenting, a)])
+        if missing:
+            who = getattr(computing, "name", None) or getattr(computing, "__name__", computing)
+            raise ValueError(f"family {who!r} lacks {', '.join(missing)} (see "
+                             "treespec_sim.families.Family)")
+        return cls(**{a: getattr(computing, a) for a in cls.COMPUTING},
+                   **{a: getattr(presenting, a) for a in cls.PRESENTING},
+                   **{a: getattr(computing, a) for a in cls.OPTIONAL
+                      if hasattr(computing, a)})

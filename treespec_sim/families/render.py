@@ -16,9 +16,9 @@ import numpy as np
 
 from ..cost import get_cost_model
 from ..plot import figure_legend
-from .base import RECORDED_COST
+from .base import RECORDED_COST, TSUBAME_PAGE, UNIVER_PAGE, Row
 
-__all__ = ["PAGE_NOTES", "TSUBAME_PAGE", "UNIVER_PAGE", "between_worlds", "budget_axis",
+__all__ = ["PAGE_NOTES", "between_worlds", "budget_axis",
            "cost_label", "counts", "figure_grid", "figure_legend", "finite", "interval_label",
            "missing", "notes", "padded_limits", "pct", "pooled", "save_figure", "verdict_cell",
            "worlds_label"]
@@ -48,12 +48,8 @@ def cost_label(name: str, *, on_trace: bool = False) -> str:
     return f"{name} ({kind})"
 
 
-# Pages that explain a result which does not go the way a paper (or our own theory) says.
-# Paths are from the repository root; the report rewrites them relative to the run
-# folder (where summary.md lies), results_page relative to its page.
-UNIVER_PAGE = "[univer.md §3–4](docs/theory/univer.md#4-synthetic-results-at-t--1)"
-TSUBAME_PAGE = "[tsubame.md §4](docs/theory/tsubame.md#4-results-synthetic-docsresultsstochastic)"
-#: What a table says under itself when one of its rows links a page.
+#: What a table says under itself when one of its rows links a page (the pages:
+#: :data:`~treespec_sim.families.base.UNIVER_PAGE`, ``TSUBAME_PAGE``).
 PAGE_NOTES = {
     UNIVER_PAGE: "`univer` (safe step choice) is ≥ Traversal in expectation on every tree, but "
                  "neither it nor Traversal is ≥ RRSw on every shape (witness: a deep subtree under "
@@ -100,7 +96,7 @@ def finite(*xs: object) -> bool:
     return all(isinstance(x, int | float) and np.isfinite(x) for x in xs)
 
 
-def between_worlds(r: dict, *, prefix: str = "tau", pct: bool = False) -> str:
+def between_worlds(r: Row, *, prefix: str = "tau", pct: bool = False) -> str:
     """A row's between-world interval and per-world values, e.g. ``[7.10, 7.80] (7.35 / 7.49 /
     7.51)``; ``pct`` writes ratios as signed percentages. A dash without per-world values."""
     means = r.get(f"{prefix}_world_means")
@@ -115,12 +111,12 @@ def between_worlds(r: dict, *, prefix: str = "tau", pct: bool = False) -> str:
     return f"{head}[{fmt(lo)}, {fmt(hi)}] {each}"
 
 
-def worlds_label(rows: Sequence[dict]) -> str:
+def worlds_label(rows: Sequence[Row]) -> str:
     """The rows' worlds per regime, e.g. ``"3"`` (``"?"`` for rows from before worlds)."""
-    return "/".join(sorted({str(r["worlds"]) for r in rows if r.get("worlds")})) or "?"
+    return "/".join(sorted({str(r.get("worlds")) for r in rows if r.get("worlds")})) or "?"
 
 
-def trace_units(rows: Sequence[dict]) -> str | None:
+def trace_units(rows: Sequence[Row]) -> str | None:
     """The recorded prompts behind the intervals when every row replays a trace (their
     ``trace_units``, e.g. ``"4"``), else None (``docs/traces.md``, "The sweep on a trace")."""
     units = {r.get("trace_units") for r in rows}
@@ -129,7 +125,7 @@ def trace_units(rows: Sequence[dict]) -> str | None:
     return "/".join(sorted(str(int(u)) for u in units))
 
 
-def pooled(rows: Sequence[dict]) -> str:
+def pooled(rows: Sequence[Row]) -> str:
     """``" pooled over 3 worlds"`` (empty for rows from before worlds; for a trace's rows,
     the recorded prompts the intervals are over)."""
     units = trace_units(rows)
@@ -139,10 +135,10 @@ def pooled(rows: Sequence[dict]) -> str:
     return "" if k == "?" else f" pooled over {k} worlds"
 
 
-def counts(rows: Sequence[dict]) -> str:
+def counts(rows: Sequence[Row]) -> str:
     """The rows' context counts: ``"63"``, ``"33/36"``, or their range when a precision
     target gave each cell its own (``"642 to 7,596 (each row's rounds)"``)."""
-    used = sorted({int(r["rounds"]) for r in rows if r.get("rounds")})
+    used = sorted({int(r.get("rounds")) for r in rows if r.get("rounds")})
     if len(used) > 3:
         return f"{used[0]:,} to {used[-1]:,} (each row's `rounds`)"
     return "/".join(map(str, used)) if used else "the"
@@ -158,7 +154,7 @@ def missing(value: object) -> bool:
         return True
 
 
-def interval_label(rows: Sequence[dict], kind: str, unit: str, *,
+def interval_label(rows: Sequence[Row], kind: str, unit: str, *,
                    by_sequence: bool = False) -> str:
     """What an interval of a family's rows is: the statistic, the level, over how many what.
 
@@ -180,7 +176,7 @@ def interval_label(rows: Sequence[dict], kind: str, unit: str, *,
     units = trace_units(rows)
     if units is not None:
         return f"95% {kind} over the {units} recorded prompts ({n} recorded {unit}) of a trace"
-    worlds = sorted({int(r["worlds"]) for r in rows if r.get("worlds")})
+    worlds = sorted({int(r.get("worlds")) for r in rows if r.get("worlds")})
     pool = f" pooled over {'/'.join(map(str, worlds))} worlds" if worlds else ""
     tail = " (resampled by sequence)" if by_sequence else ""
     return f"95% {kind} over {n} {unit}{pool}{tail}"

@@ -24,7 +24,9 @@ token-wise RRS and block verification. The arms of every tree are read off the r
 
 UniVer (Weng, Hu & Yairi 2026) reports +4.2-8.5% acceptance length over RRSw. Gains of the UniVer
 rules over Traversal on the same trees are reported too (``GainResult.gain_vs_traversal``).
-Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/univer.md``).
+Its claims: UniVer's published gain, and Traversal ≥ RRSw (``docs/theory/univer.md``): stated
+here (a cell's second stage decides them, :data:`CLAIMS`), read off its rows
+(:class:`VerifierRow`) by :mod:`.verifiers_report`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar, NamedTuple
 
 import numpy as np
@@ -46,9 +47,8 @@ from ..validation import check_temperature
 from ..verify import SCHEME_FOR_RULE, lossy_rules
 from .base import (
     Cell,
-    Claim,
     ClaimedRange,
-    FigureSpec,
+    Row,
     RunSettings,
     as_tuple,
     check_max_rounds,
@@ -56,64 +56,22 @@ from .base import (
     check_rounds,
     check_temperatures,
     check_worlds,
-    headline,
-    interval_units,
     is_trace,
     judge,
     paper_regimes,
     pick_regimes,
     second_stage,
-    seconds_per_unit,
     shares,
     throughput_columns,
     unit_ci,
     world_for,
 )
-from .render import (
-    UNIVER_PAGE,
-    between_worlds,
-    figure_legend,
-    missing,
-    notes,
-    pct,
-    save_figure,
-    verdict_cell,
-    worlds_label,
-)
-from .render import interval_label as render_interval
 
-__all__ = [
-    "ARMS",
-    "CLAIM_RANGE",
-    "ENGINE_BARS",
-    "SIDE_STREAM",
-    "Arm",
-    "GainResult",
-    "TreeSpec",
-    "VerifierGrid",
-    "arm_facts",
-    "arm_lengths",
-    "arms_for",
-    "claims",
-    "console_rows",
-    "engine_table",
-    "engines_preset",
-    "figures",
-    "grid",
-    "has_engine_rows",
-    "interval_label",
-    "is_lossless",
-    "measure",
-    "name",
-    "parse_tree",
-    "plot_engine_rules",
-    "plot_verifier_gains",
-    "preset",
-    "preset_note",
-    "presets",
-    "run",
-    "tables",
-]
+__all__ = ["ARMS", "CLAIMS", "CLAIM_RANGE", "ENGINE_SHAPES", "RECORDED", "SIDE_STREAM",
+           "TRAVERSAL_CLAIMED", "UNIVER_CLAIMED", "Arm", "GainResult", "TreeSpec", "VerifierGrid",
+           "VerifierRow", "arm_facts", "arm_lengths", "arms_for", "check_trace",
+           "claim_judgements", "engines_preset", "grid", "measure", "measure_trace", "name",
+           "parse_tree", "preset", "preset_note", "presets", "row", "run", "trace_preset"]
 
 #: The family's name (its ``[verifiers]`` table in a config, the rows' ``family``).
 name = "verifiers"
@@ -188,6 +146,59 @@ class VerifierGrid:
 
 #: The family's grid class (the registry's ``grid``).
 grid = VerifierGrid
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifierRow(Row):
+    """One arm (a rule on the tree a method drafts) of a verifiers cell, on the same trees as
+    the cell's other arms: exact E[τ] (apparent for a lossy rule: ``lossless`` False, its
+    first-token bias in ``first_token_tv*``), modelled throughput, the ratio to the cell's
+    baseline arm (RRSw; RRS on chains) pooled (``rel_*``, a paired bootstrap) and between
+    worlds (``rel_world_*``), and for the UniVer rules to Traversal (``rel_traversal*``);
+    ``trace_units``: a trace's recorded prompts, the units of its intervals."""
+
+    family: str = "verifiers"
+    regime: str
+    method: str
+    verifier: str
+    temperature: float
+    budget: int
+    cost_model: str | None = None
+    rounds: int
+    seed: int | None = None
+    tau_mean: float
+    tau_ci_low: float
+    tau_ci_high: float
+    worlds: int | None = None
+    tau_world_means: list[float] | None = None
+    tau_world_ci_low: float | None = None
+    tau_world_ci_high: float | None = None
+    tree_size_mean: float | None = None
+    round_time_s: float | None = None
+    throughput_tok_s: float | None = None
+    speedup_vs_ar: float | None = None
+    rel_to_baseline: float | None = None
+    rel_ci_low: float | None = None
+    rel_ci_high: float | None = None
+    rel_world_means: list[float] | None = None
+    rel_world_ci_low: float | None = None
+    rel_world_ci_high: float | None = None
+    baseline: str | None = None
+    rel_traversal: float | None = None
+    rel_traversal_ci_low: float | None = None
+    rel_traversal_ci_high: float | None = None
+    lossless: bool | None = None
+    first_token_tv: float | None = None
+    first_token_tv_ci_low: float | None = None
+    first_token_tv_ci_high: float | None = None
+    wall_s: float | None = None
+    trace_units: int | None = None
+    cell: str | None = None
+    extrapolated: list[dict] | None = None
+
+
+#: The family's row schema (the registry's ``row``).
+row = VerifierRow
 
 
 #: (label, method family, rule): every rule lossless for sampled trees drawn without replacement
@@ -538,7 +549,7 @@ def _gain_result(parts: Sequence[np.ndarray], arm_labels: Sequence[str], *, regi
                       {a: (lossless or {}).get(a, True) for a in labels})
 
 
-def run(cell: Cell, settings: RunSettings) -> list[dict]:
+def run(cell: Cell, settings: RunSettings) -> list[VerifierRow]:
     """Every arm of :func:`arms_for` on the same trees of every world (:func:`measure`); one
     row per arm, gains relative to the tree's baseline (RRSw; RRS on chains), and to Traversal
     for the UniVer rules; lossy arms with their first-token bias. On a trace, the
@@ -553,7 +564,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         arms = [Arm(rule, "recorded", rule) for rule in res.mean]
         names = dict.fromkeys(res.mean, name)
         extra = {"trace_units": len({c.prompt for c in tr.contexts})}
-        sizes = np.array([float(np.mean([tr.sampled_draft(c).tree.size for c in tr.contexts]))])
+        sizes = np.array([float(np.mean([tr.recorded_draft(c).tree.size for c in tr.contexts]))])
     else:
         parts = shares(cell, settings)
         res = measure([world_for(cell.regime, s.seed) for s in parts],
@@ -573,7 +584,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
         gain = res.gain.get(label, (0.0, 0.0, 0.0))
         trav = res.gain_vs_traversal.get(label)
         bias = res.bias.get(label, (0.0, 0.0, 0.0))
-        rows.append({
+        rows.append(VerifierRow(**{
             "regime": cell.regime, "method": names[label], "verifier": rule,
             "lossless": bool(lossless), "first_token_tv": bias[0],
             "first_token_tv_ci_low": bias[1], "first_token_tv_ci_high": bias[2],
@@ -588,7 +599,7 @@ def run(cell: Cell, settings: RunSettings) -> list[dict]:
             **({"rel_traversal": 1.0 + trav[0], "rel_traversal_ci_low": 1.0 + trav[1],
                 "rel_traversal_ci_high": 1.0 + trav[2]} if trav else {}),
             **extra,
-        })
+        }))
     return rows
 
 
@@ -613,11 +624,10 @@ def measure_trace(tr, *, regime: str, seed: int = 0, boot: int = 2000) -> GainRe
                          "--sampled-tree SPEC)")
     rules = rules_for(str(sp["scheme"]))  # the recorded tree branches: no chain-only rule
     t = float(sp["temperature"])
-    method = tr.sampled_method
     lengths = np.empty((len(tr.contexts), len(rules)))
     rng = cell_rng(seed)  # run_round's argument; sample=False draws nothing
     for i, ctx in enumerate(tr.contexts):
-        rnd = run_round(tr, ctx, method=method, rule=rules[0], temperature=t, rng=rng,
+        rnd = run_round(tr, ctx, method="recorded", rule=rules[0], temperature=t, rng=rng,
                         sample=False)
         lengths[i] = [rnd.expected_tau_under(r) for r in rules]
     units = np.array([c.prompt for c in tr.contexts])
@@ -650,257 +660,6 @@ def trace_preset(tr, regime: str) -> VerifierGrid | None:
                         rounds=max(2, len(tr)), worlds=1)
 
 
-def tables(rows: list[dict]) -> list[str]:
-    """The family's section of ``summary.md``: every rule against RRSw (pooled, between
-    worlds) and the UniVer rules against Traversal, each row read against the claims."""
-    out = ["## UniVer's and Traversal's gain over RRSw (same sampled trees)", "",
-           "UniVer reports +4.2–8.5% over RRSw. Here `univer` is the safe per-node step choice "
-           "(≥ Traversal in expectation), `univer-guided` the value-guided one (no guarantee), "
-           "`univer-fixed` the earlier fixed-order reconstruction (the rule for Greedy drafts); "
-           "Traversal ≥ RRSw holds on balanced and deep-first shapes, not on every shape "
-           "(`python -m proofs_check`). *vs RRSw*: the ratio of pooled means with the "
-           f"{interval_label(rows)} (paired); *between worlds*: the mean of the "
-           f"per-world gains with their 95% t-interval ({worlds_label(rows)} worlds, k − 1 degrees "
-           "of freedom), then each world's gain; *vs Traversal*: a UniVer rule against "
-           "Traversal on the same trees (pooled, paired bootstrap). Trees: `sampled-tree[WxD]` "
-           "full W-ary trees of depth D (the UniVer paper's balanced trees), "
-           "`tsubame-rrsw[B=..]` Tsubame's DDTree-shaped trees. The last column reads the "
-           "pooled interval against the claims by the one verdict rule (holds: inside the "
-           "claimed range; does not hold: entirely outside; undecided: across an edge): every "
-           f"UniVer rule against UniVer's published +{CLAIM_RANGE[0]:g}–{CLAIM_RANGE[1]:g}%, "
-           "Traversal against ≥ 0.", "",
-           "| regime | T | tree | verifier | E[τ] | vs RRSw (pooled, bootstrap) | "
-           "vs RRSw between worlds (t) | vs Traversal (pooled) | against the claim |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    engine_rows = [r for r in rows if _engine_cell(r)]
-    for r in rows:
-        if r["verifier"] == "rrsw" and "greedy" not in r["method"]:
-            continue
-        if not is_lossless(r) or r.get("baseline", "rrsw") != "rrsw" \
-                or str(r["method"]).startswith("ddtree["):
-            continue  # lossy rows, chains and DDTree's own tree: the engines' table below
-        note = verdict_cell(row_judgement(r), UNIVER_PAGE)
-        trav = ("—" if missing(r.get("rel_traversal")) else
-                f"{pct(float(r['rel_traversal']))} [{pct(float(r['rel_traversal_ci_low']))}, "
-                f"{pct(float(r['rel_traversal_ci_high']))}]")
-        out.append(f"| {r['regime']} | {r['temperature']:g} | {r['method']} | {r['verifier']} "
-                   f"| {r['tau_mean']:.3f} | {pct(r['rel_to_baseline'])} "
-                   f"[{pct(r['rel_ci_low'])}, {pct(r['rel_ci_high'])}] | "
-                   f"{between_worlds(r, prefix='rel', pct=True)} | {trav} | {note} |")
-    out = [*out, *notes(out), ""]
-    return out + engine_table(engine_rows) if engine_rows else out
-
-
-def is_lossless(row: dict) -> bool:
-    """A row's ``lossless`` column (True when absent: rows written before lossy rules were
-    measured; ``"False"`` after a CSV round trip is False)."""
-    v = row.get("lossless", True)
-    return not (v is False or str(v).strip().lower() in ("false", "0"))
-
-
-def _engine_cell(row: dict) -> bool:
-    """A row of a DDTree, Tsubame or chain cell (the trees the engines verify)."""
-    m = str(row.get("method", ""))
-    return m.split("[")[0] in ("ddtree", "sampled-ddtree", "tsubame-rrsw", "tsubame-rrs",
-                               "chain", "sampled-chain-corrected")
-
-
-def engine_table(rows: list[dict]) -> list[str]:
-    """The rules engines ship beside the exact ones, on the trees a DDTree port would verify
-    at ``T > 0``: every arm of every DDTree, Tsubame and chain cell, lossless or not."""
-    out = ["## Which rule should a DDTree port use at T > 0 (DDTree, Tsubame and chain trees)",
-           "",
-           "Every rule on the same contexts: DDTree's own deterministic tree (`ddtree[B=..]`: "
-           "`follow`, `tev` and SGLang's target-only `sample-match`, lossless with thresholds 1, "
-           "all three E[τ] = 1 + C_p; SGLang's thresholds below 1 and the sibling-order "
-           "`min(1, p/q)` rule `sibling-ratio`, lossy), DDTree's shape filled by draws "
-           "(`sampled-ddtree[B=..]`: RRS on an i.i.d. fill, RRSw, Traversal and UniVer without "
-           "replacement), Tsubame's trees, and the drafter's chain (`sampled-chain-corrected`: "
-           "token-wise `rrs` and vLLM's `block` verification; `chain`: the argmax chain). "
-           "*E[τ]* is exact over the verifier's coins (a lossy rule's is *apparent*: the tokens "
-           "it counts do not follow the target); *tok/s* is modelled from it and the tree size "
-           "(`cost_model` column); *vs baseline*: the paired ratio of pooled means to the "
-           "cell's first arm (RRSw; RRS on chains) with its percentile-bootstrap interval; "
-           "*first-token TV*: a lossy rule's bias, the total-variation distance of the law of "
-           "a round's first token from the target's, mean over contexts [95% t-interval] "
-           "(0 for the lossless rules, by the theorems `python -m proofs_check` checks).", "",
-           "| regime | T | tree | rule | lossless | E[τ] | tok/s (modelled) | vs baseline | "
-           "first-token TV |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ok = is_lossless(r)
-        tv = ("0" if ok else f"**{float(r['first_token_tv']):.3f}** "
-              f"[{float(r['first_token_tv_ci_low']):.3f}, "
-              f"{float(r['first_token_tv_ci_high']):.3f}]")
-        base = "baseline" if float(r["rel_to_baseline"]) == 1.0 and r["verifier"] == \
-            r.get("baseline") else (f"{pct(float(r['rel_to_baseline']))} "
-                                    f"[{pct(float(r['rel_ci_low']))}, "
-                                    f"{pct(float(r['rel_ci_high']))}]")
-        out.append(f"| {r['regime']} | {float(r['temperature']):g} | {r['method']} | "
-                   f"{r['verifier']} | {'yes' if ok else '**no**'} | "
-                   f"{float(r['tau_mean']):.3f}{'' if ok else ' (apparent)'} | "
-                   f"{float(r['throughput_tok_s']):.0f} | {base} | {tv} |")
-    return [*out, ""]
-
-
-def _tree_label(method: str) -> str:
-    """``sampled-tree[2x5]`` -> ``2 wide × 5 deep``; ``tsubame-rrsw[B=64]`` -> ``Tsubame B=64``."""
-    inner = method.split("[", 1)[1].split("]", 1)[0] if "[" in method else method
-    if method.startswith("recorded"):
-        return f"recorded {method.split()[1].split('[')[0]} {inner}"
-    if method.startswith("tsubame"):
-        return f"Tsubame {inner}"
-    if method.startswith("sampled-ddtree"):
-        return f"DDTree shape, drawn {inner}"
-    return inner.replace("x", " wide × ") + " deep"
-
-
-def plot_verifier_gains(rows: list[dict], path: Path) -> None:
-    """Gain in exact E[τ] over RRSw on the same sampled trees, with paired interval bars.
-
-    One panel per regime (two columns when the panels are narrow), in it one group per (T,
-    tree) and one bar per rule that the tree has (every rule of the table: Traversal and the
-    three UniVer rules on the same sampled trees, and the fixed-order rule on Greedy drafts,
-    hatched; Tsubame trees have no Greedy-draft arm); the band is UniVer's published gain
-    (:data:`CLAIM_RANGE`). All panels share the gain axis.
-    """
-    import matplotlib.pyplot as plt
-
-    # every rule of the table but the baseline: the fixed-order reconstruction on the sampled
-    # trees too (it can fall far behind RRSw there), and on Greedy drafts of k-ary shapes
-    arms = [("traversal", False, "Traversal"), ("univer", False, "UniVer (safe)"),
-            ("univer-guided", False, "UniVer (value-guided)"),
-            ("univer-fixed", False, "fixed-order UniVer (same sampled trees)"),
-            ("univer-fixed", True, "fixed-order UniVer on Greedy drafts")]
-    plotted = {a[0] for a in arms}
-    sub = [r for r in rows if r["verifier"] in plotted and is_lossless(r)
-           and not str(r["method"]).startswith("ddtree[")]
-    regimes = list(dict.fromkeys(r["regime"] for r in sub))
-    groups = {reg: list(dict.fromkeys((r["temperature"], r["method"].removesuffix("+greedy"))
-                                      for r in sub if r["regime"] == reg)) for reg in regimes}
-    per = max(len(g) for g in groups.values())
-    cols = 1 if per >= 4 or len(regimes) == 1 else 2
-    nrows = -(-len(regimes) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(cols * (1.5 * per + 1.6), 2.9 * nrows + 1.2),
-                             squeeze=False, sharey=True, layout="constrained")
-    width = 0.8 / len(arms)
-    low, high = CLAIM_RANGE
-    for ax, regime in zip(axes.flat, regimes, strict=False):
-        for j, (verifier, greedy, label) in enumerate(arms):
-            xs, ys, los, his = [], [], [], []
-            for i, (t, method) in enumerate(groups[regime]):
-                hit = [r for r in sub if (r["regime"], r["temperature"]) == (regime, t)
-                       and r["method"] == method + ("+greedy" if greedy else "")
-                       and r["verifier"] == verifier]
-                if not hit:
-                    continue
-                r = hit[0]
-                y = 100 * (r["rel_to_baseline"] - 1)
-                xs.append(i + (j - (len(arms) - 1) / 2) * width)
-                ys.append(y)
-                # a percentile interval may miss its point estimate on few rounds: clip at 0
-                los.append(max(0.0, y - 100 * (r["rel_ci_low"] - 1)))
-                his.append(max(0.0, 100 * (r["rel_ci_high"] - 1) - y))
-            if xs:
-                ax.bar(xs, ys, width, yerr=[los, his], capsize=2, label=label, color=f"C{j}",
-                       hatch="//" if greedy else None)
-        ax.axhspan(low, high, color="gray", alpha=0.15,
-                   label=f"UniVer's reported +{low:g}–{high:g}%")
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(np.arange(len(groups[regime])),
-                      [f"T = {t:g}\n{_tree_label(m)}" for t, m in groups[regime]], fontsize=8)
-        ax.set_title(regime, fontsize=10)
-        ax.set_ylabel("E[τ] gain over RRSw (%)")
-        ax.grid(alpha=0.3, axis="y")
-    for ax in list(axes.flat)[len(regimes):]:
-        ax.axis("off")
-    # Below the panels: inside, it would cover the tallest interval bars.
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    figure_legend(fig, handles, labels, max_cols=3,
-                  title="Verifiers on the same sampled trees; bars: " + interval_label(sub)
-                  + " (paired)")
-    save_figure(fig, path)
-
-
-def interval_label(rows: list[dict]) -> str:
-    """What the family's gain intervals are (a paired bootstrap over contexts)."""
-    return render_interval(rows, "percentile-bootstrap interval", VerifierGrid.unit)
-
-
-#: The bars of :func:`plot_engine_rules`: (row method prefix, rule, legend label), by tree.
-ENGINE_BARS = (
-    ("ddtree[", "follow", "DDTree tree: follow = tev = sample-match"),
-    ("ddtree[", "sample-match[acc=0.7]", "DDTree tree: SGLang acc = 0.7"),
-    ("ddtree[", "sample-match[single=0.5]", "DDTree tree: SGLang single = 0.5"),
-    ("ddtree[", "sibling-ratio", "DDTree tree: sibling-order min(1, p/q)"),
-    ("sampled-ddtree[", "rrsw", "DDTree shape drawn: RRSw"),
-    ("sampled-ddtree[", "univer", "DDTree shape drawn: UniVer"),
-    ("tsubame-rrsw[", "rrsw", "Tsubame: RRSw"),
-    ("tsubame-rrsw[", "univer", "Tsubame: UniVer"),
-    ("sampled-chain-corrected", "rrs", "drafter's chain: token-wise RRS"),
-    ("sampled-chain-corrected", "block", "drafter's chain: block"),
-)
-
-
-def has_engine_rows(rows: list[dict]) -> bool:
-    """Whether a run has DDTree or chain cells (the trees only the engines' preset runs)."""
-    return any(str(r["method"]).startswith(("ddtree[", "sampled-chain-corrected"))
-               for r in rows)
-
-
-def plot_engine_rules(rows: list[dict], path: Path) -> None:
-    """E[τ] of the rules a DDTree port chooses between, per regime, with 95% t-interval bars.
-
-    One panel per regime, one bar per :data:`ENGINE_BARS` entry the run has; a lossy rule's
-    bar is hatched and labelled with its first-token TV (its E[τ] is apparent).
-    """
-    import matplotlib.pyplot as plt
-
-    regimes = list(dict.fromkeys(r["regime"] for r in rows if has_engine_rows([r])))
-    cols = 1 if len(regimes) == 1 else 2
-    nrows = -(-len(regimes) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(6.2 * cols, 2.6 * nrows + 1.6),
-                             squeeze=False, layout="constrained")
-    # one hue per tree, the first rule of a pair lighter
-    colors = ("C0", "C3", "C3", "C3", "#fdbf6f", "C1", "#98df8a", "C2", "#c7c7c7", "C7")
-    for ax, regime in zip(axes.flat, regimes, strict=False):
-        for j, (prefix, rule, label) in enumerate(ENGINE_BARS):
-            hit = [r for r in rows if r["regime"] == regime and r["verifier"] == rule
-                   and str(r["method"]).startswith(prefix)]
-            if not hit:
-                continue
-            r = hit[0]
-            y, lo, hi = (float(r[k]) for k in ("tau_mean", "tau_ci_low", "tau_ci_high"))
-            lossy = not is_lossless(r)
-            ax.bar(j, y, 0.8, yerr=[[y - lo], [hi - y]], capsize=2, color=colors[j],
-                   alpha=0.45 if lossy else 0.9, hatch="//" if lossy else None,
-                   edgecolor="black" if lossy else None, label=label)
-            if lossy:
-                ax.annotate(f"TV {float(r['first_token_tv']):.2f}", (j, hi), ha="center",
-                            va="bottom", fontsize=6.5)
-        ax.set_xticks([])
-        ax.set_title(regime, fontsize=10)
-        ax.set_ylabel("E[τ] (lossy: apparent)")
-        ax.set_ylim(0, None)
-        ax.margins(y=0.12)
-        ax.grid(alpha=0.3, axis="y")
-    for ax in list(axes.flat)[len(regimes):]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    figure_legend(fig, handles, labels, max_cols=2,
-                  title=f"T = 1, B = 64; hatched: lossy (E[τ] apparent, first-token TV above "
-                        f"the bar); bars: 95% t-interval over {interval_units(rows[0])[0]} "
-                        "contexts")
-    save_figure(fig, path)
-
-
-#: File name -> figure.
-figures = {"verifier_gains.png": FigureSpec("verifier gains over RRSw", plot_verifier_gains),
-           "engine_rules.png": FigureSpec("the rules a DDTree port chooses between at T > 0 "
-                                          "(E[τ]; lossy rules hatched, with their bias)",
-                                          plot_engine_rules, has_engine_rows)}
-
-
 # ----------------------------------------------------------------------------------- claims
 #: UniVer's published range (percent over RRSw) and Traversal >= RRSw, as claimed ranges.
 UNIVER_CLAIMED = ClaimedRange(*CLAIM_RANGE)
@@ -911,61 +670,6 @@ CLAIMS = {
                "Yairi 2026)", UNIVER_CLAIMED),
     "traversal": ("Traversal ≥ RRSw on the same sampled trees", TRAVERSAL_CLAIMED),
 }
-
-
-def _gain(r: dict) -> tuple[float, float, float]:
-    """A row's pooled gain over RRSw in percent, ``(estimate, low, high)``; a percentile
-    interval may miss its point estimate on few rounds: it is widened to hold it."""
-    est, lo, hi = (100 * (float(r[k]) - 1) for k in ("rel_to_baseline", "rel_ci_low",
-                                                        "rel_ci_high"))
-    return est, min(lo, est), max(hi, est)
-
-
-def claimed_range(verifier: str) -> ClaimedRange | None:
-    """What the family's claims say of ``verifier``'s gain over RRSw (every UniVer rule is
-    read against UniVer's published range; None: no claim)."""
-    if verifier.startswith("univer"):
-        return UNIVER_CLAIMED
-    return TRAVERSAL_CLAIMED if verifier == "traversal" else None
-
-
-def row_judgement(r: dict):
-    """:func:`judge` of a row's gain over RRSw against :func:`claimed_range` (None if no claim
-    reads the row)."""
-    claimed = claimed_range(r["verifier"])
-    if claimed is None:
-        return None
-    n, what = interval_units(r)
-    return judge(*_gain(r), claimed, units=n or None, unit_name=what, unit="%")
-
-
-def _gains(rows: list[dict], verifier: str) -> list[Claim]:
-    """Per (regime, T, tree) evidence: ``verifier``'s pooled gain over RRSw, in percent."""
-    text, claimed = CLAIMS[verifier]
-    out = []
-    for r in rows:
-        if r["verifier"] != verifier or "greedy" in r["method"]:
-            continue
-        n, what = interval_units(r)
-        out.append(Claim.judged(text, *_gain(r), "% E[τ] over RRSw", claimed, units=n or None,
-                                unit_name=what, page=UNIVER_PAGE,
-                                scope=f"{r['regime']}, T = {float(r['temperature']):g}, "
-                                      f"{r['method']}", family=name,
-                                seconds_per_unit=seconds_per_unit(rows, r, n)))
-    return out
-
-
-def claims(rows: list[dict]) -> list[Claim]:
-    """UniVer's (safe rule) published +4.2–8.5% over RRSw (holds where the pooled interval
-    lies inside the range), and Traversal ≥ RRSw on the same trees; each over every (regime,
-    T, tree) cell, by :func:`judge`."""
-    low, high = CLAIM_RANGE
-    out = [headline(CLAIMS["univer"][0], _gains(rows, "univer"),
-                    margin=lambda c: min(c.low - low, high - c.high),
-                    cells="(regime, T, tree) cells"),
-           headline(CLAIMS["traversal"][0], _gains(rows, "traversal"),
-                    margin=lambda c: c.low, cells="(regime, T, tree) cells")]
-    return [c for c in out if c is not None]
 
 
 def preset(which: str) -> VerifierGrid | None:
@@ -1004,8 +708,3 @@ presets = {"verifiers-engines": ("which rule a DDTree port should use at T = 1: 
                                  "chain trees, every calibrated regime", engines_preset)}
 
 
-def console_rows(rows: list[dict]) -> list[dict]:
-    """The baseline (RRSw) and the first UniVer arm (the safe rule) of :data:`ARMS` on every
-    tree."""
-    shown = {ARMS[0][2], next(rule for label, _, rule in ARMS if label.startswith("univer"))}
-    return [r for r in rows if r["verifier"] in shown]

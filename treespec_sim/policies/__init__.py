@@ -1,7 +1,7 @@
 """Tree builders (policies): from drafter log-marginals to a :class:`~treespec_sim.DraftTree`.
 
 Deterministic builders (``chain``, ``ddtree``, ``dynamic_tree``, ``caddtree``,
-``exhaustive_budget_tree``, ``longrun_tree``) return a tree, and their batch forms
+``exhaustive_budget_tree``, ``longrun_tree``, ``superset``) return a tree, and their batch forms
 (``batch_caddtree``, ``batch_exhaustive``) one tree per request, beside the batch baselines
 (``fixed_budget_trees``, ``independent_caddtree``, ``tetris_chains``, ``best_fixed_budget``;
 private module ``_batch``); sampled ones (``fill_tree``, ``sampled_chain``, ``tsubame``,
@@ -10,9 +10,9 @@ from). The one table of *methods* that the round loop, the sweep and the real-mo
 use, with each method's scheme and lossless rules, is :mod:`treespec_sim.methods`.
 
 The builders are written in private modules (``_chain``, ``_ddtree``, ``_caddtree``,
-``_tsubame``: a function and its module never share a name); import them from this package,
-``from treespec_sim.policies import ddtree``. ``conditional``, ``draft``, ``dynamic`` and
-``sampled`` are public modules (no function of theirs is called after them).
+``_tsubame``, ``_superset``: a function and its module never share a name); import them from
+this package, ``from treespec_sim.policies import ddtree``. ``conditional``, ``draft``,
+``dynamic`` and ``sampled`` are public modules (no function of theirs is called after them).
 
 ``prefix_tree`` (:mod:`treespec_sim.tree`) and ``path_probabilities``
 (:mod:`treespec_sim.paths`) are written below the builders, which share them with the round loop
@@ -49,6 +49,7 @@ from ._caddtree import (
 )
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
+from ._superset import superset
 from ._tsubame import tsubame, tsubame_shape
 from .conditional import conditional_tree
 from .draft import Draft
@@ -96,6 +97,7 @@ __all__ = [
     "path_probabilities",
     "prefix_tree",
     "sampled_chain",
+    "superset",
     "surrogate_tau_curves",
     "tempered",
     "tetris_chains",

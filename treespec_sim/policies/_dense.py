@@ -459,6 +459,13 @@ def best_first(vals, toks, off, budget, parent, token, depth):
 def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     """DDTree's nodes on a C-contiguous float32/float64 ``(L, V)`` array and its rows' masses.
 
+    The module docstring's algorithm, one phase a function: read each row once and certify
+    ``t`` (:func:`_first_pass`), read again the rows cut above ``t - P_d``
+    (:func:`_reread_cut_rows`) and certify ``t`` afresh over them (:func:`_recertify`), rank
+    each depth's entries ``>= t - P_d`` (:func:`_ranked_lists`), pop the tree
+    (:func:`_pop_order`). The phases are inlined (``inline="always"``): they compile into
+    this one function, so the split costs no speed.
+
     Parameters
     ----------
     lp : ndarray, shape (L, V)
@@ -486,6 +493,31 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     L, V = lp.shape
     K = min(budget, V)
     k0 = min(2 * ((budget + L - 1) // L) + 16, K)
+    kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t = _first_pass(
+        lp, row_max, budget, want_sum, k0)
+    kept_val, kept_tok, used, rereads = _reread_cut_rows(lp, t, pbest, cut, K, kept_val,
+                                                         kept_tok, row_off, row_len, used)
+    if rereads:
+        # the rows read again hold more paths: count them all again (a few microseconds)
+        t = _recertify(kept_val, row_off, row_len, row_max, pbest, t, budget)
+    vals, toks, off = _ranked_lists(kept_val, kept_tok, row_off, row_len, used, pbest, t, K)
+    nodes, heap = _pop_order(vals, toks, off, budget, t, enum_cap)
+    info = np.array([rereads, 1.0 if heap else 0.0, t])
+    return nodes, mass, info
+
+
+@njit(cache=True, inline="always")
+def _first_pass(lp, row_max, budget, want_sum, k0):
+    """Read each row once, top down: its mass (``want_sum``), its entries at or above its
+    threshold (a certified ``t - P_d``, else a sampled guess; at most about ``k0`` kept),
+    then the bound ``t`` certified again over the rows read so far.
+
+    Returns ``(kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t)``: the kept
+    entries (row ``d``'s at ``row_off[d]:row_off[d] + row_len[d]``, in token order, ``used``
+    in all), ``pbest[d] = P_d`` (``L + 1``), ``cut[d]`` the value above which row ``d``'s list
+    is complete, the rows' masses and the certified ``t``.
+    """
+    L, V = lp.shape
     cap = 4 * k0 + 64
     tok = np.empty(cap + 1, np.int64)
     val = np.empty(cap + 1)
@@ -521,9 +553,21 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
         kept_tok[used:used + n] = tok[:n]
         used += n
         t = _certify_row(cert, hist, val[:n], m, pbest[d + 1], t, budget)
-    # rows whose short list was cut above t - P_d: read again, up to K entries
+    return kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t
+
+
+@njit(cache=True, inline="always")
+def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len, used):
+    """Rows whose short list was cut above ``t - P_d``: read again, up to ``K`` entries, their
+    new lists appended to the kept entries (``row_off``/``row_len`` updated in place).
+    Returns ``(kept_val, kept_tok, used, rereads)``."""
+    L, V = lp.shape
+    sample = np.empty(_SAMPLE_ROW)
     rereads = 0
     wcap = 4 * K + 64
+    tok = np.empty(0, np.int64)                   # work lists, sized on the first reread
+    val = np.empty(0)
+    scratch = np.empty(0)
     for d in range(L):
         thr = t - pbest[d] - slack(t) if math.isfinite(t) else -math.inf
         if not (cut[d] > thr):
@@ -553,15 +597,26 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
         kept_val[used:used + n] = val[:n]
         kept_tok[used:used + n] = tok[:n]
         used += n
-    if rereads:
-        # the rows read again hold more paths: count them all again (a few microseconds)
-        cert, hist = _new_certifier()
-        for d in range(L):
-            lo = row_off[d]
-            t = _certify_row(cert, hist, kept_val[lo:lo + row_len[d]], min(row_max[d], 0.0),
-                             pbest[d + 1], t, budget)
-    # per depth: the values >= t - P_d, ranked (decreasing value, ties to the smaller token:
-    # a row's entries are in token order and the sort is stable), at most K
+    return kept_val, kept_tok, used, rereads
+
+
+@njit(cache=True, inline="always")
+def _recertify(kept_val, row_off, row_len, row_max, pbest, t, budget):
+    """The bound certified afresh over every row's kept entries, given the old one ``t``."""
+    cert, hist = _new_certifier()
+    for d in range(row_off.size):
+        lo = row_off[d]
+        t = _certify_row(cert, hist, kept_val[lo:lo + row_len[d]], min(row_max[d], 0.0),
+                         pbest[d + 1], t, budget)
+    return t
+
+
+@njit(cache=True, inline="always")
+def _ranked_lists(kept_val, kept_tok, row_off, row_len, used, pbest, t, K):
+    """Per depth: the kept values ``>= t - P_d``, ranked (decreasing value, ties to the smaller
+    token: a row's entries are in token order and the sort is stable), at most ``K``; as
+    :func:`best_first` takes them, ``(vals, toks, off)``."""
+    L = row_off.size
     sl = slack(t)
     off = np.zeros(L + 1, np.int64)
     vals = np.empty(used)
@@ -588,6 +643,14 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
             toks[w + j] = kept_tok[pay[j]]
         w += m
         off[d + 1] = w
+    return vals, toks, off
+
+
+@njit(cache=True, inline="always")
+def _pop_order(vals, toks, off, budget, t, enum_cap):
+    """The tree's nodes in DDTree's pop order, ``(3, n + 1)`` (parent, token, depth): every node
+    scoring ``>= t`` enumerated and sorted (:func:`_enumerate`, ``enum_cap`` of them at most;
+    -1: ``4 B + 64``), else the heap's pops (:func:`best_first`); and whether the heap ran."""
     out = np.empty((3, budget + 1), np.int64)
     if enum_cap < 0:
         enum_cap = 4 * budget + 64
@@ -597,5 +660,4 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     heap = n < 0
     if heap:
         n, _ = best_first(vals, toks, off, budget, out[0], out[1], out[2])
-    info = np.array([rereads, 1.0 if heap else 0.0, t])
-    return out[:, :n + 1].copy(), mass, info
+    return out[:, :n + 1].copy(), heap

@@ -455,6 +455,33 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
         for leaves; None at ``T = 0``), the scheme (``"deterministic"`` at ``T = 0``) and the
         target temperature it is to be verified at.
     """
+    t, t_draw = _check_fill(shape, proposal, scheme, rng, temperature, cap_to_support,
+                            proposal_temperature)
+    fill = _Fill(shape, proposal, scheme=scheme, rng=rng, t=t, t_draw=t_draw,
+                 cap_to_support=cap_to_support)
+    kids_of = shape.child_lists
+    # (node in shape, node in output); BFS so a node's token exists before its children draw
+    queue = [(0, 0)]
+    head = 0
+    while head < len(queue):
+        src, dst = queue[head]
+        head += 1
+        kids = kids_of[src]
+        if kids.size == 0:
+            continue
+        depth = int(shape.depth[src]) + 1
+        fill.prefetch_level(depth, queue, head - 1)
+        drawn = fill.children(depth, dst, kids.size)
+        for child_src, x in zip(kids[:drawn.size], drawn, strict=True):
+            queue.append((int(child_src), fill.add(dst, int(x))))
+    return fill.draft()
+
+
+def _check_fill(shape: DraftTree, proposal: ProposalFn, scheme: str, rng: np.random.Generator,
+                temperature: float, cap_to_support: bool, proposal_temperature: float | None
+                ) -> tuple[float, float]:
+    """:func:`fill_tree`'s arguments checked: the target temperature ``T`` and the one the
+    laws are tempered to for the draws (``proposal_temperature``, else ``T``)."""
     check_tree(shape, "shape")
     if not isinstance(scheme, str) or scheme not in SAMPLING_SCHEMES:
         raise ValueError(f"scheme must be one of {SAMPLING_SCHEMES}; got {scheme!r}")
@@ -464,88 +491,110 @@ def fill_tree(shape: DraftTree, proposal: ProposalFn, *, scheme: str,
                          f"marginal_proposal(log_q); got {type(proposal).__name__}")
     t = check_temperature(temperature)
     check_flag(cap_to_support, "cap_to_support")
-    # the temperature the laws are tempered to for the draws (the target's by default)
     t_draw = t if proposal_temperature is None or t == 0.0 else \
         check_temperature(proposal_temperature, "proposal_temperature", positive=True)
-    marginal = isinstance(proposal, MarginalProposal)
-    on_path = not marginal and bool(getattr(proposal, "conditions_on_path", False))
-    kids_of = shape.child_lists
-    parent = [-1]
-    token = [int(shape.token[0])]
-    path: list[tuple[int, ...]] = [()]  # output node -> its sampled tokens, depths 1..d
-    law_of = [-1]                       # output node -> index into laws (-1: a leaf)
-    laws: list[PreparedLaw] = []
-    # depth (marginal), (depth, parent token), or the node itself (a path-conditional law)
-    law_index: dict[Any, int] = {}
-    raw: dict[Any, np.ndarray] = {}     # the same keys at T = 0: the untempered row
-    stats: list[tuple[float, float]] = []  # (min, sum) of each law: ProposalRows.law_stats
-    # (node in shape, node in output); BFS so a node's token exists before its children draw
-    queue = [(0, 0)]
-    head = 0
-    # a conditional proposal may batch a level's laws: prefetch(depth, parent tokens) is told
-    # every parent of a level before its first law is asked for (draws and laws unchanged)
-    prefetch = None if marginal else getattr(proposal, "prefetch", None)
-    prefetched = 0
-    while head < len(queue):
-        src, dst = queue[head]
-        head += 1
-        kids = kids_of[src]
-        if kids.size == 0:
-            continue
-        depth = int(shape.depth[src]) + 1
-        key = depth if marginal else ("node", dst) if on_path else (depth, token[dst])
-        if prefetch is not None and depth > prefetched:
-            prefetched = depth
-            level = [d for s_, d in queue[head - 1:]
-                     if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size]
-            if on_path:
-                prefetch(depth, [token[d] for d in level], paths=[path[d] for d in level])
-            else:
-                prefetch(depth, list(dict.fromkeys(token[d] for d in level)))
-        if t == 0.0:
-            q_raw = raw.get(key)
-            if q_raw is None:
-                q_raw = np.asarray(_law(proposal, depth, token[dst], path[dst], on_path),
-                                   dtype=np.float64)
-                raw[key] = q_raw
-            k = min(kids.size, int(np.count_nonzero(q_raw > 0)))
-            drawn = _top_k(q_raw, k)
+    return t, t_draw
+
+
+class _Fill:
+    """The tree :func:`fill_tree` builds, node by node in breadth-first order, and the laws
+    its nodes' children were drawn from (each distinct law prepared once)."""
+
+    def __init__(self, shape: DraftTree, proposal: ProposalFn, *, scheme: str,
+                 rng: np.random.Generator, t: float, t_draw: float,
+                 cap_to_support: bool) -> None:
+        self.shape, self.proposal, self.scheme, self.rng = shape, proposal, scheme, rng
+        self.t, self.t_draw, self.cap_to_support = t, t_draw, cap_to_support
+        self.marginal = isinstance(proposal, MarginalProposal)
+        self.on_path = not self.marginal and bool(getattr(proposal, "conditions_on_path", False))
+        # a conditional proposal may batch a level's laws: prefetch(depth, parent tokens) is
+        # told every parent of a level before its first law is asked for (draws unchanged)
+        self.prefetch = None if self.marginal else getattr(proposal, "prefetch", None)
+        self.prefetched = 0
+        self.parent = [-1]
+        self.token = [int(shape.token[0])]
+        self.path: list[tuple[int, ...]] = [()]  # output node -> its sampled tokens, depths 1..d
+        self.law_of = [-1]                       # output node -> index into laws (-1: a leaf)
+        self.laws: list[PreparedLaw] = []
+        # depth (marginal), (depth, parent token), or the node itself (a path-conditional law)
+        self.law_index: dict[Any, int] = {}
+        self.raw: dict[Any, np.ndarray] = {}     # the same keys at T = 0: the untempered row
+        self.stats: list[tuple[float, float]] = []  # (min, sum) of each law: law_stats
+
+    def prefetch_level(self, depth: int, queue: list[tuple[int, int]], at: int) -> None:
+        """On the first node of a level (``queue[at]``), hand the proposal's ``prefetch``
+        every parent of that level (in the queue from there on)."""
+        if self.prefetch is None or depth <= self.prefetched:
+            return
+        self.prefetched = depth
+        shape, kids_of = self.shape, self.shape.child_lists
+        level = [d for s_, d in queue[at:]
+                 if int(shape.depth[s_]) == depth - 1 and kids_of[s_].size]
+        if self.on_path:
+            self.prefetch(depth, [self.token[d] for d in level],
+                          paths=[self.path[d] for d in level])
         else:
-            r = law_index.get(key)
-            if r is None:
-                if marginal:
-                    law, st = _prepared(proposal.law(depth, t_draw), normalise=False)
-                else:
-                    row = _law(proposal, depth, token[dst], path[dst], on_path)
-                    law, st = _prepared(row, normalise=True) if t_draw == 1.0 else \
-                        _prepared(tempered(row, t_draw), normalise=False)
-                r = law_index[key] = len(laws)
-                laws.append(law)
-                stats.append(st)  # (min, sum): for the verifier's check
-            law = laws[r]
-            k = kids.size
-            if scheme != "iid" and not law.covers(k):
-                if not cap_to_support:
-                    raise ValueError(f"width {k} at depth {depth} exceeds the proposal's support "
-                                     f"({law.support} tokens) under scheme {scheme!r}")
-                k = law.support
-            drawn = draw_children(law, k, scheme, rng)
-            law_of[dst] = r
-        for child_src, x in zip(kids[:k], drawn, strict=True):
-            parent.append(dst)
-            token.append(int(x))
-            path.append((*path[dst], int(x)))
-            law_of.append(-1)
-            queue.append((int(child_src), len(parent) - 1))
-    build = DraftTree.from_parents_multiset if (scheme == "iid" and t > 0) else \
-        DraftTree.from_parents
-    tree = build(parent, token)
-    if t == 0.0:
-        return Draft(tree, None, "deterministic", None)
-    vocab = laws[0].q.size if laws else 1
-    rows = ProposalRows(tuple(law.q for law in laws), np.array(law_of, dtype=np.intp), vocab,
-                        law_stats=tuple(stats))
-    return Draft(tree, rows, scheme, t)
+            self.prefetch(depth, list(dict.fromkeys(self.token[d] for d in level)))
+
+    def children(self, depth: int, dst: int, width: int) -> np.ndarray:
+        """The tokens of output node ``dst``'s children at ``depth`` (``width`` planned; fewer
+        where the law's support is smaller): its top tokens at ``T = 0``, else drawn."""
+        key = depth if self.marginal else ("node", dst) if self.on_path else \
+            (depth, self.token[dst])
+        if self.t == 0.0:
+            q_raw = self.raw.get(key)
+            if q_raw is None:
+                q_raw = self.raw[key] = np.asarray(self._row(depth, dst), dtype=np.float64)
+            return _top_k(q_raw, min(width, int(np.count_nonzero(q_raw > 0))))
+        r = self.law_index.get(key)
+        if r is None:
+            r = self.law_index[key] = self._prepare(depth, dst)
+        law = self.laws[r]
+        k = width
+        if self.scheme != "iid" and not law.covers(k):
+            if not self.cap_to_support:
+                raise ValueError(f"width {k} at depth {depth} exceeds the proposal's support "
+                                 f"({law.support} tokens) under scheme {self.scheme!r}")
+            k = law.support
+        self.law_of[dst] = r
+        return draw_children(law, k, self.scheme, self.rng)
+
+    def _row(self, depth: int, dst: int) -> np.ndarray:
+        """The proposal's law of ``dst``'s children (untempered)."""
+        return _law(self.proposal, depth, self.token[dst], self.path[dst], self.on_path)
+
+    def _prepare(self, depth: int, dst: int) -> int:
+        """Temper and prepare the law of ``dst``'s children; its index in :attr:`laws`."""
+        if self.marginal:
+            law, st = _prepared(self.proposal.law(depth, self.t_draw), normalise=False)
+        elif self.t_draw == 1.0:
+            law, st = _prepared(self._row(depth, dst), normalise=True)
+        else:
+            law, st = _prepared(tempered(self._row(depth, dst), self.t_draw), normalise=False)
+        self.laws.append(law)
+        self.stats.append(st)  # (min, sum): for the verifier's check
+        return len(self.laws) - 1
+
+    def add(self, dst: int, x: int) -> int:
+        """Append a child of output node ``dst`` with token ``x``; its output index."""
+        self.parent.append(dst)
+        self.token.append(x)
+        self.path.append((*self.path[dst], x))
+        self.law_of.append(-1)
+        return len(self.parent) - 1
+
+    def draft(self) -> Draft:
+        """The filled tree with its proposal rows (deterministic at ``T = 0``)."""
+        build = DraftTree.from_parents_multiset if (self.scheme == "iid" and self.t > 0) else \
+            DraftTree.from_parents
+        tree = build(self.parent, self.token)
+        if self.t == 0.0:
+            return Draft(tree, None, "deterministic", None)
+        vocab = self.laws[0].q.size if self.laws else 1
+        rows = ProposalRows(tuple(law.q for law in self.laws),
+                            np.array(self.law_of, dtype=np.intp), vocab,
+                            law_stats=tuple(self.stats))
+        return Draft(tree, rows, self.scheme, self.t)
 
 
 def _prepared(row, *, normalise: bool) -> tuple[PreparedLaw, tuple[float, float]]:

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..numerics import dot
-from ..validation import check_temperature
+from ..validation import check_temperature, is_int
 
 __all__ = ["SparseBoostKernel", "as_token_array"]
 
@@ -384,7 +384,7 @@ class SparseBoostKernel:
         draw consumes two uniforms (``rng.random``). ``T == 0`` returns the argmax and consumes
         no randomness.
         """
-        if isinstance(a, int | np.integer) and not isinstance(a, bool) and not self.greedy:
+        if is_int(a) and not self.greedy:
             # Scalar fast path (autoregressive loops): same draws as the vectorised path.
             a = int(a)
             if not 0 <= a < self.vocab_size:

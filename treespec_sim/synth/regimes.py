@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from numbers import Integral, Real
 from pathlib import Path
 
 from ..files import read_json
+from ..validation import Interval, check_param, is_number
 
 __all__ = [
     "CALIBRATION_FILE",
@@ -204,9 +204,7 @@ class RegimeSpec:
 
 
 def _int(spec: RegimeSpec, name: str, *, lo: int) -> None:
-    v = getattr(spec, name)
-    if isinstance(v, bool) or not isinstance(v, Integral):
-        raise ValueError(f"{name} must be an integer; got {v!r}")
+    v = check_param(getattr(spec, name), name, Interval("int"))
     if v < lo:
         raise ValueError(f"{name} must be >= {lo}; got {v}")
     object.__setattr__(spec, name, int(v))
@@ -215,7 +213,7 @@ def _int(spec: RegimeSpec, name: str, *, lo: int) -> None:
 def _real(spec: RegimeSpec, name: str, *, lo: float | None = None, hi: float | None = None,
           lo_open: bool = False) -> None:
     v = getattr(spec, name)
-    if isinstance(v, bool) or not isinstance(v, Real):
+    if not is_number(v):
         raise ValueError(f"{name} must be a real number; got {v!r}")
     x = float(v)
     if not math.isfinite(x):

@@ -99,14 +99,13 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Integral
 
 import numpy as np
 
 from ..marginals import LazyLogMarginals
 from ..rows import TargetOracle
 from ..tree import DraftTree
-from ..validation import check_rng
+from ..validation import Interval, check_nonnegative_int, check_param, check_rng, is_int
 from .drafter import BlockDiffusionDrafter
 from .kernel import SparseBoostKernel, as_token_array, check_temperature
 from .oracle import MarkovTargetOracle
@@ -137,10 +136,7 @@ class Context:
 
     def __post_init__(self) -> None:
         for name in ("topic", "last_token", "position"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer; got {v!r}")
-            object.__setattr__(self, name, int(v))
+            object.__setattr__(self, name, check_nonnegative_int(getattr(self, name), name))
 
 
 class World:
@@ -174,6 +170,9 @@ class World:
         self.drafter = drafter
         self._kernels: OrderedDict[tuple[int, float], SparseBoostKernel] = OrderedDict()
         self._prompt_cdfs: dict[int, np.ndarray] = {}
+        # what a topic and a draft depth are checked against, built once (per-round calls)
+        self._topics = Interval("int", 0, spec.n_topics, closed="left")
+        self._depths = Interval("int", 1, spec.depth)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -335,8 +334,7 @@ class World:
         ``O(n_tokens (s + log V))``; ``temperature == 0`` is greedy and consumes no randomness.
         """
         self._check_ctx(ctx)
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, Integral) or n_tokens < 0:
-            raise ValueError(f"n_tokens must be a non-negative integer; got {n_tokens!r}")
+        n_tokens = check_nonnegative_int(n_tokens, "n_tokens")
         check_rng(rng)
         k = self.target_kernel(ctx.topic, temperature)
         out = np.empty(int(n_tokens), dtype=np.int64)
@@ -391,10 +389,8 @@ class World:
         result equals ``exp(draft(ctx)[0])``.
         """
         self._check_ctx(ctx)
-        if isinstance(depth, bool) or not isinstance(depth, Integral) or not (
-                1 <= depth <= self.depth):
-            raise ValueError(f"depth must be an integer in [1, {self.depth}]; got {depth!r}")
-        if isinstance(parent_token, bool) or not isinstance(parent_token, Integral):
+        check_param(depth, "depth", self._depths)
+        if not is_int(parent_token):
             raise ValueError(f"parent_token must be an integer token id; got {parent_token!r}")
         parent = int(parent_token)
         if not 0 <= parent < self.vocab_size:   # the check of _tokens, without an array
@@ -406,10 +402,7 @@ class World:
 
     # ------------------------------------------------------------------ validation helpers
     def _check_topic(self, topic: int) -> int:
-        if isinstance(topic, bool) or not isinstance(topic, Integral) or not (
-                0 <= topic < self.n_topics):
-            raise ValueError(f"topic must be an integer in [0, {self.n_topics}); got {topic!r}")
-        return int(topic)
+        return int(check_param(topic, "topic", self._topics))
 
     def _check_ctx(self, ctx: Context) -> None:
         if not isinstance(ctx, Context):
@@ -477,12 +470,10 @@ def make_world(spec: RegimeSpec | str, seed: int = 0, vocab_size: int | None = N
             raise ValueError(f"spec: {exc}") from None
     elif not isinstance(spec, RegimeSpec):
         raise ValueError(f"spec must be a RegimeSpec or a regime name; got {spec!r}")
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    seed = check_nonnegative_int(seed, "seed")
     changes: dict[str, object] = {}
     if vocab_size is not None:
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, Integral):
-            raise ValueError(f"vocab_size must be an integer; got {vocab_size!r}")
+        check_param(vocab_size, "vocab_size", Interval("int"))
         changes["vocab_size"] = int(vocab_size)
         if vocab_size >= 2:
             changes["successors"] = min(spec.successors, int(vocab_size) - 1)

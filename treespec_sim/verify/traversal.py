@@ -255,100 +255,147 @@ def opportunities_with(tree: DraftTree, oracle: TargetOracle, proposal: np.ndarr
     reads a leaf's target row, ``_bonus=False`` (exact E[tau]) yields ``None`` for every bonus
     law and skips the last residual's normalisation.
 
-    The trial proposal is written into a work array shared by all nodes (used between child
-    visits only); each node's residual lives in one array of its own for the node's run (a
-    fresh one where it may be yielded as a bonus law, a pooled one otherwise), formed with its
-    two masses in one compiled pass (:func:`_residual`, sums in a stated order).
+    The recursion of the module docstring, from the root with :math:`s = 1` and
+    :math:`r = p_0`: :meth:`_Walk.visit` picks a node's horizontal step,
+    :meth:`_Walk.trials` tries its children in post-order, updating the node's residual after
+    each failed trial (:func:`_trial_residual`, :func:`_run_over`), and ends with the node's
+    own opportunity. The trial proposal is written into a work array shared by all nodes (used
+    between child visits only); each node's residual lives in one array of its own for the
+    node's run (a fresh one where it may be yielded as a bonus law, a pooled one otherwise),
+    formed with its two masses in one compiled pass (:func:`_residual`, sums in a stated order).
     """
-    if callable(step):
-        choose = step
-    elif step in CHOOSERS:
-        choose = CHOOSERS[step]
-    else:
-        raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
-    laws = laws and _bonus
-    # each law's sum, as the builder computed it (read-only laws): saves a pass per node
-    stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
-    sizes = _subtree_sizes(tree)
-    paths = [(), *tree.paths()]
-    scratch: list[np.ndarray] = []  # [rho], taken on first use
+    walk = _Walk(tree, oracle, proposal, _chooser(step), scale_update,
+                 laws=laws and _bonus, bonus=_bonus)
+    try:
+        yield from walk.visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
+    finally:
+        walk.release()
 
-    def visit(v: int, s: float, r) -> Iterator[Opportunity]:
-        kids = tree.children(v)
+
+def _chooser(step: str | Callable[[NodeView], str]) -> Callable[[NodeView], str]:
+    """The horizontal-step chooser ``NodeView -> step`` for a rule name or a chooser."""
+    if callable(step):
+        return step
+    if step in CHOOSERS:
+        return CHOOSERS[step]
+    raise ValueError(f"step must be one of {HORIZONTAL_STEPS}; got {step!r}")
+
+
+def _trial_residual(r: np.ndarray, s: float, x: int, mu_x: float, rho, own: np.ndarray
+                    ) -> tuple[float, float]:
+    r"""After a failed trial of token ``x`` against ``rho`` (from :func:`_lazy_trials`): write
+    the residual :math:`(s r - \rho)_+` into ``own`` (float64 ``(V,)``; ``r`` may be ``own``)
+    and return its masses ``(Z, R)``, as :func:`_residual` forms them."""
+    if rho is _POINT:
+        # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial failed): the
+        # residual is mu with x zeroed, and (delta_x - mu)_+ is 1 - mu_x at x and 0.0
+        # elsewhere, so its sum is exactly 1 - mu_x
+        resid = np.multiply(r, s, out=own)  # s * r (r may be own: read first)
+        resid[x] = 0.0
+        return float(resid.sum()), float(1.0 - mu_x)
+    if callable(rho):
+        rho = rho()
+    return _residual(r, s, np.asarray(rho, np.float64), own)
+
+
+def _run_over(v: int, z_mass: float, r_mass: float) -> bool:
+    """Whether node ``v``'s run is over after a failed trial with residual masses ``(Z, R)``:
+    ``Z = 0`` deletes ``v`` for sure (whatever ``R`` is), ``R = 0`` means the trial could not
+    fail. At the root ``Z = R`` (``s = 1``), so ``Z = 0 < R`` there is rounding gone wrong."""
+    if z_mass <= _ZERO_MASS and v != 0:
+        return True  # no target mass left at v: v is deleted for sure
+    if r_mass <= _ZERO_MASS:
+        return True  # rho <= mu everywhere: the trial could not fail
+    if z_mass <= _ZERO_MASS:
+        raise FloatingPointError("root residual vanished while reachable")
+    return False
+
+
+class _Walk:
+    """One run of :func:`opportunities_with`: the tree and its target and proposal rows, the
+    chooser and scale update, and the shared trial-proposal work array (taken on first use,
+    handed back by :meth:`release`)."""
+
+    __slots__ = ("bonus", "choose", "laws", "oracle", "paths", "proposal", "scale_update",
+                 "scratch", "sizes", "stats", "tree")
+
+    def __init__(self, tree: DraftTree, oracle: TargetOracle, proposal: np.ndarray,
+                 choose: Callable[[NodeView], str], scale_update, *, laws: bool,
+                 bonus: bool) -> None:
+        self.tree, self.oracle, self.proposal = tree, oracle, proposal
+        self.choose, self.scale_update = choose, scale_update
+        self.laws, self.bonus = laws, bonus
+        # each law's sum, as the builder computed it (read-only laws): saves a pass per node
+        self.stats = proposal.law_stats if isinstance(proposal, ProposalRows) else None
+        self.sizes = _subtree_sizes(tree)
+        self.paths = [(), *tree.paths()]
+        self.scratch: list[np.ndarray] = []  # [rho], taken on first use
+
+    def release(self) -> None:
+        """Hand the shared work array back to the pool."""
+        _give(*self.scratch)
+
+    def visit(self, v: int, s: float, r: np.ndarray | None) -> Iterator[Opportunity]:
+        """Visit ``v`` with prefix acceptance ``s`` and target ``r`` (``None``: its target row,
+        read only if needed): a leaf's opportunity, or its children's trials under the step
+        its chooser picks (a coin step runs them at scale 1 behind a coin of ``s``)."""
+        kids = self.tree.children(v)
         if not kids.size:  # a leaf's row is its bonus law only: read it when asked for
-            yield v, s, r if laws else None
+            yield v, s, r if self.laws else None
             return
-        r = np.asarray(oracle.row(v), np.float64) if r is None else r
-        view = NodeView(v, paths[v], s, r, proposal[v], tuple(int(sizes[c]) for c in kids))
-        chosen = choose(view)
+        r = np.asarray(self.oracle.row(v), np.float64) if r is None else r
+        view = NodeView(v, self.paths[v], s, r, self.proposal[v],
+                        tuple(int(self.sizes[c]) for c in kids))
+        chosen = self.choose(view)
         if chosen.startswith(COIN):
             chosen = chosen[len(COIN):]
             if s < 1.0:
-                yield from _coin(s, run(v, 1.0, r, kids, chosen))
+                yield from _coin(s, self.trials(v, 1.0, r, kids, chosen))
                 return
-        yield from run(v, s, r, kids, chosen)
+        yield from self.trials(v, s, r, kids, chosen)
 
-    def run(v: int, s: float, r: np.ndarray, kids: np.ndarray, chosen: str
-            ) -> Iterator[Opportunity]:
-        tokens = tree.token[kids]
-        q = proposal[v]
-        q_sum = None
-        if stats is not None:
-            law = int(proposal.row_of[v])
-            q_sum = stats[law][1] if law >= 0 else None
-        if not scratch:
-            scratch.append(_take(r.size))
-        rho_buf = scratch[0]
+    def trials(self, v: int, s: float, r: np.ndarray, kids: np.ndarray, chosen: str
+               ) -> Iterator[Opportunity]:
+        """Try ``v``'s children under step ``chosen`` (post-order: each child's subtree before
+        the next trial), then ``v``'s own opportunity with what is left of ``s`` and ``r``."""
+        tokens = self.tree.token[kids]
+        if not self.scratch:
+            self.scratch.append(_take(r.size))
+        bonus, laws, oracle = self.bonus, self.laws, self.oracle
         own = None  # this node's residual array (r is the caller's until the first update)
         try:
             n_left = kids.size
-            for pos, rho_x, rho in _lazy_trials(chosen, q, tokens, rho_buf, q_sum):
+            for pos, rho_x, rho in _lazy_trials(chosen, self.proposal[v], tokens,
+                                                self.scratch[0], self._law_sum(v)):
                 n_left -= 1
                 child, x = int(kids[pos]), int(tokens[pos])
                 mu_x = s * r[x]
                 s_child = 1.0 if mu_x >= rho_x else mu_x / rho_x
                 if s_child > 0.0:
-                    yield from visit(child, s_child,
-                                     np.asarray(oracle.row(child), np.float64) if laws else None)
+                    yield from self.visit(child, s_child,
+                                          np.asarray(oracle.row(child), np.float64) if laws
+                                          else None)
                 if s_child >= 1.0:
                     return  # a visit with s = 1 is never deleted: nothing after is reachable
                 if own is None:
-                    own = np.empty(r.size) if _bonus else _take(r.size)
-                if rho is _POINT:
-                    # mu - delta_x is mu but at x, where it is mu_x - 1 < 0 (the trial
-                    # failed): the residual is mu with x zeroed, and (delta_x - mu)_+ is
-                    # 1 - mu_x at x and 0.0 elsewhere, so its sum is exactly 1 - mu_x
-                    resid = np.multiply(r, s, out=own)  # s * r (r may be own: read first)
-                    resid[x] = 0.0
-                    z_mass = float(resid.sum())
-                    r_mass = float(1.0 - mu_x)
-                else:
-                    if callable(rho):
-                        rho = rho()
-                    # (mu - rho)_+ with mu = s r, and both masses, in one compiled pass
-                    z_mass, r_mass = _residual(r, s, np.asarray(rho, np.float64), own)
-                    resid = own
-                    if z_mass <= _ZERO_MASS and v != 0:
-                        return  # v is deleted for sure (below), whatever R is
-                if r_mass <= _ZERO_MASS:
-                    return  # rho <= mu everywhere: the trial could not fail
-                if z_mass <= _ZERO_MASS:
-                    if v == 0:  # cannot happen with s = 1 (Z = R); guard against rounding
-                        raise FloatingPointError("root residual vanished while reachable")
-                    return  # no target mass left at v: v is deleted for sure
-                if _bonus or n_left:
-                    # the last residual is read only as v's bonus law
-                    r = np.divide(resid, z_mass, out=own)
-                s = 1.0 if v == 0 else scale_update(z_mass, r_mass, rho_x)
-            yield v, s, r if _bonus else None
+                    own = np.empty(r.size) if bonus else _take(r.size)
+                z_mass, r_mass = _trial_residual(r, s, x, mu_x, rho, own)
+                if _run_over(v, z_mass, r_mass):
+                    return
+                if bonus or n_left:  # the last residual is read only as v's bonus law
+                    r = np.divide(own, z_mass, out=own)
+                s = 1.0 if v == 0 else self.scale_update(z_mass, r_mass, rho_x)
+            yield v, s, r if bonus else None
         finally:
-            if not _bonus:
+            if not bonus:
                 _give(own)  # never yielded: dead once the run is over
 
-    try:
-        yield from visit(0, 1.0, np.asarray(oracle.row(0), np.float64))
-    finally:
-        _give(*scratch)
+    def _law_sum(self, v: int) -> float | None:
+        """``proposal[v].sum()`` as the builder computed it, or ``None`` if not recorded."""
+        if self.stats is None:
+            return None
+        law = int(self.proposal.row_of[v])
+        return self.stats[law][1] if law >= 0 else None
 
 
 def traversal_sample(tree: DraftTree, oracle: TargetOracle, rng: np.random.Generator,
