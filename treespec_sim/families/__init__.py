@@ -23,6 +23,10 @@ never imports presenting (``tests/sim/test_layers.py``). :mod:`treespec_sim.swee
 ``stochastic-map`` (:mod:`.stochastic_map`)
     the regime map at ``T = 1``: the drafter's sampling law and correction against the
     target's entropy, where sampled trees beat deterministic ones.
+``serving`` (:mod:`.serving`)
+    how big the trees should be at batch size ``b``: the best fixed budget per batch size, one
+    budget shared across a batch (``batch_caddtree``), per-request CaDDTree and chains, under
+    batched cost models.
 
 A cell runs in any process (a local worker or a dask worker): :func:`run_cell` finds its
 family by name, and the family builds (and caches, :func:`world_for`) its worlds; its
@@ -51,6 +55,8 @@ from . import (
     caddtree_report,
     ddtree,
     ddtree_report,
+    serving,
+    serving_report,
     stochastic,
     stochastic_map,
     stochastic_map_report,
@@ -114,7 +120,8 @@ def register(computing, presenting=None) -> Family:
 
 for _computing, _presenting in ((ddtree, ddtree_report), (caddtree, caddtree_report),
                                 (stochastic, stochastic_report), (verifiers, verifiers_report),
-                                (stochastic_map, stochastic_map_report)):
+                                (stochastic_map, stochastic_map_report),
+                                (serving, serving_report)):
     register(_computing, _presenting)
 
 

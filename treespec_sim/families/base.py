@@ -77,7 +77,8 @@ __all__ = ["CALIBRATED", "COLUMNS", "DECIDE_MARGIN", "MIN_UNITS", "NO_VERDICT", 
 
 #: Columns of ``results.csv``, in order (cells that do not define a column leave it empty).
 COLUMNS = (
-    "family", "regime", "method", "verifier", "drafter", "temperature", "budget", "cost_model",
+    "family", "regime", "method", "verifier", "drafter", "temperature", "budget", "batch_size",
+    "cost_model",
     "rounds", "seed", "tau_mean", "tau_ci_low", "tau_ci_high",
     "worlds", "tau_world_means", "tau_world_ci_low", "tau_world_ci_high", "tree_size_mean",
     "coverage_mean", "round_time_s", "throughput_tok_s", "speedup_vs_ar",

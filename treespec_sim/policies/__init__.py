@@ -46,6 +46,7 @@ from ._caddtree import (
     longrun_budget,
     longrun_tree,
     merge_candidates,
+    merge_pops,
 )
 from ._chain import chain
 from ._ddtree import ddtree, ddtree_with_mask
@@ -94,6 +95,7 @@ __all__ = [
     "longrun_tree",
     "marginal_proposal",
     "merge_candidates",
+    "merge_pops",
     "path_probabilities",
     "prefix_tree",
     "sampled_chain",

@@ -73,6 +73,7 @@ __all__ = [
     "longrun_budget",
     "longrun_tree",
     "merge_candidates",
+    "merge_pops",
 ]
 
 #: The default largest budget (CaDDTree's reference uses ``min(1024, V)``).
@@ -387,24 +388,24 @@ class BatchCurve:
 
     Attributes
     ----------
-    trees : tuple of DraftTree, length b
-        Each request's candidates as a tree, node ``j`` its ``j``-th candidate.
+    trees : tuple of DraftTree, length b (or empty)
+        Each request's candidates as a tree, node ``j`` its ``j``-th candidate; empty for a
+        curve merged from the probabilities alone (:func:`merge_pops`: budgets, no trees).
     p : ndarray, shape (K,)
         The union's pop probabilities, non-increasing.
     owner : ndarray of int64, shape (K,)
         The request of each pop.
     round_cost : ndarray, shape (K + 1,)
         :math:`D(k)` for ``k = 0..K`` nodes in all, seconds.
+    batch_size : int
+        ``b``, the requests.
     """
 
     trees: tuple[DraftTree, ...]
     p: np.ndarray
     owner: np.ndarray
     round_cost: np.ndarray
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.trees)
+    batch_size: int
 
     @property
     def expected_tokens(self) -> np.ndarray:
@@ -424,6 +425,9 @@ class BatchCurve:
 
     def trees_at(self, k: int) -> list[DraftTree]:
         """The batch's trees when the union's first ``k`` pops are verified."""
+        if len(self.trees) != self.batch_size:
+            raise ValueError("this curve was merged from probabilities alone: it has budgets "
+                             "(budgets(k)), no trees")
         return [prefix_tree(t, int(n)) for t, n in zip(self.trees, self.budgets(k),
                                                         strict=True)]
 
@@ -449,19 +453,30 @@ def merge_candidates(trees, pops, *, draft_cost: float, verify_cost: VerifyCost
     -------
     BatchCurve
     """
-    b = len(trees)
-    sizes = np.array([t.size for t in trees], dtype=np.int64)
+    if len(trees) != len(pops) or any(t.size != len(q) for t, q in zip(trees, pops, strict=True)):
+        raise ValueError("trees and pops must match: one probability per candidate node")
+    return merge_pops(pops, draft_cost=draft_cost, verify_cost=verify_cost,
+                      trees=tuple(trees))
+
+
+def merge_pops(pops, *, draft_cost: float, verify_cost: VerifyCost,
+               trees: tuple[DraftTree, ...] = ()) -> BatchCurve:
+    """The union of a batch's candidate lists from their probabilities alone (each request's
+    surrogate increments in pop order: a nested round's ``np.diff(surrogate_curve)``), for
+    rules that need the budgets and not the trees; arguments as :func:`merge_candidates`."""
+    b = len(pops)
+    sizes = np.array([len(q) for q in pops], dtype=np.int64)
     p = np.concatenate([np.asarray(q, dtype=np.float64) for q in pops]) if b else np.zeros(0)
     owner = np.repeat(np.arange(b, dtype=np.int64), sizes)
-    pos = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes])
+    pos = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]) if b else owner
     # order by the running minimum of each list: a rounding rise inside one request's list
     # cannot put a node before its own predecessor (the lists are non-increasing in exact
     # arithmetic); the sums use the probabilities themselves
     key = np.concatenate([np.minimum.accumulate(np.asarray(q, dtype=np.float64))
                           for q in pops]) if b else p
     order = np.lexsort((pos, owner, -key))
-    return BatchCurve(tuple(trees), p[order], owner[order],
-                      _costs(draft_cost, verify_cost, int(sizes.sum()) + 1, batch_size=b))
+    return BatchCurve(trees, p[order], owner[order],
+                      _costs(draft_cost, verify_cost, int(sizes.sum()) + 1, batch_size=b), b)
 
 
 def batch_budget_curve(log_qs, *, draft_cost: float, verify_cost: VerifyCost, max_budget: int,
