@@ -31,6 +31,7 @@ __all__ = [
     "DATASET_NAMES",
     "DERIVED_WEIGHT",
     "PUBLISHED",
+    "PUBLISHED_BUDGET_CURVE",
     "QUANTITIES",
     "QUANTITY_LABELS",
     "T1_NEAREST",
@@ -61,6 +62,18 @@ QUANTITY_LABELS = {"chain": "chain τ (T = 0)", "ddtree64": "DDTree@64 τ (T = 0
 
 # ---------------------------------------------------------------------- published numbers
 #: Published Qwen3-8B numbers at T = 0 (H200, batch 1, HF; tau counts the bonus token).
+#: DDTree's tau and speedup against its node budget on MATH-500 (Qwen3-8B, T = 0, 8xH200):
+#: the DDTree project's figure ``math500-budget-tradeoff`` (github.com/liranringel/ddtree,
+#: branch ``site``, ``public/assets/project/math500-budget-tradeoff.pdf``), read off the PDF's
+#: vector paths through its axis ticks (to ~0.001); its B = 512 tau is Table 1's 10.73 and its
+#: dashed DFlash lines Table 1's 7.79 and 5.56x. The only published tau below B = 64.
+PUBLISHED_BUDGET_CURVE: dict[str, dict[int, float]] = {
+    "tau": {16: 8.606, 32: 9.266, 64: 9.748, 128: 10.202, 256: 10.427, 512: 10.731,
+            1024: 10.975},
+    "speedup": {16: 6.094, 32: 6.601, 64: 6.968, 128: 7.326, 256: 7.434, 512: 7.518,
+                1024: 6.821},
+}
+
 #: ``chain``: DFlash tau (DDTree Table 1); ``ddtree64``: DDTree tau at B = 64 (TEV Table 1);
 #: ``dflash_speedup`` and ``ddtree_speedup`` (best B) from DDTree Table 1 and its project page.
 #: ``None`` = not published. Sources and page numbers: ``docs/results/calibration.md``.

@@ -53,7 +53,7 @@ import numpy as np
 
 from ..cost import DEFAULT_CONTEXT_LENGTH, LatencyModel, batch_costs
 from ..engine import Round, run_rounds
-from ..policies import first_non_increase, merge_pops
+from ..policies import best_fixed_budget, first_non_increase, merge_pops
 from ..seeds import cell_rng
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci
 from ..validation import check_positive_int, check_temperature
@@ -331,8 +331,10 @@ def evaluate(curves: RequestCurves, batches: np.ndarray, cost: LatencyModel, *,
     outs += [outcome(r, curves, batches, draft_cost, verify_cost) for r in names[len(grid):]]
     tokens = np.column_stack([o.tokens.sum(axis=1) for o in outs])      # (n_batches, rules)
     seconds = np.column_stack([o.seconds for o in outs])
-    point = tokens.sum(axis=0) / seconds.sum(axis=0)
-    best = int(np.argmax(point[: len(grid)]))
+    # the policies' hindsight choice: the fixed budget whose stream of batches is fastest
+    best = grid.index(best_fixed_budget([curves.tau[idx] for idx in batches],
+                                        draft_cost=draft_cost, verify_cost=verify_cost,
+                                        budgets=grid).budget)
     names.insert(len(grid), "ddtree-oracle")
     outs.insert(len(grid), outs[best])
     tokens = np.insert(tokens, len(grid), tokens[:, best], axis=1)
