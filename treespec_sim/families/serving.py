@@ -425,12 +425,8 @@ def _padded_cat(parts: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def preset(which: str) -> ServingGrid | None:
-    """The family's grid in sweep preset ``which`` (``"quick"``, ``"serving"``; the paper
-    preset leaves it out: ``--preset serving``)."""
-    regimes = pick_regimes(paper_regimes(), ("math500", "mt-bench"))[:2]
-    if which == name:  # its own preset: make sweep (the paper preset) stays as it was
-        return ServingGrid(regimes)
-    if which == "quick":
-        return ServingGrid(regimes, temperatures=(0.0,), batch_sizes=(1, 4), rounds=24,
-                           max_budget=64)
+    """The family's grid in sweep preset ``which``: its own (``--preset serving``); the
+    ``paper`` and ``quick`` presets leave it out, as they leave out ``stochastic-map``."""
+    if which == name:
+        return ServingGrid(pick_regimes(paper_regimes(), ("math500", "mt-bench"))[:2])
     return None

@@ -59,12 +59,12 @@ def _ci(values) -> str:
 def main() -> None:
     out = {f"{r}|{t:g}": measure(r, t) for r in CALIBRATED_REGIMES for t in (0.0, 1.0)}
     (HERE / "small_budgets.json").write_text(json.dumps(out, indent=1) + "\n")
-    lines = ["# The worlds' τ at small budgets", "",
-             f"Fresh contexts: {len(WORLDS)} worlds × {CONTEXTS} contexts per regime and "
-             "temperature; mean ± the 95% t-interval's half-width between worlds "
-             "(`make.py` beside this file).", ""]
+    lines = ["# The worlds' τ at small budgets", ""]
+    source = (f"Produced by `python docs/results/small_budgets/make.py`: fresh contexts, "
+              f"{len(WORLDS)} worlds × {CONTEXTS} contexts per regime and temperature; mean ± "
+              "the 95% t-interval's half-width between worlds.")
     for t in (0.0, 1.0):
-        lines += [f"## T = {t:g}", "", "| regime | chain | "
+        lines += [f"## T = {t:g}", "", source, "", "| regime | chain | "
                   + " | ".join(f"B = {b}" for b in BUDGETS) + " |",
                   "|---|---|" + "---|" * len(BUDGETS)]
         for r in CALIBRATED_REGIMES:
@@ -77,6 +77,9 @@ def main() -> None:
     at512 = m[:, BUDGETS.index(512)]
     pub = PUBLISHED_BUDGET_CURVE["tau"]
     lines += ["## MATH-500, T = 0: τ(B) / τ(512), worlds against DDTree's published curve", "",
+              "Produced by `python docs/results/small_budgets/make.py`: each world's τ(B) over "
+              "its τ(512), the 95% t-interval between worlds, beside the same ratio of "
+              "`calibration_data.PUBLISHED_BUDGET_CURVE`.", "",
               "| B | worlds | published | worlds − published |", "|---|---|---|---|"]
     for i, b in enumerate(BUDGETS):
         ratio = m[:, i] / at512
