@@ -21,6 +21,7 @@ from .families import (
 from .families.base import RECORDED_COST, cost_model, trace_for, trace_sha256
 from .files import read_toml
 from .synth import is_regime_file, regime_file, register_regime
+from .validation import Interval, check_param
 
 __all__ = ["PRESETS", "TRACE_WORD", "Plan", "get_preset", "load_config", "plan_from_dict",
            "regime_names", "trace_plan"]
@@ -43,8 +44,7 @@ class Plan:
     regime_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+        check_param(self.seed, "seed", Interval("int", 0, numpy=False))
         specs = tuple(regime_file(f) for f in self.regime_files)
         for spec in specs:
             register_regime(spec)

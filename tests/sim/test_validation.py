@@ -97,8 +97,10 @@ def test_check_log_q_refuses_logits_and_names_the_row():
 
 
 #: A hand-written type check: a bool test (``isinstance(x, bool)``, ``(bool, np.bool_)``,
-#: ``bool | np.bool_``) beside an integer or number test, or an ``Integral`` / ``Real`` test.
-_HAND_WRITTEN = re.compile(r"isinstance\([^,()]+,\s*\(?[^)]*\b(bool|Integral|Real)\b")
+#: ``bool | np.bool_``) beside an integer or number test, an ``Integral`` / ``Real`` test, or
+#: ``not isinstance(x, int)`` (which lets ``True`` through as 1).
+_HAND_WRITTEN = re.compile(r"isinstance\([^,()]+,\s*\(?[^)]*\b(bool|Integral|Real)\b"
+                           r"|not isinstance\([^,()]+,\s*int\)")
 #: Modules allowed a hand-written check, each with its reason: none.
 _EXCEPTIONS: dict[str, str] = {}
 
@@ -117,7 +119,8 @@ def test_the_type_check_grep_finds_each_form():
                  "if isinstance(x, (bool, np.bool_)):",
                  "if isinstance(self.k, bool | np.bool_) or k < 0:",
                  "if not isinstance(v, numbers.Integral):",
-                 "if isinstance(v, Real):"):
+                 "if isinstance(v, Real):",
+                 "if not isinstance(rounds, int) or rounds < 1:"):
         assert _HAND_WRITTEN.search(line), line
     for line in ("if isinstance(x, int | np.integer):", "if isinstance(key, tuple) and key:",
                  "flag = isinstance(x, dict)  # a bool"):

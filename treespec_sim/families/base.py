@@ -169,8 +169,7 @@ def check_temperatures(ts: tuple[float, ...], family: str, *, positive: bool = F
 
 def check_rounds(rounds: int, family: str) -> None:
     """``rounds`` an integer ``>= 2`` (an interval needs two)."""
-    if not isinstance(rounds, int) or rounds < 2:
-        raise ValueError(f"{family}.rounds must be an integer >= 2; got {rounds!r}")
+    check_param(rounds, f"{family}.rounds", Interval("int", 2, numpy=False))
 
 
 def check_worlds(worlds: int, rounds: int, family: str) -> None:

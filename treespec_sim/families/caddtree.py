@@ -53,7 +53,7 @@ from ..engine import Round, run_rounds
 from ..policies import LongRunPolicy, first_non_increase
 from ..seeds import cell_rng
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, ratio_ci, world_columns
-from ..validation import check_temperature
+from ..validation import Interval, check_param, check_positive_int, check_temperature
 from .base import (
     RECORDED_COST,
     Cell,
@@ -111,9 +111,7 @@ class CaDDTreeGrid:
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
         check_cost_models(self.cost_models, self.family)
-        if not isinstance(self.max_budget, int) or self.max_budget < 8:
-            raise ValueError(f"caddtree.max_budget must be an integer >= 8; "
-                             f"got {self.max_budget!r}")
+        check_param(self.max_budget, "caddtree.max_budget", Interval("int", 8, numpy=False))
 
     def cells(self) -> list[Cell]:
         return [Cell(self, r, t, self.max_budget) for r in self.regimes for t in self.temperatures]
@@ -217,8 +215,7 @@ def collect(world, *, regime: str, rounds: int, temperature: float = 0.0,
     follows the target's law. Contexts and outcomes draw from ``default_rng([seed, 7])``.
     ``rounds`` may be 1 (one world's share of a cell; :func:`pool` joins the worlds).
     """
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
+    check_positive_int(rounds, "rounds")
     width = max_budget + 1
 
     def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:

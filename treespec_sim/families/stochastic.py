@@ -45,7 +45,7 @@ from ..methods import get_method, uses_budget
 from ..seeds import cell_rng
 from ..stats import mean_ci, throughput, world_columns
 from ..synth import DRAFTER_VARIANTS, drafter_variant
-from ..validation import check_budget, check_temperature
+from ..validation import Interval, check_budget, check_param, check_temperature
 from .base import (
     TSUBAME_PAGE,
     UNIVER_PAGE,
@@ -135,9 +135,7 @@ class StochasticGrid:
         check_rounds(self.rounds, self.family)
         check_worlds(self.worlds, self.rounds, self.family)
         check_max_rounds(self.max_rounds, self.rounds, self.family)
-        if not isinstance(self.vocab, int) or self.vocab < 0:
-            raise ValueError(f"stochastic.vocab must be an integer >= 0 (0: no cap); "
-                             f"got {self.vocab!r}")
+        check_param(self.vocab, "stochastic.vocab", Interval("int", 0, numpy=False))  # 0: no cap
 
     def cells(self) -> list[Cell]:
         """One cell per (regime, drafter, T) (its budget: the grid's largest)."""

@@ -43,7 +43,7 @@ from ..methods import METHODS, get_method, lossless_rules, rules_for
 from ..policies import k_ary_shape
 from ..seeds import cell_rng
 from ..stats import mean_ci, paired_bootstrap, percentile_ci, world_columns
-from ..validation import check_temperature
+from ..validation import check_positive_int, check_temperature
 from ..verify import SCHEME_FOR_RULE, lossy_rules
 from .base import (
     Cell,
@@ -394,8 +394,7 @@ def arm_facts(world, *, tree: TreeSpec, temperature: float, rounds: int,
     lengths, bias, sizes : ndarray (rounds, len(arms)) each
         Contexts and drafted tokens draw from ``rng``, in round order; bias 0 for lossless arms.
     """
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}")
+    check_positive_int(rounds, "rounds")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampled trees; got {temperature}")
     arms = arms_for(tree)
