@@ -904,8 +904,19 @@ def batch_costs(model: LatencyModel, context_lengths: Sequence[float]
     return float(model.draft_cost(ell)), lambda n: model.verify_cost(n, ell)
 
 
+class _OneRequest:
+    """A batched model's :class:`LatencyModel` side: one request is a batch of one."""
+
+    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
+        return self.batch_draft_cost([_context(context_length)])
+
+    def verify_cost(self, n_tokens: int | np.ndarray,
+                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
+        return self.batch_verify_cost(n_tokens, [_context(context_length)])
+
+
 @dataclass(frozen=True)
-class BatchRooflineCost:
+class BatchRooflineCost(_OneRequest):
     r"""The roofline of one pass over a batch: weights once, every cache, every token.
 
     For ``b`` requests with contexts :math:`c_i` and :math:`n` query tokens in all (roots
@@ -998,13 +1009,6 @@ class BatchRooflineCost:
         fixed = (self.weight_bytes + self.kv_bytes_per_token * c.sum()) / self.bandwidth_bytes_s
         return float(fixed / per_token) if per_token > 0 else math.inf
 
-    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
-        return self.batch_draft_cost([_context(context_length)])
-
-    def verify_cost(self, n_tokens: int | np.ndarray,
-                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
-        return self.batch_verify_cost(n_tokens, [_context(context_length)])
-
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "meta"}
         return {"schema": SCHEMA_BATCH, "cost_model": "batch-roofline", **self.meta, **d}
@@ -1015,7 +1019,7 @@ _FILE_KEYS = ("schema", "cost_model", "name", "attribution", "estimate", "node_c
 
 
 @dataclass(frozen=True)
-class BatchTabulatedCost:
+class BatchTabulatedCost(_OneRequest):
     """Measured verification and draft costs per batch size, interpolated.
 
     ``tables[j] = (b_j, T_j)``: a :class:`TabulatedCost` measured with ``b_j`` requests per
@@ -1082,13 +1086,6 @@ class BatchTabulatedCost:
         n = _tokens(n_tokens)
         out = sum(w * np.asarray(t.verify_cost(n, float(c.mean()))) for w, t in self._mix(c.size))
         return _scalar_or_array(np.asarray(out, dtype=np.float64), n_tokens)
-
-    def draft_cost(self, context_length: float = DEFAULT_CONTEXT_LENGTH) -> float:
-        return self.batch_draft_cost([_context(context_length)])
-
-    def verify_cost(self, n_tokens: int | np.ndarray,
-                    context_length: float = DEFAULT_CONTEXT_LENGTH) -> float | np.ndarray:
-        return self.batch_verify_cost(n_tokens, [_context(context_length)])
 
     def to_dict(self) -> dict[str, Any]:
         """The ``treespec-latency/2`` schema: one latency table per batch size."""
