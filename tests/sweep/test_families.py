@@ -43,8 +43,9 @@ RECORD = {"preset": "test", "cells": 1, "seed": 0, "git_commit": "0" * 40,
 
 
 # ----------------------------------------------------------------------------- registry
-def test_the_registry_holds_the_five_families_in_report_order():
-    assert list(FAMILIES) == ["ddtree", "caddtree", "stochastic", "verifiers", "stochastic-map"]
+def test_the_registry_holds_the_six_families_in_report_order():
+    assert list(FAMILIES) == ["ddtree", "caddtree", "stochastic", "verifiers", "stochastic-map",
+                              "serving"]
     for name, family in FAMILIES.items():
         assert isinstance(family, families.Family)
         assert family.name == name == family.grid.family
