@@ -80,7 +80,7 @@ __all__ = ["BUDGET_GRID", "RULES", "BatchOutcome", "RequestCurves", "ServingGrid
 name = "serving"
 #: What ``--preset serving`` runs.
 preset_note = ("budgets at batch sizes 1-64 under the batched H200 estimate, shared and fixed "
-               "(about 2 minutes with --workers 2)")
+               "(under a minute with --workers 2 on an idle machine)")
 
 #: Fixed budgets compared (and the grid the oracle chooses from).
 BUDGET_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
