@@ -30,19 +30,19 @@ def _requests(world, n, max_budget, seed=0):
                         rule="follow", temperature=0.0, sample=False, rng=rng)
         ch = run_round(world, ctx, method="chain", rule="follow", temperature=0.0,
                        sample=False, rng=rng)
-        out.append((np.asarray(rnd.log_q), rnd.surrogate_curve, ch.surrogate_curve))
+        out.append((np.asarray(rnd.log_q), rnd.path_probabilities, ch.path_probabilities))
     return out
 
 
 @pytest.mark.parametrize("b", [1, 3, 8])
 def test_rules_on_curves_are_the_policies_on_trees(world, b):
-    """The family allocates from each request's surrogate curve; the policies build trees from
+    """The family allocates from each request's pop probabilities; the policies build trees from
     its log-marginals: the same budgets, request for request."""
     max_budget = 48
     reqs = _requests(world, b, max_budget, seed=b)
     cd, cv = batch_costs(get_cost_model(COST), [1024.0] * b)
     log_qs = [lq for lq, _, _ in reqs]
-    sur = np.stack([np.pad(s, (0, max_budget + 1 - s.size), mode="edge") for _, s, _ in reqs])
+    sur = np.stack([np.pad(p, (0, max_budget - p.size)) for _, p, _ in reqs])
     shared = serving.allocate("batch-caddtree", sur, cd, cv)
     assert [t.size for t in batch_caddtree(log_qs, draft_cost=cd, verify_cost=cv,
                                            max_budget=max_budget)] == list(shared)

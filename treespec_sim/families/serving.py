@@ -196,29 +196,32 @@ row = ServingRow
 class RequestCurves:
     """Every request's exact curves in one regime (cost-independent).
 
-    ``tau[i, B]`` and ``surrogate[i, B]`` (``B = 0..max_budget``): DDTree's, padded with the
-    last value where a tree has fewer nodes; ``chain_tau[i, k]``, ``chain_surrogate[i, k]``
-    (``k = 0..L``): the chain's prefixes."""
+    ``tau[i, B]`` (``B = 0..max_budget``): DDTree's exact τ, padded with the last value where
+    a tree has fewer nodes; ``pops[i, j]`` (``j < max_budget``): the surrogate probability of
+    its ``j + 1``-th pop (``Round.path_probabilities``), padded with 0; ``chain_tau[i, k]``
+    (``k = 0..L``) and ``chain_pops[i, k]`` (``k < L``): the same for the chain's prefixes."""
 
     regime: str
     tau: np.ndarray
-    surrogate: np.ndarray
+    pops: np.ndarray
     chain_tau: np.ndarray
-    chain_surrogate: np.ndarray
+    chain_pops: np.ndarray
 
     def __len__(self) -> int:
         return self.tau.shape[0]
 
-    def take(self, idx: np.ndarray) -> RequestCurves:
-        return RequestCurves(self.regime, self.tau[idx], self.surrogate[idx],
-                             self.chain_tau[idx], self.chain_surrogate[idx])
+
+#: The fields of :class:`RequestCurves` holding arrays, and what pads a shorter row: a τ curve
+#: keeps its last value, a pop list has no more pops.
+_FIELDS = {"tau": None, "pops": 0.0, "chain_tau": None, "chain_pops": 0.0}
 
 
-def _padded(curves: Sequence[np.ndarray], width: int) -> np.ndarray:
-    out = np.empty((len(curves), width))
-    for r, c in enumerate(curves):
-        n = min(c.size, width)  # a tree with fewer nodes keeps its last value
-        out[r, :n], out[r, n:] = c[:n], c[n - 1]
+def _padded(rows: Sequence[np.ndarray], width: int, fill: float | None) -> np.ndarray:
+    out = np.empty((len(rows), width))
+    for r, c in enumerate(rows):
+        n = min(c.size, width)
+        out[r, :n] = c[:n]
+        out[r, n:] = c[n - 1] if fill is None else fill
     return out
 
 
@@ -228,7 +231,7 @@ def collect(world, *, regime: str, contexts: int, temperature: float, max_budget
     and the chain's exact curves (rule ``follow``, nothing sampled)."""
 
     def curves(rnd: Round) -> tuple[np.ndarray, np.ndarray]:
-        return rnd.surrogate_curve, rnd.tau_curve
+        return rnd.path_probabilities, rnd.tau_curve
 
     ctxs = [world.sample_context(rng) for _ in range(check_positive_int(contexts, "contexts"))]
     common = dict(rng=rng, contexts=ctxs, rule="follow", temperature=temperature,
@@ -237,17 +240,16 @@ def collect(world, *, regime: str, contexts: int, temperature: float, max_budget
                                      **common)]
     chain = [s for (s,) in run_rounds(world, method="chain", **common)]
     width = max(c.size for _, c in chain)
-    return RequestCurves(regime, _padded([t for _, t in tree], max_budget + 1),
-                         _padded([s for s, _ in tree], max_budget + 1),
-                         _padded([t for _, t in chain], width),
-                         _padded([s for s, _ in chain], width))
+    return RequestCurves(regime, _padded([t for _, t in tree], max_budget + 1, None),
+                         _padded([p for p, _ in tree], max_budget, 0.0),
+                         _padded([t for _, t in chain], width, None),
+                         _padded([p for p, _ in chain], width - 1, 0.0))
 
 
 def pool(parts: Sequence[RequestCurves]) -> RequestCurves:
     """The requests of several worlds as one set."""
     return RequestCurves(parts[0].regime, *(np.concatenate([getattr(p, k) for p in parts])
-                                            for k in ("tau", "surrogate", "chain_tau",
-                                                      "chain_surrogate")))
+                                            for k in _FIELDS))
 
 
 # ---------------------------------------------------------------------------------- rules
@@ -262,25 +264,23 @@ class BatchOutcome:
     seconds: np.ndarray
 
 
-def _pops(surrogate: np.ndarray) -> list[np.ndarray]:
-    # a curve's increments are its pops' surrogate probabilities, in pop order
-    return [np.diff(s) for s in surrogate]
-
-
-def allocate(rule: str, sur: np.ndarray, draft_cost: float, verify_cost, *,
+def allocate(rule: str, pops: np.ndarray, draft_cost: float, verify_cost, *,
              budget: int | None = None) -> np.ndarray:
     """Each request's budget in one batch under ``rule``, int64 (b,).
 
-    ``sur``: the batch's surrogate curves, (b, K + 1) (DDTree's or the chain's)."""
-    b, width = sur.shape
+    ``pops``: the batch's surrogate probabilities in pop order, (b, K) (DDTree's or the
+    chain's: :attr:`RequestCurves.pops`)."""
+    b, k = pops.shape
     if rule == "fixed":
-        return np.full(b, min(budget, width - 1), dtype=np.int64)
+        return np.full(b, min(budget, k), dtype=np.int64)
     if rule == "caddtree-each":
-        n = np.arange(width)
-        per = draft_cost + np.asarray(verify_cost(b * (n + 1)), dtype=np.float64)
-        return np.array([first_non_increase(s / per) for s in sur], dtype=np.int64)
+        # N_i(B) = 1 + sum of the first B pops (Round.surrogate_curve), over the batch's cost
+        surrogate = 1.0 + np.concatenate([np.zeros((b, 1)), np.cumsum(pops, axis=1)], axis=1)
+        per = draft_cost + np.asarray(verify_cost(b * (np.arange(k + 1) + 1)),
+                                      dtype=np.float64)
+        return np.array([first_non_increase(s / per) for s in surrogate], dtype=np.int64)
     if rule in ("batch-caddtree", "batch-chains"):
-        curve = merge_pops(_pops(sur), draft_cost=draft_cost, verify_cost=verify_cost)
+        curve = merge_pops(list(pops), draft_cost=draft_cost, verify_cost=verify_cost)
         return curve.budgets(first_non_increase(curve.theta))
     raise ValueError(f"unknown rule {rule!r}")
 
@@ -290,10 +290,10 @@ def outcome(rule: str, curves: RequestCurves, batches: np.ndarray, draft_cost: f
     """``rule`` on every batch (``batches``: (n_batches, b) request indices)."""
     chains = rule in ("chain", "batch-chains")
     tau = curves.chain_tau if chains else curves.tau
-    sur = curves.chain_surrogate if chains else curves.surrogate
+    pops = curves.chain_pops if chains else curves.pops
     if rule == "chain":
         rule, budget = "fixed", tau.shape[1] - 1
-    budgets = np.stack([allocate(rule, sur[idx], draft_cost, verify_cost, budget=budget)
+    budgets = np.stack([allocate(rule, pops[idx], draft_cost, verify_cost, budget=budget)
                         for idx in batches])
     tokens = np.take_along_axis(tau[batches], budgets[..., None], axis=2)[..., 0]
     b = batches.shape[1]
@@ -394,8 +394,8 @@ def run(cell: Cell, settings: RunSettings) -> list[ServingRow]:
                     rng=cell_rng(s.seed, "serving"))
             for s in shares(cell, settings)])
     every = RequestCurves("+".join(g.regimes), *(
-        _padded_cat([getattr(by_regime[r], k) for r in g.regimes])
-        for k in ("tau", "surrogate", "chain_tau", "chain_surrogate")))
+        _padded_cat([getattr(by_regime[r], k) for r in g.regimes], fill)
+        for k, fill in _FIELDS.items()))
     labels = np.concatenate([np.full(len(by_regime[r]), r) for r in g.regimes])
     sizes = [len(by_regime[r]) for r in g.regimes]
     rows = []
@@ -417,11 +417,10 @@ def run(cell: Cell, settings: RunSettings) -> list[ServingRow]:
     return rows
 
 
-def _padded_cat(parts: Sequence[np.ndarray]) -> np.ndarray:
-    # chains of different regimes may differ in length: pad each with its last value
+def _padded_cat(parts: Sequence[np.ndarray], fill: float | None) -> np.ndarray:
+    # chains of different regimes may differ in length: pad as :data:`_FIELDS` says
     width = max(p.shape[1] for p in parts)
-    return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), mode="edge")
-                           for p in parts])
+    return np.concatenate([_padded(list(p), width, fill) for p in parts])
 
 
 def preset(which: str) -> ServingGrid | None:
