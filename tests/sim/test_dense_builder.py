@@ -62,9 +62,7 @@ def _node_scores(lp, parent, token, depth):
 
 
 def _dense(lp, budget, enum_cap=-1):
-    lp = np.ascontiguousarray(lp)
-    row_max = np.minimum(lp.max(axis=1).astype(np.float64), 0.0)
-    nodes, _, info = dense_tree(lp, row_max, budget, False, enum_cap)
+    nodes, _, info = dense_tree(np.ascontiguousarray(lp), budget, -1.0, enum_cap)
     return nodes, {"rereads": int(info[0]), "heap": bool(info[1]), "t": float(info[2])}
 
 

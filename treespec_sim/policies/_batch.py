@@ -53,8 +53,8 @@ def _ddtrees(log_qs, budget: int, root_tokens) -> tuple[list[DraftTree], list[np
     """Each request's DDTree at ``budget`` and its checked array."""
     checked = check_log_qs(log_qs)
     roots = check_root_tokens(root_tokens, [lp.shape[1] for lp, _ in checked])
-    trees = [_ddtree_tree(*_ddtree_build(lp, row_max, budget), root)
-             for (lp, row_max), root in zip(checked, roots, strict=True)]
+    trees = [_ddtree_tree(*_ddtree_build(lp, budget), root)
+             for (lp, _), root in zip(checked, roots, strict=True)]
     return trees, [lp for lp, _ in checked]
 
 

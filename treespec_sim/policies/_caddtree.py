@@ -179,7 +179,7 @@ def _grow_until_stop(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost,
     pops of any bigger tree are the same), or when the trial already is ``max_budget`` or holds
     every prefix; otherwise the trial budget doubles.
     """
-    lp, row_max = check_log_q(log_q)
+    lp, _ = check_log_q(log_q)
     max_budget = check_budget(max_budget, "max_budget")
     root_token = check_root_token(root_token, vocab_size=lp.shape[1])
     if start_budget is None:
@@ -188,7 +188,7 @@ def _grow_until_stop(log_q: LogQ, *, draft_cost: float, verify_cost: VerifyCost,
         b = min(max_budget, max(1, check_budget(start_budget, "start_budget")))
     while True:
         # ddtree's builder on the already validated array (one read of it saved per trial)
-        tree = _ddtree_tree(*_ddtree_build(lp, row_max, b), root_token) if b else \
+        tree = _ddtree_tree(*_ddtree_build(lp, b), root_token) if b else \
             DraftTree.root_only(root_token)
         p = path_probabilities(tree, lp)
         costs = (round_cost[: tree.size + 1] if round_cost is not None
@@ -488,9 +488,9 @@ def batch_budget_curve(log_qs, *, draft_cost: float, verify_cost: VerifyCost, ma
     roots = check_root_tokens(root_tokens, [lp.shape[1] for lp, _ in checked])
     check_real(draft_cost, "draft_cost")
     trees, pops = [], []
-    for (lp, row_max), root in zip(checked, roots, strict=True):
+    for (lp, _), root in zip(checked, roots, strict=True):
         # ddtree's builder on the already validated array (each request read once)
-        tree = _ddtree_tree(*_ddtree_build(lp, row_max, max_budget), root)
+        tree = _ddtree_tree(*_ddtree_build(lp, max_budget), root)
         trees.append(tree)
         pops.append(path_probabilities(tree, lp))
     return merge_candidates(trees, pops, draft_cost=draft_cost, verify_cost=verify_cost)

@@ -44,6 +44,7 @@ from ..validation import (
     check_masses,
     check_root_token,
     checked_row_max,
+    row_sum_tolerance,
 )
 from ._dense import best_first, dense_tree, slack
 
@@ -103,14 +104,19 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
             parent, token, depth = _build_ranked(log_q, budget)
             return trusted_tree(parent, token, depth, root_token)
     if type(budget) is int and budget >= 1 and type(root_token) is int and root_token >= -1:
-        # the check and the build in one pass: the rows' masses are formed as the builder reads
-        # them and judged before the tree is returned (the same errors, in the same order)
+        # the check and the build in one pass: the builder forms the rows' maxima and masses as
+        # it reads them; a row it flags is checked exactly before the tree is returned (the
+        # same errors, in the same order)
         lp, source = as_float_array(log_q, "log_q")
         check_log_q_shape(lp, "log_q")
-        row_max = checked_row_max(lp, "log_q")
+        if not check_sums:
+            checked_row_max(lp, "log_q")  # without masses, a NaN may not show in the maxima
         lp = np.ascontiguousarray(lp)
-        nodes, mass, _ = dense_tree(lp, np.minimum(row_max, 0.0), budget, check_sums, -1)
-        if check_sums:
+        nodes, mass, info = dense_tree(lp, budget, row_sum_tolerance(source) if check_sums
+                                       else -1.0, -1)
+        if info[3]:
+            checked_row_max(lp, "log_q")
+        if info[4]:
             check_masses(lp, mass, source, "log_q")
         root_token = check_root_token(root_token, vocab_size=lp.shape[1])
         nodes[1, 0] = root_token
@@ -118,10 +124,10 @@ def ddtree(log_q: LogQ, budget: int, *, root_token: int = -1, check_sums: bool =
         return DraftTree(*nodes)
     # clamp=False: no copy of the array for tiny positive rounding; the builder clamps the
     # values it reads.
-    lp, row_max = check_log_q(log_q, check_sums=check_sums, clamp=False)
+    lp, _ = check_log_q(log_q, check_sums=check_sums, clamp=False)
     budget = check_budget(budget)
     root_token = check_root_token(root_token, vocab_size=lp.shape[1])
-    parent, token, depth = build_nodes(lp, row_max, budget)
+    parent, token, depth = build_nodes(lp, budget)
     return trusted_tree(parent, token, depth, root_token)
 
 
@@ -143,8 +149,7 @@ def trusted_tree(parent: np.ndarray, token: np.ndarray, depth: np.ndarray, root_
     return DraftTree(parent, token, depth)
 
 
-def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_nodes(lp: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DDTree's ``(parent, token, depth)`` arrays (writable, root token -1) on checked
     log-marginals ``lp`` (L, V), float32 or float64.
 
@@ -152,8 +157,7 @@ def build_nodes(lp: np.ndarray, row_max: np.ndarray, budget: int
     every value read is clamped to 0, so the tree is the one of the clamped array. ``budget >=
     1``.
     """
-    nodes, _, _ = dense_tree(np.ascontiguousarray(lp), np.minimum(row_max, 0.0), budget, False,
-                             -1)
+    nodes, _, _ = dense_tree(np.ascontiguousarray(lp), budget, -1.0, -1)
     return nodes[0], nodes[1], nodes[2]
 
 

@@ -35,10 +35,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from ..numerics import order_keys, sort_pairs
-from ..rowmass import BLOCK, block_mass
+from ..rowmass import BLOCK, MASS_ERROR, block_mass
+from ..validation import LOGPROB_POSITIVE_TOL
 
 __all__ = ["THRESHOLD_SLACK", "best_first", "dense_tree", "slack"]
 
@@ -130,30 +132,104 @@ def _float32_below(theta):
     return f
 
 
+def _float32_block(x, out):
+    """``x`` as float32: itself if it is, else rounded into ``out[:x.size]`` (the keep test and
+    the mass then read the block from L1)."""
+    if x.dtype == np.float32:
+        return x
+    out[:x.size] = x
+    return out[:x.size]
+
+
+@overload(_float32_block)
+def _float32_block_compiled(x, out):
+    """:func:`_float32_block` compiled for ``x``'s dtype: no copy of a float32 block."""
+    if x.dtype == types.float32:
+        return lambda x, out: x
+
+    def convert(x, out):
+        for i in range(x.size):                   # vectorised
+            out[i] = np.float32(x[i])
+        return out[:x.size]
+    return convert
+
+
 @njit(cache=True)
-def _row_pass(row, theta, tok, val, scratch, cap, k):
-    """One read of ``row``: every entry ``>= theta`` into ``tok``/``val`` (compacted to the
-    ``k`` best when full). Returns ``(n, theta, cut)``."""
+def _top_key(bits):
+    """The largest order key (:func:`_order_key`) of float32 bit patterns ``bits`` (int32). An
+    integer max vectorises; a float max, which must honour NaN, does not."""
+    top = np.int32(-0x80000000)
+    for i in range(bits.size):
+        b = bits[i]
+        top = max(top, b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    return top
+
+
+@njit(cache=True)
+def _order_key(value):
+    """``value``'s order key: float32 values ordered as int32 (``b ^ ((b >> 31) & 0x7FFFFFFF)`` of
+    its bits ``b``: a NaN with its sign bit clear lies above ``+inf``, one with it set below
+    ``-inf``), with both zeros at the key of ``-0.0``, so that ``x >= value`` for every number
+    ``x`` whose key is at least this one."""
+    box = np.empty(1, np.float32)
+    box[0] = np.float32(-0.0) if value == 0.0 else value
+    b = box.view(np.int32)[0]
+    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
+
+
+@njit(cache=True)
+def _key_value(key):
+    """The float32 value whose order key is ``key``, as float64 (the map is its own inverse)."""
+    box = np.empty(1, np.int32)
+    box[0] = key ^ ((key >> np.int32(31)) & np.int32(0x7FFFFFFF))
+    return np.float64(box.view(np.float32)[0])
+
+
+@njit(cache=True)
+def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
+    """One read of ``row``, block by block: every entry ``>= theta`` into ``tok``/``val``
+    (compacted to the ``k`` best when full), the row's largest value rounded to float32 and,
+    with ``want_sum``, the row's mass (:mod:`treespec_sim.rowmass`). ``work``: float32
+    ``(3, BLOCK)`` scratch. Returns ``(n, theta, cut, top, mass)``.
+
+    A block whose largest value is below the float32 threshold is not searched; the others are
+    searched a chunk at a time (a branch-free count, then the hits)."""
     V = row.size
     n = 0
     cut = False
+    mass = 0.0
+    top = np.int32(-0x80000000)
     below = _float32_below(theta)
-    for lo in range(0, V, _CHUNK):
-        part = row[lo:lo + _CHUNK]
-        hits = 0
-        for i in range(part.size):                # branch-free: vectorised
-            if part[i] >= below:
-                hits += 1
-        if hits == 0:
+    floor_key = _order_key(below)
+    b32, poly = work[0], work[1]
+    expo = work[2].view(np.int32)
+    for lo in range(0, V, BLOCK):
+        x = row[lo:lo + BLOCK]
+        xb = _float32_block(x, b32)
+        block_top = _top_key(xb.view(np.int32))
+        top = max(top, block_top)
+        if want_sum:
+            mass += block_mass(xb, poly, expo)
+        if block_top < floor_key:
             continue
-        for i in range(part.size):
-            v = np.float64(part[i])
-            if v >= theta:
-                n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta, lo + i, v)
-                if dropped:
-                    cut = True
-                    below = _float32_below(theta)
-    return n, theta, cut
+        for clo in range(0, xb.size, _CHUNK):
+            part = xb[clo:clo + _CHUNK]
+            hits = 0
+            for i in range(part.size):            # branch-free: vectorised
+                if part[i] >= below:
+                    hits += 1
+            if hits == 0:
+                continue
+            for i in range(part.size):
+                v = np.float64(x[clo + i])
+                if v >= theta:
+                    n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta,
+                                              lo + clo + i, v)
+                    if dropped:
+                        cut = True
+                        below = _float32_below(theta)
+                        floor_key = _order_key(below)
+    return n, theta, cut, _key_value(top), mass
 
 
 @njit(cache=True)
@@ -456,8 +532,9 @@ def best_first(vals, toks, off, budget, parent, token, depth):
 
 # ---------------------------------------------------------------------------- the one pass
 @njit(cache=True)
-def dense_tree(lp, row_max, budget, want_sum, enum_cap):
-    """DDTree's nodes on a C-contiguous float32/float64 ``(L, V)`` array and its rows' masses.
+def dense_tree(lp, budget, mass_tol, enum_cap):
+    """DDTree's nodes on a C-contiguous float32/float64 ``(L, V)`` array, and the input check's
+    verdicts on its rows.
 
     The module docstring's algorithm, one phase a function: read each row once and certify
     ``t`` (:func:`_first_pass`), read again the rows cut above ``t - P_d``
@@ -469,14 +546,14 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     Parameters
     ----------
     lp : ndarray, shape (L, V)
-        Rows without NaN and with a finite maximum ``<= LOGPROB_POSITIVE_TOL`` (the caller has
-        checked ``row_max``); every value read is clamped to ``<= 0``.
-    row_max : ndarray of float64, shape (L,)
-        The rows' maxima, clamped to ``<= 0``.
+        Any values: every value read is clamped to ``<= 0``, NaN is never kept, and a row the
+        input check must look at again is counted in ``info[3]`` (the tree is then
+        meaningless).
     budget : int
         ``B >= 1``.
-    want_sum : bool
-        Form each row's total mass (:mod:`treespec_sim.rowmass`).
+    mass_tol : float
+        ``>= 0``: form each row's total mass (:mod:`treespec_sim.rowmass`) and count the rows
+        not within ``mass_tol`` of 1 by a clear margin (``info[4]``); negative: no masses.
     enum_cap : int
         The most nodes above the certified bound to enumerate before the heap pops the tree
         instead (-1: ``4 B + 64``; 0: always the heap; the same tree either way).
@@ -486,15 +563,22 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
     nodes : ndarray of int64, shape (3, n + 1)
         Parent, token (root -1) and depth of the nodes in pop order.
     mass : ndarray of float64, shape (L,)
-        The rows' total masses (zeros unless ``want_sum``).
-    info : ndarray of float64, shape (3,)
-        Rows read a second time, whether the heap popped the tree, the certified bound ``t``.
+        The rows' total masses, each within ``MASS_ERROR`` (zeros when ``mass_tol < 0``).
+    info : ndarray of float64, shape (5,)
+        Rows read a second time, whether the heap popped the tree, the certified bound ``t``;
+        the rows whose largest value (rounded to float32) is not in ``(-inf, tol)``
+        (``tol = LOGPROB_POSITIVE_TOL`` rounded down) or whose mass is not finite, which the
+        caller checks exactly (:func:`~treespec_sim.validation.checked_row_max`; a row holding
+        a NaN with its sign bit set shows only in its mass); the rows whose mass is within
+        ``MASS_ERROR`` of failing ``mass_tol`` or fails it
+        (:func:`~treespec_sim.validation.check_masses` decides them).
     """
     L, V = lp.shape
     K = min(budget, V)
     k0 = min(2 * ((budget + L - 1) // L) + 16, K)
-    kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t = _first_pass(
-        lp, row_max, budget, want_sum, k0)
+    want_sum = mass_tol >= 0.0
+    kept_val, kept_tok, row_off, row_len, used, pbest, row_max, cut, top, mass, t = _first_pass(
+        lp, budget, want_sum, k0)
     kept_val, kept_tok, used, rereads = _reread_cut_rows(lp, t, pbest, cut, K, kept_val,
                                                          kept_tok, row_off, row_len, used)
     if rereads:
@@ -502,30 +586,65 @@ def dense_tree(lp, row_max, budget, want_sum, enum_cap):
         t = _recertify(kept_val, row_off, row_len, row_max, pbest, t, budget)
     vals, toks, off = _ranked_lists(kept_val, kept_tok, row_off, row_len, used, pbest, t, K)
     nodes, heap = _pop_order(vals, toks, off, budget, t, enum_cap)
-    info = np.array([rereads, 1.0 if heap else 0.0, t])
+    suspect, unclear = _verdicts(top, mass, want_sum, mass_tol)
+    info = np.array([rereads, 1.0 if heap else 0.0, t, suspect, unclear])
     return nodes, mass, info
 
 
-@njit(cache=True, inline="always")
-def _first_pass(lp, row_max, budget, want_sum, k0):
-    """Read each row once, top down: its mass (``want_sum``), its entries at or above its
-    threshold (a certified ``t - P_d``, else a sampled guess; at most about ``k0`` kept),
-    then the bound ``t`` certified again over the rows read so far.
+@njit(cache=True)
+def _verdicts(top, mass, want_sum, mass_tol):
+    """``(suspect, unclear)`` row counts of :func:`dense_tree`'s ``info``."""
+    limit = np.float64(_float32_below(LOGPROB_POSITIVE_TOL))
+    suspect = 0
+    unclear = 0
+    for d in range(top.size):
+        if not (-math.inf < top[d] < limit) or (want_sum and not math.isfinite(mass[d])):
+            suspect += 1
+        if want_sum and not abs(mass[d] - 1.0) <= mass_tol - MASS_ERROR * mass[d]:
+            unclear += 1
+    return suspect, unclear
 
-    Returns ``(kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t)``: the kept
-    entries (row ``d``'s at ``row_off[d]:row_off[d] + row_len[d]``, in token order, ``used``
-    in all), ``pbest[d] = P_d`` (``L + 1``), ``cut[d]`` the value above which row ``d``'s list
-    is complete, the rows' masses and the certified ``t``.
+
+@njit(cache=True)
+def _row_best(val, n, top):
+    """A row's best kept value, its maximum clamped to ``<= 0``: exact from the ``n`` kept
+    entries (the best is always kept when any is); without any, an upper bound from ``top``,
+    the maximum rounded to float32 (thresholds and counts stay valid with any upper bound)."""
+    if n > 0:
+        best = val[0]
+        for j in range(1, n):
+            best = max(best, val[j])
+        return best
+    if top == -math.inf:
+        return -math.inf
+    if not top < 0.0:
+        return 0.0
+    return min(top - top * 2.0 ** -23 + 1e-44, 0.0)
+
+
+@njit(cache=True, inline="always")
+def _first_pass(lp, budget, want_sum, k0):
+    """Read each row once, top down: its mass (``want_sum``), its largest value rounded to
+    float32, its entries at or above its threshold (a certified ``t - P_d``, else a sampled
+    guess; at most about ``k0`` kept), then the bound ``t`` certified again over the rows read
+    so far.
+
+    Returns ``(kept_val, kept_tok, row_off, row_len, used, pbest, row_max, cut, top, mass, t)``:
+    the kept entries (row ``d``'s at ``row_off[d]:row_off[d] + row_len[d]``, in token order,
+    ``used`` in all), ``pbest[d] = P_d`` (``L + 1``), each row's best value
+    (:func:`_row_best`), ``cut[d]`` the value above which row ``d``'s list is complete, the
+    rows' float32 maxima, their masses and the certified ``t``.
     """
     L, V = lp.shape
     cap = 4 * k0 + 64
     tok = np.empty(cap + 1, np.int64)
     val = np.empty(cap + 1)
     scratch = np.empty(cap + 1)
-    poly = np.empty(BLOCK, np.float32)
-    expo = np.empty(BLOCK, np.int32)
+    work = np.empty((3, BLOCK), np.float32)
     sample = np.empty(_SAMPLE_ROW)
     pbest = np.zeros(L + 1)
+    row_max = np.empty(L)
+    top = np.empty(L)
     cut = np.empty(L)                             # a row's list is complete above cut[d]
     kept_val = np.empty(L * cap)                  # the rows' kept entries, row d's at
     kept_tok = np.empty(L * cap, np.int64)        # row_off[d]:row_off[d] + row_len[d]
@@ -541,11 +660,10 @@ def _first_pass(lp, row_max, budget, want_sum, k0):
         guessed = False
         if not math.isfinite(t) and V > 8 * k0:
             guessed, theta = _sample_threshold(row, k0, theta, sample)
-        if want_sum:                              # its own pass: the exp loop stays vectorised
-            for lo in range(0, V, BLOCK):
-                mass[d] += block_mass(row[lo:lo + BLOCK], poly, expo)
-        n, theta, dropped = _row_pass(row, theta, tok, val, scratch, cap, k0)
-        m = min(row_max[d], 0.0)
+        n, theta, dropped, top[d], mass[d] = _row_pass(row, theta, tok, val, scratch, cap, k0,
+                                                       work, want_sum)
+        m = _row_best(val, n, top[d])
+        row_max[d] = m
         pbest[d + 1] = pbest[d] + m
         cut[d] = theta if (guessed or dropped) else -math.inf
         row_off[d], row_len[d] = used, n
@@ -553,7 +671,7 @@ def _first_pass(lp, row_max, budget, want_sum, k0):
         kept_tok[used:used + n] = tok[:n]
         used += n
         t = _certify_row(cert, hist, val[:n], m, pbest[d + 1], t, budget)
-    return kept_val, kept_tok, row_off, row_len, used, pbest, cut, mass, t
+    return kept_val, kept_tok, row_off, row_len, used, pbest, row_max, cut, top, mass, t
 
 
 @njit(cache=True, inline="always")
@@ -563,6 +681,7 @@ def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len,
     Returns ``(kept_val, kept_tok, used, rereads)``."""
     L, V = lp.shape
     sample = np.empty(_SAMPLE_ROW)
+    work = np.empty((3, BLOCK), np.float32)
     rereads = 0
     wcap = 4 * K + 64
     tok = np.empty(0, np.int64)                   # work lists, sized on the first reread
@@ -585,7 +704,8 @@ def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len,
             theta = thr
             if guess:
                 guess, theta = _sample_threshold(row, K, theta, sample)
-            n, theta, dropped = _row_pass(row, theta, tok, val, scratch, wcap, K)
+            n, theta, dropped, _, _ = _row_pass(row, theta, tok, val, scratch, wcap, K, work,
+                                                False)
             if not guess or dropped or n >= K:
                 break
             guess = False
@@ -606,8 +726,8 @@ def _recertify(kept_val, row_off, row_len, row_max, pbest, t, budget):
     cert, hist = _new_certifier()
     for d in range(row_off.size):
         lo = row_off[d]
-        t = _certify_row(cert, hist, kept_val[lo:lo + row_len[d]], min(row_max[d], 0.0),
-                         pbest[d + 1], t, budget)
+        t = _certify_row(cert, hist, kept_val[lo:lo + row_len[d]], row_max[d], pbest[d + 1], t,
+                         budget)
     return t
 
 
