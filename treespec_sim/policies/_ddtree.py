@@ -46,7 +46,7 @@ from ..validation import (
     checked_row_max,
     row_sum_tolerance,
 )
-from ._dense import best_first, dense_tree, slack
+from ._dense import dense_tree, ranked_tree, slack
 
 __all__ = ["build_nodes", "ddtree", "ddtree_with_mask", "kth_largest", "ranked_candidates",
            "trusted_tree"]
@@ -218,16 +218,14 @@ _FIRST_LIST = 16
 def _pops(toks: list[np.ndarray], vals: list[np.ndarray], budget: int, *,
           flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
           ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float]:
-    """DDTree's best-first pops over per-depth ranked lists (:func:`~._dense.best_first`) and
-    the last pop's score (the lowest: pops come in non-increasing score order), its values
-    summed from the root. ``flat``: the lists already concatenated, ``(values, tokens,
-    offsets)``."""
+    """DDTree's pops over per-depth ranked lists (:func:`~._dense.ranked_tree`) and the last
+    pop's score (the lowest: pops come in non-increasing score order), its values summed from
+    the root. ``flat``: the lists already concatenated, ``(values, tokens, offsets)``."""
     if flat is None:
         offsets = np.zeros(len(vals) + 1, dtype=np.int64)
         np.cumsum([v.size for v in vals], out=offsets[1:])
         flat = (np.concatenate(vals), np.concatenate(toks), offsets)
     fv, ft, offsets = flat
-    nodes = np.empty((3, budget + 1), dtype=np.int64)
-    n, last = best_first(fv.astype(np.float64, copy=False), ft.astype(np.int64, copy=False),
-                         offsets, budget, nodes[0], nodes[1], nodes[2])
-    return tuple(nodes[:, :n + 1]), last
+    nodes, last = ranked_tree(fv.astype(np.float64, copy=False), ft.astype(np.int64, copy=False),
+                              offsets, budget)
+    return tuple(nodes), last

@@ -42,7 +42,7 @@ from ..numerics import order_keys, sort_pairs
 from ..rowmass import BLOCK, MASS_ERROR, block_mass
 from ..validation import LOGPROB_POSITIVE_TOL
 
-__all__ = ["THRESHOLD_SLACK", "best_first", "dense_tree", "slack"]
+__all__ = ["THRESHOLD_SLACK", "best_first", "dense_tree", "ranked_tree", "slack"]
 
 #: Relative slack on score thresholds: candidate sets are supersets by this margin, so rounding
 #: in ``P_d`` never drops a node that belongs to the tree.
@@ -377,7 +377,8 @@ def _new_certifier():
 def _enumerate(vals, toks, off, budget, t, cap, parent, token, depth):
     """The tree as every node scoring ``>= t`` (``t`` certified), enumerated depth first with
     children by rank and sorted stably by decreasing score (module docstring); writes nodes
-    ``0..n`` and returns ``n``, or -1 when more than ``cap`` nodes score ``>= t``."""
+    ``0..n`` and returns ``(n, score of node n)``, or ``(-1, nan)`` when more than ``cap``
+    nodes score ``>= t``."""
     L = off.size - 1
     score = np.empty(cap)
     epar = np.empty(cap, np.int64)
@@ -396,7 +397,7 @@ def _enumerate(vals, toks, off, budget, t, cap, parent, token, depth):
         sc = ssc[lev] + vals[at] if at < off[lev + 1] else -math.inf
         if at < off[lev + 1] and sc >= t:
             if N == cap:
-                return -1
+                return -1, math.nan
             score[N] = -sc                        # increasing key = decreasing score
             epar[N] = spar[lev]
             elev[N] = lev
@@ -425,7 +426,7 @@ def _enumerate(vals, toks, off, budget, t, cap, parent, token, depth):
         parent[i + 1] = 0 if epar[e] < 0 else pos[epar[e]]   # a parent precedes its children
         token[i + 1] = toks[off[elev[e]] + erank[e]]
         depth[i + 1] = elev[e] + 1
-    return b
+    return b, (-score[order[b - 1]] if b else 0.0)
 
 
 @njit(cache=True)
@@ -585,7 +586,7 @@ def dense_tree(lp, budget, mass_tol, enum_cap):
         # the rows read again hold more paths: count them all again (a few microseconds)
         t = _recertify(kept_val, row_off, row_len, row_max, pbest, t, budget)
     vals, toks, off = _ranked_lists(kept_val, kept_tok, row_off, row_len, used, pbest, t, K)
-    nodes, heap = _pop_order(vals, toks, off, budget, t, enum_cap)
+    nodes, heap, _ = _pop_order(vals, toks, off, budget, t, enum_cap)
     suspect, unclear = _verdicts(top, mass, want_sum, mass_tol)
     info = np.array([rereads, 1.0 if heap else 0.0, t, suspect, unclear])
     return nodes, mass, info
@@ -770,14 +771,35 @@ def _ranked_lists(kept_val, kept_tok, row_off, row_len, used, pbest, t, K):
 def _pop_order(vals, toks, off, budget, t, enum_cap):
     """The tree's nodes in DDTree's pop order, ``(3, n + 1)`` (parent, token, depth): every node
     scoring ``>= t`` enumerated and sorted (:func:`_enumerate`, ``enum_cap`` of them at most;
-    -1: ``4 B + 64``), else the heap's pops (:func:`best_first`); and whether the heap ran."""
+    -1: ``4 B + 64``), else the heap's pops (:func:`best_first`); whether the heap ran; the
+    last node's score."""
     out = np.empty((3, budget + 1), np.int64)
     if enum_cap < 0:
         enum_cap = 4 * budget + 64
-    n = -1
+    n, last = -1, math.nan
     if math.isfinite(t) and enum_cap > 0:         # every tree node scores >= t
-        n = _enumerate(vals, toks, off, budget, t, enum_cap, out[0], out[1], out[2])
+        n, last = _enumerate(vals, toks, off, budget, t, enum_cap, out[0], out[1], out[2])
     heap = n < 0
     if heap:
-        n, _ = best_first(vals, toks, off, budget, out[0], out[1], out[2])
-    return out[:, :n + 1].copy(), heap
+        n, last = best_first(vals, toks, off, budget, out[0], out[1], out[2])
+    return out[:, :n + 1].copy(), heap, last
+
+
+@njit(cache=True)
+def ranked_tree(vals, toks, off, budget):
+    """DDTree's nodes over per-depth ranked lists (as :func:`best_first` takes them, values
+    clamped to ``<= 0``): the bound ``t`` certified over every path of the lists
+    (:func:`_certify_row`, each list's first value its maximum), then :func:`_pop_order`.
+    Returns ``(nodes, last)``: ``(3, n + 1)`` parent, token and depth in pop order, and the
+    last node's score (``0.0`` for the root-only tree)."""
+    L = off.size - 1
+    cert, hist = _new_certifier()
+    pbest = np.zeros(L + 1)
+    t = -math.inf
+    for d in range(L):
+        lo, hi = off[d], off[d + 1]
+        m = vals[lo] if hi > lo else -math.inf
+        pbest[d + 1] = pbest[d] + m
+        t = _certify_row(cert, hist, vals[lo:hi], m, pbest[d + 1], t, budget)
+    nodes, _, last = _pop_order(vals, toks, off, budget, t, -1)
+    return nodes, last
