@@ -53,6 +53,8 @@ _LBINS, _LSCALE, _HBINS, _HSCALE = 512, 8.0, 2048, 16.0
 _SAMPLE_ROW, _SAMPLE_RUNS = 512, 64
 # The keep test reads a row in chunks of this many entries (a branch-free count, then the hits).
 _CHUNK = 64
+# ranked_tree pops smaller trees from the heap: fewer pops cost less than the certifier's bins.
+_RANKED_HEAP_BELOW = 128
 
 
 @njit(cache=True)
@@ -789,9 +791,13 @@ def _pop_order(vals, toks, off, budget, t, enum_cap):
 def ranked_tree(vals, toks, off, budget):
     """DDTree's nodes over per-depth ranked lists (as :func:`best_first` takes them, values
     clamped to ``<= 0``): the bound ``t`` certified over every path of the lists
-    (:func:`_certify_row`, each list's first value its maximum), then :func:`_pop_order`.
-    Returns ``(nodes, last)``: ``(3, n + 1)`` parent, token and depth in pop order, and the
-    last node's score (``0.0`` for the root-only tree)."""
+    (:func:`_certify_row`, each list's first value its maximum), then :func:`_pop_order`;
+    below :data:`_RANKED_HEAP_BELOW` nodes the heap pops them (fewer pops than the
+    certifier's bins). Returns ``(nodes, last)``: ``(3, n + 1)`` parent, token and depth in pop
+    order, and the last node's score (``0.0`` for the root-only tree)."""
+    if budget < _RANKED_HEAP_BELOW:
+        nodes, _, last = _pop_order(vals, toks, off, budget, -math.inf, 0)
+        return nodes, last
     L = off.size - 1
     cert, hist = _new_certifier()
     pbest = np.zeros(L + 1)
