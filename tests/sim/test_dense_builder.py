@@ -150,6 +150,39 @@ def test_check_log_q_and_the_builders_pass_give_the_defined_verdict(name, dtype)
     assert tree[0] == check[0] and (tree[0] == "ok" or tree[1] == check[1]), (tree, check)
 
 
+def _deep_bad_rows():
+    """name -> a DFlash-like (15, 32768) array with one defect in a row the tree never reaches
+    (B = 8: a shallow tree), where the builder keeps no entry of the row."""
+    base = _dflash(np.random.default_rng(13), 15, 32768, 12.0, 3.0)
+    cases = {}
+    for name, value in (("nan", np.nan), ("negative_nan", -np.nan), ("posinf", np.inf),
+                        ("positive", 1e-6), ("tiny_positive", 5e-13)):
+        x = base.copy()
+        x[14, 20001] = value
+        cases[name] = x
+    x = base.copy()
+    x[14] = -np.inf
+    cases["dead_row"] = x
+    x = base.copy()
+    x[14, 7] = -1e300  # finite in float64, -inf in float32
+    cases["below_float32"] = x
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(_deep_bad_rows()))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("check_sums", [True, False])
+def test_the_builders_flags_find_defects_in_rows_it_keeps_nothing_of(name, dtype, check_sums):
+    # the builder flags a row from its float32 maximum and its mass, and only a flagged row is
+    # checked exactly: a defect where no entry is kept must still give check_log_q's verdict
+    lp = _deep_bad_rows()[name].astype(dtype)
+    tree = _outcome(ddtree, lp, 8, check_sums=check_sums)
+    check = _outcome(check_log_q, lp, check_sums=check_sums, clamp=False)
+    assert tree[0] == check[0] and (tree[0] == "ok" or tree[1] == check[1]), (tree, check)
+    if tree[0] == "ok":
+        _assert_heap_tree(tree[1].parent, tree[1].token, tree[1].depth, lp, 8)
+
+
 def test_rows_within_the_mass_error_of_the_tolerance_are_decided_by_numpy(monkeypatch):
     calls = []
     original = np.exp

@@ -182,7 +182,7 @@ def norm_row(h, w_max, beta, sums, v_max, kept):
 
 
 @njit(cache=True)
-def top_classes(h, w_max, rows, k, classes, outside):
+def top_classes(h, w_max, rows, k, kept, n_kept, classes, outside):
     """The ``k`` best classes of rows ``rows`` of the class chain ``h`` (float64 ``(L, n)``, ``k <
     n``) by their maxima ``v = h[r] * w_max`` (:meth:`ClassLogMarginals._class_max`'s floats).
 
@@ -190,50 +190,58 @@ def top_classes(h, w_max, rows, k, classes, outside):
     (the ``(k + 1)``-th is smaller) and no ``v`` is NaN, ``classes[i]`` gets those ``k`` classes
     in increasing order, ``outside[i]`` the ``(k + 1)``-th largest ``v``, and ``ok[i]`` is True;
     otherwise the row is left to the caller. Returns ``ok`` (bool ``(len(rows),)``).
+
+    ``kept[r, :n_kept[r]]`` (int32 ``(L, n)``, int64 ``(L,)``): the classes :func:`norm_row`
+    kept, every class at or above a cut in increasing order; a row with more than ``k`` of them
+    is read only there (its ``k + 1`` best are among them), any other row whole.
     """
     n = w_max.size
     ok = np.zeros(rows.size, np.bool_)
     heap = np.empty(k + 1)                  # the k + 1 largest values so far, a min-heap
     for i in range(rows.size):
         r = rows[i]
+        given = n_kept[r] > k
+        m = n_kept[r] if given else n
         size = 0
         nan = False
-        for c in range(n):
+        for j in range(m):
+            c = kept[r, j] if given else j
             x = h[r, c] * w_max[c]
             if x != x:
                 nan = True
                 break
             if size <= k:                   # sift up
-                j = size
+                q = size
                 size += 1
-                while j > 0 and heap[(j - 1) // 2] > x:
-                    heap[j] = heap[(j - 1) // 2]
-                    j = (j - 1) // 2
-                heap[j] = x
+                while q > 0 and heap[(q - 1) // 2] > x:
+                    heap[q] = heap[(q - 1) // 2]
+                    q = (q - 1) // 2
+                heap[q] = x
             elif x > heap[0]:               # replace the smallest, sift down
-                j = 0
+                q = 0
                 while True:
-                    child = 2 * j + 1
+                    child = 2 * q + 1
                     if child >= size:
                         break
                     if child + 1 < size and heap[child + 1] < heap[child]:
                         child += 1
                     if heap[child] >= x:
                         break
-                    heap[j] = heap[child]
-                    j = child
-                heap[j] = x
+                    heap[q] = heap[child]
+                    q = child
+                heap[q] = x
         if nan:
             continue
         below = heap[0]                     # the (k + 1)-th largest
         kth = heap[1] if size == 2 else min(heap[1], heap[2])
         if not below < kth:
             continue
-        j = 0
-        for c in range(n):
+        w = 0
+        for j in range(m):
+            c = kept[r, j] if given else j
             if h[r, c] * w_max[c] >= kth:
-                classes[i, j] = c
-                j += 1
+                classes[i, w] = c
+                w += 1
         outside[i] = below
         ok[i] = True
     return ok

@@ -705,7 +705,8 @@ class ClassLogMarginals(LazyLogMarginals):
         done = np.zeros(rows.size, dtype=bool)
         classes = np.empty((rows.size, k), dtype=np.int64)
         outside = np.empty(rows.size)
-        exact = top_classes(self._h, self._w_max, rows, k, classes, outside)
+        exact = top_classes(self._h, self._w_max, rows, k, self._kept, self._n_kept, classes,
+                            outside)
         if not exact.any():
             return done
         pos = np.flatnonzero(exact)
