@@ -26,8 +26,17 @@ the heap pops instead (:func:`best_first`; ``enum_cap = 0`` forces it). Scores a
 ``score(parent) + value`` in float64, summed from the root; ranks order a row by decreasing
 value, ties to the smaller token id.
 
-Each row's total mass for the input check (:mod:`treespec_sim.rowmass`) is formed in a pass of
-its own just before the row is read (the row is then in cache; the mass loop stays vectorised).
+**One read of each row.** A row is read in blocks of :data:`~treespec_sim.rowmass.BLOCK`
+entries, each block once from memory: a float64 block is first rounded to float32 (one vector
+loop); then, each a loop of its own over the block (each vectorises alone, not fused), the
+block's largest value (an integer max over order keys), its mass for the input check
+(:mod:`treespec_sim.rowmass`) and, only in a block whose largest value reaches the float32
+threshold, the keep test. A row's best value comes from its kept entries (exact), or, where it
+keeps none, from its float32 maximum (an upper bound: thresholds and counts stay valid). The
+input check's verdicts come out of the same read (:func:`dense_tree`'s ``info``): a row whose
+float32 maximum is not below ``LOGPROB_POSITIVE_TOL`` or above ``-inf``, or whose mass is not
+finite, is flagged for the exact check, and so is a mass within ``MASS_ERROR`` of the
+tolerance.
 """
 
 from __future__ import annotations
