@@ -16,16 +16,16 @@
 # (`timeout`, then SIGKILL KILL_AFTER seconds later), in this order:
 #
 #   step      limit  what                                               writes (into OUTDIR)
-#   env         40s  versions, GPU name, nvidia-smi, blocked imports     env.txt
-#   validate   130s  tiny models, float32, --quick preset: all checks    validate.md, .json
-#   bf16        50s  tiny models, bfloat16: tree rows + greedy identity  appended to validate.*
+#   env         30s  versions, GPU name, nvidia-smi, blocked imports     env.txt
+#   validate   170s  tiny models, float32, --quick preset: all checks    validate.md, .json
+#   bf16        70s  tiny models, bfloat16: tree rows + greedy identity  appended to validate.*
 #                    with the near-tie rule (the "bfloat16 probe")
 #   merge        8s  appends the probe to validate.md / validate.json    (the same two files)
-#   qwen3-8b   115s  random-init Qwen3-8B + DFlash drafter latency       TAG_qwen3_8b_random.*
-#   qwen3-4b   100s  random-init Qwen3-4B + DFlash drafter latency       TAG_qwen3_4b_random.*
+#   qwen3-8b    95s  random-init Qwen3-8B + DFlash drafter latency       TAG_qwen3_8b_random.*
+#   qwen3-4b    75s  random-init Qwen3-4B + DFlash drafter latency       TAG_qwen3_4b_random.*
 #
-# Worst case: the limits (443 s) plus the kill grace (5 x 5 s, and 2 s for the merge) =
-# 470 s, under 8 minutes; `--plan` prints this sum and the script refuses to run if it passes
+# Worst case: the limits (448 s) plus the kill grace (5 x 5 s, and 2 s for the merge) =
+# 475 s, under 8 minutes; `--plan` prints this sum and the script refuses to run if it passes
 # 480 s. run.log holds every step's output and a summary: at most 8 files in all. TAG is the
 # GPU's short name (h200 for "NVIDIA H200"); a latency file is .json (load it with
 # treespec_sim.cost.get_cost_model) with a .png figure. In a rehearsal TAG is cpu and the
@@ -61,13 +61,13 @@ fi
 
 # ---------------------------------------------------------------- limits (seconds)
 KILL_AFTER=5
-T_ENV=40
-T_VALIDATE=130
-T_BF16=50
+T_ENV=30
+T_VALIDATE=170
+T_BF16=70
 T_MERGE=8
 T_MERGE_KILL=2
-T_8B=115
-T_4B=100
+T_8B=95
+T_4B=75
 BUDGET=480
 WORST=$((T_ENV + T_VALIDATE + T_BF16 + T_8B + T_4B + 5 * KILL_AFTER + T_MERGE + T_MERGE_KILL))
 
@@ -311,7 +311,7 @@ else
     SUFFIX=random
     # measurement budgets: the limit less ~45 s to start python, build the models on the GPU
     # and warm up; contexts that would not fit are skipped and recorded as "truncated"
-    B8=70; B4=55
+    B8=55; B4=45
 fi
 run_step qwen3-8b "$T_8B" "$KILL_AFTER" "$PY" -m real_models.profile --arch qwen3-8b \
     --dtype bfloat16 "${PROF[@]}" --time-budget "$B8" --name "$TAG-qwen3-8b-$SUFFIX" \

@@ -5,8 +5,8 @@
 #
 #   bash real_models/gpu_validate.sh [OUTDIR]        (default OUTDIR: $OUT, else ./gpu_results)
 #
-# Without a CUDA GPU (or without torch) it says so and exits 0. Worst case 490 s: a GPU check
-# limited to 15 s (+5 s grace), then gpu_run.sh (470 s).
+# Without a CUDA GPU (or without torch) it says so and exits 0. Worst case 495 s: a GPU check
+# limited to 15 s (+5 s grace), then gpu_run.sh (475 s).
 set -u
 OUTDIR="${1:-${OUT:-gpu_results}}"
 if [ $# -gt 1 ]; then
