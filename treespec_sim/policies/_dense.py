@@ -165,34 +165,38 @@ def _float32_block_compiled(x, out):
     return convert
 
 
+@njit(cache=True, inline="always")
+def _flip(b):
+    """The order key of float32 bits ``b`` (int32), and back (the map is its own inverse):
+    ``b ^ ((b >> 31) & 0x7FFFFFFF)`` orders float32 values as int32 (a NaN with its sign bit
+    clear above ``+inf``, one with it set below ``-inf``)."""
+    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
+
+
 @njit(cache=True)
 def _top_key(bits):
-    """The largest order key (:func:`_order_key`) of float32 bit patterns ``bits`` (int32). An
-    integer max vectorises; a float max, which must honour NaN, does not."""
+    """The largest order key (:func:`_flip`) of float32 bit patterns ``bits`` (int32). An integer
+    max vectorises; a float max, which must honour NaN, does not."""
     top = np.int32(-0x80000000)
     for i in range(bits.size):
-        b = bits[i]
-        top = max(top, b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+        top = max(top, _flip(bits[i]))
     return top
 
 
 @njit(cache=True)
 def _order_key(value):
-    """``value``'s order key: float32 values ordered as int32 (``b ^ ((b >> 31) & 0x7FFFFFFF)`` of
-    its bits ``b``: a NaN with its sign bit clear lies above ``+inf``, one with it set below
-    ``-inf``), with both zeros at the key of ``-0.0``, so that ``x >= value`` for every number
-    ``x`` whose key is at least this one."""
+    """``value``'s order key (:func:`_flip`), both zeros at the key of ``-0.0``, so that
+    ``x >= value`` for every number ``x`` whose key is at least this one."""
     box = np.empty(1, np.float32)
     box[0] = np.float32(-0.0) if value == 0.0 else value
-    b = box.view(np.int32)[0]
-    return b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))
+    return _flip(box.view(np.int32)[0])
 
 
 @njit(cache=True)
 def _key_value(key):
-    """The float32 value whose order key is ``key``, as float64 (the map is its own inverse)."""
+    """The float32 value whose order key is ``key``, as float64."""
     box = np.empty(1, np.int32)
-    box[0] = key ^ ((key >> np.int32(31)) & np.int32(0x7FFFFFFF))
+    box[0] = _flip(key)
     return np.float64(box.view(np.float32)[0])
 
 
