@@ -23,8 +23,8 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["NORM_CUT", "argsort_keys", "dot", "fixed_exp", "fixed_exp1", "fixed_log", "fixed_log1",
-           "order_keys", "sort_pairs", "stable_argsort"]
+__all__ = ["NORM_CUT", "argsort_keys", "dot", "exp_into", "fixed_exp", "fixed_exp1", "fixed_log",
+           "fixed_log1", "log_into", "order_keys", "sort_pairs", "stable_argsort"]
 
 #: The synthetic drafter's normalisers leave out the terms below ``e^-NORM_CUT`` of the
 #: largest (``ClassLogMarginals._norms``): at most
@@ -118,7 +118,12 @@ def fixed_log1(v: float) -> float:
     if v == 0.0:
         return -math.inf
     m, e = math.frexp(v)
-    ef = float(e)
+    return _log_reduced(m, float(e))
+
+
+@njit(cache=True, inline="always")
+def _log_reduced(m, ef):
+    """``log(m 2^ef)`` for ``frexp``'s mantissa ``m`` in ``[1/2, 1)`` and its exponent ``ef``."""
     if m < _SQRT_HALF:
         m = m + m
         ef = ef - 1.0
@@ -138,16 +143,40 @@ def fixed_log1(v: float) -> float:
     return ef * _LN2_HI + ((s + s) + s * (z * q) + ef * _LN2_LO)
 
 
+# A normal float64's fraction bits, and the exponent field of frexp's mantissa (2^-1).
+_FRACTION = np.int64(0x000FFFFFFFFFFFFF)
+_HALF_EXPONENT = np.int64(0x3FE0000000000000)
+
+
+@njit(cache=True, error_model="numpy")
+def log_into(v, out):
+    """:func:`fixed_log1` of every entry of float64 ``v`` ``(n,)`` into ``out`` ``(n,)`` (not
+    ``v``): the same floats, in loops that vectorise.
+
+    A positive normal ``v`` is split into ``frexp``'s ``(m, e)`` by its bits (exact, no call);
+    every other entry (zero, subnormal, negative, ``inf``, NaN) goes through
+    :func:`fixed_log1` itself. ``error_model="numpy"``: no zero-division branch in the loop
+    (a divisor ``m + 1`` of a positive ``m`` is never zero).
+    """
+    bits = v.view(np.int64)
+    mant = out.view(np.int64)
+    for i in range(v.size):
+        mant[i] = (bits[i] & _FRACTION) | _HALF_EXPONENT
+    for i in range(v.size):
+        e = np.int32(bits[i] >> np.int64(52)) - np.int32(1022)
+        out[i] = _log_reduced(out[i], np.float64(e))
+    for i in range(v.size):
+        field = bits[i] >> np.int64(52)           # negative for a set sign bit
+        if field <= 0 or field >= 0x7FF:
+            out[i] = fixed_log1(v[i])
+
+
 @njit(cache=True)
-def _exp_all(x, out):
+def exp_into(x, out):
+    """:func:`fixed_exp1` of every entry of float64 ``x`` ``(n,)`` into ``out`` ``(n,)`` (``x``
+    itself allowed)."""
     for i in range(x.size):
         out[i] = fixed_exp1(x[i])
-
-
-@njit(cache=True)
-def _log_all(v, out):
-    for i in range(v.size):
-        out[i] = fixed_log1(v[i])
 
 
 def fixed_exp(x: np.ndarray) -> np.ndarray:
@@ -159,7 +188,7 @@ def fixed_exp(x: np.ndarray) -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.float64)
     out = np.empty(x.shape)
-    _exp_all(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+    exp_into(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
     return out
 
 
@@ -173,7 +202,7 @@ def fixed_log(v: np.ndarray) -> np.ndarray:
     """
     v = np.asarray(v, dtype=np.float64)
     out = np.empty(v.shape)
-    _log_all(np.ascontiguousarray(v).reshape(-1), out.reshape(-1))
+    log_into(np.ascontiguousarray(v).reshape(-1), out.reshape(-1))
     return out
 
 

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from treespec_sim.numerics import dot, fixed_exp, fixed_log
+from treespec_sim.numerics import dot, fixed_exp, fixed_log, fixed_log1, log_into
 
 SCRIPT = """
 import numpy as np
@@ -101,3 +101,19 @@ def test_fixed_log_is_within_a_few_ulps_of_numpys_log():
     got = fixed_log(edge)
     assert got[0] == -np.inf and got[3] == 0.0
     assert _ulps(got[[1, 2, 4]], np.log(edge[[1, 2, 4]])).max() <= 3.0
+
+
+def test_the_vector_log_gives_the_scalar_logs_floats():
+    # log_into splits a float by its bits, fixed_log1 by frexp: the same floats, also where
+    # log_into hands an entry to fixed_log1 (zero, subnormal, inf, NaN) and at the mantissa's
+    # switch (sqrt(1/2)) and powers of two
+    rng = np.random.default_rng(4)
+    v = np.exp(rng.uniform(-745.0, 709.0, 50_000))
+    edge = [0.0, 5e-324, 1e-310, 2.2250738585072014e-308, np.inf, np.nan, 1.0, 2.0, 0.5,
+            np.nextafter(np.sqrt(0.5), 0.0), np.sqrt(0.5), np.nextafter(np.sqrt(0.5), 1.0),
+            np.finfo(float).max]
+    v = np.concatenate([edge, v, np.ldexp(1.0, np.arange(-1074, 1024))])
+    got = np.empty_like(v)
+    log_into(v, got)
+    want = np.array([fixed_log1(x) for x in v.tolist()])
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))

@@ -19,7 +19,7 @@ def test_norms_leave_out_only_terms_below_the_cut():
     sums = 1.0 + 3.0 * rng.random(n)
     for beta in (0.5, 1.3, 3.0):
         classes = np.empty(n, np.int32)
-        m, z, count = norm_row(v, np.ones(n), beta, sums, v.max(), classes)
+        m, z, count = norm_row(v, np.ones(n), beta, sums, v.max(), classes, np.empty((3, n)))
         x = beta * np.log(v)
         assert m == pytest.approx(x.max(), abs=1e-13)
         full = np.exp(x - x.max()) @ sums
@@ -64,5 +64,6 @@ def test_norms_sum_in_eight_lanes_in_class_order():
                     lanes[c % 8] += fixed_exp1(fixed_log1(x) * beta - m) * float(sums[c])
             want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
                 ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-            assert norm_row(h, w_max, beta, sums, max(v), np.empty(n, np.int32))[:2] == (m, want)
+            assert norm_row(h, w_max, beta, sums, max(v), np.empty(n, np.int32),
+                            np.empty((3, n)))[:2] == (m, want)
 

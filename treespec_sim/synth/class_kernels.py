@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..numerics import NORM_CUT, dot, fixed_exp1, fixed_log1
+from ..numerics import NORM_CUT, dot, exp_into, fixed_exp1, fixed_log1, log_into
 
 __all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top", "shared_law",
            "slices", "top_classes"]
@@ -93,6 +93,7 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
     """
     n = pi.size
     nu = np.empty(n)
+    work = np.empty((3, n))
     for c in range(n):
         h[0, c] = 0.0
     for k in range(g_indptr[c0], g_indptr[c0 + 1]):
@@ -102,7 +103,7 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
         nu[c] = w_cls[c] * h[0, c]
     if beta[0] != 1.0:
         norm_m[0], norm_z[0], n_kept[0] = norm_row(h[0], w_max, beta[0], sums[0],
-                                                   _row_top(h[0], w_max), kept[0])
+                                                   _row_top(h[0], w_max), kept[0], work)
     # unsigned positions: numba then skips the negative-index check on every load
     eight = np.uint64(LANES)
     for d in range(1, h.shape[0]):
@@ -137,7 +138,7 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
             nu[c] = w_cls[c] * row[c]
         if beta[d] != 1.0:
             norm_m[d], norm_z[d], n_kept[d] = norm_row(row, w_max, beta[d], sums[d],
-                                                       _row_top(row, w_max), kept[d])
+                                                       _row_top(row, w_max), kept[d], work)
 
 
 @njit(cache=True)
@@ -153,32 +154,43 @@ def _row_top(h, w_max):
 
 
 @njit(cache=True)
-def norm_row(h, w_max, beta, sums, v_max, kept):
+def norm_row(h, w_max, beta, sums, v_max, kept, work):
     """``(m, Z, count)`` of one sharpened row (``ClassLogMarginals._norms``) from its class
     chain row ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums
     ``S`` and ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log
     v_max`` and ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes
     ``v[c] >= v_max e^(-64 / beta)``, which go into ``kept[:count]`` in increasing order.
+    ``S`` finite; ``work``: float64 ``(3, n)`` scratch.
 
-    ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1``; the sum runs
+    ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1`` (over the kept
+    classes' ``v`` at once: :func:`~treespec_sim.numerics.log_into`, ``exp_into``); the sum runs
     in eight lanes (class ``c`` to lane ``c % 8``, each in class order, combined
-    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``): one order, every CPU's floats.
+    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``: :func:`~treespec_sim.numerics.dot`):
+    one order, every CPU's floats.
     """
     if v_max != v_max:                            # as numpy's max: m NaN, no class kept
         return math.nan, 0.0, 0
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
-    lanes = np.zeros(LANES)
     count = 0
-    for c in range(h.size):
-        v = h[c] * w_max[c]
-        if v >= cut:
-            lanes[c % LANES] += fixed_exp1(fixed_log1(v) * beta - m) * sums[c]
-            kept[count] = c
-            count += 1
-    z = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5])
-                                                           + (lanes[6] + lanes[7]))
-    return m, z, count
+    for c in range(h.size):                       # branch-free: every slot written, kept ones
+        kept[count] = c                           # counted
+        count += 1 if h[c] * w_max[c] >= cut else 0
+    v, x = work[0, :count], work[1, :count]
+    for j in range(count):
+        c = kept[j]
+        v[j] = h[c] * w_max[c]
+    log_into(v, x)
+    for j in range(count):
+        v[j] = x[j] * beta - m
+    exp_into(v, x)                                # not in place: that loop would not vectorise
+    # Z over every class in class order: another class's term 0 * S[c] = +0.0 leaves its
+    # lane's sum as it is
+    e = work[2]
+    e[:] = 0.0
+    for j in range(count):
+        e[kept[j]] = x[j]
+    return m, dot(e, sums), count
 
 
 @njit(cache=True)
