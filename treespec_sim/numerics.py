@@ -173,8 +173,8 @@ def log_into(v, out):
 
 @njit(cache=True)
 def exp_into(x, out):
-    """:func:`fixed_exp1` of every entry of float64 ``x`` ``(n,)`` into ``out`` ``(n,)`` (``x``
-    itself allowed)."""
+    """:func:`fixed_exp1` of every entry of float64 ``x`` ``(n,)`` into ``out`` ``(n,)``: a loop
+    that vectorises when ``out`` is not ``x`` (in place, it runs one entry at a time)."""
     for i in range(x.size):
         out[i] = fixed_exp1(x[i])
 
