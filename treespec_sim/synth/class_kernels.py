@@ -20,6 +20,9 @@ __all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top"
            "slices", "top_classes"]
 
 
+# norm_row lists its kept classes a run of this many at a time (most runs keep all or none).
+_RUN = 64
+
 #: Rows per slice of :class:`Slices`: eight independent sums in flight, so that a row's chain of
 #: dependent additions does not set the pace.
 LANES = 8
@@ -173,9 +176,20 @@ def norm_row(h, w_max, beta, sums, v_max, kept, work):
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
     count = 0
-    for c in range(h.size):                       # branch-free: every slot written, kept ones
-        kept[count] = c                           # counted
-        count += 1 if h[c] * w_max[c] >= cut else 0
+    n = h.size
+    for lo in range(0, n, _RUN):                  # a run's kept classes counted branch-free,
+        hi = min(lo + _RUN, n)                    # then listed where some are
+        hits = 0
+        for c in range(lo, hi):
+            hits += 1 if h[c] * w_max[c] >= cut else 0
+        if hits == hi - lo:
+            for c in range(lo, hi):
+                kept[count + c - lo] = c
+            count += hits
+        elif hits > 0:
+            for c in range(lo, hi):               # every slot written, the kept ones counted
+                kept[count] = c
+                count += 1 if h[c] * w_max[c] >= cut else 0
     v, x = work[0, :count], work[1, :count]
     for j in range(count):
         c = kept[j]
