@@ -190,14 +190,17 @@ def norm_row(h, w_max, beta, sums, v_max, kept, work):
             for c in range(lo, hi):               # every slot written, the kept ones counted
                 kept[count] = c
                 count += 1 if h[c] * w_max[c] >= cut else 0
+    every = count == n                            # then kept[j] = j: no gather, no scatter
     v, x = work[0, :count], work[1, :count]
     for j in range(count):
-        c = kept[j]
+        c = j if every else kept[j]
         v[j] = h[c] * w_max[c]
     log_into(v, x)
     for j in range(count):
         v[j] = x[j] * beta - m
     exp_into(v, x)                                # not in place: that loop would not vectorise
+    if every:
+        return m, dot(x, sums), count
     # Z over every class in class order: another class's term 0 * S[c] = +0.0 leaves its
     # lane's sum as it is
     e = work[2]
