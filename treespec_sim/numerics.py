@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 __all__ = ["NORM_CUT", "argsort_keys", "dot", "exp_into", "fixed_exp", "fixed_exp1", "fixed_log",
            "fixed_log1", "log_into", "order_keys", "sort_pairs", "stable_argsort"]

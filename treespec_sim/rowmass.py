@@ -21,7 +21,8 @@ reads.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 __all__ = ["BLOCK", "MASS_ERROR", "block_mass", "row_masses"]
 

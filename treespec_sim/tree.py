@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
+from .jit import njit
 from .validation import check_nonnegative_int, check_tree
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -10,16 +10,13 @@ dask workers and pytest's workers warm up on first use, under the lock.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
 from .engine import run_round
+from .jit import machine_lock
 from .policies import ddtree
 from .synth import make_world
 
@@ -42,23 +39,6 @@ ROUNDS: tuple[tuple[str, str, float, dict], ...] = (
 _done = False
 
 
-@contextlib.contextmanager
-def _machine_lock() -> Iterator[None]:
-    """An exclusive lock shared by this machine's processes (none where ``fcntl`` is missing)."""
-    try:
-        import fcntl
-    except ImportError:          # not POSIX: each process compiles or loads for itself
-        yield
-        return
-    path = Path(tempfile.gettempdir()) / f"treespec-numba-{os.getuid()}.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def warm_up() -> float:
     """Compile (or load from the cache) every kernel of :data:`ROUNDS` and the builder on raw
     arrays, once per process, under the machine's lock; returns the seconds it took (``0.0``
@@ -68,7 +48,7 @@ def warm_up() -> float:
         _done = True
         return 0.0
     start = time.perf_counter()
-    with _machine_lock():
+    with machine_lock():
         # V = 8192 with word classes: large enough for the ranked top lists (V >= 4096)
         world = make_world("math500", seed=0, vocab_size=8192)
         rng = np.random.default_rng(0)

@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("verify",),
     ("tree", "rows", "marginals", "paths", "exits", "cost", "surrogate", "proposal",
      "acceptance_readers", "torch_save"),
-    ("validation", "files", "stats", "verdicts", "numerics", "rowmass", "_sampling", "cli",
+    ("validation", "files", "stats", "verdicts", "numerics", "rowmass", "jit", "_sampling", "cli",
      "machine", "provenance", "seeds"),
 )
 

@@ -44,9 +44,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
+from ..jit import njit
 from ..numerics import order_keys, sort_pairs
 from ..rowmass import BLOCK, MASS_ERROR, block_mass
 from ..validation import LOGPROB_POSITIVE_TOL

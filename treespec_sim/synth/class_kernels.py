@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numerics import NORM_CUT, dot, exp_into, fixed_exp1, fixed_log1, log_into
 
 __all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top", "shared_law",

@@ -54,9 +54,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
-from numba import njit
 
 from .._sampling import sample_categorical
+from ..jit import njit
 from ..proposal import ProposalRows
 from ..rows import TargetOracle
 from ..tree import DraftTree
