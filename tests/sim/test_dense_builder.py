@@ -11,7 +11,7 @@ from proofs_check.reference import ddtree_heap_reference
 from treespec_sim.marginals import DenseLogMarginals
 from treespec_sim.policies import ddtree
 from treespec_sim.policies._dense import dense_tree
-from treespec_sim.rowmass import MASS_ERROR, row_masses
+from treespec_sim.rowmass import MASS_ERROR, _exp_terms, row_masses
 from treespec_sim.tree import ancestor_mask
 from treespec_sim.validation import ROW_SUM_TOL_BY_DTYPE, check_log_q
 
@@ -83,6 +83,19 @@ def test_row_masses_are_within_their_stated_error_of_exact_sums(dtype):
             worst = max(worst, float(err.max()))
     # the bound the verdict relies on, with room to spare
     assert worst < MASS_ERROR / 3
+
+
+def test_float32_exp_terms_are_within_their_stated_error_over_the_float32_range():
+    # every 251st float32 from -0.0 down to -87 (the module's bound was measured on all of them)
+    lo = int(np.array([-0.0], np.float32).view(np.uint32)[0])
+    hi = int(np.array([-87.0], np.float32).view(np.uint32)[0])
+    x = np.arange(lo, hi + 1, 251, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([x, np.float32([-87.0, -86.99999, -1e-30, -0.34657359, 0.34657359])])
+    poly, expo = np.empty(x.size, np.float32), np.empty(x.size, np.int32)
+    _exp_terms(x, poly, expo)
+    got = poly.astype(np.float64) * expo.view(np.float32).astype(np.float64)
+    err = np.abs(got / np.exp(x.astype(np.float64)) - 1.0)
+    assert err.max() < 4.6e-7
 
 
 def test_row_masses_propagate_nan():
