@@ -1,12 +1,13 @@
 """The synthetic drafter's numerics against independent references: the normalisers against
-numpy's log / exp over every class, the radix sort against numpy's stable sort."""
+numpy's log / exp over every class, the radix sort against numpy's stable sort, the rows' best
+classes against a full sort."""
 
 import numpy as np
 import pytest
 
 from treespec_sim import numerics
 from treespec_sim.numerics import fixed_exp1, fixed_log1
-from treespec_sim.synth.class_kernels import norm_row
+from treespec_sim.synth.class_kernels import norm_row, top_classes
 
 
 def test_norms_leave_out_only_terms_below_the_cut():
@@ -29,6 +30,56 @@ def test_norms_leave_out_only_terms_below_the_cut():
         assert 0 < kept.sum() < n // 2            # the cut leaves most of this row out
         left_out = np.exp(x[~kept] - x.max()) @ sums[~kept]
         assert left_out < 1e-23 * z
+
+
+def _top_reference(v, k):
+    """``(ok, classes, below)`` of one row's class values ``v`` by a full sort."""
+    if np.isnan(v).any():
+        return False, None, None
+    order = np.sort(v)[::-1]
+    kth, below = order[k - 1], order[k]
+    if not below < kth:
+        return False, None, None
+    return True, np.flatnonzero(v >= kth), below
+
+
+@pytest.mark.parametrize("n", [100, 8192])
+def test_top_classes_are_the_rows_k_best_by_a_full_sort(n):
+    # rows read whole, read only at their kept classes (few or most of them), with ties at
+    # the k-th value, a NaN, and a row whose best classes sit in one run
+    rng = np.random.default_rng(3)
+    w_max = rng.uniform(0.5, 2.0, n)
+    L = 8
+    h = rng.exponential(size=(L, n)) ** 3
+    tied = rng.choice(n, 40, replace=False)
+    w_max[tied] = 1.0
+    h[2] = rng.random(n)
+    h[2, tied] = 9.0                                             # 40 equal v above the rest
+    h[3, 5] = np.nan
+    h[4, 64:96] += 50.0                                          # the best in one run
+    v = h * w_max
+    rows = np.arange(L, dtype=np.int64)
+    for k in (1, 3, 16, 70):
+        if k >= n:
+            continue
+        kept = np.zeros((L, n), np.int32)
+        n_kept = np.zeros(L, np.int64)
+        for r in range(L):
+            vr = np.where(np.isnan(v[r]), -np.inf, v[r])
+            cut = np.sort(vr)[::-1][[k + 5, n // 10, n // 2, k - 1][r % 4]]
+            got = np.flatnonzero(vr >= cut) if not np.isnan(v[r]).any() else np.empty(0, int)
+            kept[r, :got.size], n_kept[r] = got, got.size
+        classes = np.full((L, k), -1, np.int64)
+        outside = np.full(L, np.nan)
+        ok = top_classes(h, w_max, rows, k, kept, n_kept, classes, outside)
+        for r in range(L):
+            want_ok, want_classes, want_below = _top_reference(v[r], k)
+            assert ok[r] == want_ok, (k, r)
+            if want_ok:
+                np.testing.assert_array_equal(classes[r], want_classes)
+                assert outside[r] == want_below
+        assert ok.sum() >= L // 2
+        assert ok[2] == (k >= 40) and not ok[3]                  # the tie and the NaN
 
 
 def test_stable_argsort_is_numpys_stable_argsort():

@@ -211,6 +211,45 @@ def norm_row(h, w_max, beta, sums, v_max, kept, work):
 
 
 @njit(cache=True)
+def _heap_largest(x, k, heap):
+    """The ``k + 1`` largest of ``x`` (float64, no NaN, more than ``k`` entries) into ``heap``
+    (``k + 1``), a min-heap: the first ``k + 1`` sifted up, then each later entry above the
+    smallest replaces it. A run of entries none of which is above the smallest is skipped whole
+    (the smallest only grows), so the heap is the one entry-by-entry replacement builds."""
+    size = k + 1
+    for q0 in range(size):
+        v = x[q0]
+        q = q0
+        while q > 0 and heap[(q - 1) // 2] > v:
+            heap[q] = heap[(q - 1) // 2]
+            q = (q - 1) // 2
+        heap[q] = v
+    for lo in range(size, x.size, _RUN):
+        hi = min(lo + _RUN, x.size)
+        low = heap[0]
+        above = 0
+        for j in range(lo, hi):                   # branch-free: vectorised
+            above += 1 if x[j] > low else 0
+        if above == 0:
+            continue
+        for j in range(lo, hi):
+            v = x[j]
+            if v > heap[0]:                       # replace the smallest, sift down
+                q = 0
+                while True:
+                    child = 2 * q + 1
+                    if child >= size:
+                        break
+                    if child + 1 < size and heap[child + 1] < heap[child]:
+                        child += 1
+                    if heap[child] >= v:
+                        break
+                    heap[q] = heap[child]
+                    q = child
+                heap[q] = v
+
+
+@njit(cache=True)
 def top_classes(h, w_max, rows, k, kept, n_kept, classes, outside):
     """The ``k`` best classes of rows ``rows`` of the class chain ``h`` (float64 ``(L, n)``, ``k <
     n``) by their maxima ``v = h[r] * w_max`` (:meth:`ClassLogMarginals._class_max`'s floats).
@@ -221,56 +260,65 @@ def top_classes(h, w_max, rows, k, kept, n_kept, classes, outside):
     otherwise the row is left to the caller. Returns ``ok`` (bool ``(len(rows),)``).
 
     ``kept[r, :n_kept[r]]`` (int32 ``(L, n)``, int64 ``(L,)``): the classes :func:`norm_row`
-    kept, every class at or above a cut in increasing order; a row with more than ``k`` of them
-    is read only there (its ``k + 1`` best are among them), any other row whole.
+    kept, every class at or above a cut in increasing order (none where a ``v`` is NaN). A row
+    with more than ``k`` of them holds its ``k + 1`` best there, and every class at or above its
+    ``k``-th best: it is read only there, unless they are most of the row (a whole row reads
+    faster than a scattered quarter of it; the classes below the cut never pass the ``k + 1``
+    best).
+
+    The row's entries go in runs of ``_RUN``: ``t``, the ``(k + 1)``-th largest run maximum, has
+    ``k + 1`` entries at or above it, so the ``k + 1`` best, and every entry at or above the
+    ``k``-th best, are in the runs whose maximum reaches ``t``; only those are read again.
     """
     n = w_max.size
     ok = np.zeros(rows.size, np.bool_)
-    heap = np.empty(k + 1)                  # the k + 1 largest values so far, a min-heap
+    heap = np.empty(k + 1)                        # the k + 1 largest values, a min-heap
+    v = np.empty(n)                               # the row's v, by class or by kept position
+    cand = np.empty(n)
+    run_max = np.empty((n + _RUN - 1) // _RUN)
     for i in range(rows.size):
         r = rows[i]
-        given = n_kept[r] > k
-        m = n_kept[r] if given else n
-        size = 0
-        nan = False
-        for j in range(m):
-            c = kept[r, j] if given else j
-            x = h[r, c] * w_max[c]
-            if x != x:
-                nan = True
-                break
-            if size <= k:                   # sift up
-                q = size
-                size += 1
-                while q > 0 and heap[(q - 1) // 2] > x:
-                    heap[q] = heap[(q - 1) // 2]
-                    q = (q - 1) // 2
-                heap[q] = x
-            elif x > heap[0]:               # replace the smallest, sift down
-                q = 0
-                while True:
-                    child = 2 * q + 1
-                    if child >= size:
-                        break
-                    if child + 1 < size and heap[child + 1] < heap[child]:
-                        child += 1
-                    if heap[child] >= x:
-                        break
-                    heap[q] = heap[child]
-                    q = child
-                heap[q] = x
+        sparse = k < n_kept[r] < n // 4
+        m = n_kept[r] if sparse else n
+        if sparse:
+            for j in range(m):
+                v[j] = h[r, kept[r, j]] * w_max[kept[r, j]]
+        else:
+            for j in range(m):                    # vectorised
+                v[j] = h[r, j] * w_max[j]
+        nan = 0
+        for j in range(m):                        # branch-free: vectorised
+            nan += 1 if v[j] != v[j] else 0
         if nan:
             continue
-        below = heap[0]                     # the (k + 1)-th largest
-        kth = heap[1] if size == 2 else min(heap[1], heap[2])
+        runs = (m + _RUN - 1) // _RUN
+        for q in range(runs):
+            top = v[q * _RUN]
+            for j in range(q * _RUN + 1, min(q * _RUN + _RUN, m)):
+                top = v[j] if v[j] > top else top
+            run_max[q] = top
+        t = -math.inf
+        if runs > k + 1:
+            _heap_largest(run_max[:runs], k, heap)
+            t = heap[0]
+        count = 0
+        for q in range(runs):
+            if run_max[q] >= t:
+                for j in range(q * _RUN, min(q * _RUN + _RUN, m)):   # branch-free
+                    cand[count] = v[j]
+                    count += 1 if v[j] >= t else 0
+        _heap_largest(cand[:count], k, heap)
+        below = heap[0]                           # the (k + 1)-th largest
+        kth = heap[1] if k == 1 else min(heap[1], heap[2])
         if not below < kth:
             continue
         w = 0
-        for j in range(m):
-            c = kept[r, j] if given else j
-            if h[r, c] * w_max[c] >= kth:
-                classes[i, w] = c
-                w += 1
+        for q in range(runs):
+            if run_max[q] >= kth:
+                for j in range(q * _RUN, min(q * _RUN + _RUN, m)):
+                    if v[j] >= kth:
+                        classes[i, w] = kept[r, j] if sparse else j
+                        w += 1
         outside[i] = below
         ok[i] = True
     return ok
