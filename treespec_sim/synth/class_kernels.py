@@ -262,9 +262,9 @@ def top_classes(h, w_max, rows, k, kept, n_kept, classes, outside):
     ``kept[r, :n_kept[r]]`` (int32 ``(L, n)``, int64 ``(L,)``): the classes :func:`norm_row`
     kept, every class at or above a cut in increasing order (none where a ``v`` is NaN). A row
     with more than ``k`` of them holds its ``k + 1`` best there, and every class at or above its
-    ``k``-th best: it is read only there, unless they are most of the row (a whole row reads
-    faster than a scattered quarter of it; the classes below the cut never pass the ``k + 1``
-    best).
+    ``k``-th best: it is read only there, unless they are a quarter of the row or more (a whole
+    row reads faster than a scattered quarter of it; the classes below the cut never pass the
+    ``k + 1`` best).
 
     The row's entries go in runs of ``_RUN``: ``t``, the ``(k + 1)``-th largest run maximum, has
     ``k + 1`` entries at or above it, so the ``k + 1`` best, and every entry at or above the
