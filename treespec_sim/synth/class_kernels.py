@@ -20,7 +20,8 @@ __all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top"
            "slices", "top_classes"]
 
 
-# norm_row lists its kept classes a run of this many at a time (most runs keep all or none).
+# Entries per run: norm_row lists its kept classes a run at a time (most runs keep all or none);
+# top_classes and _heap_largest skip whole runs by a branch-free count or the run's maximum.
 _RUN = 64
 
 #: Rows per slice of :class:`Slices`: eight independent sums in flight, so that a row's chain of
