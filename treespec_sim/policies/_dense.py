@@ -180,7 +180,7 @@ def _top_key(bits):
     max vectorises; a float max, which must honour NaN, does not."""
     top = np.int32(-0x80000000)
     for i in range(bits.size):
-        top = max(top, _flip(bits[i]))
+        top = np.int32(max(top, np.int32(_flip(bits[i]))))   # int32: 8 lanes, not 4 int64
     return top
 
 
@@ -206,7 +206,7 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
     """One read of ``row``, block by block: every entry ``>= theta`` into ``tok``/``val``
     (compacted to the ``k`` best when full), the row's largest value rounded to float32 and,
     with ``want_sum``, the row's mass (:mod:`treespec_sim.rowmass`). ``work``: float32
-    ``(3, BLOCK)`` scratch. Returns ``(n, theta, cut, top, mass)``.
+    ``(2, BLOCK)`` scratch. Returns ``(n, theta, cut, top, mass)``.
 
     A block whose largest value is below the float32 threshold is not searched; the others are
     searched a chunk at a time (a branch-free count, then the hits)."""
@@ -217,23 +217,21 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
     top = np.int32(-0x80000000)
     below = _float32_below(theta)
     floor_key = _order_key(below)
-    b32, poly = work[0], work[1]
-    expo = work[2].view(np.int32)
+    b32, terms = work[0], work[1]
     for lo in range(0, V, BLOCK):
         x = row[lo:lo + BLOCK]
         xb = _float32_block(x, b32)
         block_top = _top_key(xb.view(np.int32))
         top = max(top, block_top)
         if want_sum:
-            mass += block_mass(xb, poly, expo)
+            mass += block_mass(xb, terms)
         if block_top < floor_key:
             continue
         for clo in range(0, xb.size, _CHUNK):
             part = xb[clo:clo + _CHUNK]
-            hits = 0
-            for i in range(part.size):            # branch-free: vectorised
-                if part[i] >= below:
-                    hits += 1
+            hits = np.int32(0)
+            for i in range(part.size):            # branch-free, int32: vectorised, 8 lanes
+                hits = np.int32(hits + np.int32(part[i] >= below))
             if hits == 0:
                 continue
             for i in range(part.size):
@@ -657,7 +655,7 @@ def _first_pass(lp, budget, want_sum, k0):
     tok = np.empty(cap + 1, np.int64)
     val = np.empty(cap + 1)
     scratch = np.empty(cap + 1)
-    work = np.empty((3, BLOCK), np.float32)
+    work = np.empty((2, BLOCK), np.float32)
     sample = np.empty(_SAMPLE_ROW)
     pbest = np.zeros(L + 1)
     row_max = np.empty(L)
@@ -698,7 +696,7 @@ def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len,
     Returns ``(kept_val, kept_tok, used, rereads)``."""
     L, V = lp.shape
     sample = np.empty(_SAMPLE_ROW)
-    work = np.empty((3, BLOCK), np.float32)
+    work = np.empty((2, BLOCK), np.float32)
     rereads = 0
     wcap = 4 * K + 64
     tok = np.empty(0, np.int64)                   # work lists, sized on the first reread
