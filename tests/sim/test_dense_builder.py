@@ -304,13 +304,29 @@ def test_the_certified_bound_is_close_to_the_bth_score():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_rows_cut_above_the_final_bound_are_read_again(dtype):
-    # flat rows at B = 1024: row 0 keeps ~2 k0 entries above a sampled guess, but the tree
-    # takes ~K of its tokens, so the row is read again for every entry >= t - P_0
+    # one sure token at depth 1, then flat rows at B = 1024: row 1 keeps ~2 k0 entries above a
+    # sampled guess, but the tree takes ~K of its tokens under that token, so the row is read
+    # again for every entry >= t - P_1 (row 0 keeps its top K from the start)
     rng = np.random.default_rng(11)
-    lp = _dflash(rng, 15, 32768, 2.0, 0.3).astype(dtype)
+    lp = _dflash(rng, 15, 32768, 2.0, 0.3)
+    lp[0] = -60.0
+    lp[0, 5] = 0.0
+    lp = _log_softmax(lp).astype(dtype)
     nodes, facts = _dense(lp, 1024)
     assert facts["rereads"] >= 1
+    assert np.count_nonzero(nodes[2] == 2) > 1000
     _assert_heap_tree(*nodes, lp, 1024)
+
+
+@pytest.mark.parametrize("budget", [64, 1024])
+def test_a_tree_drawn_from_the_first_row_reads_it_once(budget):
+    # flat rows: the tree takes ~B tokens of row 0, which keeps its top K from the first read
+    rng = np.random.default_rng(11)
+    lp = _dflash(rng, 15, 32768, 2.0, 0.3)
+    nodes, facts = _dense(lp, budget)
+    assert np.count_nonzero(nodes[2] == 1) > 0.9 * budget
+    assert facts["rereads"] == 0
+    _assert_heap_tree(*nodes, lp, budget)
 
 
 # ---------------------------------------------------------------------------- the mask

@@ -13,7 +13,8 @@ parent (the sum of the row maxima above ``d``) and ``t`` is any certified lower 
 every path over the entries kept so far (:func:`_certify_row`: loss histograms convolved depth
 by depth). Before any ``t``, a row keeps entries above a guess from a sample of itself
 (:func:`_sample_threshold`), at most ``k0 = 2 ceil(B / L) + 16`` of them (the buffer's
-compaction raises its threshold); a row whose list was cut above its final threshold
+compaction raises its threshold), ``K`` in the first row (its nodes have no parent to
+limit them); a row whose list was cut above its final threshold
 ``t - P_d`` is read again, and ``t`` is certified again after it.
 
 **The tree.** With a certified ``t``, every node scoring ``>= t`` is enumerated depth first,
@@ -593,7 +594,7 @@ def dense_tree(lp, budget, mass_tol, enum_cap):
     k0 = min(2 * ((budget + L - 1) // L) + 16, K)
     want_sum = mass_tol >= 0.0
     kept_val, kept_tok, row_off, row_len, used, pbest, row_max, cut, top, mass, t = _first_pass(
-        lp, budget, want_sum, k0)
+        lp, budget, want_sum, k0, K)
     kept_val, kept_tok, used, rereads = _reread_cut_rows(lp, t, pbest, cut, K, kept_val,
                                                          kept_tok, row_off, row_len, used)
     if rereads:
@@ -638,11 +639,11 @@ def _row_best(val, n, top):
 
 
 @njit(cache=True, inline="always")
-def _first_pass(lp, budget, want_sum, k0):
+def _first_pass(lp, budget, want_sum, k0, K):
     """Read each row once, top down: its mass (``want_sum``), its largest value rounded to
     float32, its entries at or above its threshold (a certified ``t - P_d``, else a sampled
-    guess; at most about ``k0`` kept), then the bound ``t`` certified again over the rows read
-    so far.
+    guess; at most about ``k0`` kept, ``K`` in the first row), then the bound ``t`` certified
+    again over the rows read so far.
 
     Returns ``(kept_val, kept_tok, row_off, row_len, used, pbest, row_max, cut, top, mass, t)``:
     the kept entries (row ``d``'s at ``row_off[d]:row_off[d] + row_len[d]``, in token order,
@@ -652,17 +653,18 @@ def _first_pass(lp, budget, want_sum, k0):
     """
     L, V = lp.shape
     cap = 4 * k0 + 64
-    tok = np.empty(cap + 1, np.int64)
-    val = np.empty(cap + 1)
-    scratch = np.empty(cap + 1)
+    cap_first = max(4 * K + 64, cap)
+    tok = np.empty(cap_first + 1, np.int64)
+    val = np.empty(cap_first + 1)
+    scratch = np.empty(cap_first + 1)
     work = np.empty((2, BLOCK), np.float32)
     sample = np.empty(_SAMPLE_ROW)
     pbest = np.zeros(L + 1)
     row_max = np.empty(L)
     top = np.empty(L)
     cut = np.empty(L)                             # a row's list is complete above cut[d]
-    kept_val = np.empty(L * cap)                  # the rows' kept entries, row d's at
-    kept_tok = np.empty(L * cap, np.int64)        # row_off[d]:row_off[d] + row_len[d]
+    kept_val = np.empty((L - 1) * cap + cap_first)  # the rows' kept entries, row d's at
+    kept_tok = np.empty(kept_val.size, np.int64)    # row_off[d]:row_off[d] + row_len[d]
     row_off = np.zeros(L, np.int64)
     row_len = np.zeros(L, np.int64)
     used = 0
@@ -672,15 +674,21 @@ def _first_pass(lp, budget, want_sum, k0):
     for d in range(L):
         row = lp[d]
         theta = t - pbest[d] - slack(t) if math.isfinite(t) else -math.inf
+        # the first row's depth-1 nodes have no parent to limit them: it keeps its top K, as
+        # a row read again does, so that a tree drawn mostly from it needs no second read
+        k, kcap = (K, cap_first) if d == 0 else (k0, cap)
         guessed = False
-        if not math.isfinite(t) and V > 8 * k0:
-            guessed, theta = _sample_threshold(row, k0, theta, sample)
-        n, theta, dropped, top[d], mass[d] = _row_pass(row, theta, tok, val, scratch, cap, k0,
+        if not math.isfinite(t) and V > 8 * k:
+            guessed, theta = _sample_threshold(row, k, theta, sample)
+        n, theta, dropped, top[d], mass[d] = _row_pass(row, theta, tok, val, scratch, kcap, k,
                                                        work, want_sum)
         m = _row_best(val, n, top[d])
         row_max[d] = m
         pbest[d + 1] = pbest[d] + m
-        cut[d] = theta if (guessed or dropped) else -math.inf
+        # a list holding the row's top K is complete for the tree: no entry below them enters
+        # it (a compaction to k < K may have dropped some of them)
+        top_k = n >= K if not dropped else k >= K
+        cut[d] = theta if (guessed or dropped) and not top_k else -math.inf
         row_off[d], row_len[d] = used, n
         kept_val[used:used + n] = val[:n]
         kept_tok[used:used + n] = tok[:n]
