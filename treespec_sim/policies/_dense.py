@@ -103,20 +103,27 @@ def _kth_largest(a, n, k):
 
 
 # ---------------------------------------------------------------------------- a row's entries
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push(tok, val, scratch, n, cap, k, theta, q, v):
     """Append entry ``(q, v)`` (value clamped to ``<= 0``) to the kept list of length ``n``.
 
     When the list fills (``cap`` entries), keep its ``k`` best (ties at the ``k``-th value to the
     earlier entries, i.e. the smaller token ids) and raise ``theta`` just above the ``k``-th
     value: a later token at or below it has ``k`` ahead of it. Returns ``(n, theta, cut)``,
-    ``cut`` true when entries at or above the old ``theta`` were dropped.
+    ``cut`` true when entries at or above the old ``theta`` were dropped. Inlined: an append
+    is a few instructions, a call many more.
     """
     tok[n] = q
     val[n] = v if v < 0.0 else 0.0
     n += 1
     if n < cap:
         return n, theta, False
+    return _compact(tok, val, scratch, n, k, theta)
+
+
+@njit(cache=True)
+def _compact(tok, val, scratch, n, k, theta):
+    """:func:`_push` on a full list of ``n`` entries: keep the ``k`` best."""
     scratch[:n] = val[:n]
     kth = _kth_largest(scratch, n, k)
     ties = k
@@ -233,9 +240,12 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
             hits = np.int32(0)
             for i in range(part.size):            # branch-free, int32: vectorised, 8 lanes
                 hits = np.int32(hits + np.int32(part[i] >= below))
-            if hits == 0:
-                continue
-            for i in range(part.size):
+            for i in range(part.size):            # up to the last of the counted hits
+                if hits == 0:
+                    break
+                if not part[i] >= below:
+                    continue
+                hits -= 1
                 v = np.float64(x[clo + i])
                 if v >= theta:
                     n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta,
