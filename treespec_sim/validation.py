@@ -85,6 +85,8 @@ LOGPROB_POSITIVE_TOL = 1e-12
 #: error; 16-bit floats carry 8 (bfloat16) or 11 (float16) mantissa bits. Rows passing the check
 #: are renormalised in float64, so the tolerance decides only what is accepted.
 ROW_SUM_TOL_BY_DTYPE = {"float64": 1e-3, "float32": 1e-3, "float16": 3e-2, "bfloat16": 3e-2}
+# numpy's dtype.name is computed in Python on every access: the hot path reads this instead
+_FLOAT_NAMES = {"f": "float32", "d": "float64"}
 
 
 def row_sum_tolerance(source_dtype: str) -> float:
@@ -99,8 +101,8 @@ def as_float_array(x, name: str) -> tuple[np.ndarray, str]:
     moved to the CPU (``bfloat16``/``float16`` as ``float64``, since numpy has no ``bfloat16``);
     integers and other floats become ``float64``.
     """
-    if type(x) is np.ndarray and x.dtype.char in "fd":  # the builders' hot path: no work
-        return x, x.dtype.name
+    if type(x) is np.ndarray and x.dtype.char in _FLOAT_NAMES:  # the builders' hot path
+        return x, _FLOAT_NAMES[x.dtype.char]
     if type(x).__module__.split(".")[0] == "torch":  # a tensor; torch itself is not imported
         source = str(x.dtype).removeprefix("torch.")
         t = x.detach().cpu()

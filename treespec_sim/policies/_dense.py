@@ -713,13 +713,13 @@ def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len,
     new lists appended to the kept entries (``row_off``/``row_len`` updated in place).
     Returns ``(kept_val, kept_tok, used, rereads)``."""
     L, V = lp.shape
-    sample = np.empty(_SAMPLE_ROW)
-    work = np.empty((2, BLOCK), np.float32)
     rereads = 0
     wcap = 4 * K + 64
-    tok = np.empty(0, np.int64)                   # work lists, sized on the first reread
+    tok = np.empty(0, np.int64)                   # work arrays, sized on the first reread
     val = np.empty(0)
     scratch = np.empty(0)
+    sample = np.empty(0)
+    work = np.empty((0, 0), np.float32)
     for d in range(L):
         thr = t - pbest[d] - slack(t) if math.isfinite(t) else -math.inf
         if not (cut[d] > thr):
@@ -728,6 +728,8 @@ def _reread_cut_rows(lp, t, pbest, cut, K, kept_val, kept_tok, row_off, row_len,
             tok = np.empty(wcap + 1, np.int64)
             val = np.empty(wcap + 1)
             scratch = np.empty(wcap + 1)
+            sample = np.empty(_SAMPLE_ROW)
+            work = np.empty((2, BLOCK), np.float32)
         rereads += 1
         row = lp[d]
         guess = V > 8 * K
