@@ -41,7 +41,7 @@ test-nojit: $(VENV)/.stamp-test
 	NUMBA_DISABLE_JIT=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q \
 		tests/sim/test_world_numerics.py tests/sim/test_numerics.py tests/sim/test_tree.py \
 		tests/sim/test_ddtree.py tests/sim/test_traversal.py \
-		-k "not scale and not million and not torch and not peaked and (not test_traversal or residual)"
+		-k "not scale and not million and not large_arrays and not torch and not peaked and (not test_traversal or residual)"
 
 ## End-to-end check on the shipped tiny Qwen3 target + DFlash drafter (ARGS="--quick", "--device cuda", ...).
 validate: $(VENV)/.stamp-test
