@@ -14,9 +14,9 @@ every path over the entries kept so far (:func:`_certify_row`: loss histograms c
 by depth). Before any ``t``, a row keeps entries above a guess from a sample of itself
 (:func:`_sample_threshold`), at most ``k0 = 2 ceil(B / L) + 16`` of them (the buffer's
 compaction raises its threshold), ``K`` in the first row (its nodes have no parent to
-limit them); a row whose list was cut above its final threshold ``t - P_d`` is read again,
-and ``t`` is certified again after it -- unless the list holds the row's top ``K``, which is
-complete for the tree by (i).
+limit them). A row whose list was cut above its final threshold ``t - P_d`` is read again,
+and ``t`` is certified again after it; a list that holds its row's top ``K`` is never read
+again, however it was cut: by (i) it is complete for the tree.
 
 **The tree.** With a certified ``t``, every node scoring ``>= t`` is enumerated depth first,
 children by rank, and sorted stably by score; the first ``B`` are the tree. Depth-first
