@@ -7,7 +7,7 @@ import pytest
 
 from treespec_sim import numerics
 from treespec_sim.numerics import fixed_exp1, fixed_log1
-from treespec_sim.synth.class_kernels import norm_row, top_classes
+from treespec_sim.synth.class_kernels import _largest, norm_row, top_classes
 
 
 def test_norms_leave_out_only_terms_below_the_cut():
@@ -20,7 +20,7 @@ def test_norms_leave_out_only_terms_below_the_cut():
     sums = 1.0 + 3.0 * rng.random(n)
     for beta in (0.5, 1.3, 3.0):
         classes = np.empty(n, np.int32)
-        m, z, count = norm_row(v, np.ones(n), beta, sums, v.max(), classes, np.empty((3, n)))
+        m, z, count = norm_row(v, np.ones(n), beta, sums, classes, np.empty((3, n)))
         x = beta * np.log(v)
         assert m == pytest.approx(x.max(), abs=1e-13)
         full = np.exp(x - x.max()) @ sums
@@ -30,6 +30,30 @@ def test_norms_leave_out_only_terms_below_the_cut():
         assert 0 < kept.sum() < n // 2            # the cut leaves most of this row out
         left_out = np.exp(x[~kept] - x.max()) @ sums[~kept]
         assert left_out < 1e-23 * z
+
+
+def test_largest_is_numpys_max_and_nan_of_either_sign_is_nan():
+    rng = np.random.default_rng(4)
+    cases = [rng.standard_normal(1000), rng.random(8192) * np.exp(rng.uniform(-700, 0, 8192)),
+             -rng.random(33), np.array([-np.inf, -1e308]), np.array([np.inf, 3.0]),
+             np.array([5e-324, 0.0]), np.array([-0.0, -1.0]), np.full(9, -np.inf)]
+    for v in cases:
+        assert _largest(v, np.empty(1)) == v.max()
+    assert _largest(np.empty(0), np.empty(1)) == -np.inf
+    for sign in (1.0, -1.0):
+        for at in (0, 500, 999):
+            v = rng.standard_normal(1000)
+            v[at] = np.copysign(np.nan, sign)
+            assert np.isnan(_largest(v, np.empty(1)))
+
+
+def test_a_nan_in_a_row_gives_no_norms():
+    rng = np.random.default_rng(8)
+    h = rng.random(100)
+    h[37] = np.nan
+    kept = np.full(100, -1, np.int32)
+    m, z, count = norm_row(h, np.ones(100), 2.0, np.ones(100), kept, np.empty((3, 100)))
+    assert np.isnan(m) and z == 0.0 and count == 0
 
 
 def _top_reference(v, k):
@@ -115,6 +139,6 @@ def test_norms_sum_in_eight_lanes_in_class_order():
                     lanes[c % 8] += fixed_exp1(fixed_log1(x) * beta - m) * float(sums[c])
             want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
                 ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-            assert norm_row(h, w_max, beta, sums, max(v), np.empty(n, np.int32),
+            assert norm_row(h, w_max, beta, sums, np.empty(n, np.int32),
                             np.empty((3, n)))[:2] == (m, want)
 

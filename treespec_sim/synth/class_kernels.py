@@ -20,8 +20,8 @@ __all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top"
            "slices", "top_classes"]
 
 
-# Entries per run: norm_row lists its kept classes a run at a time (most runs keep all or none);
-# top_classes and _heap_largest skip whole runs by a branch-free count or the run's maximum.
+# Entries per run: top_classes and _heap_largest skip whole runs by a branch-free count or the
+# run's maximum.
 _RUN = 64
 
 #: Rows per slice of :class:`Slices`: eight independent sums in flight, so that a row's chain of
@@ -106,8 +106,8 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
         h[0, c] = h[0, c] + pi[c0]
         nu[c] = w_cls[c] * h[0, c]
     if beta[0] != 1.0:
-        norm_m[0], norm_z[0], n_kept[0] = norm_row(h[0], w_max, beta[0], sums[0],
-                                                   _row_top(h[0], w_max), kept[0], work)
+        norm_m[0], norm_z[0], n_kept[0] = norm_row(h[0], w_max, beta[0], sums[0], kept[0],
+                                                   work)
     # unsigned positions: numba then skips the negative-index check on every load
     eight = np.uint64(LANES)
     for d in range(1, h.shape[0]):
@@ -141,74 +141,90 @@ def chain(c0, g_indptr, g_indices, g_data, rows, offsets, columns, values, pi, w
         for c in range(n):
             nu[c] = w_cls[c] * row[c]
         if beta[d] != 1.0:
-            norm_m[d], norm_z[d], n_kept[d] = norm_row(row, w_max, beta[d], sums[d],
-                                                       _row_top(row, w_max), kept[d], work)
+            norm_m[d], norm_z[d], n_kept[d] = norm_row(row, w_max, beta[d], sums[d], kept[d],
+                                                       work)
+
+
+# A float64's bits as an int64 ``b``, mapped to ``b ^ ((b >> 63) & _NOT_SIGN)``: keys in the
+# floats' order (``-0.0`` just below ``+0.0``), a NaN above ``+inf``'s key or below ``-inf``'s.
+_NOT_SIGN = np.int64(0x7FFFFFFFFFFFFFFF)
+_KEY_POS_INF = np.int64(0x7FF0000000000000)
+_KEY_NEG_INF = np.int64(-0x7FF0000000000001)
 
 
 @njit(cache=True)
-def _row_top(h, w_max):
-    """``max_c h[c] w_max[c]``; NaN if a product is NaN."""
-    best = -math.inf
-    for c in range(h.size):
-        v = h[c] * w_max[c]
-        if v != v:
-            return math.nan
-        best = v if v > best else best
-    return best
+def _largest(v, scratch):
+    """The largest entry of float64 ``v`` (``-inf`` if empty), NaN if one is NaN: a maximum
+    over the entries' integer keys, which vectorises where a float maximum does not.
+    ``scratch``: float64, at least one entry, written over."""
+    bits = v.view(np.int64)
+    hi, lo = _KEY_NEG_INF, _KEY_POS_INF
+    for c in range(v.size):
+        key = bits[c] ^ ((bits[c] >> np.int64(63)) & _NOT_SIGN)
+        hi = key if key > hi else hi
+        lo = key if key < lo else lo
+    if hi > _KEY_POS_INF or lo < _KEY_NEG_INF:
+        return math.nan
+    out = scratch[:1].view(np.int64)
+    out[0] = hi ^ ((hi >> np.int64(63)) & _NOT_SIGN)
+    return scratch[0]
 
 
 @njit(cache=True)
-def norm_row(h, w_max, beta, sums, v_max, kept, work):
+def norm_row(h, w_max, beta, sums, kept, work):
     """``(m, Z, count)`` of one sharpened row (``ClassLogMarginals._norms``) from its class
-    chain row ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1``, the class sums
-    ``S`` and ``v_max``, the largest ``v = h * w_max`` (NaN if one is NaN): ``m = beta log
-    v_max`` and ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes
-    ``v[c] >= v_max e^(-64 / beta)``, which go into ``kept[:count]`` in increasing order.
-    ``S`` finite; ``work``: float64 ``(3, n)`` scratch.
+    chain row ``h`` (float64 ``(n,)``), the class maxima of ``w``, ``beta != 1`` and the class
+    sums ``S``: with ``v = h * w_max`` and ``v_max`` its largest, ``m = beta log v_max`` and
+    ``Z = sum_c exp(beta log v[c] - m) S[c]`` over the classes ``v[c] >= v_max e^(-64 /
+    beta)``, which go into ``kept[:count]`` in increasing order. A NaN ``v`` gives ``(NaN, 0,
+    0)``, as numpy's ``max`` would. ``S`` finite; ``work``: float64 ``(3, n)`` scratch.
 
     ``log``/``exp`` are :func:`~treespec_sim.numerics.fixed_log1`/``fixed_exp1`` (over the kept
     classes' ``v`` at once: :func:`~treespec_sim.numerics.log_into`, ``exp_into``); the sum runs
     in eight lanes (class ``c`` to lane ``c % 8``, each in class order, combined
-    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``: :func:`~treespec_sim.numerics.dot`):
-    one order, every CPU's floats.
+    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``: :func:`~treespec_sim.numerics.dot`
+    with zeros at the other classes, which leave a lane as it is): one order, every CPU's floats.
     """
-    if v_max != v_max:                            # as numpy's max: m NaN, no class kept
+    n = h.size
+    v = work[0]
+    for c in range(n):
+        v[c] = h[c] * w_max[c]
+    v_max = _largest(v, work[1])
+    if v_max != v_max:
         return math.nan, 0.0, 0
     m = beta * fixed_log1(v_max)
     cut = v_max * fixed_exp1(-(NORM_CUT / beta))
+    # the classes at or above the cut: a byte each, then listed eight bytes (a word) at a time,
+    # a word of none skipped whole
+    flags = work[2].view(np.uint8)
+    for c in range(n):
+        flags[c] = 1 if v[c] >= cut else 0
+    words = work[2].view(np.uint64)
     count = 0
-    n = h.size
-    for lo in range(0, n, _RUN):                  # a run's kept classes counted branch-free,
-        hi = min(lo + _RUN, n)                    # then listed where some are
-        hits = 0
-        for c in range(lo, hi):
-            hits += 1 if h[c] * w_max[c] >= cut else 0
-        if hits == hi - lo:
-            for c in range(lo, hi):
-                kept[count + c - lo] = c
-            count += hits
-        elif hits > 0:
-            for c in range(lo, hi):               # every slot written, the kept ones counted
+    for q in range(n // 8):
+        if words[q] != 0:
+            for c in range(8 * q, 8 * q + 8):     # every slot written, the kept ones counted
                 kept[count] = c
-                count += 1 if h[c] * w_max[c] >= cut else 0
-    every = count == n                            # then kept[j] = j: no gather, no scatter
-    v, x = work[0, :count], work[1, :count]
+                count += np.int64(flags[c])
+    for c in range(8 * (n // 8), n):
+        kept[count] = c
+        count += np.int64(flags[c])
+    every = count == n                            # then kept[j] = j: no gather
+    a, b = work[1, :count], work[2, :count]
     for j in range(count):
-        c = j if every else kept[j]
-        v[j] = h[c] * w_max[c]
-    log_into(v, x)
+        a[j] = v[j if every else kept[j]]
+    log_into(a, b)
     for j in range(count):
-        v[j] = x[j] * beta - m
-    exp_into(v, x)                                # not in place: that loop would not vectorise
+        a[j] = b[j] * beta - m
+    exp_into(a, b)                                # not in place: that loop would not vectorise
     if every:
-        return m, dot(x, sums), count
-    # Z over every class in class order: another class's term 0 * S[c] = +0.0 leaves its
-    # lane's sum as it is
-    e = work[2]
-    e[:] = 0.0
+        return m, dot(b, sums), count
+    lanes = np.zeros(8)
     for j in range(count):
-        e[kept[j]] = x[j]
-    return m, dot(e, sums), count
+        c = kept[j]
+        lanes[c & 7] += b[j] * sums[c]
+    return m, ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+        ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])), count
 
 
 @njit(cache=True)
