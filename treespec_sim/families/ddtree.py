@@ -312,6 +312,8 @@ def _ddtree_contexts(cell: Cell, parts, streams, drawn: list[list],
     A group's next contexts are the ones after those it has: already drawn for another group
     (``drawn``), or new draws from the world's stream. Rounds here draw nothing from the
     stream (``sample=False``, deterministic trees), so every group sees the same contexts.
+    The groups take a context one after the other, so that the drafter's marginals of a
+    context are computed once (the drafter keeps the last few).
     """
     g: DDTreeGrid = cell.grid
     depth = 0
@@ -320,13 +322,20 @@ def _ddtree_contexts(cell: Cell, parts, streams, drawn: list[list],
         depth = world.depth
         common = {"rule": g.rule, "temperature": cell.temperature, "rng": rng, "sample": False}
         w = share.index
+        spans = {}
         for group, more in todo.items():
             label = next(k for k in tally if k[0] == group)
             start = sum(1 for x in tally[label].world if x == w)
-            for i in range(start, start + more[w]):
-                while len(seen) <= i:
-                    seen.append(world.sample_context(rng))
-                _ddtree_round(world, seen[i], group, g, budgets, tally, w, common)
+            spans[group] = range(start, start + more[w])
+        wanted = [r for r in spans.values() if r]
+        first = min((r.start for r in wanted), default=0)
+        last = max((r.stop for r in wanted), default=0)
+        for i in range(first, last):
+            while len(seen) <= i:
+                seen.append(world.sample_context(rng))
+            for group, span in spans.items():
+                if i in span:
+                    _ddtree_round(world, seen[i], group, g, budgets, tally, w, common)
     return depth
 
 
