@@ -104,27 +104,12 @@ def _kth_largest(a, n, k):
 
 
 # ---------------------------------------------------------------------------- a row's entries
-@njit(cache=True, inline="always")
-def _push(tok, val, scratch, n, cap, k, theta, q, v):
-    """Append entry ``(q, v)`` (value clamped to ``<= 0``) to the kept list of length ``n``.
-
-    When the list fills (``cap`` entries), keep its ``k`` best (ties at the ``k``-th value to the
-    earlier entries, i.e. the smaller token ids) and raise ``theta`` just above the ``k``-th
-    value: a later token at or below it has ``k`` ahead of it. Returns ``(n, theta, cut)``,
-    ``cut`` true when entries at or above the old ``theta`` were dropped. Inlined: an append
-    is a few instructions, a call many more.
-    """
-    tok[n] = q
-    val[n] = v if v < 0.0 else 0.0
-    n += 1
-    if n < cap:
-        return n, theta, False
-    return _compact(tok, val, scratch, n, k, theta)
-
-
 @njit(cache=True)
 def _compact(tok, val, scratch, n, k, theta):
-    """:func:`_push` on a full list of ``n`` entries: keep the ``k`` best."""
+    """A full kept list of ``n`` entries cut to its ``k`` best (ties at the ``k``-th value to
+    the earlier entries, i.e. the smaller token ids), and ``theta`` raised just above the
+    ``k``-th value: a later token at or below it has ``k`` ahead of it. Returns the new length
+    and ``theta``."""
     scratch[:n] = val[:n]
     kth = _kth_largest(scratch, n, k)
     ties = k
@@ -140,7 +125,7 @@ def _compact(tok, val, scratch, n, k, theta):
             tok[w] = tok[j]
             val[w] = v
             w += 1
-    return w, max(theta, np.nextafter(kth, math.inf)), True
+    return w, max(theta, np.nextafter(kth, math.inf))
 
 
 @njit(cache=True)
@@ -227,6 +212,7 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
     below = _float32_below(theta)
     floor_key = _order_key(below)
     b32, terms = work[0], work[1]
+    at = np.empty(_CHUNK, np.int64)
     for lo in range(0, V, BLOCK):
         x = row[lo:lo + BLOCK]
         xb = _float32_block(x, b32)
@@ -241,17 +227,23 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
             hits = np.int32(0)
             for i in range(part.size):            # branch-free, int32: vectorised, 8 lanes
                 hits = np.int32(hits + np.int32(part[i] >= below))
-            for i in range(part.size):            # up to the last of the counted hits
-                if hits == 0:
-                    break
-                if not part[i] >= below:
-                    continue
-                hits -= 1
+            if hits == 0:
+                continue
+            # the hits' positions, branch-free: a test per entry that a branch would mispredict
+            m = 0
+            for i in range(part.size):
+                at[m] = i
+                m += 1 if part[i] >= below else 0
+            for j in range(m):
+                i = at[j]
                 v = np.float64(x[clo + i])
                 if v >= theta:
-                    n, theta, dropped = _push(tok, val, scratch, n, cap, k, theta,
-                                              lo + clo + i, v)
-                    if dropped:
+                    # appended here, not by a call: an append is a few instructions
+                    tok[n] = lo + clo + i
+                    val[n] = v if v < 0.0 else 0.0
+                    n += 1
+                    if n >= cap:
+                        n, theta = _compact(tok, val, scratch, n, k, theta)
                         cut = True
                         below = _float32_below(theta)
                         floor_key = _order_key(below)
