@@ -7,7 +7,7 @@ import pytest
 
 from treespec_sim import numerics
 from treespec_sim.numerics import fixed_exp1, fixed_log1
-from treespec_sim.synth.class_kernels import _largest, norm_row, top_classes
+from treespec_sim.synth.class_kernels import _largest, norm_row, rank_top, top_classes
 
 
 def test_norms_leave_out_only_terms_below_the_cut():
@@ -104,6 +104,29 @@ def test_top_classes_are_the_rows_k_best_by_a_full_sort(n):
                 assert outside[r] == want_below
         assert ok.sum() >= L // 2
         assert ok[2] == (k >= 40) and not ok[3]                  # the tie and the NaN
+
+
+def test_rank_top_orders_by_value_then_token_as_lexsort():
+    # rows with few distinct values (long runs of ties, as at the junk floor), a run that
+    # crosses the k-th place, both zeros, -inf, and a NaN row left out
+    rng = np.random.default_rng(11)
+    n, size = 12, 300
+    toks = np.stack([rng.permutation(5000)[:size] for _ in range(n)]).astype(np.int64)
+    vals = -rng.integers(0, 6, (n, size)).astype(float)
+    vals[1] = -rng.random(size)                                  # no ties
+    vals[2, :40] = -0.0
+    vals[3, ::3] = -np.inf
+    vals[4, 7] = np.nan
+    for k in (1, 5, 64, size):
+        t_out, v_out = np.full((n, k), -7, np.int64), np.full((n, k), 9.0)
+        ok = rank_top(toks, vals, t_out, v_out)
+        assert ok.tolist() == [r != 4 for r in range(n)]
+        for r in range(n):
+            if r == 4:
+                continue
+            want = np.lexsort((toks[r], -vals[r]))[:k]
+            np.testing.assert_array_equal(t_out[r], toks[r, want])
+            np.testing.assert_array_equal(v_out[r], vals[r, want])
 
 
 def test_stable_argsort_is_numpys_stable_argsort():

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..jit import njit
-from ..numerics import NORM_CUT, dot, exp_into, fixed_exp1, fixed_log1, log_into
+from ..numerics import NORM_CUT, dot, exp_into, fixed_exp1, fixed_log1, log_into, sort_pairs
 
-__all__ = ["LANES", "Slices", "chain", "conditional_row", "norm_row", "rank_top", "shared_law",
-           "slices", "top_classes"]
+__all__ = ["LANES", "Slices", "candidates", "chain", "conditional_row", "norm_row", "rank_top",
+           "shared_law", "slices", "top_classes"]
 
 
 # Entries per run: top_classes and _heap_largest skip whole runs by a branch-free count or the
@@ -342,30 +342,69 @@ def top_classes(h, w_max, rows, k, kept, n_kept, classes, outside):
 
 
 @njit(cache=True)
+def candidates(members, h, w, rows, classes, outside, exact, toks, mu):
+    """The tokens of each exact row's ``k`` best classes and their ``mu``: for the ``j``-th row
+    ``i`` with ``exact[i]`` (:func:`top_classes`'s ``ok``), ``toks[j]`` the members of
+    ``classes[i]`` class by class (int64 ``(n, k m)``), ``mu[j, :k m]`` their ``w[tok] *
+    h[rows[i], class]`` and ``mu[j, k m]`` ``outside[i]`` (float64 ``(n, k m + 1)``)."""
+    k = classes.shape[1]
+    m = members.shape[1]
+    j = 0
+    for i in range(rows.size):
+        if not exact[i]:
+            continue
+        r = rows[i]
+        for a in range(k):
+            c = classes[i, a]
+            hc = h[r, c]
+            for b in range(m):
+                tok = members[c, b]
+                toks[j, a * m + b] = tok
+                mu[j, a * m + b] = w[tok] * hc
+        mu[j, k * m] = outside[i]
+        j += 1
+
+
+@njit(cache=True)
 def rank_top(toks, vals, toks_out, vals_out):
     """Per row of ``(toks, vals)`` (int64 and float64 ``(n, K)``, distinct tokens in a row), the
     ``k = toks_out.shape[1]`` best pairs by decreasing value, ties to the smaller token, into
-    ``toks_out``, ``vals_out`` ``(n, k)``: a stable sort by token, then a stable sort by value.
-    Returns which rows it wrote (bool ``(n,)``): a row holding a NaN value is left out."""
+    ``toks_out``, ``vals_out`` ``(n, k)``: a stable sort by value, then each run of equal values
+    that reaches into the first ``k`` put in token order. Returns which rows it wrote (bool
+    ``(n,)``): a row holding a NaN value is left out."""
     n, k = toks_out.shape
+    size = vals.shape[1]
     ok = np.zeros(n, np.bool_)
+    neg = np.empty(size)
     for i in range(n):
         row = vals[i]
-        nan = False
-        for x in row:
-            if x != x:
-                nan = True
+        nan = 0
+        for j in range(size):                     # branch-free: vectorised
+            nan += 1 if row[j] != row[j] else 0
         if nan:
             continue
-        by_tok = np.argsort(toks[i], kind="mergesort")
-        neg = np.empty(row.size)
-        for j in range(row.size):
-            neg[j] = -row[by_tok[j]]
-        by_val = np.argsort(neg, kind="mergesort")
-        for j in range(k):
-            at = by_tok[by_val[j]]
-            toks_out[i, j] = toks[i, at]
-            vals_out[i, j] = row[at]
+        for j in range(size):
+            neg[j] = -row[j]
+        order = np.argsort(neg, kind="mergesort")
+        j = 0
+        while j < k:
+            end = j + 1
+            while end < size and row[order[end]] == row[order[j]]:
+                end += 1
+            if end - j == 1:
+                toks_out[i, j] = toks[i, order[j]]
+                vals_out[i, j] = row[order[j]]
+            else:
+                tied = order[j:end].copy()        # into token order by the radix sort
+                key = np.empty(tied.size, np.uint64)
+                for q in range(tied.size):
+                    key[q] = np.uint64(toks[i, tied[q]])
+                sort_pairs(key, tied, np.empty_like(key), np.empty_like(tied))
+                for q in range(j, min(end, k)):
+                    at = tied[q - j]
+                    toks_out[i, q] = toks[i, at]
+                    vals_out[i, q] = row[at]
+            j = end
         ok[i] = True
     return ok
 

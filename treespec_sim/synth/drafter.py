@@ -59,7 +59,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..marginals import DenseLogMarginals, LazyLogMarginals, kth_largest, ranked_candidates
-from .class_kernels import Slices, chain, conditional_row, rank_top, shared_law, slices, top_classes
+from .class_kernels import (
+    Slices,
+    candidates,
+    chain,
+    conditional_row,
+    rank_top,
+    shared_law,
+    slices,
+    top_classes,
+)
 from .kernel import SparseBoostKernel
 
 __all__ = ["BlockDiffusionDrafter", "ClassLogMarginals"]
@@ -710,17 +719,13 @@ class ClassLogMarginals(LazyLogMarginals):
         if not exact.any():
             return done
         pos = np.flatnonzero(exact)
-        idx, v_out = classes[pos], outside[pos]      # the k best classes of each exact row
+        v_out = outside[pos]                      # the best class maximum outside the k best
         sub = rows[pos]
         n = sub.size
-        # the candidates' mu and, in the last column, the best outside class maximum: one
-        # pass of the (element-wise) map to log q for both
-        mu = np.empty((n, k * m + 1))
-        toks = self._members[idx].reshape(n, k * m)
-        hv = self._h[sub[:, None], idx]
-        np.multiply(self._w[toks].reshape(n, k, m), hv[:, :, None],
-                    out=mu[:, :k * m].reshape(n, k, m))
-        mu[:, -1] = v_out
+        # the candidates' mu and, in the last column, v_out: one pass of the (element-wise)
+        # map to log q for both
+        toks, mu = np.empty((n, k * m), dtype=np.int64), np.empty((n, k * m + 1))
+        candidates(self._members, self._h, self._w, rows, classes, outside, exact, toks, mu)
         both = self._from_mu_rows(mu, sub)
         best_out = both[:, -1]
         toks_k, vals = np.empty((n, k), dtype=np.int64), np.empty((n, k))
