@@ -238,7 +238,8 @@ def _row_pass(row, theta, tok, val, scratch, cap, k, work, want_sum):
                 i = at[j]
                 v = np.float64(x[clo + i])
                 if v >= theta:
-                    # appended here, not by a call: an append is a few instructions
+                    # appended here: an inlined function that also calls _compact costs more
+                    # than the append itself (docs/performance.md)
                     tok[n] = lo + clo + i
                     val[n] = v if v < 0.0 else 0.0
                     n += 1
